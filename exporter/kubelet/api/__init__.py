@@ -1,0 +1,1 @@
+"""Generated gRPC stubs for the kubelet PodResources API (see scripts/generate_stubs.py)."""
