@@ -1,0 +1,173 @@
+"""What the simulated node is made of: NUMA nodes, CPUs, GPUs, NICs, RDMA devices.
+
+One description feeds every simulated part, so they agree with each other: the
+scenario's kubelet device IDs, the fixture sysfs/procfs tree (``exporter.sim.sysfs``)
+and the simulated NVML source (``exporter.sim.gpus``). Telemetry that changes over
+time is a pure function of the description and a tick, so tests can predict it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "GIB",
+    "MIB",
+    "SimDrmGpu",
+    "SimGpu",
+    "SimHardware",
+    "SimMigDevice",
+    "SimNic",
+    "SimNumaNode",
+    "SimRdmaDevice",
+    "demo_hardware",
+]
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class SimNumaNode:
+    id: int
+    cpus: tuple[int, ...]
+    memory_total_bytes: int
+    hugepages_2mi: int  # pages of 2 MiB reserved on this node
+    hugepages_1gi: int  # pages of 1 GiB reserved on this node
+
+
+@dataclass(frozen=True, slots=True)
+class SimMigDevice:
+    uuid: str  # "MIG-<uuid>"
+    gpu_instance: int
+    compute_instance: int
+    profile: str  # "1g.10gb"
+    memory_total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    """An NVIDIA GPU as NVML would describe it."""
+
+    index: int  # NVML index and minor number (/dev/nvidia<index>)
+    uuid: str  # "GPU-<uuid>"
+    pci_address: str  # 0000:17:00.0
+    model: str
+    numa_node: int
+    memory_total_bytes: int
+    power_limit_watts: float
+    utilization: float  # base utilization ratio 0-1 the simulation wobbles around
+    mig_devices: tuple[SimMigDevice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SimDrmGpu:
+    """An AMD or Intel GPU seen through /sys/class/drm/cardN."""
+
+    card: int
+    driver: str  # "amdgpu", "i915" or "xe"
+    pci_address: str
+    vendor_id: str  # "0x1002" AMD, "0x8086" Intel
+    device_id: str
+    numa_node: int
+    memory_total_bytes: int
+    utilization: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimNic:
+    """A PCI network function with a netdev: a physical function or an SR-IOV VF."""
+
+    pci_address: str
+    netdev: str
+    numa_node: int
+    vendor_id: str
+    device_id: str
+    physfn: str | None = None  # PF address, for a VF
+    vf_index: int | None = None  # index below the PF, for a VF
+
+
+@dataclass(frozen=True, slots=True)
+class SimRdmaDevice:
+    """An InfiniBand/RoCE device: /sys/class/infiniband/<name>."""
+
+    name: str  # "mlx5_0"
+    pci_address: str
+    numa_node: int
+    ports: tuple[int, ...] = (1,)
+
+
+@dataclass(frozen=True, slots=True)
+class SimHardware:
+    numa_nodes: tuple[SimNumaNode, ...]
+    gpus: tuple[SimGpu, ...] = ()
+    drm_gpus: tuple[SimDrmGpu, ...] = ()
+    nics: tuple[SimNic, ...] = ()
+    rdma_devices: tuple[SimRdmaDevice, ...] = ()
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        return tuple(sorted(cpu for node in self.numa_nodes for cpu in node.cpus))
+
+
+def _uuid(prefix: str, n: int) -> str:
+    return f"{prefix}-{n:08x}-5e1f-4c2a-9d3b-{n:012x}"
+
+
+def demo_hardware() -> SimHardware:
+    """A realistic two-socket GPU node.
+
+    NUMA 0: CPUs 0-31, GPUs 0 and 1, Mellanox PF 0 with 4 VFs, mlx5_0.
+    NUMA 1: CPUs 32-63, GPU 2 (MIG: three instances), GPU 3 (time-sliced by the
+    scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU.
+    """
+    numa_nodes = (
+        SimNumaNode(0, tuple(range(0, 32)), 256 * GIB, hugepages_2mi=1024, hugepages_1gi=16),
+        SimNumaNode(1, tuple(range(32, 64)), 256 * GIB, hugepages_2mi=1024, hugepages_1gi=16),
+    )
+    gpu_pci = ("0000:17:00.0", "0000:31:00.0", "0000:b1:00.0", "0000:ca:00.0")
+    utilization = (0.85, 0.0, 0.6, 0.4)  # GPU 1 sits idle: the "allocated but idle" case
+    mig = (
+        SimMigDevice(_uuid("MIG", 0x201), 1, 0, "3g.40gb", 40 * GIB),
+        SimMigDevice(_uuid("MIG", 0x202), 2, 0, "2g.20gb", 20 * GIB),
+        SimMigDevice(_uuid("MIG", 0x203), 3, 0, "1g.10gb", 10 * GIB),
+    )
+    gpus = tuple(
+        SimGpu(
+            index=i,
+            uuid=_uuid("GPU", 0x100 + i),
+            pci_address=gpu_pci[i],
+            model="NVIDIA H100 80GB HBM3",
+            numa_node=0 if i < 2 else 1,
+            memory_total_bytes=80 * GIB,
+            power_limit_watts=700.0,
+            utilization=utilization[i],
+            mig_devices=mig if i == 2 else (),
+        )
+        for i in range(4)
+    )
+    nics: list[SimNic] = []
+    for pf, (bus, node) in enumerate((("4b", 0), ("d8", 1))):
+        pf_address = f"0000:{bus}:00.0"
+        nics.append(SimNic(pf_address, f"ens{pf + 1}f0np0", node, "0x15b3", "0x101d"))
+        for vf in range(4):
+            nics.append(
+                SimNic(
+                    f"0000:{bus}:00.{vf + 2}",
+                    f"ens{pf + 1}f0v{vf}",
+                    node,
+                    "0x15b3",
+                    "0x101e",
+                    physfn=pf_address,
+                    vf_index=vf,
+                )
+            )
+    rdma = (
+        SimRdmaDevice("mlx5_0", "0000:4b:00.0", 0),
+        SimRdmaDevice("mlx5_1", "0000:d8:00.0", 1),
+    )
+    drm = (
+        SimDrmGpu(1, "amdgpu", "0000:e1:00.0", "0x1002", "0x74a1", 1, 192 * GIB, 0.55),
+        SimDrmGpu(2, "i915", "0000:e9:00.0", "0x8086", "0x0bd5", 1, 64 * GIB, 0.3),
+    )
+    return SimHardware(numa_nodes, gpus, drm, tuple(nics), rdma)
