@@ -1,0 +1,252 @@
+"""Pure conversions between PodResources protobuf messages and ``exporter.model``.
+
+proto -> model is what the client needs; model -> proto is what the simulated kubelet
+serves. NUMA node tuples and CPU ids come out sorted (NUMA ids also de-duplicated);
+device IDs keep the kubelet's order. An unset ``share_id`` becomes ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from exporter.kubelet.api.v1 import api_pb2 as v1
+from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
+from exporter.model import (
+    AllocatableResources,
+    ClaimDevice,
+    ContainerResources,
+    DeviceGroup,
+    DynamicResource,
+    MemoryBlock,
+    PodResources,
+)
+
+__all__ = [
+    "allocatable_from_proto",
+    "allocatable_to_proto",
+    "get_response_to_proto",
+    "list_response_to_proto",
+    "pod_from_proto",
+    "pod_to_proto",
+    "pods_from_list_response",
+    "pods_from_v1alpha1_list_response",
+    "v1alpha1_list_response_to_proto",
+]
+
+
+# --- proto -> model ----------------------------------------------------------------------
+
+
+def _numa_nodes(msg: v1.ContainerDevices | v1.ContainerMemory) -> tuple[int, ...]:
+    # An unset topology (topology-unaware plugin, no memory manager) means "unknown": ().
+    if not msg.HasField("topology"):
+        return ()
+    return tuple(sorted({node.ID for node in msg.topology.nodes}))
+
+
+def _cpu_ids(ids: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted(ids))
+
+
+def _device_group(msg: v1.ContainerDevices) -> DeviceGroup:
+    return DeviceGroup(
+        resource=msg.resource_name,
+        device_ids=tuple(msg.device_ids),
+        numa_nodes=_numa_nodes(msg),
+    )
+
+
+def _memory_block(msg: v1.ContainerMemory) -> MemoryBlock:
+    return MemoryBlock(
+        memory_type=msg.memory_type,
+        size_bytes=msg.size,
+        numa_nodes=_numa_nodes(msg),
+    )
+
+
+def _claim_device(msg: v1.ClaimResource) -> ClaimDevice:
+    return ClaimDevice(
+        driver=msg.driver_name,
+        pool=msg.pool_name,
+        device=msg.device_name,
+        share_id=msg.share_id if msg.HasField("share_id") else None,
+        cdi_devices=tuple(cdi.name for cdi in msg.cdi_devices),
+    )
+
+
+def _dynamic_resource(msg: v1.DynamicResource) -> DynamicResource:
+    return DynamicResource(
+        claim_name=msg.claim_name,
+        claim_namespace=msg.claim_namespace,
+        devices=tuple(_claim_device(c) for c in msg.claim_resources),
+    )
+
+
+def _container(msg: v1.ContainerResources) -> ContainerResources:
+    return ContainerResources(
+        name=msg.name,
+        devices=tuple(_device_group(d) for d in msg.devices),
+        cpu_ids=_cpu_ids(msg.cpu_ids),
+        memory=tuple(_memory_block(m) for m in msg.memory),
+        dynamic_resources=tuple(_dynamic_resource(r) for r in msg.dynamic_resources),
+    )
+
+
+def pod_from_proto(msg: v1.PodResources) -> PodResources:
+    """One v1 ``PodResources`` message as the model."""
+    return PodResources(
+        namespace=msg.namespace,
+        name=msg.name,
+        containers=tuple(_container(c) for c in msg.containers),
+        cpu_ids=_cpu_ids(msg.cpu_ids),
+        memory=tuple(_memory_block(m) for m in msg.memory),
+    )
+
+
+def pods_from_list_response(msg: v1.ListPodResourcesResponse) -> tuple[PodResources, ...]:
+    """A v1 ``List`` reply as the model, in the kubelet's order."""
+    return tuple(pod_from_proto(p) for p in msg.pod_resources)
+
+
+def pods_from_v1alpha1_list_response(
+    msg: v1alpha1.ListPodResourcesResponse,
+) -> tuple[PodResources, ...]:
+    """A v1alpha1 ``List`` reply as the model: devices only, without topology."""
+    return tuple(
+        PodResources(
+            namespace=pod.namespace,
+            name=pod.name,
+            containers=tuple(
+                ContainerResources(
+                    name=c.name,
+                    devices=tuple(
+                        DeviceGroup(resource=d.resource_name, device_ids=tuple(d.device_ids))
+                        for d in c.devices
+                    ),
+                )
+                for c in pod.containers
+            ),
+        )
+        for pod in msg.pod_resources
+    )
+
+
+def allocatable_from_proto(msg: v1.AllocatableResourcesResponse) -> AllocatableResources:
+    """A ``GetAllocatableResources`` reply as the model."""
+    return AllocatableResources(
+        devices=tuple(_device_group(d) for d in msg.devices),
+        cpu_ids=_cpu_ids(msg.cpu_ids),
+        memory=tuple(_memory_block(m) for m in msg.memory),
+    )
+
+
+# --- model -> proto ----------------------------------------------------------------------
+
+
+def _topology(numa_nodes: tuple[int, ...]) -> v1.TopologyInfo | None:
+    # The kubelet leaves topology unset rather than empty when it knows none.
+    if not numa_nodes:
+        return None
+    return v1.TopologyInfo(nodes=[v1.NUMANode(ID=n) for n in sorted(set(numa_nodes))])
+
+
+def _device_group_to_proto(group: DeviceGroup) -> v1.ContainerDevices:
+    return v1.ContainerDevices(
+        resource_name=group.resource,
+        device_ids=group.device_ids,
+        topology=_topology(group.numa_nodes),
+    )
+
+
+def _memory_block_to_proto(block: MemoryBlock) -> v1.ContainerMemory:
+    return v1.ContainerMemory(
+        memory_type=block.memory_type,
+        size=block.size_bytes,
+        topology=_topology(block.numa_nodes),
+    )
+
+
+def _claim_device_to_proto(device: ClaimDevice) -> v1.ClaimResource:
+    return v1.ClaimResource(
+        cdi_devices=[v1.CDIDevice(name=n) for n in device.cdi_devices],
+        driver_name=device.driver,
+        pool_name=device.pool,
+        device_name=device.device,
+        share_id=device.share_id,  # None leaves the optional field unset
+    )
+
+
+def _dynamic_resource_to_proto(resource: DynamicResource) -> v1.DynamicResource:
+    return v1.DynamicResource(
+        claim_name=resource.claim_name,
+        claim_namespace=resource.claim_namespace,
+        claim_resources=[_claim_device_to_proto(d) for d in resource.devices],
+    )
+
+
+def _container_to_proto(container: ContainerResources) -> v1.ContainerResources:
+    return v1.ContainerResources(
+        name=container.name,
+        devices=[_device_group_to_proto(d) for d in container.devices],
+        cpu_ids=container.cpu_ids,
+        memory=[_memory_block_to_proto(m) for m in container.memory],
+        dynamic_resources=[_dynamic_resource_to_proto(r) for r in container.dynamic_resources],
+    )
+
+
+def pod_to_proto(pod: PodResources) -> v1.PodResources:
+    """The model of one pod as a v1 ``PodResources`` message."""
+    return v1.PodResources(
+        name=pod.name,
+        namespace=pod.namespace,
+        containers=[_container_to_proto(c) for c in pod.containers],
+        cpu_ids=pod.cpu_ids,
+        memory=[_memory_block_to_proto(m) for m in pod.memory],
+    )
+
+
+def list_response_to_proto(pods: Iterable[PodResources]) -> v1.ListPodResourcesResponse:
+    """Pods as a v1 ``List`` reply."""
+    return v1.ListPodResourcesResponse(pod_resources=[pod_to_proto(p) for p in pods])
+
+
+def v1alpha1_list_response_to_proto(
+    pods: Iterable[PodResources],
+) -> v1alpha1.ListPodResourcesResponse:
+    """Pods as a v1alpha1 ``List`` reply: what v1alpha1 cannot say (topology, CPUs, memory,
+    DRA) is dropped."""
+    return v1alpha1.ListPodResourcesResponse(
+        pod_resources=[
+            v1alpha1.PodResources(
+                name=pod.name,
+                namespace=pod.namespace,
+                containers=[
+                    v1alpha1.ContainerResources(
+                        name=c.name,
+                        devices=[
+                            v1alpha1.ContainerDevices(
+                                resource_name=d.resource, device_ids=d.device_ids
+                            )
+                            for d in c.devices
+                        ],
+                    )
+                    for c in pod.containers
+                ],
+            )
+            for pod in pods
+        ]
+    )
+
+
+def allocatable_to_proto(allocatable: AllocatableResources) -> v1.AllocatableResourcesResponse:
+    """The model of allocatable resources as a ``GetAllocatableResources`` reply."""
+    return v1.AllocatableResourcesResponse(
+        devices=[_device_group_to_proto(d) for d in allocatable.devices],
+        cpu_ids=allocatable.cpu_ids,
+        memory=[_memory_block_to_proto(m) for m in allocatable.memory],
+    )
+
+
+def get_response_to_proto(pod: PodResources) -> v1.GetPodResourcesResponse:
+    """One pod as a ``Get`` reply."""
+    return v1.GetPodResourcesResponse(pod_resources=pod_to_proto(pod))

@@ -1,0 +1,300 @@
+"""A simulated kubelet: a real grpc.aio PodResources server on a unix socket.
+
+It serves v1 (List, GetAllocatableResources, Get) and v1alpha1 (List) from model objects,
+answers like the real kubelet (same codes, same messages) and can be made to misbehave:
+hang, lack or disable methods, rate-limit, fail every call, or send huge replies.
+Method names everywhere are qualified by API version, as in ``calls``: "v1.List".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeAlias
+
+import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
+
+from exporter.kubelet.api.v1 import api_pb2 as v1
+from exporter.kubelet.api.v1 import api_pb2_grpc as v1_grpc
+from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
+from exporter.kubelet.api.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from exporter.kubelet.convert import (
+    allocatable_to_proto,
+    get_response_to_proto,
+    list_response_to_proto,
+    v1alpha1_list_response_to_proto,
+)
+from exporter.model import AllocatableResources, ContainerResources, DeviceGroup, PodResources
+
+__all__ = [
+    "DISABLED_MESSAGES",
+    "KUBELET_RATE_LIMIT_BURST",
+    "KUBELET_RATE_LIMIT_QPS",
+    "METHODS",
+    "PADDING_NAMESPACE",
+    "RATE_LIMIT_MESSAGE",
+    "V1ALPHA1_LIST",
+    "V1_GET",
+    "V1_GET_ALLOCATABLE",
+    "V1_LIST",
+    "SimKubelet",
+]
+
+V1_LIST = "v1.List"
+V1_GET_ALLOCATABLE = "v1.GetAllocatableResources"
+V1_GET = "v1.Get"
+V1ALPHA1_LIST = "v1alpha1.List"
+METHODS = (V1_LIST, V1_GET_ALLOCATABLE, V1_GET, V1ALPHA1_LIST)
+
+# What the kubelet answers, word for word (pkg/kubelet/apis/podresources).
+DISABLED_MESSAGES = {
+    V1_GET: "PodResources API Get method disabled",
+    V1_GET_ALLOCATABLE: "PodResources API GetAllocatableResources disabled",
+}
+RATE_LIMIT_MESSAGE = "rejected by rate limit"
+KUBELET_RATE_LIMIT_QPS = 100.0  # the real kubelet's limit for the whole socket
+KUBELET_RATE_LIMIT_BURST = 10
+
+PADDING_NAMESPACE = "sim-padding"  # synthetic pods that only make List replies bigger
+_PADDING_RESOURCE = "sim.example.com/padding"
+_PADDING_ID_BYTES = 200
+_PADDING_IDS_PER_POD = 500
+
+_Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+
+class _TokenBucket:
+    """golang.org/x/time/rate as the kubelet uses it: ``burst`` tokens refilled at ``qps``."""
+
+    def __init__(self, *, qps: float, burst: int, clock: Callable[[], float]) -> None:
+        self._qps = qps
+        self._burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def allow(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
+        self._last = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+def _padding_pods(padding_bytes: int) -> tuple[PodResources, ...]:
+    # Long device IDs in pods of a bounded size: the reply grows by at least padding_bytes.
+    count = -(-padding_bytes // _PADDING_ID_BYTES)
+    pods = []
+    for first in range(0, count, _PADDING_IDS_PER_POD):
+        ids = tuple(
+            f"pad-{i:012d}-".ljust(_PADDING_ID_BYTES, "x")
+            for i in range(first, min(first + _PADDING_IDS_PER_POD, count))
+        )
+        pods.append(
+            PodResources(
+                namespace=PADDING_NAMESPACE,
+                name=f"padding-{first // _PADDING_IDS_PER_POD}",
+                containers=(
+                    ContainerResources(
+                        name="padding",
+                        devices=(DeviceGroup(resource=_PADDING_RESOURCE, device_ids=ids),),
+                    ),
+                ),
+            )
+        )
+    return tuple(pods)
+
+
+class SimKubelet:
+    """PodResources server on ``socket_path``; set the knobs as attributes at any time."""
+
+    def __init__(self, *, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._target = f"unix://{os.path.abspath(socket_path)}"
+        self.calls: Counter[str] = Counter()  # every call that reached the server
+        self.unimplemented: set[str] = set()  # answer UNIMPLEMENTED, like an older kubelet
+        self.disabled: set[str] = set()  # answer UNKNOWN "... disabled" (feature gate off)
+        self.force_code: grpc.StatusCode | None = None  # fail every call with this code
+        self.padding_bytes = 0  # List replies grow by at least this much
+        self._hang = False
+        self._release = asyncio.Event()
+        self._bucket: _TokenBucket | None = None
+        self._pods: tuple[PodResources, ...] = ()
+        self._allocatable = AllocatableResources()
+        self._padding: tuple[int, tuple[PodResources, ...]] = (0, ())
+        self._server: grpc.aio.Server | None = None
+
+    # --- knobs ---
+
+    @property
+    def hang(self) -> bool:
+        """While True, handlers wait past any deadline until it turns False or the server stops."""
+        return self._hang
+
+    @hang.setter
+    def hang(self, value: bool) -> None:
+        self._hang = value
+        if value:
+            self._release.clear()
+        else:
+            self._release.set()
+
+    def rate_limit(self, *, qps: float, burst: int) -> None:
+        """Answer RESOURCE_EXHAUSTED past a token bucket, like the kubelet (100 QPS, burst 10)."""
+        self._bucket = _TokenBucket(qps=qps, burst=burst, clock=time.monotonic)
+
+    def clear_rate_limit(self) -> None:
+        """Stop rate limiting (the default)."""
+        self._bucket = None
+
+    def set_state(
+        self,
+        *,
+        pods: tuple[PodResources, ...],
+        allocatable: AllocatableResources = AllocatableResources(),  # noqa: B008 - frozen, safe to share
+    ) -> None:
+        """What the kubelet reports from now on."""
+        self._pods = pods
+        self._allocatable = allocatable
+
+    # --- lifecycle ---
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    async def start(self) -> None:
+        """Listen on the socket, replacing a stale socket file as the kubelet does."""
+        if self._server is not None:
+            raise RuntimeError("SimKubelet already started")
+        _unlink(self.socket_path)
+        server = grpc.aio.server(
+            options=[
+                # Replies of busy nodes exceed gRPC's 4 MiB default; let the client decide.
+                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", -1),
+            ]
+        )
+        # Generated gRPC modules carry no annotations.
+        add_v1 = v1_grpc.add_PodResourcesListerServicer_to_server
+        add_v1alpha1 = v1alpha1_grpc.add_PodResourcesListerServicer_to_server
+        add_v1(_V1Servicer(self), server)  # type: ignore[no-untyped-call]
+        add_v1alpha1(_V1alpha1Servicer(self), server)  # type: ignore[no-untyped-call]
+        if server.add_insecure_port(self._target) == 0:
+            raise RuntimeError(f"cannot listen on unix socket {self.socket_path}")
+        await server.start()
+        self._server = server
+
+    async def stop(self) -> None:
+        """Abort calls in flight, stop serving and remove the socket, as a kubelet going down."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(None)
+        _unlink(self.socket_path)
+
+    async def restart(self) -> None:
+        """Stop, then start again on the same path."""
+        await self.stop()
+        await self.start()
+
+    async def __aenter__(self) -> SimKubelet:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # --- serving ---
+
+    async def admit(self, method: str, context: _Context) -> None:
+        """Count the call and apply the knobs, in the kubelet's order: rate limit first."""
+        self.calls[method] += 1
+        if self._bucket is not None and not self._bucket.allow():
+            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
+        if self._hang:
+            await self._release.wait()
+        if self.force_code is not None:
+            await _abort(context, self.force_code, f"forced by SimKubelet: {self.force_code.name}")
+        api, _, rpc = method.partition(".")
+        if method in self.unimplemented:
+            await _abort(
+                context,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"unknown method {rpc} for service {api}.PodResourcesLister",
+            )
+        if method in self.disabled:
+            await _abort(
+                context,
+                grpc.StatusCode.UNKNOWN,
+                DISABLED_MESSAGES.get(method, f"PodResources API {rpc} disabled"),
+            )
+
+    def listed_pods(self) -> tuple[PodResources, ...]:
+        """The pods List answers with: the state plus any padding pods."""
+        if self.padding_bytes <= 0:
+            return self._pods
+        if self._padding[0] != self.padding_bytes:
+            self._padding = (self.padding_bytes, _padding_pods(self.padding_bytes))
+        return self._pods + self._padding[1]
+
+    def allocatable(self) -> AllocatableResources:
+        return self._allocatable
+
+    def find_pod(self, *, namespace: str, name: str) -> PodResources | None:
+        return next((p for p in self._pods if (p.namespace, p.name) == (namespace, name)), None)
+
+
+class _V1Servicer(v1_grpc.PodResourcesListerServicer):
+    def __init__(self, sim: SimKubelet) -> None:
+        self._sim = sim
+
+    async def List(  # noqa: N802 - gRPC method name
+        self, request: v1.ListPodResourcesRequest, context: _Context
+    ) -> v1.ListPodResourcesResponse:
+        await self._sim.admit(V1_LIST, context)
+        return list_response_to_proto(self._sim.listed_pods())
+
+    async def GetAllocatableResources(  # noqa: N802 - gRPC method name
+        self, request: v1.AllocatableResourcesRequest, context: _Context
+    ) -> v1.AllocatableResourcesResponse:
+        await self._sim.admit(V1_GET_ALLOCATABLE, context)
+        return allocatable_to_proto(self._sim.allocatable())
+
+    async def Get(  # noqa: N802 - gRPC method name
+        self, request: v1.GetPodResourcesRequest, context: _Context
+    ) -> v1.GetPodResourcesResponse:
+        await self._sim.admit(V1_GET, context)
+        pod = self._sim.find_pod(namespace=request.pod_namespace, name=request.pod_name)
+        if pod is None:
+            await _abort(
+                context,
+                grpc.StatusCode.UNKNOWN,
+                f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+            )
+        return get_response_to_proto(pod)
+
+
+class _V1alpha1Servicer(v1alpha1_grpc.PodResourcesListerServicer):
+    def __init__(self, sim: SimKubelet) -> None:
+        self._sim = sim
+
+    async def List(  # noqa: N802 - gRPC method name
+        self, request: v1alpha1.ListPodResourcesRequest, context: _Context
+    ) -> v1alpha1.ListPodResourcesResponse:
+        await self._sim.admit(V1ALPHA1_LIST, context)
+        return v1alpha1_list_response_to_proto(self._sim.listed_pods())
+
+
+async def _abort(context: _Context, code: grpc.StatusCode, details: str) -> NoReturn:
+    await context.abort(code, details)  # raises, ending the call with this status
+    raise AssertionError("unreachable: context.abort() raises")
+
+
+def _unlink(path: str) -> None:
+    pathlib.Path(path).unlink(missing_ok=True)

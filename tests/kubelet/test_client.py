@@ -1,0 +1,561 @@
+"""Tests for exporter.kubelet.client against the simulated kubelet on a real unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from structlog.testing import capture_logs
+
+from exporter.kubelet.client import (
+    LATENCY_BUCKETS_S,
+    METHOD_LIST,
+    METHOD_V1ALPHA1_LIST,
+    KubeletClient,
+    RequestCount,
+)
+from exporter.kubelet.errors import (
+    KubeletError,
+    KubeletRateLimited,
+    KubeletUnavailable,
+    MessageTooLarge,
+    MethodUnavailable,
+    PodNotFound,
+)
+from exporter.model import (
+    AllocatableResources,
+    ContainerResources,
+    DeviceGroup,
+    MemoryBlock,
+    PodResources,
+)
+from exporter.sim.kubelet import (
+    V1_GET,
+    V1_GET_ALLOCATABLE,
+    V1_LIST,
+    V1ALPHA1_LIST,
+    SimKubelet,
+)
+
+MIB = 1024 * 1024
+RECHECK_S = 300.0
+
+TRAINER = PodResources(
+    namespace="ml",
+    name="trainer-0",
+    containers=(
+        ContainerResources(
+            name="main",
+            devices=(
+                DeviceGroup(
+                    resource="nvidia.com/gpu", device_ids=("GPU-aaaa", "GPU-bbbb"), numa_nodes=(0,)
+                ),
+            ),
+            cpu_ids=(2, 3),
+            memory=(MemoryBlock(memory_type="memory", size_bytes=MIB, numa_nodes=(0,)),),
+        ),
+    ),
+)
+WEB = PodResources(namespace="default", name="web", containers=(ContainerResources(name="nginx"),))
+PODS = (TRAINER, WEB)
+ALLOCATABLE = AllocatableResources(
+    devices=(
+        DeviceGroup(
+            resource="nvidia.com/gpu", device_ids=("GPU-aaaa", "GPU-bbbb"), numa_nodes=(0,)
+        ),
+    ),
+    cpu_ids=(0, 1, 2, 3),
+)
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def socket_path(tmp_path: Path) -> Iterator[str]:
+    path = tmp_path / "kubelet.sock"
+    if len(str(path)) < 100:  # unix socket paths are limited to 108 bytes
+        yield str(path)
+        return
+    short = tempfile.mkdtemp(prefix="prx")
+    yield str(Path(short) / "kubelet.sock")
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture
+async def sim(socket_path: str) -> AsyncIterator[SimKubelet]:
+    kubelet = SimKubelet(socket_path=socket_path)
+    kubelet.set_state(pods=PODS, allocatable=ALLOCATABLE)
+    await kubelet.start()
+    yield kubelet
+    await kubelet.stop()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def make_client(
+    socket_path: str, clock: FakeClock
+) -> AsyncIterator[Callable[..., KubeletClient]]:
+    clients: list[KubeletClient] = []
+
+    def make(**overrides: Any) -> KubeletClient:
+        options: dict[str, Any] = {
+            "socket_path": socket_path,
+            "max_message_bytes": 16 * MIB,
+            "timeout_s": 2.0,
+            "capability_recheck_s": RECHECK_S,
+            "backoff_initial_s": 1.0,
+            "backoff_max_s": 60.0,
+            "clock": clock,
+        }
+        client = KubeletClient(**(options | overrides))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+def client(make_client: Callable[..., KubeletClient]) -> KubeletClient:
+    return make_client()
+
+
+async def list_when_up(client: KubeletClient, *, within_s: float = 5.0) -> tuple[PodResources, ...]:
+    """List, retrying while the kubelet is unavailable, for at most ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await client.list_pods()
+        except KubeletUnavailable:
+            assert time.monotonic() < deadline, "client did not reach the kubelet"
+            await asyncio.sleep(0.05)
+
+
+class TestValues:
+    async def test_list_pods_returns_every_pod(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """List gives back the kubelet's pods whole, in its order."""
+        assert await client.list_pods() == PODS
+
+    async def test_get_allocatable_returns_inventory(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """GetAllocatableResources gives back the node's allocatable resources whole."""
+        assert await client.get_allocatable() == ALLOCATABLE
+
+    async def test_get_pod_returns_one_pod(self, sim: SimKubelet, client: KubeletClient) -> None:
+        """Get gives back the named pod whole."""
+        assert await client.get_pod(namespace="ml", name="trainer-0") == TRAINER
+
+    async def test_get_missing_pod_raises_pod_not_found(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Get for an unknown pod raises PodNotFound naming it, and Get stays available."""
+        with pytest.raises(PodNotFound) as caught:
+            await client.get_pod(namespace="ml", name="gone")
+        assert (caught.value.namespace, caught.value.name, client.api_status()["Get"]) == (
+            "ml",
+            "gone",
+            True,
+        )
+
+    async def test_api_status_starts_all_available(self, client: KubeletClient) -> None:
+        """Before any call every method counts as available."""
+        assert client.api_status() == {"List": True, "GetAllocatableResources": True, "Get": True}
+
+
+class TestCapabilities:
+    async def test_unimplemented_method_is_not_asked_until_recheck(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """An UNIMPLEMENTED method raises MethodUnavailable and is left alone until the recheck."""
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        clock.advance(RECHECK_S - 1)
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        assert (sim.calls[V1_GET_ALLOCATABLE], client.api_status()["GetAllocatableResources"]) == (
+            1,
+            False,
+        )
+
+    async def test_recheck_notices_method_came_back(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """After the recheck period one call goes through and, answered, restores the method."""
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        sim.unimplemented = set()
+        clock.advance(RECHECK_S)
+        allocatable = await client.get_allocatable()
+        assert (
+            allocatable,
+            sim.calls[V1_GET_ALLOCATABLE],
+            client.api_status()["GetAllocatableResources"],
+        ) == (ALLOCATABLE, 2, True)
+
+    async def test_failed_recheck_waits_another_period(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """A recheck that finds the method still missing starts a new quiet period."""
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        asked = []
+        for step in (0.0, RECHECK_S, RECHECK_S - 1, 1.0):
+            clock.advance(step)
+            with pytest.raises(MethodUnavailable):
+                await client.get_allocatable()
+            asked.append(sim.calls[V1_GET_ALLOCATABLE])
+        assert asked == [1, 2, 2, 3]
+
+    async def test_state_changes_logged_once(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """Losing and regaining a method logs one event each, not one per call."""
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        with capture_logs() as logs:
+            for _ in range(3):
+                with pytest.raises(MethodUnavailable):
+                    await client.get_allocatable()
+                clock.advance(RECHECK_S)
+            sim.unimplemented = set()
+            await client.get_allocatable()
+            await client.get_allocatable()
+        assert [(e["event"], e["method"]) for e in logs] == [
+            ("kubelet_method_unavailable", "GetAllocatableResources"),
+            ("kubelet_method_available", "GetAllocatableResources"),
+        ]
+
+    async def test_disabled_get_raises_method_unavailable(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Get disabled by feature gate raises MethodUnavailable with the kubelet's words."""
+        sim.disabled = {V1_GET}
+        with pytest.raises(MethodUnavailable) as caught:
+            await client.get_pod(namespace="ml", name="trainer-0")
+        assert (caught.value.message, caught.value.method, client.api_status()["Get"]) == (
+            "Get: UNKNOWN: PodResources API Get method disabled",
+            "Get",
+            False,
+        )
+
+    async def test_disabled_allocatable_raises_method_unavailable(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """GetAllocatableResources disabled raises MethodUnavailable and marks it unavailable."""
+        sim.disabled = {V1_GET_ALLOCATABLE}
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        assert client.api_status() == {
+            "List": True,
+            "GetAllocatableResources": False,
+            "Get": True,
+        }
+
+    async def test_probe_get_reports_available(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Probing Get on a kubelet that has it answers True after one not-found call."""
+        assert (await client.probe_get(), sim.calls[V1_GET]) == (True, 1)
+
+    @pytest.mark.parametrize("knob", ["unimplemented", "disabled"])
+    async def test_probe_get_reports_unavailable(
+        self, sim: SimKubelet, client: KubeletClient, knob: str
+    ) -> None:
+        """Probing Get where it is missing or disabled answers False and updates api_status."""
+        setattr(sim, knob, {V1_GET})
+        assert (await client.probe_get(), client.api_status()["Get"]) == (False, False)
+
+
+class TestV1alpha1Fallback:
+    async def test_list_falls_back_to_v1alpha1(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """With v1 List UNIMPLEMENTED, pods come from v1alpha1 with device IDs only."""
+        sim.unimplemented = {V1_LIST}
+        expected = (
+            PodResources(
+                namespace="ml",
+                name="trainer-0",
+                containers=(
+                    ContainerResources(
+                        name="main",
+                        devices=(
+                            DeviceGroup(
+                                resource="nvidia.com/gpu", device_ids=("GPU-aaaa", "GPU-bbbb")
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            WEB,
+        )
+        assert (await client.list_pods(), client.list_method, client.api_status()["List"]) == (
+            expected,
+            METHOD_V1ALPHA1_LIST,
+            True,
+        )
+
+    async def test_fallback_is_remembered(self, sim: SimKubelet, client: KubeletClient) -> None:
+        """Once v1 List proved missing, later Lists go straight to v1alpha1."""
+        sim.unimplemented = {V1_LIST}
+        for _ in range(3):
+            await client.list_pods()
+        assert (sim.calls[V1_LIST], sim.calls[V1ALPHA1_LIST]) == (1, 3)
+
+    async def test_fallback_returns_to_v1_after_recheck(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """After the recheck period a kubelet upgraded to v1 is used again."""
+        sim.unimplemented = {V1_LIST}
+        await client.list_pods()
+        sim.unimplemented = set()
+        clock.advance(RECHECK_S)
+        assert (await client.list_pods(), client.list_method) == (PODS, METHOD_LIST)
+
+    async def test_list_unavailable_without_either_api(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """With neither v1 nor v1alpha1 List, List raises MethodUnavailable and reads False."""
+        sim.unimplemented = {V1_LIST, V1ALPHA1_LIST}
+        with pytest.raises(MethodUnavailable) as caught:
+            await client.list_pods()
+        assert (caught.value.method, client.api_status()["List"]) == ("List", False)
+
+
+class TestBackoff:
+    async def test_rate_limited_call_raises_and_backs_off(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """RESOURCE_EXHAUSTED raises KubeletRateLimited; calls in the window never reach it."""
+        sim.rate_limit(qps=0.001, burst=1)
+        await client.list_pods()
+        with pytest.raises(KubeletRateLimited):
+            await client.list_pods()
+        with pytest.raises(KubeletRateLimited):
+            await client.get_allocatable()
+        with pytest.raises(KubeletRateLimited):
+            await client.list_pods()
+        assert (sim.calls[V1_LIST], sim.calls[V1_GET_ALLOCATABLE]) == (2, 0)
+
+    async def test_backoff_ends_after_window(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """Once the window has passed the kubelet is asked again."""
+        sim.rate_limit(qps=0.001, burst=0)
+        with pytest.raises(KubeletRateLimited):
+            await client.list_pods()
+        sim.clear_rate_limit()
+        clock.advance(1.0)  # the first window is at most backoff_initial_s
+        assert (await client.list_pods(), sim.calls[V1_LIST]) == (PODS, 2)
+
+    async def test_window_doubles_and_resets_on_success(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """Each failure doubles the window (jittered within [d/2, d]); success resets it."""
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        asked = []
+        # Windows after each failure: <= 1 s, then [1, 2], then [2, 4], then [4, 8].
+        for step in (0.0, 1.0, 0.99, 1.01, 1.99, 2.01):
+            clock.advance(step)
+            with pytest.raises(KubeletUnavailable):
+                await client.list_pods()
+            asked.append(sim.calls[V1_LIST])
+        sim.force_code = None
+        clock.advance(8.0)
+        await client.list_pods()
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        for step in (0.0, 1.0):  # back to a window <= 1 s
+            clock.advance(step)
+            with pytest.raises(KubeletUnavailable):
+                await client.list_pods()
+            asked.append(sim.calls[V1_LIST])
+        assert asked == [1, 2, 2, 3, 3, 4, 6, 7]
+
+    async def test_window_is_capped(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], clock: FakeClock
+    ) -> None:
+        """The window never grows past backoff_max_s."""
+        client = make_client(backoff_initial_s=1.0, backoff_max_s=2.0)
+        sim.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        for _ in range(6):
+            with pytest.raises(KubeletRateLimited):
+                await client.list_pods()
+            clock.advance(2.0)
+        assert sim.calls[V1_LIST] == 6
+
+
+class TestUnavailable:
+    async def test_stopped_kubelet_raises_unavailable_quickly(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """With the socket gone a call fails with KubeletUnavailable well before its deadline."""
+        await client.list_pods()
+        await sim.stop()
+        started = time.monotonic()
+        with pytest.raises(KubeletUnavailable):
+            await client.list_pods()
+        assert time.monotonic() - started < 1.0
+
+    async def test_client_recovers_after_restart(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """The same client reaches a kubelet that went away and came back on the same path."""
+        client = make_client(clock=time.monotonic, backoff_initial_s=0.05, backoff_max_s=0.1)
+        await client.list_pods()
+        await sim.stop()
+        with pytest.raises(KubeletUnavailable):
+            await client.list_pods()
+        await sim.start()
+        assert await list_when_up(client) == PODS
+
+    async def test_client_waits_for_kubelet_not_yet_up(
+        self, socket_path: str, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A client made before the socket exists fails, then works once the kubelet starts."""
+        client = make_client(clock=time.monotonic, backoff_initial_s=0.05, backoff_max_s=0.1)
+        with pytest.raises(KubeletUnavailable) as caught:
+            await client.list_pods()
+        async with SimKubelet(socket_path=socket_path) as kubelet:
+            kubelet.set_state(pods=PODS, allocatable=ALLOCATABLE)
+            pods = await list_when_up(client)
+        assert (socket_path in caught.value.message, pods) == (True, PODS)
+
+    async def test_hung_kubelet_raises_unavailable_at_deadline(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A kubelet that never answers fails the call with KubeletUnavailable at its deadline."""
+        client = make_client(timeout_s=0.2)
+        sim.hang = True
+        started = time.monotonic()
+        with pytest.raises(KubeletUnavailable) as caught:
+            await client.list_pods()
+        elapsed = time.monotonic() - started
+        assert ("DEADLINE_EXCEEDED" in caught.value.message, 0.15 < elapsed < 2.0) == (True, True)
+
+
+class TestMessageSize:
+    async def test_reply_over_4_mib_is_read_with_16_mib_limit(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """A List reply of more than 4 MiB (gRPC's default) arrives whole."""
+        sim.padding_bytes = 5 * MIB
+        pods = await client.list_pods()
+        assert (pods[:2], len(pods) > 2) == (PODS, True)
+
+    async def test_reply_over_limit_raises_clear_error(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A reply past max_message_bytes raises MessageTooLarge naming the limit."""
+        client = make_client(max_message_bytes=4 * MIB)
+        sim.padding_bytes = 5 * MIB
+        with pytest.raises(MessageTooLarge) as caught:
+            await client.list_pods()
+        assert (
+            isinstance(caught.value, KubeletError),
+            "max_message_bytes=4194304" in caught.value.message,
+        ) == (True, True)
+
+    async def test_reply_over_limit_does_not_back_off(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A too large reply is our limit, not the kubelet's: the next call is made."""
+        client = make_client(max_message_bytes=4 * MIB)
+        sim.padding_bytes = 5 * MIB
+        with pytest.raises(MessageTooLarge):
+            await client.list_pods()
+        sim.padding_bytes = 0
+        assert await client.list_pods() == PODS
+
+
+class TestStats:
+    async def test_requests_counted_by_method_and_code(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Every real call is counted under its method and gRPC code."""
+        await client.list_pods()
+        await client.list_pods()
+        await client.get_allocatable()
+        with pytest.raises(PodNotFound):
+            await client.get_pod(namespace="ml", name="gone")
+        assert client.stats().requests == (
+            RequestCount(method="Get", code="UNKNOWN", count=1),
+            RequestCount(method="GetAllocatableResources", code="OK", count=1),
+            RequestCount(method="List", code="OK", count=2),
+        )
+
+    async def test_local_refusals_are_not_counted(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Calls refused by capability detection or backoff are not requests."""
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        for _ in range(2):
+            with pytest.raises(MethodUnavailable):
+                await client.get_allocatable()
+            with pytest.raises(KubeletUnavailable):
+                await client.list_pods()
+        sim.force_code = None
+        stats = client.stats()
+        assert (stats.requests, stats.count(method="List", code="UNAVAILABLE")) == (
+            (
+                RequestCount(method="GetAllocatableResources", code="UNIMPLEMENTED", count=1),
+                RequestCount(method="List", code="UNAVAILABLE", count=1),
+            ),
+            1,
+        )
+
+    async def test_latency_histogram_per_method(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Each method has a cumulative histogram over LATENCY_BUCKETS_S ending at +Inf."""
+        for _ in range(3):
+            await client.list_pods()
+        (histogram,) = client.stats().durations
+        bounds = tuple(bound for bound, _ in histogram.buckets)
+        counts = [count for _, count in histogram.buckets]
+        assert (
+            histogram.method,
+            bounds,
+            histogram.count,
+            counts[-1],
+            counts == sorted(counts),
+            0 < histogram.sum_seconds < 3 * 2.0,
+        ) == ("List", LATENCY_BUCKETS_S, 3, 3, True, True)
+
+
+class TestClose:
+    async def test_closed_client_raises(self, sim: SimKubelet, client: KubeletClient) -> None:
+        """After close() calls raise KubeletError and touch nothing."""
+        await client.list_pods()
+        await client.close()
+        with pytest.raises(KubeletError):
+            await client.list_pods()
+        assert sim.calls[V1_LIST] == 1

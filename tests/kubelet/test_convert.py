@@ -1,0 +1,277 @@
+"""Tests for exporter.kubelet.convert: protobuf <-> model."""
+
+from __future__ import annotations
+
+from exporter.kubelet.api.v1 import api_pb2 as v1
+from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
+from exporter.kubelet.convert import (
+    allocatable_from_proto,
+    allocatable_to_proto,
+    get_response_to_proto,
+    list_response_to_proto,
+    pod_from_proto,
+    pod_to_proto,
+    pods_from_list_response,
+    pods_from_v1alpha1_list_response,
+    v1alpha1_list_response_to_proto,
+)
+from exporter.model import (
+    AllocatableResources,
+    ClaimDevice,
+    ContainerResources,
+    DeviceGroup,
+    DynamicResource,
+    MemoryBlock,
+    PodResources,
+)
+
+GIB = 1024**3
+
+TRAINER = PodResources(
+    namespace="ml",
+    name="trainer-0",
+    containers=(
+        ContainerResources(
+            name="main",
+            devices=(
+                DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(0,)),
+                DeviceGroup(
+                    resource="nvidia.com/gpu", device_ids=("GPU-bbbb", "GPU-cccc"), numa_nodes=(1,)
+                ),
+                DeviceGroup(resource="example.com/nic", device_ids=("0000:af:00.1",)),
+            ),
+            cpu_ids=(2, 3, 34, 35),
+            memory=(
+                MemoryBlock(memory_type="memory", size_bytes=8 * GIB, numa_nodes=(0, 1)),
+                MemoryBlock(memory_type="hugepages-1Gi", size_bytes=2 * GIB, numa_nodes=(0,)),
+            ),
+            dynamic_resources=(
+                DynamicResource(
+                    claim_name="gpu-claim",
+                    claim_namespace="ml",
+                    devices=(
+                        ClaimDevice(
+                            driver="gpu.example.com",
+                            pool="node-1",
+                            device="gpu-0",
+                            share_id="3f2a",
+                            cdi_devices=("gpu.example.com/gpu=gpu-0",),
+                        ),
+                        ClaimDevice(driver="gpu.example.com", pool="node-1", device="gpu-1"),
+                    ),
+                ),
+            ),
+        ),
+        ContainerResources(name="sidecar"),
+    ),
+    cpu_ids=(0, 1),
+    memory=(MemoryBlock(memory_type="memory", size_bytes=GIB, numa_nodes=(0,)),),
+)
+
+ALLOCATABLE = AllocatableResources(
+    devices=(
+        DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(0,)),
+        DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-bbbb::0", "GPU-bbbb::1")),
+    ),
+    cpu_ids=(0, 1, 2, 3),
+    memory=(MemoryBlock(memory_type="hugepages-2Mi", size_bytes=GIB, numa_nodes=(1,)),),
+)
+
+
+class TestRoundTrip:
+    def test_pod_survives_model_proto_model(self) -> None:
+        """A pod with every kind of resource converts to protobuf and back unchanged."""
+        assert pod_from_proto(pod_to_proto(TRAINER)) == TRAINER
+
+    def test_list_response_survives_wire_round_trip(self) -> None:
+        """A List reply, serialized and parsed, gives back the same pods in order."""
+        pods = (TRAINER, PodResources(namespace="default", name="idle"))
+        wire = list_response_to_proto(pods).SerializeToString()
+        assert pods_from_list_response(v1.ListPodResourcesResponse.FromString(wire)) == pods
+
+    def test_allocatable_survives_round_trip(self) -> None:
+        """Allocatable resources convert to protobuf and back unchanged."""
+        assert allocatable_from_proto(allocatable_to_proto(ALLOCATABLE)) == ALLOCATABLE
+
+    def test_get_response_holds_the_pod(self) -> None:
+        """A Get reply carries the pod as pod_resources."""
+        assert pod_from_proto(get_response_to_proto(TRAINER).pod_resources) == TRAINER
+
+
+class TestTopology:
+    def test_numa_nodes_come_out_sorted_and_unique(self) -> None:
+        """NUMA ids the kubelet lists out of order or twice become a sorted, unique tuple."""
+        msg = v1.ContainerDevices(
+            resource_name="r",
+            device_ids=["d"],
+            topology=v1.TopologyInfo(
+                nodes=[v1.NUMANode(ID=3), v1.NUMANode(ID=1), v1.NUMANode(ID=3)]
+            ),
+        )
+        converted = allocatable_from_proto(v1.AllocatableResourcesResponse(devices=[msg]))
+        assert converted.devices == (
+            DeviceGroup(resource="r", device_ids=("d",), numa_nodes=(1, 3)),
+        )
+
+    def test_cpu_ids_come_out_sorted(self) -> None:
+        """Exclusive CPU ids are sorted whatever order the kubelet sends."""
+        msg = v1.AllocatableResourcesResponse(cpu_ids=[5, 1, 3])
+        assert allocatable_from_proto(msg).cpu_ids == (1, 3, 5)
+
+    def test_unknown_topology_is_left_unset(self) -> None:
+        """No NUMA nodes in the model means no topology field, as the kubelet sends it."""
+        msg = pod_to_proto(
+            PodResources(
+                namespace="n",
+                name="p",
+                containers=(
+                    ContainerResources(
+                        name="c",
+                        devices=(DeviceGroup(resource="r", device_ids=("d",)),),
+                        memory=(MemoryBlock(memory_type="memory", size_bytes=1),),
+                    ),
+                ),
+            )
+        )
+        container = msg.containers[0]
+        assert (
+            container.devices[0].HasField("topology"),
+            container.memory[0].HasField("topology"),
+        ) == (False, False)
+
+
+class TestShareId:
+    def test_unset_share_id_is_none(self) -> None:
+        """A ClaimResource without share_id converts to share_id None."""
+        msg = v1.ContainerResources(
+            name="c",
+            dynamic_resources=[
+                v1.DynamicResource(
+                    claim_name="x",
+                    claim_namespace="ns",
+                    claim_resources=[
+                        v1.ClaimResource(driver_name="d", pool_name="p", device_name="g")
+                    ],
+                )
+            ],
+        )
+        pod = pod_from_proto(v1.PodResources(name="p", namespace="ns", containers=[msg]))
+        claim = pod.containers[0].dynamic_resources[0].devices[0]
+        assert claim == ClaimDevice(driver="d", pool="p", device="g", share_id=None)
+
+    def test_empty_share_id_is_kept_apart_from_unset(self) -> None:
+        """An explicitly set empty share_id stays "" rather than None."""
+        msg = v1.ClaimResource(driver_name="d", pool_name="p", device_name="g", share_id="")
+        pod = pod_from_proto(
+            v1.PodResources(
+                containers=[
+                    v1.ContainerResources(
+                        dynamic_resources=[v1.DynamicResource(claim_resources=[msg])]
+                    )
+                ]
+            )
+        )
+        assert pod.containers[0].dynamic_resources[0].devices[0].share_id == ""
+
+    def test_none_share_id_leaves_field_unset(self) -> None:
+        """share_id None in the model is not sent at all."""
+        pod = PodResources(
+            namespace="ns",
+            name="p",
+            containers=(
+                ContainerResources(
+                    name="c",
+                    dynamic_resources=(
+                        DynamicResource(
+                            claim_name="x",
+                            claim_namespace="ns",
+                            devices=(ClaimDevice(driver="d", pool="p", device="g"),),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        claim = pod_to_proto(pod).containers[0].dynamic_resources[0].claim_resources[0]
+        assert not claim.HasField("share_id")
+
+
+class TestReservedClassName:
+    def test_class_name_is_not_a_field(self) -> None:
+        """DynamicResource has no class_name and no field number 1 (removed in 1.31)."""
+        fields = v1.DynamicResource.DESCRIPTOR.fields_by_name
+        numbers = v1.DynamicResource.DESCRIPTOR.fields_by_number
+        assert ("class_name" in fields, 1 in numbers) == (False, False)
+
+    def test_old_kubelet_class_name_is_ignored(self) -> None:
+        """A pre-1.31 kubelet's class_name (field 1) on the wire does not disturb parsing."""
+        claim = v1.DynamicResource(claim_name="x", claim_namespace="ns").SerializeToString()
+        class_name = b"\x0a\x0fgpu.example.com"  # field 1, length-delimited, 15 bytes
+        msg = v1.DynamicResource.FromString(class_name + claim)
+        pod = pod_from_proto(
+            v1.PodResources(containers=[v1.ContainerResources(name="c", dynamic_resources=[msg])])
+        )
+        assert pod.containers[0].dynamic_resources == (
+            DynamicResource(claim_name="x", claim_namespace="ns"),
+        )
+
+
+class TestV1alpha1:
+    def test_list_response_converts_devices_only(self) -> None:
+        """A v1alpha1 List reply gives pods with device IDs and nothing v1alpha1 cannot say."""
+        msg = v1alpha1.ListPodResourcesResponse(
+            pod_resources=[
+                v1alpha1.PodResources(
+                    name="p",
+                    namespace="ns",
+                    containers=[
+                        v1alpha1.ContainerResources(
+                            name="c",
+                            devices=[
+                                v1alpha1.ContainerDevices(
+                                    resource_name="nvidia.com/gpu", device_ids=["GPU-1", "GPU-2"]
+                                )
+                            ],
+                        )
+                    ],
+                )
+            ]
+        )
+        expected = (
+            PodResources(
+                namespace="ns",
+                name="p",
+                containers=(
+                    ContainerResources(
+                        name="c",
+                        devices=(
+                            DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-1", "GPU-2")),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        assert pods_from_v1alpha1_list_response(msg) == expected
+
+    def test_model_to_v1alpha1_drops_what_it_cannot_say(self) -> None:
+        """Serving a full pod as v1alpha1 keeps names and device IDs only."""
+        expected = (
+            PodResources(
+                namespace="ml",
+                name="trainer-0",
+                containers=(
+                    ContainerResources(
+                        name="main",
+                        devices=(
+                            DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",)),
+                            DeviceGroup(
+                                resource="nvidia.com/gpu", device_ids=("GPU-bbbb", "GPU-cccc")
+                            ),
+                            DeviceGroup(resource="example.com/nic", device_ids=("0000:af:00.1",)),
+                        ),
+                    ),
+                    ContainerResources(name="sidecar"),
+                ),
+            ),
+        )
+        wire = v1alpha1_list_response_to_proto((TRAINER,))
+        assert pods_from_v1alpha1_list_response(wire) == expected

@@ -1,0 +1,306 @@
+"""Tests for exporter.sim.kubelet, spoken to with plain gRPC stubs over its unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from exporter.kubelet.api.v1 import api_pb2 as v1
+from exporter.kubelet.api.v1 import api_pb2_grpc as v1_grpc
+from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
+from exporter.kubelet.api.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from exporter.kubelet.convert import (
+    allocatable_from_proto,
+    pod_from_proto,
+    pods_from_list_response,
+    pods_from_v1alpha1_list_response,
+)
+from exporter.model import AllocatableResources, ContainerResources, DeviceGroup, PodResources
+from exporter.sim.kubelet import (
+    PADDING_NAMESPACE,
+    V1_GET,
+    V1_GET_ALLOCATABLE,
+    V1_LIST,
+    V1ALPHA1_LIST,
+    SimKubelet,
+)
+
+MIB = 1024 * 1024
+TIMEOUT_S = 2.0
+
+POD = PodResources(
+    namespace="ml",
+    name="trainer-0",
+    containers=(
+        ContainerResources(
+            name="main",
+            devices=(
+                DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(1,)),
+            ),
+            cpu_ids=(4, 5),
+        ),
+    ),
+)
+ALLOCATABLE = AllocatableResources(
+    devices=(DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(1,)),),
+    cpu_ids=(0, 1, 4, 5),
+)
+
+
+@pytest.fixture
+def socket_path(tmp_path: Path) -> Iterator[str]:
+    path = tmp_path / "kubelet.sock"
+    if len(str(path)) < 100:  # unix socket paths are limited to 108 bytes
+        yield str(path)
+        return
+    short = tempfile.mkdtemp(prefix="prx")
+    yield str(Path(short) / "kubelet.sock")
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture
+async def sim(socket_path: str) -> AsyncIterator[SimKubelet]:
+    kubelet = SimKubelet(socket_path=socket_path)
+    kubelet.set_state(pods=(POD,), allocatable=ALLOCATABLE)
+    await kubelet.start()
+    yield kubelet
+    await kubelet.stop()
+
+
+@pytest.fixture
+async def channel(socket_path: str) -> AsyncIterator[Any]:
+    async with grpc.aio.insecure_channel(
+        f"unix://{socket_path}", options=[("grpc.max_receive_message_length", -1)]
+    ) as chan:
+        yield chan
+
+
+@pytest.fixture
+def stub(channel: Any) -> Any:
+    return v1_grpc.PodResourcesListerStub(channel)
+
+
+@pytest.fixture
+def alpha_stub(channel: Any) -> Any:
+    return v1alpha1_grpc.PodResourcesListerStub(channel)
+
+
+async def list_v1(stub: Any) -> v1.ListPodResourcesResponse:
+    reply: v1.ListPodResourcesResponse = await stub.List(
+        v1.ListPodResourcesRequest(), timeout=TIMEOUT_S
+    )
+    return reply
+
+
+async def status_of(call: Any) -> tuple[str, str]:
+    """The (code name, details) a call fails with."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value.code().name, caught.value.details()
+
+
+class TestServing:
+    async def test_v1_list_serves_state(self, sim: SimKubelet, stub: Any) -> None:
+        """v1 List answers with the pods set by set_state."""
+        assert pods_from_list_response(await list_v1(stub)) == (POD,)
+
+    async def test_v1alpha1_list_serves_devices(self, sim: SimKubelet, alpha_stub: Any) -> None:
+        """v1alpha1 List on the same socket answers with names and device IDs only."""
+        reply = await alpha_stub.List(v1alpha1.ListPodResourcesRequest(), timeout=TIMEOUT_S)
+        expected = PodResources(
+            namespace="ml",
+            name="trainer-0",
+            containers=(
+                ContainerResources(
+                    name="main",
+                    devices=(DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",)),),
+                ),
+            ),
+        )
+        assert pods_from_v1alpha1_list_response(reply) == (expected,)
+
+    async def test_allocatable_serves_state(self, sim: SimKubelet, stub: Any) -> None:
+        """GetAllocatableResources answers with the allocatable resources set by set_state."""
+        reply = await stub.GetAllocatableResources(
+            v1.AllocatableResourcesRequest(), timeout=TIMEOUT_S
+        )
+        assert allocatable_from_proto(reply) == ALLOCATABLE
+
+    async def test_get_serves_one_pod(self, sim: SimKubelet, stub: Any) -> None:
+        """Get answers with the named pod."""
+        reply = await stub.Get(
+            v1.GetPodResourcesRequest(pod_name="trainer-0", pod_namespace="ml"), timeout=TIMEOUT_S
+        )
+        assert pod_from_proto(reply.pod_resources) == POD
+
+    async def test_get_unknown_pod_answers_like_kubelet(self, sim: SimKubelet, stub: Any) -> None:
+        """Get for an unknown pod answers UNKNOWN with the kubelet's message."""
+        call = stub.Get(
+            v1.GetPodResourcesRequest(pod_name="gone", pod_namespace="ml"), timeout=TIMEOUT_S
+        )
+        assert await status_of(call) == ("UNKNOWN", "pod gone in namespace ml not found")
+
+    async def test_set_state_takes_effect_at_once(self, sim: SimKubelet, stub: Any) -> None:
+        """A new state is what the next call sees."""
+        sim.set_state(pods=(), allocatable=ALLOCATABLE)
+        assert pods_from_list_response(await list_v1(stub)) == ()
+
+    async def test_calls_counted_per_method(
+        self, sim: SimKubelet, stub: Any, alpha_stub: Any
+    ) -> None:
+        """Every call that reaches the server is counted under its qualified method name."""
+        await list_v1(stub)
+        await list_v1(stub)
+        await stub.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=TIMEOUT_S)
+        await status_of(stub.Get(v1.GetPodResourcesRequest(), timeout=TIMEOUT_S))
+        await alpha_stub.List(v1alpha1.ListPodResourcesRequest(), timeout=TIMEOUT_S)
+        assert sim.calls == Counter(
+            {V1_LIST: 2, V1_GET_ALLOCATABLE: 1, V1_GET: 1, V1ALPHA1_LIST: 1}
+        )
+
+
+class TestMisbehaviour:
+    async def test_unimplemented_answers_unimplemented(self, sim: SimKubelet, stub: Any) -> None:
+        """A method in `unimplemented` answers UNIMPLEMENTED like an older kubelet."""
+        sim.unimplemented = {V1_GET}
+        call = stub.Get(v1.GetPodResourcesRequest(), timeout=TIMEOUT_S)
+        assert await status_of(call) == (
+            "UNIMPLEMENTED",
+            "unknown method Get for service v1.PodResourcesLister",
+        )
+
+    async def test_unimplemented_v1_list_leaves_v1alpha1(
+        self, sim: SimKubelet, stub: Any, alpha_stub: Any
+    ) -> None:
+        """With v1 List unimplemented, v1alpha1 List still answers."""
+        sim.unimplemented = {V1_LIST}
+        failed = await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S))
+        reply = await alpha_stub.List(v1alpha1.ListPodResourcesRequest(), timeout=TIMEOUT_S)
+        assert (failed[0], len(reply.pod_resources)) == ("UNIMPLEMENTED", 1)
+
+    async def test_disabled_answers_kubelet_messages(self, sim: SimKubelet, stub: Any) -> None:
+        """Disabled Get and GetAllocatableResources answer UNKNOWN with the kubelet's words."""
+        sim.disabled = {V1_GET, V1_GET_ALLOCATABLE}
+        get = await status_of(stub.Get(v1.GetPodResourcesRequest(), timeout=TIMEOUT_S))
+        allocatable = await status_of(
+            stub.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=TIMEOUT_S)
+        )
+        assert (get, allocatable) == (
+            ("UNKNOWN", "PodResources API Get method disabled"),
+            ("UNKNOWN", "PodResources API GetAllocatableResources disabled"),
+        )
+
+    async def test_rate_limit_rejects_past_burst(self, sim: SimKubelet, stub: Any) -> None:
+        """Past the burst the server answers RESOURCE_EXHAUSTED, counting the rejected call."""
+        sim.rate_limit(qps=0.001, burst=3)
+        for _ in range(3):
+            await list_v1(stub)
+        rejected = await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S))
+        assert (rejected, sim.calls[V1_LIST]) == (
+            ("RESOURCE_EXHAUSTED", "rejected by rate limit"),
+            4,
+        )
+
+    async def test_rate_limit_covers_every_method(self, sim: SimKubelet, stub: Any) -> None:
+        """The bucket is shared by all methods on the socket, as in the kubelet."""
+        sim.rate_limit(qps=0.001, burst=1)
+        await list_v1(stub)
+        call = stub.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=TIMEOUT_S)
+        assert (await status_of(call))[0] == "RESOURCE_EXHAUSTED"
+
+    async def test_rate_limit_refills(self, sim: SimKubelet, stub: Any) -> None:
+        """Tokens come back at the configured rate."""
+        sim.rate_limit(qps=50.0, burst=1)
+        await list_v1(stub)
+        rejected = await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S))
+        await asyncio.sleep(0.05)
+        assert (rejected[0], len((await list_v1(stub)).pod_resources)) == ("RESOURCE_EXHAUSTED", 1)
+
+    async def test_clear_rate_limit(self, sim: SimKubelet, stub: Any) -> None:
+        """clear_rate_limit() lets every call through again."""
+        sim.rate_limit(qps=0.001, burst=0)
+        sim.clear_rate_limit()
+        assert len((await list_v1(stub)).pod_resources) == 1
+
+    async def test_force_code_fails_every_call(
+        self, sim: SimKubelet, stub: Any, alpha_stub: Any
+    ) -> None:
+        """force_code makes every method fail with that code."""
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        codes = [
+            (await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S)))[0],
+            (await status_of(stub.Get(v1.GetPodResourcesRequest(), timeout=TIMEOUT_S)))[0],
+            (
+                await status_of(
+                    alpha_stub.List(v1alpha1.ListPodResourcesRequest(), timeout=TIMEOUT_S)
+                )
+            )[0],
+        ]
+        assert codes == ["UNAVAILABLE"] * 3
+
+    async def test_hang_runs_past_deadline(self, sim: SimKubelet, stub: Any) -> None:
+        """While hanging the server does not answer before the client's deadline."""
+        sim.hang = True
+        call = stub.List(v1.ListPodResourcesRequest(), timeout=0.1)
+        assert (await status_of(call))[0] == "DEADLINE_EXCEEDED"
+
+    async def test_hang_released_answers(self, sim: SimKubelet, stub: Any) -> None:
+        """A hung call answers normally once hang is turned off."""
+        sim.hang = True
+        call = asyncio.ensure_future(list_v1(stub))
+        await asyncio.sleep(0.05)
+        pending = not call.done()
+        sim.hang = False
+        reply = await call
+        assert (pending, len(reply.pod_resources)) == (True, 1)
+
+    async def test_padding_makes_list_bigger(self, sim: SimKubelet, stub: Any) -> None:
+        """padding_bytes adds synthetic pods so the reply grows past gRPC's 4 MiB default."""
+        sim.padding_bytes = 5 * MIB
+        reply = await list_v1(stub)
+        pods = pods_from_list_response(reply)
+        assert (
+            reply.ByteSize() > 5 * MIB,
+            pods[0],
+            {p.namespace for p in pods[1:]},
+        ) == (True, POD, {PADDING_NAMESPACE})
+
+
+class TestLifecycle:
+    async def test_stop_removes_socket(self, sim: SimKubelet, socket_path: str) -> None:
+        """stop() removes the socket file, like a kubelet going down."""
+        await sim.stop()
+        exists = await asyncio.to_thread(Path(socket_path).exists)
+        assert (exists, sim.running) == (False, False)
+
+    async def test_stop_aborts_hung_calls(self, sim: SimKubelet, stub: Any) -> None:
+        """Stopping the server ends calls that were hanging."""
+        sim.hang = True
+        call = asyncio.ensure_future(list_v1(stub))
+        await asyncio.sleep(0.05)
+        await sim.stop()
+        assert (await status_of(call))[0] in {"UNAVAILABLE", "CANCELLED"}
+
+    async def test_restart_serves_again(self, sim: SimKubelet, socket_path: str) -> None:
+        """After restart() a new connection on the same path is served."""
+        await sim.restart()
+        async with grpc.aio.insecure_channel(f"unix://{socket_path}") as fresh:
+            reply = await list_v1(v1_grpc.PodResourcesListerStub(fresh))
+        assert pods_from_list_response(reply) == (POD,)
+
+    async def test_start_replaces_stale_socket(self, socket_path: str) -> None:
+        """A leftover socket file from a previous run does not stop start()."""
+        await asyncio.to_thread(Path(socket_path).touch)
+        async with SimKubelet(socket_path=socket_path) as kubelet:
+            kubelet.set_state(pods=(POD,))
+            async with grpc.aio.insecure_channel(f"unix://{socket_path}") as chan:
+                reply = await list_v1(v1_grpc.PodResourcesListerStub(chan))
+        assert pods_from_list_response(reply) == (POD,)
