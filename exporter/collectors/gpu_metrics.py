@@ -1,0 +1,54 @@
+"""GPU telemetry families shared by every vendor's collector (nvml, drm).
+
+Dashboards and alerts use one set of names whatever made the GPU. Each device sample
+is labelled by the exposition with namespace, pod, container, resource and device_id.
+"""
+
+from __future__ import annotations
+
+from exporter.model import MetricKind, MetricSpec
+
+__all__ = [
+    "GPU_ECC_ERRORS",
+    "GPU_ENERGY",
+    "GPU_MEMORY_TOTAL",
+    "GPU_MEMORY_USED",
+    "GPU_POWER",
+    "GPU_SM_CLOCK",
+    "GPU_TEMPERATURE",
+    "GPU_UTILIZATION",
+]
+
+GPU_UTILIZATION = MetricSpec(
+    "podresources_gpu_utilization_ratio",
+    MetricKind.GAUGE,
+    "Fraction of the last sample period the GPU was busy (0-1).",
+)
+GPU_MEMORY_USED = MetricSpec(
+    "podresources_gpu_memory_used_bytes", MetricKind.GAUGE, "GPU memory in use, in bytes."
+)
+GPU_MEMORY_TOTAL = MetricSpec(
+    "podresources_gpu_memory_total_bytes", MetricKind.GAUGE, "GPU memory in total, in bytes."
+)
+GPU_POWER = MetricSpec(
+    "podresources_gpu_power_watts", MetricKind.GAUGE, "GPU power draw, in watts."
+)
+GPU_ENERGY = MetricSpec(
+    "podresources_gpu_energy_joules_total",
+    MetricKind.COUNTER,
+    "Energy the GPU consumed since the driver loaded, in joules.",
+)
+GPU_TEMPERATURE = MetricSpec(
+    "podresources_gpu_temperature_celsius", MetricKind.GAUGE, "GPU temperature, in degrees Celsius."
+)
+GPU_SM_CLOCK = MetricSpec(
+    "podresources_gpu_sm_clock_hertz",
+    MetricKind.GAUGE,
+    "GPU streaming multiprocessor (graphics) clock, in hertz.",
+)
+GPU_ECC_ERRORS = MetricSpec(
+    "podresources_gpu_ecc_errors_total",
+    MetricKind.COUNTER,
+    "GPU memory ECC errors since the driver loaded, by type (corrected, uncorrected).",
+    labels=("type",),
+)

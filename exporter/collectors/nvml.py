@@ -1,0 +1,602 @@
+"""NVIDIA GPU and MIG telemetry through NVML, matched to the kubelet's device IDs.
+
+``NvmlSource`` is the handful of NVML calls the collector needs, in NVML's own units;
+``PynvmlSource`` makes them through pynvml (the only place that touches its untyped
+API), ``exporter.sim.gpus.SimulatedNvmlSource`` answers them for the demo node. The
+collector converts units once, to the names in ``exporter.collectors.gpu_metrics``.
+
+Device IDs it understands: ``GPU-<uuid>`` and ``MIG-<uuid>`` (by UUID), the older
+``MIG-GPU-<uuid>/<gi>/<ci>`` (parent UUID, GPU instance, compute instance), GKE's
+``nvidiaN`` (minor number), ``nvidiaN/giM`` (minor number and GPU instance) and
+``nvidiaN/vgpuK`` (the whole GPU N). A GPU or MIG device no kubelet ID names is reported
+under its own UUID (``GPU-<uuid>``, ``MIG-<uuid>``).
+
+Errors: no library or no driver -> ``CollectorUnavailable``; any other failed nvmlInit
+or device count -> ``CollectorError``. A failed figure loses that figure only, and is
+counted in ``podresources_collector_errors_total{collector="nvml",error=<NVML name>}``
+-- except ``NOT_SUPPORTED``, which many boards answer for many figures (and MIG devices
+for most) on every poll: it is the board's nature, not a fault, so it is not counted.
+``GPU_IS_LOST`` abandons that GPU and its MIG devices for the rest of the poll (each
+further call would fail too, and can be slow), so a lost GPU counts once a poll.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, NewType, ParamSpec, Protocol, TypeVar
+
+import pynvml
+
+from exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    CollectorError,
+    CollectorUnavailable,
+)
+from exporter.collectors.gpu_metrics import (
+    GPU_ECC_ERRORS,
+    GPU_ENERGY,
+    GPU_MEMORY_TOTAL,
+    GPU_MEMORY_USED,
+    GPU_POWER,
+    GPU_SM_CLOCK,
+    GPU_TEMPERATURE,
+    GPU_UTILIZATION,
+)
+from exporter.model import (
+    DeviceIdentity,
+    DeviceReading,
+    MetricKind,
+    MetricSpec,
+    Readings,
+    Sample,
+)
+
+__all__ = [
+    "COLLECTOR_ERRORS",
+    "EccErrorType",
+    "NvmlCollector",
+    "NvmlError",
+    "NvmlHandle",
+    "NvmlMemory",
+    "NvmlSource",
+    "PynvmlSource",
+]
+
+COLLECTOR_ERRORS = MetricSpec(
+    "podresources_collector_errors_total",
+    MetricKind.COUNTER,
+    "Failed reads of single figures of single devices since the exporter started, by error.",
+    labels=("collector", "error"),
+)
+
+# NVML return codes by their nvml.h name without the NVML_ERROR_ prefix.
+NOT_SUPPORTED = "NOT_SUPPORTED"
+NOT_FOUND = "NOT_FOUND"
+GPU_IS_LOST = "GPU_IS_LOST"
+FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+_ABSENT = {
+    "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 not found: no NVIDIA driver on this node",
+    "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded",
+}
+
+NvmlHandle = NewType("NvmlHandle", object)
+"""An opaque device handle; only the source that made it can use it."""
+
+EccErrorType = Literal["corrected", "uncorrected"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class NvmlError(Exception):
+    """An NVML call failed; ``error_name`` is nvml.h's ``NVML_ERROR_<name>`` suffix."""
+
+    def __init__(self, error_name: str, *, code: int | None = None) -> None:
+        super().__init__(f"NVML error {error_name}")
+        self.error_name = error_name
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlMemory:
+    """Device (or MIG instance) memory; ``used`` excludes driver-reserved memory."""
+
+    total_bytes: int
+    used_bytes: int
+
+
+class NvmlSource(Protocol):
+    """The NVML calls the collector makes, in NVML's units; each raises ``NvmlError``."""
+
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def device_count(self) -> int: ...
+    def device_handle(self, index: int) -> NvmlHandle: ...
+    def uuid(self, handle: NvmlHandle) -> str: ...
+    def name(self, handle: NvmlHandle) -> str: ...
+    def pci_bus_id(self, handle: NvmlHandle) -> str: ...  # NVML's form: 00000000:17:00.0
+    def minor_number(self, handle: NvmlHandle) -> int: ...
+    def mig_enabled(self, handle: NvmlHandle) -> bool: ...  # the current, not pending, mode
+    def max_mig_device_count(self, handle: NvmlHandle) -> int: ...
+    # NOT_FOUND for an empty slot.
+    def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle: ...
+    def gpu_instance_id(self, handle: NvmlHandle) -> int: ...
+    def compute_instance_id(self, handle: NvmlHandle) -> int: ...
+    def utilization_percent(self, handle: NvmlHandle) -> int: ...
+    def memory(self, handle: NvmlHandle) -> NvmlMemory: ...
+    def power_milliwatts(self, handle: NvmlHandle) -> int: ...
+    def energy_millijoules(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
+    def temperature_celsius(self, handle: NvmlHandle) -> int: ...
+    def sm_clock_mhz(self, handle: NvmlHandle) -> int: ...
+    def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int: ...  # volatile
+
+
+# --- The real library -----------------------------------------------------------------
+
+
+class PynvmlSource(NvmlSource):
+    """``NvmlSource`` calling libnvidia-ml.so.1 through pynvml."""
+
+    _ERROR_NAMES: ClassVar[dict[int, str]] = {
+        value: name.removeprefix("NVML_ERROR_")
+        for name, value in vars(pynvml).items()
+        if name.startswith("NVML_ERROR_") and isinstance(value, int)
+    }
+
+    def __init__(self) -> None:
+        # Newer APIs first; fall back once when the driver predates them.
+        self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
+        self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
+
+    @classmethod
+    def _call(cls, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call pynvml; its NVMLError becomes NvmlError, named as in nvml.h."""
+        try:
+            return function(*args, **kwargs)
+        except pynvml.NVMLError as error:
+            code = int(error.value)
+            raise NvmlError(cls._ERROR_NAMES.get(code, f"CODE_{code}"), code=code) from error
+
+    def init(self) -> None:
+        self._call(pynvml.nvmlInit)
+
+    def shutdown(self) -> None:
+        self._call(pynvml.nvmlShutdown)
+
+    def device_count(self) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetCount))
+
+    def device_handle(self, index: int) -> NvmlHandle:
+        return NvmlHandle(self._call(pynvml.nvmlDeviceGetHandleByIndex, index))
+
+    def uuid(self, handle: NvmlHandle) -> str:
+        return str(self._call(pynvml.nvmlDeviceGetUUID, handle))
+
+    def name(self, handle: NvmlHandle) -> str:
+        return str(self._call(pynvml.nvmlDeviceGetName, handle))
+
+    def pci_bus_id(self, handle: NvmlHandle) -> str:
+        bus_id = self._call(pynvml.nvmlDeviceGetPciInfo, handle).busId
+        return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+
+    def minor_number(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetMinorNumber, handle))
+
+    def mig_enabled(self, handle: NvmlHandle) -> bool:
+        current, _pending = self._call(pynvml.nvmlDeviceGetMigMode, handle)
+        return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+    def max_mig_device_count(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle))
+
+    def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle:
+        return NvmlHandle(self._call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index))
+
+    def gpu_instance_id(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetGpuInstanceId, handle))
+
+    def compute_instance_id(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetComputeInstanceId, handle))
+
+    def utilization_percent(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetUtilizationRates, handle).gpu)
+
+    def memory(self, handle: NvmlHandle) -> NvmlMemory:
+        # v2 reports driver-reserved memory apart from used, as nvidia-smi shows it.
+        if self._memory_v2:
+            try:
+                info = self._call(
+                    pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2
+                )
+                return NvmlMemory(total_bytes=int(info.total), used_bytes=int(info.used))
+            except NvmlError as error:
+                if error.error_name != FUNCTION_NOT_FOUND:
+                    raise
+                self._memory_v2 = False
+        info = self._call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        return NvmlMemory(total_bytes=int(info.total), used_bytes=int(info.used))
+
+    def power_milliwatts(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetPowerUsage, handle))
+
+    def energy_millijoules(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+
+    def temperature_celsius(self, handle: NvmlHandle) -> int:
+        # nvmlDeviceGetTemperature is deprecated (gone in CUDA 14); older drivers lack V.
+        if self._temperature_v:
+            try:
+                return int(
+                    self._call(
+                        pynvml.nvmlDeviceGetTemperatureV, handle, pynvml.NVML_TEMPERATURE_GPU
+                    )
+                )
+            except NvmlError as error:
+                if error.error_name != FUNCTION_NOT_FOUND:
+                    raise
+                self._temperature_v = False
+        return int(self._call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU))
+
+    def sm_clock_mhz(self, handle: NvmlHandle) -> int:
+        return int(self._call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM))
+
+    def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
+        nvml_type = (
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+            if error_type == "corrected"
+            else pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        )
+        return int(
+            self._call(
+                pynvml.nvmlDeviceGetTotalEccErrors, handle, nvml_type, pynvml.NVML_VOLATILE_ECC
+            )
+        )
+
+
+# --- Figures: one NVML reading, converted to base units ----------------------------------
+
+_Figure = Callable[[NvmlSource, NvmlHandle], tuple[Sample, ...]]
+
+
+def _utilization(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_UTILIZATION, source.utilization_percent(handle) / 100),)
+
+
+def _memory(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    memory = source.memory(handle)
+    return (
+        Sample(GPU_MEMORY_USED, float(memory.used_bytes)),
+        Sample(GPU_MEMORY_TOTAL, float(memory.total_bytes)),
+    )
+
+
+def _power(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_POWER, source.power_milliwatts(handle) / 1000),)
+
+
+def _energy(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_ENERGY, source.energy_millijoules(handle) / 1000),)
+
+
+def _temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_TEMPERATURE, float(source.temperature_celsius(handle))),)
+
+
+def _sm_clock(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_SM_CLOCK, source.sm_clock_mhz(handle) * 1e6),)
+
+
+def _ecc_corrected(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_ECC_ERRORS, float(source.ecc_errors(handle, "corrected")), ("corrected",)),)
+
+
+def _ecc_uncorrected(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    count = float(source.ecc_errors(handle, "uncorrected"))
+    return (Sample(GPU_ECC_ERRORS, count, ("uncorrected",)),)
+
+
+# The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.
+_FIGURES: tuple[_Figure, ...] = (
+    _utilization,
+    _memory,
+    _power,
+    _energy,
+    _temperature,
+    _sm_clock,
+    _ecc_corrected,
+    _ecc_uncorrected,
+)
+
+
+# --- Device IDs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _ByUuid:
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ByMigPath:
+    parent_uuid: str
+    gpu_instance: int
+    compute_instance: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ByMinor:
+    minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ByMinorGi:
+    minor: int
+    gpu_instance: int
+
+
+_DeviceRef = _ByUuid | _ByMigPath | _ByMinor | _ByMinorGi
+
+_MIG_PATH = re.compile(r"MIG-(GPU-[^/]+)/(\d+)/(\d+)")
+_GKE = re.compile(r"nvidia(\d+)(?:/(gi|vgpu)(\d+))?")
+_BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
+
+
+def _parse_device_id(device_id: str) -> _DeviceRef | None:
+    """What an NVIDIA kubelet device ID points at; None for anything else."""
+    if match := _MIG_PATH.fullmatch(device_id):
+        return _ByMigPath(match[1], int(match[2]), int(match[3]))
+    if device_id.startswith(("GPU-", "MIG-")):
+        return _ByUuid(device_id)
+    if match := _GKE.fullmatch(device_id):
+        if match[2] == "gi":
+            return _ByMinorGi(int(match[1]), int(match[3]))
+        return _ByMinor(int(match[1]))  # nvidiaN/vgpuK shares the whole GPU N
+    return None
+
+
+def _kernel_pci_address(bus_id: str) -> str | None:
+    """NVML's ``00000000:17:00.0`` as the kernel writes it: ``0000:17:00.0``."""
+    match = _BUS_ID.fullmatch(bus_id.strip())
+    if match is None:
+        return None
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
+
+
+# --- The collector ---------------------------------------------------------------------
+
+
+class _GpuLostError(Exception):
+    """The GPU answered GPU_IS_LOST: stop asking it anything this poll."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Gpu:
+    """What does not change while NVML stays initialised: read once per GPU."""
+
+    handle: NvmlHandle
+    uuid: str
+    minor: int | None
+    identity: DeviceIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    """A GPU or MIG device as NVML answered in one poll."""
+
+    uuid: str
+    identity: DeviceIdentity
+    samples: tuple[Sample, ...]
+    refs: tuple[_DeviceRef, ...]  # the device IDs that name it, most specific first
+
+
+class NvmlCollector(Collector):
+    """NVIDIA GPU and MIG device telemetry from NVML."""
+
+    name = "nvml"
+    description = "NVIDIA GPU and MIG telemetry through NVML (libnvidia-ml.so.1)."
+
+    def __init__(self, context: CollectorContext, *, source: NvmlSource | None = None) -> None:
+        super().__init__(context)
+        self._source: NvmlSource = PynvmlSource() if source is None else source
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._gpus: dict[int, _Gpu] = {}
+        # Known before it first happens, so increase() sees the first lost GPU.
+        self._errors: dict[str, int] = {GPU_IS_LOST: 0}
+
+    def collect(self, *, device_ids: frozenset[str]) -> Readings:
+        with self._lock:
+            self._ensure_initialized()
+            try:
+                count = self._source.device_count()
+            except NvmlError as error:
+                raise CollectorError(f"nvmlDeviceGetCount failed: {error.error_name}") from error
+            devices: list[_Device] = []
+            for index in range(count):
+                devices.extend(self._read_gpu(index))
+            return Readings(devices=_match(devices, device_ids), node_samples=self._error_samples())
+
+    def close(self) -> None:
+        # A collect wedged in a driver call holds the lock; process exit cleans up then.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if not self._initialized:
+                return
+            self._initialized = False
+            self._gpus.clear()
+            try:
+                self._source.shutdown()
+            except NvmlError as error:
+                raise CollectorError(f"nvmlShutdown failed: {error.error_name}") from error
+        finally:
+            self._lock.release()
+
+    def _ensure_initialized(self) -> None:
+        # Retried every poll until it works: the driver may load after the exporter.
+        if self._initialized:
+            return
+        try:
+            self._source.init()
+        except NvmlError as error:
+            reason = _ABSENT.get(error.error_name)
+            if reason is not None:
+                raise CollectorUnavailable(reason) from error
+            raise CollectorError(f"nvmlInit failed: {error.error_name}") from error
+        self._initialized = True
+
+    def _attempt(
+        self,
+        read: Callable[_P, _T],
+        /,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> tuple[_T | None, bool]:
+        """``(value, settled)``; settled is False after an error worth retrying."""
+        try:
+            return read(*args, **kwargs), True
+        except NvmlError as error:
+            if error.error_name == NOT_SUPPORTED:
+                return None, True
+            self._count(error)
+            return None, False
+
+    def _count(self, error: NvmlError) -> None:
+        """Count a real error; after GPU_IS_LOST, leave that GPU alone this poll."""
+        self._errors[error.error_name] = self._errors.get(error.error_name, 0) + 1
+        if error.error_name == GPU_IS_LOST:
+            raise _GpuLostError from error
+
+    def _read_gpu(self, index: int) -> list[_Device]:
+        try:
+            gpu = self._gpu(index)
+        except _GpuLostError:
+            return []
+        if gpu is None:
+            return []
+        samples: list[Sample] = []
+        migs: list[_Device] = []
+        try:
+            self._read_figures(gpu.handle, samples)
+            self._read_migs(gpu, migs)
+        except _GpuLostError:
+            pass  # counted; what was read before it fell off the bus stays
+        refs: list[_DeviceRef] = [_ByUuid(gpu.uuid)]
+        if gpu.minor is not None:
+            refs.append(_ByMinor(gpu.minor))
+        return [_Device(gpu.uuid, gpu.identity, tuple(samples), tuple(refs)), *migs]
+
+    def _gpu(self, index: int) -> _Gpu | None:
+        cached = self._gpus.get(index)
+        if cached is not None:
+            return cached
+        source = self._source
+        handle, _ = self._attempt(source.device_handle, index)
+        if handle is None:
+            return None
+        uuid, _ = self._attempt(source.uuid, handle)
+        if uuid is None:
+            return None
+        name, name_settled = self._attempt(source.name, handle)
+        bus_id, bus_settled = self._attempt(source.pci_bus_id, handle)
+        minor, minor_settled = self._attempt(source.minor_number, handle)
+        identity = DeviceIdentity(
+            uuid=uuid,
+            pci_address=None if bus_id is None else _kernel_pci_address(bus_id),
+            model=name,
+            vendor="nvidia",
+        )
+        gpu = _Gpu(handle=handle, uuid=uuid, minor=minor, identity=identity)
+        if name_settled and bus_settled and minor_settled:
+            self._gpus[index] = gpu
+        return gpu
+
+    def _read_figures(self, handle: NvmlHandle, samples: list[Sample]) -> None:
+        for figure in _FIGURES:
+            result, _ = self._attempt(figure, self._source, handle)
+            if result is not None:
+                samples.extend(result)
+
+    def _read_migs(self, gpu: _Gpu, migs: list[_Device]) -> None:
+        # MIG devices come and go with reconfiguration: read afresh every poll.
+        source = self._source
+        enabled, _ = self._attempt(source.mig_enabled, gpu.handle)
+        if not enabled:
+            return
+        slots, _ = self._attempt(source.max_mig_device_count, gpu.handle)
+        found: list[tuple[tuple[int, int], _Device]] = []
+        try:
+            for slot in range(slots or 0):
+                try:
+                    handle = source.mig_device_handle(gpu.handle, slot)
+                except NvmlError as error:
+                    if error.error_name not in (NOT_FOUND, NOT_SUPPORTED):  # NOT_FOUND: empty
+                        self._count(error)
+                    continue
+                mig = self._read_mig(gpu, handle)
+                if mig is not None:
+                    found.append(mig)
+        finally:
+            # By GPU then compute instance: nvidiaN/giM picks the instance's first one.
+            migs.extend(device for _, device in sorted(found, key=lambda item: item[0]))
+
+    def _read_mig(self, gpu: _Gpu, handle: NvmlHandle) -> tuple[tuple[int, int], _Device] | None:
+        source = self._source
+        uuid, _ = self._attempt(source.uuid, handle)
+        if uuid is None:
+            return None
+        name, _ = self._attempt(source.name, handle)
+        gpu_instance, _ = self._attempt(source.gpu_instance_id, handle)
+        compute_instance, _ = self._attempt(source.compute_instance_id, handle)
+        samples: list[Sample] = []
+        self._read_figures(handle, samples)
+        refs: list[_DeviceRef] = [_ByUuid(uuid)]
+        if gpu_instance is not None and compute_instance is not None:
+            refs.append(_ByMigPath(gpu.uuid, gpu_instance, compute_instance))
+        if gpu_instance is not None and gpu.minor is not None:
+            refs.append(_ByMinorGi(gpu.minor, gpu_instance))
+        identity = DeviceIdentity(
+            uuid=uuid,
+            pci_address=gpu.identity.pci_address,
+            model=gpu.identity.model if name is None else name,
+            vendor="nvidia",
+        )
+        order = (
+            -1 if gpu_instance is None else gpu_instance,
+            -1 if compute_instance is None else compute_instance,
+        )
+        return order, _Device(uuid, identity, tuple(samples), tuple(refs))
+
+    def _error_samples(self) -> tuple[Sample, ...]:
+        return tuple(
+            Sample(COLLECTOR_ERRORS, float(count), (self.name, error))
+            for error, count in sorted(self._errors.items())
+        )
+
+
+def _match(devices: Iterable[_Device], device_ids: frozenset[str]) -> tuple[DeviceReading, ...]:
+    """One reading per kubelet ID naming a device, then one per device no ID names."""
+    devices = list(devices)
+    by_ref: dict[_DeviceRef, _Device] = {}
+    for device in devices:
+        for ref in device.refs:
+            by_ref.setdefault(ref, device)
+    readings: list[DeviceReading] = []
+    named: set[str] = set()
+    for device_id in sorted(device_ids):
+        wanted = _parse_device_id(device_id)
+        found = None if wanted is None else by_ref.get(wanted)
+        if found is not None:
+            named.add(found.uuid)
+            readings.append(DeviceReading(device_id, found.identity, found.samples))
+    readings.extend(
+        DeviceReading(device.uuid, device.identity, device.samples)
+        for device in devices
+        if device.uuid not in named
+    )
+    return tuple(readings)

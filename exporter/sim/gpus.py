@@ -1,0 +1,164 @@
+"""A simulated NVML: answers ``NvmlSource`` calls for the GPUs of a ``SimHardware``.
+
+The demo uses it so it has GPU telemetry without a GPU, a driver or a compiler. Every
+figure is a pure function of the hardware description and ``clock()`` (seconds), so a
+fixed clock gives a fixed exposition:
+
+- utilization wobbles by +-10 % around ``SimGpu.utilization`` over a minute (an idle
+  GPU stays at 0); NVML answers whole percent, and every other figure follows that;
+- memory used is that share of the total (of the instance's total for a MIG device);
+- power is ``limit * (0.2 + 0.7 * utilization)``; energy grows linearly with the clock
+  at the power of the base utilization, as if the driver had loaded a day before 0;
+- temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle.
+
+Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization,
+and its MIG devices answer only identity and memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.collectors.nvml import EccErrorType, NvmlError, NvmlHandle, NvmlMemory, NvmlSource
+from exporter.sim.hardware import SimGpu, SimHardware, SimMigDevice
+
+__all__ = ["MAX_MIG_DEVICES", "SimulatedNvmlSource"]
+
+MAX_MIG_DEVICES = 7  # MIG slots of an A100/H100
+WOBBLE_PERIOD_S = 60.0
+WOBBLE = 0.1  # relative amplitude
+DRIVER_UPTIME_AT_ZERO_S = 86_400.0
+SM_CLOCK_BUSY_MHZ = 1980
+SM_CLOCK_IDLE_MHZ = 345
+
+
+@dataclass(frozen=True, slots=True)
+class _SimHandle:
+    gpu: SimGpu
+    mig: SimMigDevice | None = None
+
+
+class SimulatedNvmlSource(NvmlSource):
+    """``NvmlSource`` for simulated GPUs; telemetry follows ``clock()`` in seconds."""
+
+    def __init__(self, hardware: SimHardware, *, clock: Callable[[], float]) -> None:
+        self._gpus = hardware.gpus
+        self._clock = clock
+        self._initialized = False
+
+    def init(self) -> None:
+        self._initialized = True
+
+    def shutdown(self) -> None:
+        self._initialized = False
+
+    def device_count(self) -> int:
+        self._require_initialized()
+        return len(self._gpus)
+
+    def device_handle(self, index: int) -> NvmlHandle:
+        self._require_initialized()
+        if not 0 <= index < len(self._gpus):
+            raise NvmlError("INVALID_ARGUMENT")
+        return NvmlHandle(_SimHandle(self._gpus[index]))
+
+    def uuid(self, handle: NvmlHandle) -> str:
+        sim = _unwrap(handle)
+        return sim.gpu.uuid if sim.mig is None else sim.mig.uuid
+
+    def name(self, handle: NvmlHandle) -> str:
+        sim = _unwrap(handle)
+        return sim.gpu.model if sim.mig is None else f"{sim.gpu.model} MIG {sim.mig.profile}"
+
+    def pci_bus_id(self, handle: NvmlHandle) -> str:
+        domain, bus, device_function = _unwrap(handle).gpu.pci_address.split(":")
+        return f"{int(domain, 16):08X}:{bus.upper()}:{device_function.upper()}"
+
+    def minor_number(self, handle: NvmlHandle) -> int:
+        return _whole(handle).index
+
+    def mig_enabled(self, handle: NvmlHandle) -> bool:
+        return bool(_whole(handle).mig_devices)
+
+    def max_mig_device_count(self, handle: NvmlHandle) -> int:
+        return MAX_MIG_DEVICES if _whole(handle).mig_devices else 0
+
+    def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle:
+        gpu = _whole(handle)
+        if not gpu.mig_devices or not 0 <= index < MAX_MIG_DEVICES:
+            raise NvmlError("INVALID_ARGUMENT")
+        if index >= len(gpu.mig_devices):
+            raise NvmlError("NOT_FOUND")
+        return NvmlHandle(_SimHandle(gpu, gpu.mig_devices[index]))
+
+    def gpu_instance_id(self, handle: NvmlHandle) -> int:
+        return _mig(handle).gpu_instance
+
+    def compute_instance_id(self, handle: NvmlHandle) -> int:
+        return _mig(handle).compute_instance
+
+    def utilization_percent(self, handle: NvmlHandle) -> int:
+        gpu = _whole(handle)
+        if gpu.mig_devices:
+            raise NvmlError("NOT_SUPPORTED")  # as NVML on a MIG-enabled GPU
+        return self._percent(gpu)
+
+    def memory(self, handle: NvmlHandle) -> NvmlMemory:
+        sim = _unwrap(handle)
+        total = sim.gpu.memory_total_bytes if sim.mig is None else sim.mig.memory_total_bytes
+        return NvmlMemory(total_bytes=total, used_bytes=total * self._percent(sim.gpu) // 100)
+
+    def power_milliwatts(self, handle: NvmlHandle) -> int:
+        gpu = _whole(handle)
+        return round(_power_watts(gpu, self._percent(gpu) / 100) * 1000)
+
+    def energy_millijoules(self, handle: NvmlHandle) -> int:
+        gpu = _whole(handle)
+        uptime_s = DRIVER_UPTIME_AT_ZERO_S + max(self._clock(), 0.0)
+        return round(_power_watts(gpu, gpu.utilization) * uptime_s * 1000)
+
+    def temperature_celsius(self, handle: NvmlHandle) -> int:
+        return 30 + self._percent(_whole(handle)) // 2
+
+    def sm_clock_mhz(self, handle: NvmlHandle) -> int:
+        return SM_CLOCK_BUSY_MHZ if self._percent(_whole(handle)) else SM_CLOCK_IDLE_MHZ
+
+    def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
+        _whole(handle)
+        return 0
+
+    def _percent(self, gpu: SimGpu) -> int:
+        phase = 2 * math.pi * (self._clock() / WOBBLE_PERIOD_S + gpu.index / 4)
+        ratio = min(1.0, gpu.utilization * (1 + WOBBLE * math.sin(phase)))
+        return round(100 * ratio)
+
+    def _require_initialized(self) -> None:
+        if not self._initialized:
+            raise NvmlError("UNINITIALIZED")
+
+
+def _power_watts(gpu: SimGpu, utilization: float) -> float:
+    return gpu.power_limit_watts * (0.2 + 0.7 * utilization)
+
+
+def _unwrap(handle: NvmlHandle) -> _SimHandle:
+    if not isinstance(handle, _SimHandle):
+        raise NvmlError("INVALID_ARGUMENT")
+    return handle
+
+
+def _whole(handle: NvmlHandle) -> SimGpu:
+    """The GPU of a whole-GPU handle; a MIG handle answers NOT_SUPPORTED, as NVML's mostly do."""
+    sim = _unwrap(handle)
+    if sim.mig is not None:
+        raise NvmlError("NOT_SUPPORTED")
+    return sim.gpu
+
+
+def _mig(handle: NvmlHandle) -> SimMigDevice:
+    sim = _unwrap(handle)
+    if sim.mig is None:
+        raise NvmlError("INVALID_ARGUMENT")
+    return sim.mig

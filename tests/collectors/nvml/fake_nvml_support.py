@@ -1,0 +1,137 @@
+"""Helpers for the fake libnvidia-ml.so.1 (fake_nvml.c): describe GPUs, write its config."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+__all__ = [
+    "CONFIG_ENV",
+    "DRIVER_NOT_LOADED",
+    "FUNCTION_NOT_FOUND",
+    "GIB",
+    "MIB",
+    "NOT_SUPPORTED",
+    "UNKNOWN",
+    "FakeGpu",
+    "FakeMig",
+    "FakeNvml",
+    "FakeNvmlLibrary",
+    "render_config",
+]
+
+CONFIG_ENV = "FAKE_NVML_CONFIG"
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+# nvml.h return codes
+NOT_SUPPORTED = 3
+DRIVER_NOT_LOADED = 9
+FUNCTION_NOT_FOUND = 13
+UNKNOWN = 999
+
+# What NVML answers NOT_SUPPORTED for on a MIG device handle.
+MIG_UNSUPPORTED = ("util", "power", "energy", "temperature", "clock", "ecc")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeMig:
+    slot: int
+    uuid: str
+    gpu_instance: int
+    compute_instance: int
+    name: str = "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    memory: tuple[int, int, int] = (40 * GIB, 4 * GIB, 0)  # total, used, reserved
+    fail: tuple[tuple[str, int], ...] = tuple((figure, NOT_SUPPORTED) for figure in MIG_UNSUPPORTED)
+
+
+@dataclass(frozen=True, slots=True)
+class FakeGpu:
+    uuid: str
+    minor: int = 0
+    name: str = "NVIDIA H100 80GB HBM3"
+    pci: str = "00000000:17:00.0"
+    util: tuple[int, int] = (85, 40)  # gpu %, memory %
+    memory: tuple[int, int, int] = (80 * GIB, 20 * GIB, 512 * MIB)  # total, used, reserved
+    power_mw: int = 456_789
+    energy_mj: int = 123_456_789_012
+    temperature: int = 55
+    sm_clock_mhz: int = 1755
+    ecc: tuple[int, int] = (3, 1)  # corrected, uncorrected (volatile)
+    fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
+    migs: tuple[FakeMig, ...] = field(default=())
+    lost_flag: Path | None = None  # lost while this file exists
+    lost_after: int | None = None  # lost after this many calls naming it
+
+
+def render_config(gpus: tuple[FakeGpu, ...], *, init_error: int | None = None) -> str:
+    """The text fake_nvml.c reads at nvmlInit."""
+    lines: list[str] = []
+    if init_error is not None:
+        lines.append(f"init_error {init_error}")
+    for gpu in gpus:
+        lines += [
+            "gpu",
+            f"uuid {gpu.uuid}",
+            f"name {gpu.name}",
+            f"pci {gpu.pci}",
+            f"minor {gpu.minor}",
+            f"util {gpu.util[0]} {gpu.util[1]}",
+            "memory {} {} {}".format(*gpu.memory),
+            f"power {gpu.power_mw}",
+            f"energy {gpu.energy_mj}",
+            f"temperature {gpu.temperature}",
+            f"sm_clock {gpu.sm_clock_mhz}",
+            f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
+            *(f"fail {figure} {code}" for figure, code in gpu.fail),
+        ]
+        if gpu.lost_flag is not None:
+            lines.append(f"lost_flag {gpu.lost_flag}")
+        if gpu.lost_after is not None:
+            lines.append(f"lost_after {gpu.lost_after}")
+        if gpu.migs:
+            lines += ["mig_mode 1", "max_mig 7"]
+        for mig in gpu.migs:
+            lines += [
+                f"mig {mig.slot}",
+                f"uuid {mig.uuid}",
+                f"name {mig.name}",
+                f"gi {mig.gpu_instance}",
+                f"ci {mig.compute_instance}",
+                "memory {} {} {}".format(*mig.memory),
+                *(f"fail {figure} {code}" for figure, code in mig.fail),
+            ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class FakeNvmlLibrary:
+    """The compiled fake, loaded into this process."""
+
+    path: Path
+    cdll: ctypes.CDLL
+
+    def init_count(self) -> int:
+        """nvmlInit calls not yet matched by nvmlShutdown."""
+        return int(self.cdll.fakeNvmlInitCount())
+
+    def struct_size(self, name: str) -> int:
+        self.cdll.fakeNvmlStructSize.restype = ctypes.c_long
+        return int(self.cdll.fakeNvmlStructSize(name.encode()))
+
+
+@dataclass(frozen=True, slots=True)
+class FakeNvml:
+    """One test's view of the fake: the GPUs it describes."""
+
+    library: FakeNvmlLibrary
+    config_path: Path
+    monkeypatch: pytest.MonkeyPatch
+
+    def configure(self, *gpus: FakeGpu, init_error: int | None = None) -> None:
+        """Describe the node's GPUs; read at the next nvmlInit."""
+        self.config_path.write_text(render_config(gpus, init_error=init_error))
+        self.monkeypatch.setenv(CONFIG_ENV, str(self.config_path))

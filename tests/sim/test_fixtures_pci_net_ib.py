@@ -1,0 +1,287 @@
+"""The PCI, network and InfiniBand fixture writers lay out sysfs as the kernel does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from exporter.sim.fixtures import infiniband, net, pci
+from exporter.sim.hardware import (
+    GIB,
+    SimDrmGpu,
+    SimGpu,
+    SimHardware,
+    SimNic,
+    SimNumaNode,
+    SimRdmaDevice,
+    demo_hardware,
+)
+
+PF = SimNic("0000:4b:00.0", "ens1f0np0", 0, "0x15b3", "0x101d")
+VF0 = SimNic("0000:4b:00.2", "ens1f0v0", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=0)
+VF1 = SimNic("0000:4b:00.3", "ens1f0v1", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=1)
+SMALL = SimHardware(
+    numa_nodes=(SimNumaNode(0, (0, 1), GIB, 0, 0), SimNumaNode(1, (2, 3), GIB, 0, 0)),
+    gpus=(SimGpu(0, "GPU-1", "0000:17:00.0", "H100", 1, 80 * GIB, 700.0, 0.5),),
+    drm_gpus=(
+        SimDrmGpu(1, "amdgpu", "0000:e1:00.0", "0x1002", "0x74a1", 1, GIB, 0.5),
+        SimDrmGpu(2, "i915", "0000:e9:00.0", "0x8086", "0x0bd5", 0, GIB, 0.5),
+    ),
+    nics=(PF, VF0, VF1),
+    rdma_devices=(
+        SimRdmaDevice("mlx5_0", PF.pci_address, 0),
+        SimRdmaDevice("mlx5_4", "0000:c1:00.0", 1, ports=(1, 2)),
+    ),
+)
+
+
+def _write_all(sysfs: Path, hardware: SimHardware, *, tick: int) -> None:
+    pci.write(sysfs, hardware, tick=tick)
+    net.write(sysfs, hardware, tick=tick)
+    infiniband.write(sysfs, hardware, tick=tick)
+
+
+def _attributes(directory: Path) -> dict[str, str]:
+    return {
+        name: (directory / name).read_text() for name in ("vendor", "device", "class", "numa_node")
+    }
+
+
+class TestPciDeviceDir:
+    def test_derives_the_host_bridge_from_the_address(self, tmp_path: Path) -> None:
+        """The real device directory sits below a host bridge named after domain and bus."""
+        assert tmp_path / "devices" / "pci0000:af" / "0000:af:00.1" == pci.pci_device_dir(
+            tmp_path, "0000:af:00.1"
+        )
+
+
+class TestPciWriter:
+    def test_bus_links_are_relative_like_the_kernels(self, tmp_path: Path) -> None:
+        """``bus/pci/devices/<address>`` is a relative link to the real device directory."""
+        pci.write(tmp_path, SMALL, tick=0)
+
+        link = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"
+        expected = (
+            "../../../devices/pci0000:17/0000:17:00.0",
+            pci.pci_device_dir(tmp_path, "0000:17:00.0"),
+        )
+        assert expected == (os.readlink(link), link.resolve())
+
+    def test_lists_every_function_once(self, tmp_path: Path) -> None:
+        """GPUs, DRM GPUs, NICs and a standalone HCA each get one bus entry."""
+        pci.write(tmp_path, SMALL, tick=0)
+
+        expected = [
+            "0000:17:00.0",
+            "0000:4b:00.0",
+            "0000:4b:00.2",
+            "0000:4b:00.3",
+            "0000:c1:00.0",
+            "0000:e1:00.0",
+            "0000:e9:00.0",
+        ]
+        assert expected == sorted(os.listdir(tmp_path / "bus" / "pci" / "devices"))
+
+    def test_writes_identity_files(self, tmp_path: Path) -> None:
+        """Each kind of function gets its vendor, device, class and NUMA node."""
+        pci.write(tmp_path, SMALL, tick=0)
+
+        def attributes(address: str) -> dict[str, str]:
+            return _attributes(pci.pci_device_dir(tmp_path, address))
+
+        gpu = {
+            "vendor": "0x10de\n",
+            "device": "0x2330\n",
+            "class": "0x030200\n",
+            "numa_node": "1\n",
+        }
+        amd = {
+            "vendor": "0x1002\n",
+            "device": "0x74a1\n",
+            "class": "0x038000\n",
+            "numa_node": "1\n",
+        }
+        intel = {
+            "vendor": "0x8086\n",
+            "device": "0x0bd5\n",
+            "class": "0x030000\n",
+            "numa_node": "0\n",
+        }
+        nic = {
+            "vendor": "0x15b3\n",
+            "device": "0x101d\n",
+            "class": "0x020000\n",
+            "numa_node": "0\n",
+        }
+        hca = {
+            "vendor": "0x15b3\n",
+            "device": "0x1021\n",
+            "class": "0x020700\n",
+            "numa_node": "1\n",
+        }
+        assert gpu == attributes("0000:17:00.0")
+        assert amd == attributes("0000:e1:00.0")
+        assert intel == attributes("0000:e9:00.0")
+        assert nic == attributes("0000:4b:00.0")  # the RoCE device is written as its NIC
+        assert hca == attributes("0000:c1:00.0")
+
+    def test_links_sriov_functions_both_ways(self, tmp_path: Path) -> None:
+        """A PF has ``virtfnN`` links and ``sriov_numvfs``; each VF a ``physfn`` link back."""
+        pci.write(tmp_path, SMALL, tick=0)
+        pf_dir = pci.pci_device_dir(tmp_path, PF.pci_address)
+
+        expected = {
+            "sriov_numvfs": "2\n",
+            "virtfn0": "../0000:4b:00.2",
+            "virtfn1": "../0000:4b:00.3",
+            "physfn of VF1": "../0000:4b:00.0",
+        }
+        actual = {
+            "sriov_numvfs": (pf_dir / "sriov_numvfs").read_text(),
+            "virtfn0": os.readlink(pf_dir / "virtfn0"),
+            "virtfn1": os.readlink(pf_dir / "virtfn1"),
+            "physfn of VF1": os.readlink(pci.pci_device_dir(tmp_path, VF1.pci_address) / "physfn"),
+        }
+        assert expected == actual
+
+    def test_links_the_driver(self, tmp_path: Path) -> None:
+        """``driver`` points into ``bus/pci/drivers``, as tools like lspci -k expect."""
+        pci.write(tmp_path, SMALL, tick=0)
+
+        driver = pci.pci_device_dir(tmp_path, "0000:e1:00.0") / "driver"
+        assert tmp_path / "bus" / "pci" / "drivers" / "amdgpu" == driver.resolve()
+
+    def test_demo_hardware_has_every_function(self, tmp_path: Path) -> None:
+        """The demo node's 4 NVIDIA GPUs, 2 DRM GPUs and 10 NIC functions are all on the bus."""
+        hardware = demo_hardware()
+        pci.write(tmp_path, hardware, tick=0)
+
+        expected = sorted(
+            [g.pci_address for g in hardware.gpus]
+            + [g.pci_address for g in hardware.drm_gpus]
+            + [n.pci_address for n in hardware.nics]
+        )
+        assert expected == sorted(os.listdir(tmp_path / "bus" / "pci" / "devices"))
+
+
+class TestReplaceSymlink:
+    def test_replaces_a_link_pointing_elsewhere(self, tmp_path: Path) -> None:
+        """An existing link to another target is swapped for the new one."""
+        link = tmp_path / "a" / "link"
+        pci.replace_symlink(link, tmp_path / "old")
+        pci.replace_symlink(link, tmp_path / "new")
+
+        expected = "../new"
+        assert expected == os.readlink(link)
+
+
+class TestNetWriter:
+    def test_writes_statistics_and_class_link(self, tmp_path: Path) -> None:
+        """A netdev's counters sit below its PCI function, reachable via ``class/net``."""
+        _write_all(tmp_path, SMALL, tick=3)
+
+        statistics = tmp_path / "class" / "net" / "ens1f0np0" / "statistics"
+        actual = {name: int((statistics / name).read_text()) for name in os.listdir(statistics)}
+        links = (
+            os.readlink(tmp_path / "class" / "net" / "ens1f0np0"),
+            os.readlink(statistics.parent / "device"),
+        )
+        expected_links = (
+            "../../devices/pci0000:4b/0000:4b:00.0/net/ens1f0np0",
+            "../../../0000:4b:00.0",
+        )
+        assert (net.interface_counters(PF, tick=3), expected_links) == (actual, links)
+
+    def test_vf_in_pod_netns_has_an_empty_net_folder(self, tmp_path: Path) -> None:
+        """VF index 0 is in a pod's namespace: empty ``net/`` and no ``class/net`` entry."""
+        _write_all(tmp_path, SMALL, tick=0)
+
+        vf_dir = pci.pci_device_dir(tmp_path, VF0.pci_address)
+        expected: tuple[list[str], bool] = ([], False)
+        assert expected == (
+            os.listdir(vf_dir / "net"),
+            (tmp_path / "class" / "net" / "ens1f0v0").is_symlink(),
+        )
+
+    def test_demo_moves_the_first_vf_of_each_pf(self, tmp_path: Path) -> None:
+        """In the demo, ens1f0v0 and ens2f0v0 are the VFs in a pod's namespace."""
+        hardware = demo_hardware()
+        _write_all(tmp_path, hardware, tick=0)
+
+        moved = sorted(n.netdev for n in hardware.nics if net.in_pod_netns(n))
+        on_host = sorted(os.listdir(tmp_path / "class" / "net"))
+        expected: tuple[list[str], list[str]] = (["ens1f0v0", "ens2f0v0"], [])
+        assert expected == (moved, sorted(set(moved) & set(on_host)))
+
+    def test_pf_keeps_per_vf_stats_like_mlx5(self, tmp_path: Path) -> None:
+        """The PF shows each VF's counters as ``name : value`` lines in ``sriov/<n>/stats``."""
+        _write_all(tmp_path, SMALL, tick=2)
+
+        counters = net.interface_counters(VF0, tick=2)
+        expected = (
+            f"tx_packets    : {counters['tx_packets']}\n"
+            f"tx_bytes      : {counters['tx_bytes']}\n"
+            f"tx_dropped    : {counters['tx_dropped']}\n"
+            f"rx_packets    : {counters['rx_packets']}\n"
+            f"rx_bytes      : {counters['rx_bytes']}\n"
+            "rx_broadcast  : 0\n"
+            "rx_multicast  : 0\n"
+            "tx_broadcast  : 0\n"
+            "tx_multicast  : 0\n"
+            f"rx_dropped    : {counters['rx_dropped']}\n"
+        )
+        stats = tmp_path / "class" / "net" / "ens1f0np0" / "device" / "sriov" / "0" / "stats"
+        assert expected == stats.read_text()
+
+    def test_counters_grow_with_tick(self, tmp_path: Path) -> None:
+        """Every counter of a later tick is at least the earlier one, and traffic grows."""
+        before = net.interface_counters(VF1, tick=10)
+        after = net.interface_counters(VF1, tick=11)
+
+        assert all(after[name] >= before[name] for name in before)
+        assert after["rx_bytes"] > before["rx_bytes"]
+
+
+class TestInfinibandWriter:
+    def test_links_device_and_class(self, tmp_path: Path) -> None:
+        """``class/infiniband/<dev>`` links below the PCI function; ``device`` links back."""
+        _write_all(tmp_path, SMALL, tick=0)
+
+        device_link = tmp_path / "class" / "infiniband" / "mlx5_0"
+        expected = (
+            "../../devices/pci0000:4b/0000:4b:00.0/infiniband/mlx5_0",
+            "../../../0000:4b:00.0",
+        )
+        assert expected == (os.readlink(device_link), os.readlink(device_link / "device"))
+
+    def test_writes_port_counters(self, tmp_path: Path) -> None:
+        """Each port has its raw ``counters/`` files (data in 4-octet words)."""
+        _write_all(tmp_path, SMALL, tick=4)
+        device = SMALL.rdma_devices[1]
+
+        counters = tmp_path / "class" / "infiniband" / "mlx5_4" / "ports" / "2" / "counters"
+        actual = {name: int((counters / name).read_text()) for name in os.listdir(counters)}
+        assert infiniband.port_counters(device, 2, tick=4) == actual
+
+
+class TestRewrite:
+    def test_rewriting_with_a_later_tick_moves_counters_on(self, tmp_path: Path) -> None:
+        """Writing the tree again (links already there) succeeds and updates the counters."""
+        _write_all(tmp_path, SMALL, tick=0)
+        _write_all(tmp_path, SMALL, tick=5)
+
+        rx_bytes = tmp_path / "class" / "net" / "ens1f0v1" / "statistics" / "rx_bytes"
+        port_rcv = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports/1/counters/port_rcv_data"
+        expected = (
+            net.interface_counters(VF1, tick=5)["rx_bytes"],
+            infiniband.port_counters(SMALL.rdma_devices[0], 1, tick=5)["port_rcv_data"],
+        )
+        assert expected == (int(rx_bytes.read_text()), int(port_rcv.read_text()))
+
+    def test_leaves_no_temporary_files(self, tmp_path: Path) -> None:
+        """Atomic replacement leaves nothing but the kernel's names behind."""
+        _write_all(tmp_path, SMALL, tick=0)
+        _write_all(tmp_path, SMALL, tick=1)
+
+        expected: list[Path] = []
+        assert expected == list(tmp_path.rglob(".*.tmp"))
