@@ -198,7 +198,8 @@ def _cpu_seconds(
     for cpu in cpu_ids:
         for mode, seconds in cpu_times[cpu].seconds_by_mode:
             totals[mode] += seconds
-    return tuple(totals.items())
+    # /proc/stat counts in USER_HZ ticks: rounding drops float noise, not information.
+    return tuple((mode, round(seconds, 6)) for mode, seconds in totals.items())
 
 
 def _container_view(

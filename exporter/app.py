@@ -1,0 +1,166 @@
+"""Wire the parts together and run them: kubelet client, collectors, poller, HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import time
+from collections.abc import Sequence
+
+import structlog
+from aiohttp import web
+
+from exporter import __version__
+from exporter.cli import Config, ConfigError
+from exporter.collectors import build_collectors
+from exporter.collectors.base import Collector, CollectorContext
+from exporter.collectors.runner import CollectorRunner
+from exporter.kubelet.client import KubeletClient
+from exporter.logs import configure_logging
+from exporter.lookup import CoalescingLookup, TokenBucket
+from exporter.poller import Poller, SnapshotStore
+from exporter.web import WebSettings, create_app
+from exporter.webconfig import WebConfigError, basic_auth_middleware, load_web_config
+
+__all__ = ["Exporter", "demo_collectors", "run", "serve"]
+
+log = structlog.get_logger(__name__)
+
+# Fresh /debug/allocations/{ns}/{pod} look-ups: a few per second at most, whatever
+# the number of curls, so the kubelet's shared 100 QPS budget stays with the kubelet.
+LOOKUP_RATE_PER_S = 2.0
+LOOKUP_BURST = 5
+
+
+class Exporter:
+    """The running parts of one exporter, without the HTTP listener."""
+
+    def __init__(self, config: Config, *, collectors: Sequence[Collector] | None = None) -> None:
+        self.config = config
+        if collectors is None:
+            context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
+            collectors = build_collectors(config.collectors, context)
+        self.client = KubeletClient(
+            socket_path=config.kubelet_socket,
+            max_message_bytes=config.kubelet_max_message_bytes,
+            timeout_s=config.kubelet_timeout_s,
+        )
+        self.runner = CollectorRunner(collectors, timeout_s=config.collector_timeout_s)
+        self.store = SnapshotStore()
+        self.poller = Poller(
+            client=self.client,
+            runner=self.runner,
+            store=self.store,
+            node=config.node_name,
+            socket_path=config.kubelet_socket,
+            sysfs=config.sysfs,
+            interval_s=config.poll_interval_s,
+        )
+        self.lookup = CoalescingLookup(
+            lambda namespace, name: self.client.get_pod(namespace=namespace, name=name),
+            bucket=TokenBucket(rate_per_s=LOOKUP_RATE_PER_S, burst=LOOKUP_BURST),
+        )
+
+    def create_app(self, *, middlewares: Sequence[object] = ()) -> web.Application:
+        return create_app(
+            store=self.store,
+            settings=WebSettings(
+                poll_interval_s=self.config.poll_interval_s, enable_debug=self.config.enable_debug
+            ),
+            lookup=self.lookup,
+            middlewares=tuple(middlewares),
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+        self.runner.close()
+
+
+def demo_collectors(config: Config, node: object) -> list[Collector]:
+    """The enabled collectors, with the simulated GPUs standing in for NVML."""
+    from exporter.collectors.nvml import NvmlCollector
+    from exporter.sim.gpus import SimulatedNvmlSource
+    from exporter.sim.node import SimulatedNode
+
+    assert isinstance(node, SimulatedNode)
+    context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
+    collectors = build_collectors([n for n in config.collectors if n != "nvml"], context)
+    if "nvml" in config.collectors:
+        source = SimulatedNvmlSource(node.scenario.hardware, clock=time.monotonic)
+        collectors.insert(0, NvmlCollector(context, source=source))
+    return collectors
+
+
+async def serve(config: Config, *, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set; ConfigError when the set-up cannot work."""
+    log.info("starting", version=__version__, **config.as_log_fields())
+    middlewares: list[object] = []
+    ssl_context = None
+    if config.web_config_file is not None:
+        try:
+            web_config = load_web_config(config.web_config_file)
+        except WebConfigError as error:
+            raise ConfigError(str(error)) from None
+        ssl_context = web_config.ssl_context
+        if web_config.users:
+            middlewares.append(basic_auth_middleware(web_config.users))
+
+    sim_node = None
+    collectors = None
+    if config.demo:
+        from exporter.sim.node import SimulatedNode
+        from exporter.sim.scenario import DemoScenario
+
+        sim_node = SimulatedNode(DemoScenario.create())
+        await sim_node.start(tick_interval_s=config.poll_interval_s)
+        config = dataclasses.replace(
+            config,
+            kubelet_socket=sim_node.socket_path,
+            sysfs=sim_node.sysfs,
+            procfs=sim_node.procfs,
+        )
+        collectors = demo_collectors(config, sim_node)
+
+    exporter = Exporter(config, collectors=collectors)
+    runner = web.AppRunner(exporter.create_app(middlewares=middlewares), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.listen_host, config.listen_port, ssl_context=ssl_context)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot listen on {config.listen_host}:{config.listen_port}: {error.strerror}"
+            ) from None
+        log.info(
+            "listening",
+            address=f"{config.listen_host}:{config.listen_port}",
+            tls=ssl_context is not None,
+        )
+        polling = asyncio.create_task(exporter.poller.run())
+        await stop.wait()
+        log.info("stopping")
+        polling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await polling
+    finally:
+        await runner.cleanup()
+        await exporter.close()
+        if sim_node is not None:
+            await sim_node.stop()
+
+
+def run(config: Config) -> None:
+    """Configure logging and serve until SIGTERM or SIGINT."""
+    configure_logging(level=config.log_level, fmt=config.log_format)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(config, stop=stop)
+
+    asyncio.run(main())

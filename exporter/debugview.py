@@ -1,0 +1,238 @@
+"""The /debug/allocations views of a snapshot: filtered JSON and a text table. Pure."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.model import (
+    ContainerView,
+    DeviceReading,
+    DeviceView,
+    MemoryBlock,
+    PodView,
+    Snapshot,
+    numa_label,
+)
+
+__all__ = ["FILTER_KEYS", "Filters", "render_json", "render_text"]
+
+FILTER_KEYS = ("namespace", "pod", "container", "resource", "device")
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Exact-match filters; None matches everything."""
+
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
+    resource: str | None = None
+    device: str | None = None
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> Filters:
+        return cls(**{key: query.get(key) for key in FILTER_KEYS})
+
+    def _device_matches(self, device: DeviceView) -> bool:
+        return (self.resource is None or device.resource == self.resource) and (
+            self.device is None or device.device_id == self.device
+        )
+
+    def keeps_pod(self, pod: PodView) -> bool:
+        return (self.namespace is None or pod.namespace == self.namespace) and (
+            self.pod is None or pod.name == self.pod
+        )
+
+    def keeps_container(self, container: ContainerView) -> bool:
+        if self.container is not None and container.owner.container != self.container:
+            return False
+        if self.resource is None and self.device is None:
+            return True
+        return any(self._device_matches(d) for d in container.devices)
+
+
+def rfc3339(unix_seconds: float) -> str:
+    return (
+        dt.datetime.fromtimestamp(unix_seconds, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def _telemetry(reading: DeviceReading | None) -> JSON | None:
+    if reading is None:
+        return None
+    figures: JSON = {}
+    for sample in reading.samples:
+        key = sample.spec.name
+        if sample.spec.labels:
+            pairs = ",".join(
+                f'{name}="{value}"'
+                for name, value in zip(sample.spec.labels, sample.label_values, strict=True)
+            )
+            key = f"{key}{{{pairs}}}"
+        figures[key] = sample.value
+    identity = {
+        name: value
+        for name, value in (
+            ("uuid", reading.identity.uuid),
+            ("pci_address", reading.identity.pci_address),
+            ("model", reading.identity.model),
+            ("vendor", reading.identity.vendor),
+        )
+        if value
+    }
+    return {"identity": identity, "figures": figures}
+
+
+def _device(device: DeviceView) -> JSON:
+    return {
+        "resource": device.resource,
+        "device_id": device.device_id,
+        "numa_nodes": list(device.numa_nodes),
+        "sysfs_numa_node": device.pci.numa_node if device.pci else None,
+        "telemetry": _telemetry(device.reading),
+    }
+
+
+def _memory(block: MemoryBlock) -> JSON:
+    return {
+        "memory_type": block.memory_type,
+        "size_bytes": block.size_bytes,
+        "numa_nodes": list(block.numa_nodes),
+    }
+
+
+def _container(container: ContainerView) -> JSON:
+    return {
+        "name": container.owner.container,
+        "devices": [_device(d) for d in container.devices],
+        "cpu_ids": list(container.cpu_ids),
+        "memory": [_memory(b) for b in container.memory],
+        "dynamic_resources": [
+            {
+                "claim_name": claim.claim_name,
+                "claim_namespace": claim.claim_namespace,
+                "devices": [
+                    {
+                        "driver": d.driver,
+                        "pool": d.pool,
+                        "device": d.device,
+                        "share_id": d.share_id,
+                        "cdi_devices": list(d.cdi_devices),
+                    }
+                    for d in claim.devices
+                ],
+            }
+            for claim in container.dynamic_resources
+        ],
+        "numa_nodes": list(container.numa_nodes),
+        "numa_aligned": container.numa_aligned,
+    }
+
+
+def _pod(pod: PodView, filters: Filters) -> JSON | None:
+    containers = [_container(c) for c in pod.containers if filters.keeps_container(c)]
+    if not containers:
+        return None
+    return {
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "cpu_ids": list(pod.cpu_ids),
+        "memory": [_memory(b) for b in pod.memory],
+        "containers": containers,
+    }
+
+
+def render_json(
+    snapshot: Snapshot, *, filters: Filters, now: float, source: str = "snapshot"
+) -> JSON:
+    """The snapshot as on-call reads it, always with its age."""
+    pods = [p for p in (_pod(pod, filters) for pod in snapshot.pods if filters.keeps_pod(pod)) if p]
+    allocatable = snapshot.allocatable
+    return {
+        "node": snapshot.node,
+        "source": source,
+        "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
+        "age_seconds": round(now - snapshot.collected_at, 3) if snapshot.collected_at else None,
+        "kubelet": {
+            "up": snapshot.kubelet.up,
+            "socket": snapshot.kubelet.socket,
+            "api": dict(snapshot.kubelet.api),
+            "last_error": snapshot.kubelet.last_error,
+        },
+        "allocatable": {
+            "devices": [
+                {"resource": g.resource, "device_id": d, "numa_nodes": list(g.numa_nodes)}
+                for g in allocatable.devices
+                for d in g.device_ids
+            ],
+            "cpu_ids": list(allocatable.cpu_ids),
+            "memory": [_memory(b) for b in allocatable.memory],
+        },
+        "collectors": [
+            {
+                "name": run.name,
+                "success": run.success,
+                "duration_seconds": round(run.duration_seconds, 6),
+                "error": run.error,
+            }
+            for run in snapshot.collectors
+        ],
+        "pods": pods,
+    }
+
+
+def _cpu_ranges(cpus: tuple[int, ...]) -> str:
+    """0,1,2,3,8 -> "0-3,8": the kernel's cpulist notation, short enough for a table."""
+    ranges: list[str] = []
+    start = previous = None
+    for cpu in (*cpus, None):
+        if cpu is not None and previous is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        if start is not None:
+            ranges.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = cpu
+    return ",".join(ranges)
+
+
+def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
+    """One line per container device (or per container when it holds none)."""
+    header = ("NAMESPACE", "POD", "CONTAINER", "RESOURCE", "DEVICE", "NUMA", "CPUS", "ALIGNED")
+    rows: list[tuple[str, ...]] = [header]
+    for pod in snapshot.pods:
+        if not filters.keeps_pod(pod):
+            continue
+        for container in pod.containers:
+            if not filters.keeps_container(container):
+                continue
+            aligned = {None: "-", True: "yes", False: "NO"}[container.numa_aligned]
+            cpus = _cpu_ranges(container.cpu_ids) or "-"
+            devices = container.devices or (None,)
+            for device in devices:
+                rows.append(
+                    (
+                        pod.namespace,
+                        pod.name,
+                        container.owner.container,
+                        device.resource if device else "-",
+                        device.device_id if device else "-",
+                        (numa_label(device.numa_nodes) or "?") if device else "-",
+                        cpus,
+                        aligned,
+                    )
+                )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    age = f"{now - snapshot.collected_at:.1f}s" if snapshot.collected_at else "never"
+    kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
+    return f"# node {snapshot.node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"

@@ -1,0 +1,409 @@
+"""Snapshot -> metric families -> bytes, once per poll.
+
+Rendering costs microseconds per sample, so it happens once per poll in the poller's
+worker thread and every scrape is served the cached bytes (plain text and OpenMetrics,
+each also gzipped). Families are built fresh from the snapshot every time, so the
+series of a pod that is gone cannot survive it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import platform
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+)
+from prometheus_client import exposition as text_format
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.openmetrics import exposition as openmetrics_format
+from prometheus_client.registry import Collector
+
+from exporter import __version__
+from exporter.deviceid import parse_device_id
+from exporter.model import (
+    DeviceView,
+    MetricKind,
+    MetricSpec,
+    NodeCount,
+    Owner,
+    Sample,
+    Snapshot,
+    numa_label,
+)
+
+__all__ = [
+    "OPENMETRICS_CONTENT_TYPE",
+    "TEXT_CONTENT_TYPE",
+    "Exposition",
+    "RequestStats",
+    "render",
+]
+
+TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
+OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
+# prometheus_client leaves the OpenMetrics writer unannotated; this gives it its real type.
+_generate_openmetrics: Callable[[CollectorRegistry], bytes] = openmetrics_format.generate_latest
+GZIP_LEVEL = 6  # gzip's own default: most of the gain for little CPU
+
+OWNER_LABELS = ("namespace", "pod", "container")
+DEVICE_LABELS = (*OWNER_LABELS, "resource", "device_id")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestStats:
+    """The kubelet client's request counters and latency histogram, as plain data."""
+
+    requests: Mapping[tuple[str, str], int]  # (method, gRPC code) -> count
+    # method -> ((upper bound seconds, cumulative count), ...), sum seconds
+    latency_buckets: Mapping[str, tuple[tuple[float, int], ...]]
+    latency_sum: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """One poll's /metrics page in every encoding a scraper may ask for."""
+
+    text: bytes
+    text_gzip: bytes
+    openmetrics: bytes
+    openmetrics_gzip: bytes
+    series: int
+
+
+def _gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=list(labels))
+
+
+def _owner_values(owner: Owner) -> list[str]:
+    return [owner.namespace, owner.pod, owner.container]
+
+
+def _node_family(
+    name: str, documentation: str, labels: Sequence[str], counts: Iterable[NodeCount]
+) -> GaugeMetricFamily:
+    family = _gauge(name, documentation, labels)
+    for count in counts:
+        family.add_metric(list(count.label_values), count.value)
+    return family
+
+
+def _family_for(spec: MetricSpec, labels: Sequence[str]) -> Metric:
+    if spec.kind is MetricKind.COUNTER:
+        return CounterMetricFamily(spec.name, spec.help, labels=list(labels))
+    return GaugeMetricFamily(spec.name, spec.help, labels=list(labels))
+
+
+def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, str], DeviceView]:
+    """One entry per (owner, resource, physical device) that has telemetry.
+
+    Replicas of one GPU held by one owner collapse into one series; a physical device
+    with at least one allocated replica gets no extra unallocated series.
+    """
+    owned: dict[tuple[Owner, str, str], DeviceView] = {}
+    allocated_bases = {
+        parse_device_id(d.device_id).base for d in devices if d.owner.pod and d.reading
+    }
+    for device in devices:
+        if device.reading is None or not device.reading.samples:
+            continue
+        base = parse_device_id(device.device_id).base
+        if not device.owner.pod and base in allocated_bases:
+            continue
+        owned.setdefault((device.owner, device.resource, base), device)
+    return owned
+
+
+def _telemetry_families(snapshot: Snapshot) -> Iterator[Metric]:
+    families: dict[str, Metric] = {}
+    for (owner, resource, base), device in _telemetry_owners(snapshot.devices).items():
+        assert device.reading is not None
+        for sample in device.reading.samples:
+            family = families.get(sample.spec.name)
+            if family is None:
+                family = _family_for(sample.spec, (*DEVICE_LABELS, *sample.spec.labels))
+                families[sample.spec.name] = family
+            values = [*_owner_values(owner), resource, base, *sample.label_values]
+            family.add_metric(values, sample.value)  # type: ignore[attr-defined]
+    yield from families.values()
+    yield from _node_sample_families(snapshot.node_samples)
+
+
+def _node_sample_families(samples: Iterable[Sample]) -> Iterator[Metric]:
+    families: dict[str, Metric] = {}
+    for sample in samples:
+        family = families.get(sample.spec.name)
+        if family is None:
+            family = _family_for(sample.spec, sample.spec.labels)
+            families[sample.spec.name] = family
+        family.add_metric(list(sample.label_values), sample.value)  # type: ignore[attr-defined]
+    yield from families.values()
+
+
+def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
+    yield _node_family(
+        "podresources_node_allocatable_devices",
+        "Device IDs the kubelet can allocate (each replica ID is one unit).",
+        ("resource", "numa_node"),
+        snapshot.allocatable_devices,
+    )
+    yield _node_family(
+        "podresources_node_allocated_devices",
+        "Device IDs allocated to containers.",
+        ("resource", "numa_node"),
+        snapshot.allocated_devices,
+    )
+    yield _node_family(
+        "podresources_node_allocatable_cpus",
+        "CPUs the kubelet can allocate exclusively.",
+        ("numa_node",),
+        snapshot.allocatable_cpus,
+    )
+    yield _node_family(
+        "podresources_node_allocated_cpus",
+        "CPUs allocated exclusively to containers.",
+        ("numa_node",),
+        snapshot.allocated_cpus,
+    )
+    yield _node_family(
+        "podresources_node_allocatable_memory_bytes",
+        "Memory and hugepages the kubelet memory manager can allocate, in bytes.",
+        ("memory_type", "numa_node"),
+        snapshot.allocatable_memory,
+    )
+    yield _node_family(
+        "podresources_node_allocated_memory_bytes",
+        "Memory and hugepages allocated to containers, in bytes.",
+        ("memory_type", "numa_node"),
+        snapshot.allocated_memory,
+    )
+
+    device_info = _gauge(
+        "podresources_device_info",
+        "Every device ID the kubelet knows, with identity from hardware telemetry.",
+        ("resource", "device_id", "numa_node", "uuid", "pci_address", "model", "vendor"),
+    )
+    mismatch = _gauge(
+        "podresources_device_numa_mismatch",
+        "1 for a device whose kubelet-reported NUMA node disagrees with sysfs.",
+        ("resource", "device_id", "kubelet_numa_node", "sysfs_numa_node"),
+    )
+    seen: set[tuple[str, str]] = set()
+    for device in snapshot.devices:
+        if (device.resource, device.device_id) in seen:
+            continue
+        seen.add((device.resource, device.device_id))
+        identity = device.reading.identity if device.reading else None
+        pci_address = (identity.pci_address if identity else None) or (
+            device.pci.address if device.pci else ""
+        )
+        device_info.add_metric(
+            [
+                device.resource,
+                device.device_id,
+                numa_label(device.numa_nodes),
+                (identity.uuid if identity else None) or "",
+                pci_address or "",
+                (identity.model if identity else None) or "",
+                (identity.vendor if identity else None) or "",
+            ],
+            1,
+        )
+        sysfs_node = device.pci.numa_node if device.pci else None
+        if device.numa_nodes and sysfs_node is not None and sysfs_node not in device.numa_nodes:
+            mismatch.add_metric(
+                [device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)],
+                1,
+            )
+    yield device_info
+    yield mismatch
+
+
+def _container_families(snapshot: Snapshot) -> Iterator[Metric]:
+    device_info = _gauge(
+        "podresources_container_device_info",
+        "A device allocated to a container.",
+        (*OWNER_LABELS, "resource", "device_id", "numa_node"),
+    )
+    cpus = _gauge(
+        "podresources_container_exclusive_cpus",
+        "Exclusive CPUs allocated to a container, per NUMA node.",
+        (*OWNER_LABELS, "numa_node"),
+    )
+    memory = _gauge(
+        "podresources_container_memory_bytes",
+        "Memory and hugepages allocated to a container by the memory manager, in bytes.",
+        (*OWNER_LABELS, "memory_type", "numa_node"),
+    )
+    claims = _gauge(
+        "podresources_container_dynamic_resource_info",
+        "A device allocated to a container through a DRA resource claim.",
+        (*OWNER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device"),
+    )
+    aligned = _gauge(
+        "podresources_container_numa_aligned",
+        "1 when the container's devices and memory sit on NUMA nodes of its exclusive CPUs.",
+        OWNER_LABELS,
+    )
+    cpu_seconds = CounterMetricFamily(
+        "podresources_container_exclusive_cpu_seconds",
+        "Seconds the container's exclusive CPUs spent in each mode.",
+        labels=[*OWNER_LABELS, "mode"],
+    )
+    for pod in snapshot.pods:
+        for container in pod.containers:
+            owner = _owner_values(container.owner)
+            for device in container.devices:
+                device_info.add_metric(
+                    [*owner, device.resource, device.device_id, numa_label(device.numa_nodes)], 1
+                )
+            for node, count in container.cpus_by_numa:
+                cpus.add_metric([*owner, node], count)
+            totals: dict[tuple[str, str], int] = defaultdict(int)
+            for block in container.memory:
+                totals[(block.memory_type, numa_label(block.numa_nodes))] += block.size_bytes
+            for (memory_type, node), size in sorted(totals.items()):
+                memory.add_metric([*owner, memory_type, node], size)
+            for claim in container.dynamic_resources:
+                for claimed in claim.devices:
+                    claims.add_metric(
+                        [
+                            *owner,
+                            claim.claim_namespace,
+                            claim.claim_name,
+                            claimed.driver,
+                            claimed.pool,
+                            claimed.device,
+                        ],
+                        1,
+                    )
+            if container.numa_aligned is not None:
+                aligned.add_metric(owner, 1 if container.numa_aligned else 0)
+            for mode, seconds in container.cpu_seconds_by_mode:
+                cpu_seconds.add_metric([*owner, mode], seconds)
+    yield from (device_info, cpus, memory, claims, aligned, cpu_seconds)
+
+
+def _self_families(
+    snapshot: Snapshot, *, request_stats: RequestStats, poll_duration_s: float
+) -> Iterator[Metric]:
+    build = _gauge(
+        "podresources_exporter_build_info",
+        "Always 1; the exporter's version and Python version.",
+        ("version", "python_version"),
+    )
+    build.add_metric([__version__, platform.python_version()], 1)
+    yield build
+    up = _gauge("podresources_kubelet_up", "1 when the last kubelet List call succeeded.", ())
+    up.add_metric([], 1 if snapshot.kubelet.up else 0)
+    yield up
+    api = _gauge(
+        "podresources_kubelet_api_available",
+        "1 when the kubelet serves the PodResources method (not unimplemented or disabled).",
+        ("method",),
+    )
+    for method, available in snapshot.kubelet.api:
+        api.add_metric([method], 1 if available else 0)
+    yield api
+    requests = CounterMetricFamily(
+        "podresources_kubelet_requests",
+        "PodResources calls made to the kubelet, by method and gRPC status code.",
+        labels=["method", "code"],
+    )
+    for (method, code), count in sorted(request_stats.requests.items()):
+        requests.add_metric([method, code], count)
+    yield requests
+    latency = HistogramMetricFamily(
+        "podresources_kubelet_request_duration_seconds",
+        "Latency of PodResources calls to the kubelet, in seconds.",
+        labels=["method"],
+    )
+    for method, buckets in sorted(request_stats.latency_buckets.items()):
+        latency.add_metric(
+            [method],
+            [(_bound(bound), count) for bound, count in buckets],
+            request_stats.latency_sum.get(method, 0.0),
+        )
+    yield latency
+    timestamp = _gauge(
+        "podresources_snapshot_timestamp_seconds",
+        "Unix time the kubelet data being served was collected; stale when far behind time().",
+        (),
+    )
+    timestamp.add_metric([], snapshot.collected_at)
+    yield timestamp
+    poll = _gauge(
+        "podresources_poll_duration_seconds", "How long the last poll took, in seconds.", ()
+    )
+    poll.add_metric([], poll_duration_s)
+    yield poll
+    success = _gauge(
+        "podresources_collector_success",
+        "1 when the collector's last run succeeded (an absent source counts as success).",
+        ("collector",),
+    )
+    duration = _gauge(
+        "podresources_collector_duration_seconds",
+        "How long the collector's last run took, in seconds.",
+        ("collector",),
+    )
+    for run in snapshot.collectors:
+        success.add_metric([run.name], 1 if run.success else 0)
+        duration.add_metric([run.name], run.duration_seconds)
+    yield success
+    yield duration
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+class _SnapshotCollector(Collector):
+    def __init__(
+        self, snapshot: Snapshot, *, request_stats: RequestStats, poll_duration_s: float
+    ) -> None:
+        self._snapshot = snapshot
+        self._request_stats = request_stats
+        self._poll_duration_s = poll_duration_s
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _self_families(
+            self._snapshot,
+            request_stats=self._request_stats,
+            poll_duration_s=self._poll_duration_s,
+        )
+        yield from _inventory_families(self._snapshot)
+        yield from _container_families(self._snapshot)
+        yield from _telemetry_families(self._snapshot)
+
+
+def render(
+    snapshot: Snapshot, *, request_stats: RequestStats, poll_duration_s: float
+) -> Exposition:
+    """The whole /metrics page for ``snapshot``, with process metrics; CPU-bound."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        _SnapshotCollector(snapshot, request_stats=request_stats, poll_duration_s=poll_duration_s)
+    )
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    text = text_format.generate_latest(registry)
+    openmetrics = _generate_openmetrics(registry)
+    return Exposition(
+        text=text,
+        text_gzip=gzip.compress(text, compresslevel=GZIP_LEVEL),
+        openmetrics=openmetrics,
+        openmetrics_gzip=gzip.compress(openmetrics, compresslevel=GZIP_LEVEL),
+        series=text.count(b"\n") - text.count(b"\n#"),
+    )

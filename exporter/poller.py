@@ -1,0 +1,236 @@
+"""The loop: every interval, ask the kubelet and the collectors, join, render, publish.
+
+One poll makes at most one ``List`` and one ``GetAllocatableResources`` call, whatever
+the scrape load: HTTP handlers only read what was published last. When the kubelet
+fails, the last good kubelet data keeps being served with its original timestamp (so
+its age shows) and ``podresources_kubelet_up`` drops to 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from exporter.collectors.base import CollectorError
+from exporter.collectors.runner import CollectorRunner
+from exporter.exposition import Exposition, RequestStats, render
+from exporter.join import diff_allocations, join_snapshot, telemetry_device_ids
+from exporter.kubelet.client import KubeletClient
+from exporter.kubelet.errors import KubeletError, MethodUnavailable
+from exporter.model import (
+    AllocatableResources,
+    CollectorRun,
+    KubeletStatus,
+    PodResources,
+    Snapshot,
+)
+from exporter.topology import read_cpu_numa_map
+
+__all__ = ["Poller", "Published", "SnapshotStore"]
+
+log = structlog.get_logger(__name__)
+
+GET_PROBE_INTERVAL_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What HTTP handlers read: one snapshot and its rendered /metrics page."""
+
+    snapshot: Snapshot
+    exposition: Exposition
+    poll_duration_s: float
+
+
+@dataclass(slots=True)
+class SnapshotStore:
+    """Holds the current ``Published``; replaced whole, so readers never see a mix."""
+
+    current: Published | None = None
+    on_publish: list[Callable[[Published], None]] = field(default_factory=list)
+
+    def publish(self, published: Published) -> None:
+        self.current = published
+        for callback in self.on_publish:
+            callback(published)
+
+
+@dataclass(frozen=True, slots=True)
+class _KubeletData:
+    pods: tuple[PodResources, ...]
+    allocatable: AllocatableResources
+    collected_at: float
+
+
+def request_stats_of(client: KubeletClient) -> RequestStats:
+    stats = client.stats()
+    return RequestStats(
+        requests={(r.method, r.code): r.count for r in stats.requests},
+        latency_buckets={h.method: h.buckets for h in stats.durations},
+        latency_sum={h.method: h.sum_seconds for h in stats.durations},
+    )
+
+
+class Poller:
+    def __init__(
+        self,
+        *,
+        client: KubeletClient,
+        runner: CollectorRunner,
+        store: SnapshotStore,
+        node: str,
+        socket_path: str,
+        sysfs: Path,
+        interval_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._runner = runner
+        self._store = store
+        self._node = node
+        self._socket_path = socket_path
+        self._sysfs = sysfs
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last_good: _KubeletData | None = None
+        self._last_error: str | None = None
+        self._cpu_numa: Mapping[int, int] = {}
+        self._get_probed_at: float | None = None
+
+    async def run(self) -> None:
+        """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
+        while True:
+            started = time.monotonic()
+            try:
+                await self.poll_once()
+            except Exception:  # keep polling: the last snapshot stays published
+                log.exception("poll_failed")
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(max(0.0, self._interval_s - elapsed))
+
+    async def poll_once(self) -> Published:
+        started = time.perf_counter()
+        kubelet_data, kubelet_status = await self._poll_kubelet()
+        self._cpu_numa = await asyncio.to_thread(self._read_topology)
+        runs = await self._runner.run_all(
+            device_ids=telemetry_device_ids(kubelet_data.pods, kubelet_data.allocatable)
+        )
+        previous = self._store.current
+        # Join and render are CPU-bound: keep them off the event loop.
+        snapshot, exposition, duration = await asyncio.to_thread(
+            self._join_and_render, kubelet_data, kubelet_status, runs, started
+        )
+        for change in diff_allocations(previous.snapshot if previous else None, snapshot):
+            log.info(
+                "allocation_changed",
+                namespace=change.owner.namespace,
+                pod=change.owner.pod,
+                container=change.owner.container,
+                devices_added=list(change.devices_added),
+                devices_removed=list(change.devices_removed),
+                cpus_added=list(change.cpus_added),
+                cpus_removed=list(change.cpus_removed),
+            )
+        published = Published(snapshot, exposition, duration)
+        self._store.publish(published)
+        return published
+
+    def _join_and_render(
+        self,
+        kubelet_data: _KubeletData,
+        kubelet_status: KubeletStatus,
+        runs: tuple[CollectorRun, ...],
+        started: float,
+    ) -> tuple[Snapshot, Exposition, float]:
+        snapshot = join_snapshot(
+            node=self._node,
+            collected_at=kubelet_data.collected_at,
+            kubelet=kubelet_status,
+            pods=kubelet_data.pods,
+            allocatable=kubelet_data.allocatable,
+            cpu_numa=self._cpu_numa,
+            collector_runs=runs,
+        )
+        duration = time.perf_counter() - started
+        exposition = render(
+            snapshot, request_stats=request_stats_of(self._client), poll_duration_s=duration
+        )
+        return snapshot, exposition, duration
+
+    def _read_topology(self) -> Mapping[int, int]:
+        try:
+            return read_cpu_numa_map(self._sysfs)
+        except CollectorError as error:
+            log.warning("topology_unreadable", error=str(error))
+            return self._cpu_numa  # keep the last good map
+
+    async def _probe_get(self) -> None:
+        # Get serves only /debug look-ups, so its availability is probed rarely: at the
+        # first poll and every GET_PROBE_INTERVAL_S (a kubelet upgrade may add it).
+        now = time.monotonic()
+        if self._get_probed_at is not None and now - self._get_probed_at < GET_PROBE_INTERVAL_S:
+            return
+        self._get_probed_at = now
+        try:
+            await self._client.probe_get()
+        except KubeletError as error:
+            log.debug("get_probe_failed", error=str(error))
+
+    async def _poll_kubelet(self) -> tuple[_KubeletData, KubeletStatus]:
+        pods_result, allocatable_result, _ = await asyncio.gather(
+            self._client.list_pods(),
+            self._client.get_allocatable(),
+            self._probe_get(),
+            return_exceptions=True,
+        )
+        now = self._clock()
+        previous = self._last_good
+        error: str | None = None
+        if isinstance(pods_result, BaseException):
+            if not isinstance(pods_result, KubeletError):
+                raise pods_result
+            error = str(pods_result)
+        if isinstance(allocatable_result, MethodUnavailable):
+            allocatable = AllocatableResources()  # an old or restricted kubelet: no inventory
+        elif isinstance(allocatable_result, BaseException):
+            if not isinstance(allocatable_result, KubeletError):
+                raise allocatable_result
+            allocatable = previous.allocatable if previous else AllocatableResources()
+            error = error or str(allocatable_result)
+        else:
+            allocatable = allocatable_result
+
+        if isinstance(pods_result, BaseException):
+            data = previous or _KubeletData((), allocatable, 0.0)
+        else:
+            data = _KubeletData(pods_result, allocatable, now)
+            self._last_good = data
+        self._note_error(error, served_from=data.collected_at if error else None)
+        status = KubeletStatus(
+            up=not isinstance(pods_result, BaseException),
+            socket=self._socket_path,
+            api=tuple(sorted(self._client.api_status().items())),
+            last_error=self._last_error,
+            last_success_at=self._last_good.collected_at if self._last_good else None,
+        )
+        return data, status
+
+    def _note_error(self, error: str | None, *, served_from: float | None) -> None:
+        if error == self._last_error:
+            return
+        if error is None:
+            log.info("kubelet_recovered", socket=self._socket_path)
+        else:
+            age = None if not served_from else round(self._clock() - served_from, 1)
+            log.warning(
+                "kubelet_poll_failed",
+                socket=self._socket_path,
+                error=error,
+                serving_snapshot_age_seconds=age,
+            )
+        self._last_error = error

@@ -1,0 +1,79 @@
+"""A whole simulated node: kubelet socket, sysfs/procfs fixture tree and GPUs, ticking.
+
+``--demo`` runs one inside the exporter's process; tests and the benchmark run one
+beside the exporter. Every ``advance`` moves the scenario one tick: pods come and go,
+counters grow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import structlog
+
+from exporter.sim.fixtures import write_tree
+from exporter.sim.kubelet import SimKubelet
+from exporter.sim.scenario import Scenario
+
+__all__ = ["SimulatedNode"]
+
+log = structlog.get_logger(__name__)
+
+
+class SimulatedNode:
+    def __init__(self, scenario: Scenario, *, root: Path | None = None) -> None:
+        self.scenario = scenario
+        self._owns_root = root is None
+        # A short path: unix socket paths are limited to 108 bytes.
+        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="prx-sim-"))
+        self.sysfs = self.root / "sys"
+        self.procfs = self.root / "proc"
+        self.socket_path = str(self.root / "kubelet.sock")
+        self.kubelet = SimKubelet(socket_path=self.socket_path)
+        self.tick = 0
+        self._ticker: asyncio.Task[None] | None = None
+
+    def _write(self) -> None:
+        write_tree(
+            sysfs=self.sysfs,
+            procfs_root=self.procfs,
+            hardware=self.scenario.hardware,
+            tick=self.tick,
+        )
+
+    def _apply(self) -> None:
+        state = self.scenario.state_at(self.tick)
+        self.kubelet.set_state(pods=state.pods, allocatable=state.allocatable)
+
+    async def start(self, *, tick_interval_s: float | None = None) -> None:
+        """Lay out the tree, start the kubelet; tick every interval when one is given."""
+        await asyncio.to_thread(self._write)
+        self._apply()
+        await self.kubelet.start()
+        if tick_interval_s is not None:
+            self._ticker = asyncio.create_task(self._tick_forever(tick_interval_s))
+        log.info("simulated_node_started", root=str(self.root), socket=self.socket_path)
+
+    async def advance(self) -> None:
+        """One tick later: new counters in the tree, the scenario's pods at the kubelet."""
+        self.tick += 1
+        await asyncio.to_thread(self._write)
+        self._apply()
+
+    async def _tick_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.advance()
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        await self.kubelet.stop()
+        if self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,37 @@
+"""Shared fixtures: a simulated node on a real unix socket and an exporter polling it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from exporter.sim.node import SimulatedNode
+from exporter.sim.scenario import DemoScenario
+
+
+@pytest.fixture(autouse=True)
+def _quiet_structlog() -> None:
+    # Tests read what the exporter logs through structlog's capture, not stderr.
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary folder with a short path: unix socket paths end at 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="prx"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def sim_node(short_tmp: Path) -> AsyncIterator[SimulatedNode]:
+    """The demo scenario served by a real grpc.aio kubelet on a unix socket."""
+    node = SimulatedNode(DemoScenario.create(), root=short_tmp)
+    await node.start()
+    yield node
+    await node.stop()

@@ -1,0 +1,137 @@
+"""Flags and environment variables become one Config; bad values end with one line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import ConfigError, env_name, parse_config
+
+
+def test_defaults(tmp_path: Path) -> None:
+    """Defaults are DESIGN.md's: the kubelet socket, 16 MiB replies, 10 s polls, all collectors."""
+    config = parse_config([], {"NODE_NAME": "gpu-node-7"})
+    assert (
+        config.kubelet_socket,
+        config.kubelet_max_message_bytes,
+        config.poll_interval_s,
+        config.collector_timeout_s,
+        config.listen_host,
+        config.listen_port,
+        config.enable_debug,
+        config.collectors,
+        config.node_name,
+        config.log_format,
+    ) == (
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        16 * 1024 * 1024,
+        10.0,
+        5.0,
+        "0.0.0.0",
+        9410,
+        True,
+        ("nvml", "pci", "netdev", "infiniband", "drm", "cpu", "numa"),
+        "gpu-node-7",
+        "json",
+    )
+
+
+def test_environment_then_flags_win() -> None:
+    """Every flag reads its environment variable; a flag on the command line wins."""
+    environ = {
+        env_name("--poll.interval"): "30",
+        env_name("--collector.nvml"): "false",
+        env_name("--web.enable-debug"): "0",
+        env_name("--log.format"): "console",
+        env_name("--web.listen-address"): "127.0.0.1:9000",
+    }
+    config = parse_config(["--poll.interval", "15"], environ)
+    assert (config.poll_interval_s, "nvml" in config.collectors, config.enable_debug) == (
+        15.0,
+        False,
+        False,
+    )
+    assert (config.log_format, config.listen_host, config.listen_port) == (
+        "console",
+        "127.0.0.1",
+        9000,
+    )
+    assert (
+        env_name("--kubelet.max-message-bytes") == "PODRESOURCES_EXPORTER_KUBELET_MAX_MESSAGE_BYTES"
+    )
+
+
+def test_short_poll_interval_shortens_collector_timeout() -> None:
+    """Without --collector.timeout a collector may take at most the poll interval."""
+    assert parse_config(["--poll.interval", "2"], {}).collector_timeout_s == 2.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        (["--web.listen-address", "9410"], {}, "expected HOST:PORT"),
+        (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),
+        (["--path.sysfs", "/no/such/dir"], {}, "not a directory"),
+        ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),
+        ([], {env_name("--log.level"): "loud"}, "is not one of"),
+        ([], {env_name("--collector.cpu"): "maybe"}, "expected true or false"),
+    ],
+)
+def test_bad_values_raise_config_error(
+    argv: list[str], environ: dict[str, str], message: str
+) -> None:
+    """Unusable values are refused at start with a message that names them."""
+    with pytest.raises(ConfigError, match=message):
+        parse_config(argv, environ)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--poll.interval", "-1"],
+        ["--kubelet.timeout", "abc"],
+        ["--no-such-flag"],
+        ["--web.listen-address", "host:99999"],
+    ],
+)
+def test_process_exits_2_with_one_line(argv: list[str]) -> None:
+    """The real entry point: exit code 2 and exactly one line on stderr."""
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("podresources-exporter: error: ")
+    assert result.stdout == ""
+
+
+def test_help_documents_every_flag_and_variable() -> None:
+    """--help names each DESIGN.md flag with its environment variable."""
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0
+    flags = [
+        "--kubelet.socket",
+        "--kubelet.max-message-bytes",
+        "--kubelet.timeout",
+        "--poll.interval",
+        "--web.listen-address",
+        "--web.config.file",
+        "--web.enable-debug",
+        "--path.sysfs",
+        "--path.procfs",
+        "--collector.nvml",
+        "--no-collector.nvml",
+        "--node-name",
+        "--log.level",
+        "--log.format",
+        "--demo",
+    ]
+    help_text = " ".join(result.stdout.split())
+    missing = [f for f in flags if f not in help_text]
+    assert missing == []
+    assert env_name("--kubelet.socket") in help_text

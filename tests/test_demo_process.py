@@ -1,0 +1,126 @@
+"""The real ``--demo`` process: what `make demo` users and outside checks see."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+PROMTOOL = shutil.which("promtool")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _get(url: str, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.fixture(scope="module")
+def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`podresources-exporter --demo` on a free loopback port, ready to scrape."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("demo") / "demo.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--demo",
+                "--poll.interval",
+                "1",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"--demo exited {process.returncode}: {log_path.read_text()[-2000:]}")
+            try:
+                if _get(f"{url}/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"--demo never became ready: {log_path.read_text()[-2000:]}")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert process.returncode == 0, "SIGTERM should stop the exporter cleanly"
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not found: apt-get install prometheus")
+def test_promtool_accepts_demo_metrics(demo_url: str) -> None:
+    """`promtool check metrics` passes on the whole demo output, every collector on."""
+    status, body = _get(f"{demo_url}/metrics")
+    assert status == 200
+    assert PROMTOOL is not None
+    result = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_openmetrics_output_parses_strictly(demo_url: str) -> None:
+    """The OpenMetrics rendering (what Prometheus asks for first) parses and ends in # EOF."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    status, body = _get(
+        f"{demo_url}/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0"}
+    )
+    assert status == 200
+    names = {family.name for family in text_string_to_metric_families(body.decode())}
+    assert {"podresources_kubelet_requests", "podresources_container_device_info"} <= names
+
+
+def test_demo_shows_pods_with_owner_labels(demo_url: str) -> None:
+    """The README's curl session: the table lists the simulated pods; metrics carry owners."""
+    status, table = _get(f"{demo_url}/debug/allocations?format=text")
+    assert status == 200
+    assert b"trainer-0" in table
+    assert b"llm-server-7d9f8" in table
+    _, metrics = _get(f"{demo_url}/metrics")
+    info = [
+        line
+        for line in metrics.decode().splitlines()
+        if line.startswith("podresources_container_device_info{")
+    ]
+    assert any(
+        'namespace="ml-training"' in line
+        and 'pod="trainer-0"' in line
+        and 'container="trainer"' in line
+        for line in info
+    )
+    for family in (
+        "podresources_gpu_utilization_ratio",
+        "podresources_net_receive_bytes_total",
+        "podresources_infiniband_receive_bytes_total",
+        "podresources_container_exclusive_cpu_seconds_total",
+        "podresources_numa_memory_total_bytes",
+    ):
+        assert f"\n{family}{{".encode() in metrics, f"{family} missing from the demo"
+    status, body = _get(f"{demo_url}/debug/allocations?pod=trainer-0")
+    assert json.loads(body)["pods"][0]["containers"][0]["devices"][0]["telemetry"]["figures"]

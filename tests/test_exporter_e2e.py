@@ -1,0 +1,380 @@
+"""The real exporter parts against the simulated kubelet over a real unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
+
+from exporter.app import Exporter, demo_collectors
+from exporter.cli import parse_config
+from exporter.sim.node import SimulatedNode
+
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _config(node: SimulatedNode, *extra: str) -> Any:
+    return parse_config(
+        [
+            "--kubelet.socket",
+            node.socket_path,
+            "--path.sysfs",
+            str(node.sysfs),
+            "--path.procfs",
+            str(node.procfs),
+            "--kubelet.timeout",
+            "1",
+            "--poll.interval",
+            "1",
+            "--collector.timeout",
+            "1",
+            "--node-name",
+            "demo-node",
+            *extra,
+        ],
+        {},
+    )
+
+
+@pytest.fixture
+async def exporter(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
+    config = _config(sim_node)
+    exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+    yield exporter
+    await exporter.close()
+
+
+@pytest.fixture
+async def client(exporter: Exporter, aiohttp_client: Any) -> TestClient:  # type: ignore[type-arg]
+    return await aiohttp_client(exporter.create_app())
+
+
+async def _series(client: TestClient) -> Series:  # type: ignore[type-arg]
+    response = await client.get("/metrics")
+    assert response.status == 200
+    text = await response.text()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return (name, tuple(sorted(labels.items())))
+
+
+def _with_name(series: Series, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {labels: value for (n, labels), value in series.items() if n == name}
+
+
+def _owners(series: Series, name: str) -> set[tuple[str, str, str]]:
+    return {
+        (dict(labels)["namespace"], dict(labels)["pod"], dict(labels)["container"])
+        for labels in _with_name(series, name)
+    }
+
+
+class TestMetrics:
+    async def test_container_device_info_labels(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """Every allocated device of the scenario appears once with its owner and NUMA node."""
+        await exporter.poller.poll_once()
+        series = await _series(client)
+        expected = {
+            (
+                ("container", c.name),
+                ("device_id", device_id),
+                ("namespace", pod.namespace),
+                ("numa_node", ",".join(map(str, group.numa_nodes))),
+                ("pod", pod.name),
+                ("resource", group.resource),
+            )
+            for pod in sim_node.scenario.state_at(0).pods
+            for c in pod.containers
+            for group in c.devices
+            for device_id in group.device_ids
+        }
+        assert set(_with_name(series, "podresources_container_device_info")) == expected
+        assert len(expected) == 14
+
+    async def test_scenario_elements(self, exporter: Exporter, client: TestClient) -> None:  # type: ignore[type-arg]
+        """CPUs, hugepages, DRA, alignment and node counts carry the scenario's values."""
+        await exporter.poller.poll_once()
+        series = await _series(client)
+        trainer = {"namespace": "ml-training", "pod": "trainer-0", "container": "trainer"}
+        cpus = _key("podresources_container_exclusive_cpus", **trainer, numa_node="0")
+        assert series[cpus] == 8
+        hugepages = _key(
+            "podresources_container_memory_bytes",
+            **trainer,
+            memory_type="hugepages-1Gi",
+            numa_node="0",
+        )
+        assert series[hugepages] == 8 * 2**30
+        server = _key(
+            "podresources_container_numa_aligned",
+            namespace="ml-inference",
+            pod="llm-server-7d9f8",
+            container="server",
+        )
+        assert series[server] == 0
+        claims = _with_name(series, "podresources_container_dynamic_resource_info")
+        assert [dict(labels)["driver"] for labels in claims] == ["gpu.example.com"]
+        shared = (("numa_node", "1"), ("resource", "nvidia.com/gpu.shared"))
+        assert series[("podresources_node_allocatable_devices", shared)] == 4
+        assert series[("podresources_node_allocated_devices", shared)] == 2
+        assert series[("podresources_kubelet_up", ())] == 1
+        assert (
+            series[("podresources_kubelet_requests_total", (("code", "OK"), ("method", "List")))]
+            == 1
+        )
+
+    async def test_telemetry_joined_to_owners(self, exporter: Exporter, client: TestClient) -> None:  # type: ignore[type-arg]
+        """GPU figures carry their owner's labels; shared replicas give one series per owner."""
+        await exporter.poller.poll_once()
+        series = await _series(client)
+        owners = _owners(series, "podresources_gpu_power_watts")
+        assert ("ml-training", "trainer-0", "trainer") in owners
+        assert ("notebooks", "jupyter-alice", "notebook") in owners
+        assert ("notebooks", "jupyter-bob", "notebook") in owners
+        assert ("rendering", "blender-0", "render") in owners  # AMD via drm
+        cpu = _owners(series, "podresources_container_exclusive_cpu_seconds_total")
+        assert ("ml-training", "trainer-0", "trainer") in cpu
+
+    async def test_numa_disagreement_with_sysfs(
+        self, exporter: Exporter, client: TestClient
+    ) -> None:  # type: ignore[type-arg]
+        """The demo's Intel plugin says NUMA 0 where sysfs says 1: one mismatch per device ID."""
+        await exporter.poller.poll_once()
+        series = await _series(client)
+        mismatches = _with_name(series, "podresources_device_numa_mismatch")
+        assert sorted(dict(labels)["device_id"] for labels in mismatches) == ["card2-0", "card2-1"]
+        assert {
+            (dict(labels)["kubelet_numa_node"], dict(labels)["sysfs_numa_node"])
+            for labels in mismatches
+        } == {("0", "1")}
+
+    async def test_allocation_changes_are_logged(
+        self, exporter: Exporter, sim_node: SimulatedNode
+    ) -> None:
+        """A container that loses its devices and CPUs gets one allocation_changed event."""
+        await exporter.poller.poll_once()
+        for _ in range(3):
+            await sim_node.advance()
+        with capture_logs() as logs:
+            await exporter.poller.poll_once()
+        changes = [e for e in logs if e["event"] == "allocation_changed"]
+        assert [(e["pod"], e["devices_removed"], e["cpus_removed"]) for e in changes] == [
+            ("etl-0", ["0000:4b:00.4"], [18, 19, 20, 21])
+        ]
+
+    async def test_deleted_pod_disappears(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """The churning batch pod's series are gone at the first poll after it is."""
+        await exporter.poller.poll_once()
+        text = await (await client.get("/metrics")).text()
+        assert 'pod="etl-0"' in text
+        for _ in range(3):
+            await sim_node.advance()
+        await exporter.poller.poll_once()
+        text = await (await client.get("/metrics")).text()
+        assert 'pod="etl-0"' not in text
+        assert 'pod="trainer-0"' in text
+
+    async def test_negotiates_openmetrics_and_gzip(
+        self, exporter: Exporter, client: TestClient
+    ) -> None:  # type: ignore[type-arg]
+        """OpenMetrics when asked by Accept, gzip when asked by Accept-Encoding."""
+        await exporter.poller.poll_once()
+        response = await client.get(
+            "/metrics",
+            headers={
+                "Accept": "application/openmetrics-text;version=1.0.0",
+                "Accept-Encoding": "gzip",
+            },
+            auto_decompress=False,
+        )
+        assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert response.headers["Content-Encoding"] == "gzip"
+        body = gzip.decompress(await response.read())
+        assert body.endswith(b"# EOF\n")
+
+    async def test_scrapes_never_call_the_kubelet(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """50 concurrent scrapes and debug reads add zero kubelet calls (counted server-side)."""
+        await exporter.poller.poll_once()
+        before = dict(sim_node.kubelet.calls)
+        responses = await asyncio.gather(
+            *(client.get("/metrics") for _ in range(50)),
+            *(client.get("/debug/allocations") for _ in range(10)),
+        )
+        assert [r.status for r in responses] == [200] * 60
+        assert dict(sim_node.kubelet.calls) == before
+        assert before == {"v1.List": 1, "v1.GetAllocatableResources": 1, "v1.Get": 1}
+
+
+class TestKubeletFailures:
+    async def test_killed_kubelet_keeps_last_snapshot_then_recovers(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """Kubelet gone: last data served with its age and kubelet_up 0; back: recovers."""
+        first = await exporter.poller.poll_once()
+        await sim_node.kubelet.stop()
+        await asyncio.sleep(0.05)
+        stale = await exporter.poller.poll_once()
+        series = await _series(client)
+        assert series[("podresources_kubelet_up", ())] == 0
+        assert (
+            series[("podresources_snapshot_timestamp_seconds", ())] == first.snapshot.collected_at
+        )
+        assert 'pod="trainer-0"' in (await (await client.get("/metrics")).text())
+        body = await (await client.get("/debug/allocations")).json()
+        assert body["kubelet"]["up"] is False
+        assert body["kubelet"]["last_error"].startswith("List: ")
+        assert body["age_seconds"] > 0
+        assert [(p.namespace, p.name) for p in stale.snapshot.pods] == [
+            (p.namespace, p.name) for p in first.snapshot.pods
+        ]
+
+        await sim_node.kubelet.start()
+        for _ in range(40):  # the client backs off after UNAVAILABLE; bounded wait
+            published = await exporter.poller.poll_once()
+            if published.snapshot.kubelet.up:
+                break
+            await asyncio.sleep(0.25)
+        assert published.snapshot.kubelet.up
+        assert published.snapshot.collected_at > first.snapshot.collected_at
+
+    async def test_rate_limited_kubelet_backs_off(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """RESOURCE_EXHAUSTED marks the kubelet down and the next poll does not call it."""
+        await exporter.poller.poll_once()
+        sim_node.kubelet.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        await exporter.poller.poll_once()
+        calls = sim_node.kubelet.calls["v1.List"]
+        await exporter.poller.poll_once()
+        assert sim_node.kubelet.calls["v1.List"] == calls
+        series = await _series(client)
+        assert series[("podresources_kubelet_up", ())] == 0
+        assert (
+            series[
+                (
+                    "podresources_kubelet_requests_total",
+                    (("code", "RESOURCE_EXHAUSTED"), ("method", "List")),
+                )
+            ]
+            == 1
+        )
+
+    async def test_unimplemented_allocatable(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """An old kubelet without GetAllocatableResources: pods still listed, API marked."""
+        sim_node.kubelet.unimplemented.add("v1.GetAllocatableResources")
+        await exporter.poller.poll_once()
+        series = await _series(client)
+        assert series[("podresources_kubelet_up", ())] == 1
+        assert (
+            series[("podresources_kubelet_api_available", (("method", "GetAllocatableResources"),))]
+            == 0
+        )
+        assert series[("podresources_kubelet_api_available", (("method", "List"),))] == 1
+        assert _with_name(series, "podresources_container_device_info")
+        assert not _with_name(series, "podresources_node_allocatable_devices")
+
+    async def test_reply_over_4_mib_is_read(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """A List reply of more than gRPC's 4 MiB default arrives whole."""
+        sim_node.kubelet.padding_bytes = 5 * 1024 * 1024
+        published = await exporter.poller.poll_once()
+        assert published.snapshot.kubelet.up
+        padding = [
+            d
+            for p in published.snapshot.pods
+            if p.namespace == "sim-padding"
+            for c in p.containers
+            for d in c.devices
+        ]
+        assert sum(len(d.device_id) for d in padding) >= 5 * 1024 * 1024
+
+
+class TestDebugEndpoints:
+    async def test_filters_and_text(self, exporter: Exporter, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Filters narrow the pods; the text table lists them; the age is always there."""
+        await exporter.poller.poll_once()
+        body = await (
+            await client.get("/debug/allocations", params={"namespace": "notebooks"})
+        ).json()
+        assert sorted(p["name"] for p in body["pods"]) == ["jupyter-alice", "jupyter-bob"]
+        assert body["node"] == "demo-node"
+        assert body["age_seconds"] >= 0
+        assert body["collected_at"].endswith("Z")
+        body = await (
+            await client.get("/debug/allocations", params={"resource": "amd.com/gpu"})
+        ).json()
+        assert [(p["namespace"], p["name"]) for p in body["pods"]] == [("rendering", "blender-0")]
+        device = body["pods"][0]["containers"][0]["devices"][0]
+        assert device["telemetry"]["identity"]["vendor"] == "amd"
+        text = await (await client.get("/debug/allocations", params={"format": "text"})).text()
+        assert "trainer-0" in text
+        assert "llm-server-7d9f8" in text
+        assert "NO" in text
+
+    @pytest.mark.parametrize(
+        ("path", "status"),
+        [
+            ("/debug/allocations?bogus=1", 400),
+            ("/debug/allocations?format=xml", 400),
+            ("/debug/allocations/ml-training/NOT_A_NAME", 400),
+            ("/debug/allocations/ml-training/no-such-pod", 404),
+            ("/nope", 404),
+        ],
+    )
+    async def test_bad_input_gets_one_line_json(
+        self, exporter: Exporter, client: TestClient, path: str, status: int
+    ) -> None:  # type: ignore[type-arg]
+        """Bad input: a 4xx with one line of JSON naming the problem, never a 500."""
+        await exporter.poller.poll_once()
+        response = await client.get(path)
+        assert response.status == status
+        text = await response.text()
+        assert text.count("\n") == 1
+        assert "error" in json.loads(text)
+
+    async def test_fresh_pod_via_get(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """One pod answered fresh through Get; with Get disabled, from the snapshot."""
+        await exporter.poller.poll_once()
+        body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
+        assert body["source"] == "kubelet Get"
+        assert [c["name"] for c in body["pods"][0]["containers"]] == ["trainer", "log-shipper"]
+        sim_node.kubelet.disabled.add("v1.Get")
+        body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
+        assert body["source"].startswith("snapshot")
+        assert body["pods"][0]["name"] == "trainer-0"
+
+    async def test_readyz_follows_the_snapshot(
+        self, exporter: Exporter, client: TestClient
+    ) -> None:  # type: ignore[type-arg]
+        """Not ready before the first poll; ready after; healthz always."""
+        assert (await client.get("/readyz")).status == 503
+        assert (await client.get("/metrics")).status == 503
+        assert (await client.get("/healthz")).status == 200
+        await exporter.poller.poll_once()
+        assert (await client.get("/readyz")).status == 200
+        assert (await client.get("/")).status == 200
