@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 from aiohttp import web
@@ -78,8 +78,10 @@ class Exporter:
         self.runner.close()
 
 
-def demo_collectors(config: Config, node: object) -> list[Collector]:
-    """The enabled collectors, with the simulated GPUs standing in for NVML."""
+def demo_collectors(
+    config: Config, node: object, *, clock: Callable[[], float] = time.monotonic
+) -> list[Collector]:
+    """The enabled collectors, with the simulated GPUs (on ``clock``) standing in for NVML."""
     from exporter.collectors.nvml import NvmlCollector
     from exporter.sim.gpus import SimulatedNvmlSource
     from exporter.sim.node import SimulatedNode
@@ -88,7 +90,7 @@ def demo_collectors(config: Config, node: object) -> list[Collector]:
     context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
     collectors = build_collectors([n for n in config.collectors if n != "nvml"], context)
     if "nvml" in config.collectors:
-        source = SimulatedNvmlSource(node.scenario.hardware, clock=time.monotonic)
+        source = SimulatedNvmlSource(node.scenario.hardware, clock=clock)
         collectors.insert(0, NvmlCollector(context, source=source))
     return collectors
 

@@ -309,6 +309,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console script entry point."""
+    # gRPC's C core logs connection chatter at INFO; our own log says what matters.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
     except ConfigError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import structlog
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before gRPC's core starts
 
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario

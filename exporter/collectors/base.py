@@ -14,9 +14,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from exporter.model import Readings
+from exporter.model import MetricKind, MetricSpec, Readings
 
-__all__ = ["Collector", "CollectorContext", "CollectorError", "CollectorUnavailable"]
+__all__ = [
+    "COLLECTOR_ERRORS",
+    "Collector",
+    "CollectorContext",
+    "CollectorError",
+    "CollectorUnavailable",
+]
+
+
+# One family for every collector's per-figure failures (a lost GPU, a garbage file):
+# a collector keeps its own cumulative counts and reports them as node samples.
+COLLECTOR_ERRORS = MetricSpec(
+    "podresources_collector_errors_total",
+    MetricKind.COUNTER,
+    "Failed reads of single figures of single devices since the exporter started, by error.",
+    labels=("collector", "error"),
+)
 
 
 @dataclass(frozen=True, slots=True)

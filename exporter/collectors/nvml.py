@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Literal, NewType, ParamSpec, Protocol, TypeVar
 import pynvml
 
 from exporter.collectors.base import (
+    COLLECTOR_ERRORS,
     Collector,
     CollectorContext,
     CollectorError,
@@ -49,14 +50,11 @@ from exporter.collectors.gpu_metrics import (
 from exporter.model import (
     DeviceIdentity,
     DeviceReading,
-    MetricKind,
-    MetricSpec,
     Readings,
     Sample,
 )
 
 __all__ = [
-    "COLLECTOR_ERRORS",
     "EccErrorType",
     "NvmlCollector",
     "NvmlError",
@@ -66,12 +64,6 @@ __all__ = [
     "PynvmlSource",
 ]
 
-COLLECTOR_ERRORS = MetricSpec(
-    "podresources_collector_errors_total",
-    MetricKind.COUNTER,
-    "Failed reads of single figures of single devices since the exporter started, by error.",
-    labels=("collector", "error"),
-)
 
 # NVML return codes by their nvml.h name without the NVML_ERROR_ prefix.
 NOT_SUPPORTED = "NOT_SUPPORTED"

@@ -22,7 +22,12 @@ from fake_nvml_support import (
     FakeNvmlLibrary,
 )
 
-from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
+from exporter.collectors.base import (
+    COLLECTOR_ERRORS,
+    CollectorContext,
+    CollectorError,
+    CollectorUnavailable,
+)
 from exporter.collectors.gpu_metrics import (
     GPU_ECC_ERRORS,
     GPU_ENERGY,
@@ -33,7 +38,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
-from exporter.collectors.nvml import COLLECTOR_ERRORS, NvmlCollector
+from exporter.collectors.nvml import NvmlCollector
 from exporter.model import DeviceIdentity, DeviceReading, Readings, Sample
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.collectors.base import CollectorContext
+from exporter.collectors.base import COLLECTOR_ERRORS, CollectorContext
 from exporter.collectors.gpu_metrics import (
     GPU_ECC_ERRORS,
     GPU_ENERGY,
@@ -17,7 +17,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
-from exporter.collectors.nvml import COLLECTOR_ERRORS, NvmlCollector
+from exporter.collectors.nvml import NvmlCollector
 from exporter.model import DeviceIdentity, DeviceReading, Readings, Sample
 from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import GIB, demo_hardware
