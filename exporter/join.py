@@ -247,6 +247,31 @@ def _container_view(
     )
 
 
+def _unique_pods(pods: tuple[PodResources, ...]) -> tuple[PodResources, ...]:
+    """First of each pod, container and device ID: a reply listing one twice (seen during
+    kubelet restarts) must not produce duplicate series, which Prometheus rejects."""
+    seen: set[tuple[str, str]] = set()
+    unique: list[PodResources] = []
+    for pod in pods:
+        if (pod.namespace, pod.name) in seen:
+            continue
+        seen.add((pod.namespace, pod.name))
+        containers: dict[str, ContainerResources] = {}
+        for container in pod.containers:
+            if container.name in containers:
+                continue
+            held: set[str] = set()
+            groups = []
+            for group in container.devices:
+                ids = tuple(d for d in dict.fromkeys(group.device_ids) if d not in held)
+                held.update(ids)
+                if ids:
+                    groups.append(replace(group, device_ids=ids))
+            containers[container.name] = replace(container, devices=tuple(groups))
+        unique.append(replace(pod, containers=tuple(containers.values())))
+    return tuple(unique)
+
+
 def _counts(values: Mapping[tuple[str, ...], float]) -> tuple[NodeCount, ...]:
     return tuple(NodeCount(labels, value) for labels, value in sorted(values.items()))
 
@@ -263,6 +288,7 @@ def join_snapshot(
 ) -> Snapshot:
     """Everything one poll learnt, joined per container and per node."""
     readings = merge_readings(collector_runs)
+    pods = _unique_pods(pods)
     allocatable_topology = {
         device_id: _sorted_nodes(group.numa_nodes)
         for group in allocatable.devices

@@ -185,6 +185,19 @@ class TestContainers:
         assert _container(snapshot, "p", "d").cpu_seconds_by_mode == ()
 
 
+class TestBadKubeletData:
+    def test_duplicates_are_dropped(self) -> None:
+        """A pod, container or device ID listed twice is kept once: no duplicate series."""
+        group = DeviceGroup("r", ("d1", "d1", "d2"), (0,))
+        container = ContainerResources("c", devices=(group, DeviceGroup("r", ("d2",), (0,))))
+        pod = PodResources("ns", "p", (container, ContainerResources("c", cpu_ids=(1,))))
+        snapshot = _join((pod, pod), AllocatableResources())
+        assert [(p.name, [c.owner.container for c in p.containers]) for p in snapshot.pods] == [
+            ("p", ["c"])
+        ]
+        assert [d.device_id for d in snapshot.pods[0].containers[0].devices] == ["d1", "d2"]
+
+
 class TestTelemetry:
     def test_replicas_share_the_physical_reading_and_pci(self) -> None:
         """A replica ID finds its GPU's reading; the PCI address from identity finds sysfs facts."""
