@@ -1,0 +1,388 @@
+"""The Grafana dashboards: well-formed, importable as they are, and no panel empty on the demo.
+
+The live tests run `python -m exporter --demo`, scrape it with a real Prometheus every
+second, resolve each dashboard's template variables the way Grafana does ("All" of a
+label_values query) and run every panel query, which must return at least one series.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
+RULES = REPO / "alerts" / "podresources-exporter.rules.yml"
+EXPECTED = {"node-inventory.json", "workloads.json", "waste-placement.json", "exporter-health.json"}
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+JOB = "podresources-exporter"
+NODE = "demo-node"
+# Grafana's built-in variables, as the live test sets them: windows that 1 s scrapes over
+# ~10 s of data can fill.
+BUILTINS = {"__rate_interval": "10s", "__interval": "1s", "__range": "1m"}
+MIN_SCRAPES = 10
+LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>\w+)\)$")
+VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)|\[\[(\w+)\]\]")
+# A regex matcher on __name__ such as podresources_container_(device_info|memory_bytes).
+METRIC_ALTERNATION = re.compile(r"\b(podresources_[a-z0-9_]*)\(([a-z0-9_|]+)\)")
+METRIC = re.compile(r"\b((?:podresources|process|scrape)_[a-z0-9_]+|up)\b")
+REGEX_SPECIALS = set("\\.^$*+?()[]{}|")
+
+Panel = dict[str, Any]
+Dashboard = dict[str, Any]
+
+
+def _load(path: Path) -> Dashboard:
+    dashboard: Dashboard = json.loads(path.read_text())
+    return dashboard
+
+
+def _panels(dashboard: Dashboard) -> Iterator[Panel]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def _query_panels(dashboard: Dashboard) -> list[Panel]:
+    return [p for p in _panels(dashboard) if p["type"] != "row"]
+
+
+def _variables(dashboard: Dashboard) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in dashboard["templating"]["list"]}
+
+
+def _variable_query(variable: dict[str, Any]) -> str:
+    query = variable["query"]
+    return str(query["query"] if isinstance(query, dict) else query)
+
+
+def _grafana_regex_escape(value: str) -> str:
+    # What Grafana's Prometheus data source does to each value of a multi-value variable.
+    return "".join(f"\\\\{c}" if c in REGEX_SPECIALS else c for c in value)
+
+
+def _substitute(text: str, values: dict[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = next(group for group in match.groups() if group)
+        return values[name]
+
+    return VARIABLE.sub(one, text)
+
+
+@pytest.fixture(params=DASHBOARDS, ids=lambda path: path.name)
+def dashboard(request: pytest.FixtureRequest) -> Dashboard:
+    """One dashboard's JSON."""
+    return _load(request.param)
+
+
+class TestDashboardJson:
+    def test_the_four_dashboards_exist(self) -> None:
+        """dashboards/ holds exactly the four documented dashboards."""
+        assert EXPECTED == {path.name for path in DASHBOARDS}
+
+    def test_uids_and_titles_are_unique_and_short(self) -> None:
+        """Every dashboard has its own uid (40 characters at most) and title."""
+        dashboards = [_load(path) for path in DASHBOARDS]
+        uids = [d["uid"] for d in dashboards]
+        assert len(set(uids)) == len(uids)
+        assert all(0 < len(uid) <= 40 for uid in uids)
+        titles = [d["title"] for d in dashboards]
+        assert len(set(titles)) == len(titles)
+
+    def test_current_schema_and_importable_as_is(self, dashboard: Dashboard) -> None:
+        """schemaVersion 39 or later, no id, no import-time inputs, tagged for cross-links."""
+        assert dashboard["schemaVersion"] >= 39
+        assert dashboard["id"] is None
+        assert "__inputs" not in dashboard
+        assert "podresources-exporter" in dashboard["tags"]
+
+    def test_datasource_variable(self, dashboard: Dashboard) -> None:
+        """A `datasource` variable of type datasource picks a Prometheus data source."""
+        variable = _variables(dashboard)["datasource"]
+        assert variable["type"] == "datasource"
+        assert variable["query"] == "prometheus"
+
+    def test_template_variables_are_label_values_queries(self, dashboard: Dashboard) -> None:
+        """node everywhere; namespace and pod wherever pods are shown; all label_values queries."""
+        variables = _variables(dashboard)
+        wanted = (
+            {"node"}
+            if dashboard["uid"].endswith("exporter-health")
+            else {
+                "node",
+                "namespace",
+                "pod",
+            }
+        )
+        assert wanted | {"datasource"} == set(variables)
+        assert (
+            _variable_query(variables["node"])
+            == "label_values(podresources_exporter_build_info, node)"
+        )
+        for name in wanted:
+            variable = variables[name]
+            query = _variable_query(variable)
+            match = LABEL_VALUES.match(query)
+            assert match, f"{name}: {query}"
+            assert match["label"] == name
+            assert variable["type"] == "query"
+            assert variable["datasource"] == DATASOURCE
+            assert variable["definition"] == query
+            assert variable["includeAll"] is True
+            assert "allValue" not in variable, "All must expand to the values, not .*"
+
+    def test_every_datasource_reference_is_the_variable(self, dashboard: Dashboard) -> None:
+        """Panels and targets use ${datasource}, never a uid from someone's Grafana."""
+        for panel in _query_panels(dashboard):
+            assert panel["datasource"] == DATASOURCE, panel["title"]
+            for target in panel["targets"]:
+                assert target["datasource"] == DATASOURCE, panel["title"]
+
+    def test_panels_have_ids_layout_and_queries(self, dashboard: Dashboard) -> None:
+        """Unique ids, on the 24-column grid, each query panel with refId'd PromQL targets."""
+        ids = [panel["id"] for panel in _panels(dashboard)]
+        assert len(set(ids)) == len(ids)
+        for panel in _panels(dashboard):
+            grid = panel["gridPos"]
+            assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for panel in _query_panels(dashboard):
+            assert panel["title"].strip()
+            assert panel.get("description", "").strip(), f"{panel['title']}: no description"
+            targets = panel["targets"]
+            assert targets, panel["title"]
+            ref_ids = [t["refId"] for t in targets]
+            assert len(set(ref_ids)) == len(ref_ids), panel["title"]
+            assert all(t["expr"].strip() for t in targets), panel["title"]
+
+    def test_queries_use_only_defined_variables(self, dashboard: Dashboard) -> None:
+        """Every $variable in a query is a template variable or a Grafana built-in."""
+        known = set(_variables(dashboard)) | set(BUILTINS)
+        for panel in _query_panels(dashboard):
+            for target in panel["targets"]:
+                for match in VARIABLE.finditer(target["expr"]):
+                    name = next(group for group in match.groups() if group)
+                    assert name in known, f"{panel['title']}: ${name}"
+
+
+# ----------------------------------------------------------------------------- live
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _wait(what: str, ready: Any, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"{what} exited {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"{what} not ready after 30 s: {log.read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class Prometheus:
+    """A Prometheus HTTP API client for the test server."""
+
+    def __init__(self, url: str, metrics_text: str) -> None:
+        self.url = url
+        self.metrics_text = metrics_text  # the exporter's /metrics, for names without samples
+
+    def api(self, path: str, **params: str | list[str]) -> Any:
+        query = urllib.parse.urlencode(params, doseq=True)
+        status, body = _get(f"{self.url}/api/v1/{path}?{query}")
+        reply = json.loads(body)
+        if status != 200 or reply.get("status") != "success":
+            raise AssertionError(f"{path} {params}: {status} {reply.get('error', body[:300])}")
+        return reply["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr)
+        result: list[dict[str, Any]] = data["result"]
+        return result if data["resultType"] == "vector" else [data]
+
+
+@pytest.fixture(scope="module")
+def demo_prometheus(
+    prometheus: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    """The demo exporter scraped every second by a real Prometheus, with a few scrapes done."""
+    workdir = tmp_path_factory.mktemp("demo-prometheus")
+    exporter_port, prometheus_port = _free_port(), _free_port()
+    exporter_log = workdir / "exporter.log"
+    exporter_url = f"http://127.0.0.1:{exporter_port}"
+    with exporter_log.open("wb") as log:
+        exporter = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--demo",
+                "--web.listen-address",
+                f"127.0.0.1:{exporter_port}",
+                "--poll.interval",
+                "1",
+                # Collectors must finish within one 1 s poll.
+                "--collector.timeout",
+                "0.8",
+                "--log.level",
+                "warning",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+        _wait(
+            "exporter --demo",
+            lambda: _get(f"{exporter_url}/readyz")[0] == 200,
+            exporter,
+            exporter_log,
+        )
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": JOB,
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{exporter_port}"], "labels": {"node": NODE}}
+                    ],
+                }
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prometheus_log = workdir / "prometheus.log"
+        with prometheus_log.open("wb") as log:
+            server = subprocess.Popen(
+                [
+                    prometheus,
+                    f"--config.file={workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            url = f"http://127.0.0.1:{prometheus_port}"
+            client = Prometheus(url, _get(f"{exporter_url}/metrics")[1].decode())
+
+            def scraped_enough() -> bool:
+                if _get(f"{url}/-/ready")[0] != 200:
+                    return False
+                samples = client.query(f'count_over_time(up{{job="{JOB}"}}[1m])')
+                return bool(samples) and float(samples[0]["value"][1]) >= MIN_SCRAPES
+
+            _wait("prometheus", scraped_enough, server, prometheus_log)
+            yield client
+        finally:
+            _stop(server)
+    finally:
+        _stop(exporter)
+
+
+def _resolve_variables(
+    dashboard: Dashboard, client: Prometheus, failures: list[str]
+) -> dict[str, str]:
+    """Each template variable's "All" value as Grafana builds it, in definition order."""
+    values = dict(BUILTINS)
+    for variable in dashboard["templating"]["list"]:
+        name = variable["name"]
+        if variable["type"] == "datasource":
+            values[name] = "prometheus"
+            continue
+        match = LABEL_VALUES.match(_variable_query(variable))
+        assert match, name
+        params: dict[str, str | list[str]] = {}
+        if match["selector"]:
+            params["match[]"] = [_substitute(match["selector"], values)]
+        found = sorted(v for v in client.api(f"label/{match['label']}/values", **params) if v)
+        if not found:
+            failures.append(f"variable ${name}: {_variable_query(variable)} has no values")
+            found = ["no-value"]
+        escaped = [_grafana_regex_escape(v) for v in found]
+        values[name] = escaped[0] if len(escaped) == 1 else f"({'|'.join(escaped)})"
+    return values
+
+
+def test_every_panel_query_returns_data_on_the_demo(
+    demo_prometheus: Prometheus, dashboard: Dashboard
+) -> None:
+    """Every panel target, variables set to "All", returns at least one series from the demo."""
+    failures: list[str] = []
+    values = _resolve_variables(dashboard, demo_prometheus, failures)
+    for panel in _query_panels(dashboard):
+        for target in panel["targets"]:
+            expr = _substitute(target["expr"], values)
+            try:
+                result = demo_prometheus.query(expr)
+            except AssertionError as error:
+                failures.append(f"{panel['title']!r} {target['refId']}: {error}")
+                continue
+            if not result:
+                failures.append(f"{panel['title']!r} {target['refId']}: no data for {expr}")
+    assert not failures, f"{dashboard['title']}:\n  " + "\n  ".join(failures)
+
+
+def test_demo_exports_every_metric_the_dashboards_and_alerts_use(
+    demo_prometheus: Prometheus,
+) -> None:
+    """Each metric named in a dashboard or alert rule is a family the demo exporter declares."""
+    exported = set(re.findall(r"^# TYPE (\S+) (\S+)", demo_prometheus.metrics_text, re.MULTILINE))
+    families = {name for name, _ in exported}
+    histograms = {name for name, kind in exported if kind == "histogram"}
+    used: dict[str, set[str]] = {}
+    texts = [(path.name, path.read_text()) for path in DASHBOARDS]
+    texts.append((RULES.name, RULES.read_text()))
+    for where, text in texts:
+        for prefix, alternatives in METRIC_ALTERNATION.findall(text):
+            for alternative in alternatives.split("|"):
+                used.setdefault(prefix + alternative, set()).add(where)
+        for name in METRIC.findall(METRIC_ALTERNATION.sub("", text)):
+            used.setdefault(name, set()).add(where)
+    prometheus_own = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+    missing = []
+    for name, where in sorted(used.items()):
+        family = re.sub(r"_(bucket|sum|count)$", "", name)
+        if name in prometheus_own or name in families or family in histograms:
+            continue
+        missing.append(f"{name} (used in {', '.join(sorted(where))})")
+    assert not missing, "not exported by the demo: " + "; ".join(missing)

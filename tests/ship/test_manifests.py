@@ -1,0 +1,334 @@
+"""The kustomize manifests: every overlay renders, validates strictly and keeps its promises."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+DASHBOARDS = REPO / "dashboards"
+NAMESPACE = "podresources-exporter"
+KUSTOMIZATIONS = [
+    "manifests",
+    *sorted(
+        f"manifests/overlays/{p.name}" for p in (MANIFESTS / "overlays").iterdir() if p.is_dir()
+    ),
+]
+# Kinds that only exist with the Prometheus Operator's CRDs: kubernetes-validate has no
+# schema for them and raises SchemaNotFoundError; they are checked structurally below.
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", kind)
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+}
+OLDEST_KUBERNETES = "1.29"
+GPU_TAINTS = {"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915"}
+
+Doc = dict[str, Any]
+
+
+def _render(kubectl: str, directory: Path) -> list[Doc]:
+    result = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def rendered(kubectl: str) -> dict[str, list[Doc]]:
+    """Every kustomization's output, keyed by its path relative to the repository."""
+    return {name: _render(kubectl, REPO / name) for name in KUSTOMIZATIONS}
+
+
+def _one(docs: list[Doc], kind: str) -> Doc:
+    matches = [doc for doc in docs if doc["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, got {len(matches)}"
+    return matches[0]
+
+
+def _daemonset(docs: list[Doc]) -> Doc:
+    return _one(docs, "DaemonSet")
+
+
+def _pod_spec(docs: list[Doc]) -> Doc:
+    spec: Doc = _daemonset(docs)["spec"]["template"]["spec"]
+    return spec
+
+
+def _container(docs: list[Doc]) -> Doc:
+    (container,) = _pod_spec(docs)["containers"]
+    return container
+
+
+def _validation_versions() -> list[str]:
+    kubernetes_validate = pytest.importorskip(
+        "kubernetes_validate", reason="pip install kubernetes-validate (in the test extras)"
+    )
+    return [OLDEST_KUBERNETES, kubernetes_validate.latest_version()]
+
+
+class TestRendering:
+    def test_overlays_are_the_expected_ones(self) -> None:
+        """The base and the three documented overlays exist."""
+        expected = ["manifests"] + [
+            f"manifests/overlays/{name}" for name in ("gpu-nodes", "grafana", "prometheus-operator")
+        ]
+        assert expected == KUSTOMIZATIONS
+
+    @pytest.mark.parametrize("name", KUSTOMIZATIONS)
+    def test_renders_and_keeps_everything_in_one_namespace(
+        self, rendered: dict[str, list[Doc]], name: str
+    ) -> None:
+        """`kubectl kustomize` renders it, and every namespaced object lands in our namespace."""
+        docs = rendered[name]
+        assert _one(docs, "Namespace")["metadata"]["name"] == NAMESPACE
+        for doc in docs:
+            if doc["kind"] != "Namespace":
+                assert doc["metadata"].get("namespace") == NAMESPACE, doc["metadata"]["name"]
+
+    def test_components_combine(self, kubectl: str, tmp_path: Path) -> None:
+        """All three components applied together on the base render one consistent set."""
+
+        def rel(path: Path) -> str:
+            return os.path.relpath(path, tmp_path)
+
+        components = MANIFESTS / "components"
+        (tmp_path / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "namespace": NAMESPACE,
+                    "resources": [rel(MANIFESTS / "base")],
+                    "components": [
+                        rel(components / name)
+                        for name in ("gpu-nodes", "prometheus-operator", "grafana")
+                    ],
+                }
+            )
+        )
+        docs = _render(kubectl, tmp_path)
+        kinds = sorted(doc["kind"] for doc in docs)
+        assert kinds == sorted(
+            [
+                "Namespace",
+                "ServiceAccount",
+                "Service",
+                "DaemonSet",
+                "ServiceMonitor",
+                "PrometheusRule",
+                *["ConfigMap"] * 4,
+            ]
+        )
+        assert "affinity" in _pod_spec(docs)
+
+
+class TestValidation:
+    @pytest.mark.parametrize("name", KUSTOMIZATIONS)
+    def test_kubernetes_validate_strict(self, rendered: dict[str, list[Doc]], name: str) -> None:
+        """Every built-in kind passes strict validation on the oldest and newest Kubernetes."""
+        import kubernetes_validate
+
+        for version in _validation_versions():
+            for doc in rendered[name]:
+                what = f"{name}: {doc['kind']}/{doc['metadata']['name']} on {version}"
+                try:
+                    kubernetes_validate.validate(doc, version, strict=True)
+                except kubernetes_validate.SchemaNotFoundError:
+                    # Only the operator's CRDs may lack a schema; anything else is a typo'd
+                    # apiVersion or kind that the validator would otherwise let through.
+                    assert (doc["apiVersion"], doc["kind"]) in CRD_KINDS, f"no schema: {what}"
+                except kubernetes_validate.ValidationError as error:
+                    path = ".".join(map(str, error.path))
+                    pytest.fail(f"{what}: {path}: {error.message}")
+
+    def test_strict_validation_rejects_an_unknown_field(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """The validator really is strict: a misspelt field in the DaemonSet fails it."""
+        import kubernetes_validate
+
+        daemonset = copy.deepcopy(_daemonset(rendered["manifests"]))
+        daemonset["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFileSystem"] = True
+        for version in _validation_versions():
+            with pytest.raises(kubernetes_validate.ValidationError):
+                kubernetes_validate.validate(daemonset, version, strict=True)
+
+
+class TestBase:
+    def test_pod_resources_socket_directory_is_mounted_read_only_at_the_same_path(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """The kubelet's pod-resources directory is a read-only hostPath at the same path."""
+        docs = rendered["manifests"]
+        self._assert_host_mount(
+            docs, "/var/lib/kubelet/pod-resources", "/var/lib/kubelet/pod-resources"
+        )
+        args = _container(docs)["args"]
+        assert "--kubelet.socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
+
+    def test_sysfs_and_procfs_are_mounted_read_only_under_host(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """/sys and /proc are read-only at /host/sys and /host/proc and the flags point there."""
+        docs = rendered["manifests"]
+        self._assert_host_mount(docs, "/sys", "/host/sys")
+        self._assert_host_mount(docs, "/proc", "/host/proc")
+        args = _container(docs)["args"]
+        assert {"--path.sysfs=/host/sys", "--path.procfs=/host/proc"} <= set(args)
+
+    @staticmethod
+    def _assert_host_mount(docs: list[Doc], host_path: str, mount_path: str) -> None:
+        volumes = {v["name"]: v for v in _pod_spec(docs)["volumes"]}
+        mounts = [m for m in _container(docs)["volumeMounts"] if m["mountPath"] == mount_path]
+        assert len(mounts) == 1, f"nothing mounted at {mount_path}"
+        assert mounts[0].get("readOnly") is True, f"{mount_path} must be read-only"
+        assert volumes[mounts[0]["name"]]["hostPath"]["path"] == host_path
+
+    def test_every_mount_but_scratch_is_read_only(self, rendered: dict[str, list[Doc]]) -> None:
+        """Only the in-memory /tmp is writable."""
+        docs = rendered["manifests"]
+        volumes = {v["name"]: v for v in _pod_spec(docs)["volumes"]}
+        for mount in _container(docs)["volumeMounts"]:
+            if not mount.get("readOnly"):
+                assert "emptyDir" in volumes[mount["name"]], mount["mountPath"]
+
+    def test_node_name_comes_from_the_downward_api(self, rendered: dict[str, list[Doc]]) -> None:
+        """NODE_NAME is the pod's spec.nodeName."""
+        env = {e["name"]: e for e in _container(rendered["manifests"])["env"]}
+        assert {"fieldRef": {"fieldPath": "spec.nodeName"}} == env["NODE_NAME"]["valueFrom"]
+
+    def test_container_is_locked_down(self, rendered: dict[str, list[Doc]]) -> None:
+        """Root only for the socket; no capabilities, no escalation, read-only root, seccomp."""
+        docs = rendered["manifests"]
+        context = _container(docs)["securityContext"]
+        assert context["runAsUser"] == 0
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context.get("privileged", False) is False
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+        pod = _pod_spec(docs)
+        for host_namespace in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not pod.get(host_namespace), host_namespace
+
+    def test_root_is_explained(self) -> None:
+        """The manifest says why the container runs as root."""
+        text = (MANIFESTS / "base" / "daemonset.yaml").read_text()
+        before = text[: text.index("runAsUser: 0")]
+        assert "socket" in before[-600:]
+        assert "root" in before[-600:]
+
+    def test_no_api_token(self, rendered: dict[str, list[Doc]]) -> None:
+        """Neither the ServiceAccount nor the pod mounts an API token."""
+        docs = rendered["manifests"]
+        account = _one(docs, "ServiceAccount")
+        assert account["automountServiceAccountToken"] is False
+        pod = _pod_spec(docs)
+        assert pod["serviceAccountName"] == account["metadata"]["name"]
+        assert pod["automountServiceAccountToken"] is False
+
+    def test_resources_request_cpu_and_memory_and_limit_memory_only(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """Requests for CPU and memory, a memory limit, and no CPU limit (no throttling)."""
+        resources = _container(rendered["manifests"])["resources"]
+        assert set(resources["requests"]) == {"cpu", "memory"}
+        assert set(resources["limits"]) == {"memory"}
+
+    def test_probes_use_health_endpoints_on_the_named_port(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """Liveness probes /healthz and readiness /readyz on the named port metrics, 9410."""
+        container = _container(rendered["manifests"])
+        assert [{"name": "metrics", "containerPort": 9410, "protocol": "TCP"}] == container["ports"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert "--web.listen-address=:9410" in container["args"]
+
+    def test_scheduling_defaults(self, rendered: dict[str, list[Doc]]) -> None:
+        """Critical priority, GPU taints tolerated, no blanket toleration, no node selection."""
+        pod = _pod_spec(rendered["manifests"])
+        assert pod["priorityClassName"] == "system-node-critical"
+        tolerations = pod["tolerations"]
+        assert all(t["operator"] == "Exists" for t in tolerations)
+        assert all("key" in t for t in tolerations), "a keyless Exists tolerates every taint"
+        assert GPU_TAINTS == {t["key"] for t in tolerations}
+        assert "nodeSelector" not in pod
+        assert "affinity" not in pod
+
+    def test_headless_service_selects_the_pods(self, rendered: dict[str, list[Doc]]) -> None:
+        """The Service is headless, names its port metrics and selects the DaemonSet's pods."""
+        docs = rendered["manifests"]
+        service = _one(docs, "Service")
+        assert service["spec"]["clusterIP"] == "None"
+        assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+        pod_labels = _daemonset(docs)["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+
+    def test_image_tag_is_the_package_version(self, rendered: dict[str, list[Doc]]) -> None:
+        """The image the base deploys is tagged with pyproject's version."""
+        version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+        assert _container(rendered["manifests"])["image"] == f"podresources-exporter:{version}"
+
+
+class TestOverlays:
+    def test_gpu_nodes_only_adds_a_gpu_node_affinity(self, rendered: dict[str, list[Doc]]) -> None:
+        """gpu-nodes is the base plus a required node affinity on GPU node labels."""
+        base = _daemonset(rendered["manifests"])
+        overlay = copy.deepcopy(_daemonset(rendered["manifests/overlays/gpu-nodes"]))
+        affinity = overlay["spec"]["template"]["spec"].pop("affinity")
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        keys = {e["key"] for term in terms for e in term["matchExpressions"]}
+        assert {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"} <= keys
+        assert base == overlay
+
+    def test_service_monitor_scrapes_the_service_and_labels_the_node(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """The ServiceMonitor scrapes the Service's port, adds node, drops clashing labels."""
+        docs = rendered["manifests/overlays/prometheus-operator"]
+        service = _one(docs, "Service")
+        monitor = _one(docs, "ServiceMonitor")
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+            service["metadata"]["labels"].items()
+        )
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        relabelings = endpoint["relabelings"]
+        assert {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "node",
+        } in relabelings
+        (drop,) = [r for r in relabelings if r["action"] == "labeldrop"]
+        for label in ("namespace", "pod", "container"):
+            assert f"|{label}|" in f"|{drop['regex'].strip('()')}|"
+        # job="podresources-exporter" is what the alert rules select on.
+        assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == NAMESPACE
+
+    def test_prometheus_rule_is_shipped(self, rendered: dict[str, list[Doc]]) -> None:
+        """The prometheus-operator overlay carries the PrometheusRule with rule groups."""
+        rule = _one(rendered["manifests/overlays/prometheus-operator"], "PrometheusRule")
+        assert rule["spec"]["groups"]
+
+    def test_grafana_config_maps_hold_every_dashboard(self, rendered: dict[str, list[Doc]]) -> None:
+        """One ConfigMap per dashboard, labelled for the sidecar, unhashed, content unchanged."""
+        maps = [d for d in rendered["manifests/overlays/grafana"] if d["kind"] == "ConfigMap"]
+        files = {}
+        for config_map in maps:
+            assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+            ((key, content),) = config_map["data"].items()
+            assert config_map["metadata"]["name"] == f"podresources-dashboard-{key[:-5]}"
+            files[key] = content
+        assert {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")} == files

@@ -1,0 +1,153 @@
+"""The alert rules: valid for promtool, unit-tested per group, and shipped twice without drift.
+
+``alerts/podresources-exporter.rules.yml`` is the source; the Prometheus Operator's copy,
+``manifests/components/prometheus-operator/prometheusrule.yaml``, is generated from it:
+``python tests/ship/test_rules.py`` rewrites it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "alerts" / "podresources-exporter.rules.yml"
+UNIT_TESTS = REPO / "alerts" / "tests"
+PROMETHEUS_RULE = REPO / "manifests" / "components" / "prometheus-operator" / "prometheusrule.yaml"
+GROUP_PREFIX = "podresources-exporter."
+SEVERITIES = {"critical", "warning", "info"}
+RUNBOOK_PARTS = ("What it means:", "Likely causes:", "Check first:")
+
+_PROMETHEUS_RULE_HEADER = """\
+# GENERATED from alerts/podresources-exporter.rules.yml by `python tests/ship/test_rules.py`;
+# edit that file and regenerate (tests/ship/test_rules.py fails when the two differ).
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: podresources-exporter
+  labels:
+    app.kubernetes.io/name: podresources-exporter
+spec:
+"""
+
+
+def render_prometheus_rule(rules_text: str) -> str:
+    """The PrometheusRule manifest carrying the groups of a plain rules file, comments and all."""
+    lines = rules_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("groups:"))
+    body = "\n".join(f"  {line}" if line else "" for line in lines[start:])
+    return _PROMETHEUS_RULE_HEADER + body + "\n"
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def _groups() -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = _load(RULES)["groups"]
+    return groups
+
+
+def _alerts() -> list[dict[str, Any]]:
+    return [rule for group in _groups() for rule in group["rules"] if "alert" in rule]
+
+
+def _unit_test_file(group_name: str) -> Path:
+    return UNIT_TESTS / f"{group_name.removeprefix(GROUP_PREFIX)}.yml"
+
+
+def test_promtool_checks_rules(promtool: str) -> None:
+    """`promtool check rules` accepts the rules file."""
+    result = subprocess.run(
+        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_pass(promtool: str) -> None:
+    """Every alert unit test in alerts/tests passes under `promtool test rules`."""
+    files = sorted(UNIT_TESTS.glob("*.yml"))
+    result = subprocess.run(
+        [promtool, "test", "rules", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=UNIT_TESTS,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_unit_test_file_per_group() -> None:
+    """Each rule group has its own alerts/tests/<group>.yml and there are no strays."""
+    expected = {_unit_test_file(group["name"]).name for group in _groups()}
+    assert all(group["name"].startswith(GROUP_PREFIX) for group in _groups())
+    assert expected == {path.name for path in UNIT_TESTS.glob("*.yml")}
+
+
+def test_every_alert_fires_and_stays_silent_in_its_group_file() -> None:
+    """Each alert has a case where it fires and one where it must not, in its group's file."""
+    for group in _groups():
+        path = _unit_test_file(group["name"])
+        checks = [
+            check for case in _load(path)["tests"] for check in case.get("alert_rule_test", [])
+        ]
+        for rule in group["rules"]:
+            name = rule["alert"]
+            mine = [check for check in checks if check["alertname"] == name]
+            assert any(check.get("exp_alerts") for check in mine), f"{name} never fires in {path}"
+            assert any(not check.get("exp_alerts") for check in mine), (
+                f"{name} has no silent case in {path}"
+            )
+        tested = {check["alertname"] for check in checks}
+        assert tested <= {rule["alert"] for rule in group["rules"]}, f"{path} tests other groups"
+
+
+def test_unit_tests_load_the_shipped_rules_file() -> None:
+    """Each unit-test file loads alerts/podresources-exporter.rules.yml and nothing else."""
+    for path in sorted(UNIT_TESTS.glob("*.yml")):
+        rule_files = [(UNIT_TESTS / name).resolve() for name in _load(path)["rule_files"]]
+        assert [RULES] == rule_files, path
+
+
+@pytest.mark.parametrize("alert", _alerts(), ids=lambda rule: rule["alert"])
+def test_alert_has_severity_and_runbook_annotations(alert: dict[str, Any]) -> None:
+    """An alert carries a known severity, a summary and a what/why/check-first description."""
+    assert alert["labels"]["severity"] in SEVERITIES
+    assert alert["alert"].startswith("Podresources")
+    assert alert["annotations"]["summary"].strip()
+    description = alert["annotations"]["description"]
+    positions = [description.find(part) for part in RUNBOOK_PARTS]
+    assert -1 not in positions, f"{alert['alert']}: description lacks one of {RUNBOOK_PARTS}"
+    assert positions == sorted(positions), f"{alert['alert']}: runbook parts out of order"
+
+
+def test_alert_names_are_unique() -> None:
+    """No two alerts share a name."""
+    names = [alert["alert"] for alert in _alerts()]
+    assert sorted(set(names)) == sorted(names)
+
+
+def test_prometheus_rule_carries_the_same_groups() -> None:
+    """The operator's PrometheusRule holds exactly the rules file's groups."""
+    prometheus_rule = _load(PROMETHEUS_RULE)
+    assert prometheus_rule["kind"] == "PrometheusRule"
+    assert _load(RULES)["groups"] == prometheus_rule["spec"]["groups"], (
+        "PrometheusRule drifted from the rules file: run python tests/ship/test_rules.py"
+    )
+
+
+def test_prometheus_rule_is_freshly_generated() -> None:
+    """The PrometheusRule file is byte-for-byte what the generator writes, comments included."""
+    assert render_prometheus_rule(RULES.read_text()) == PROMETHEUS_RULE.read_text(), (
+        "regenerate with: python tests/ship/test_rules.py"
+    )
+
+
+if __name__ == "__main__":
+    PROMETHEUS_RULE.write_text(render_prometheus_rule(RULES.read_text()))
+    print(f"wrote {PROMETHEUS_RULE.relative_to(REPO)}", file=sys.stderr)
