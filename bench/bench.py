@@ -56,12 +56,7 @@ async def main(*, pods: int, cpus: int, runs: int) -> None:
 
 async def _measure(node: SimulatedNode, *, runs: int) -> None:
     base = [
-        "--kubelet.socket",
-        node.socket_path,
-        "--path.sysfs",
-        str(node.sysfs),
-        "--path.procfs",
-        str(node.procfs),
+        *node.exporter_flags(),
         "--web.listen-address",
         "127.0.0.1:0",
     ]

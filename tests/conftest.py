@@ -32,6 +32,12 @@ def short_tmp() -> Iterator[Path]:
 
 
 @pytest.fixture
+def socket_path(short_tmp: Path) -> str:
+    """Where a simulated kubelet listens."""
+    return str(short_tmp / "kubelet.sock")
+
+
+@pytest.fixture
 async def sim_node(short_tmp: Path) -> AsyncIterator[SimulatedNode]:
     """The demo scenario served by a real grpc.aio kubelet on a unix socket."""
     node = SimulatedNode(DemoScenario.create(), root=short_tmp)

@@ -24,12 +24,7 @@ Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def _config(node: SimulatedNode, *extra: str) -> Any:
     return parse_config(
         [
-            "--kubelet.socket",
-            node.socket_path,
-            "--path.sysfs",
-            str(node.sysfs),
-            "--path.procfs",
-            str(node.procfs),
+            *node.exporter_flags(),
             "--kubelet.timeout",
             "1",
             "--poll.interval",

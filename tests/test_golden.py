@@ -31,12 +31,7 @@ async def test_demo_exposition_matches_golden(sim_node: SimulatedNode) -> None:
     """Every stable series of the demo at tick 0, labels and values, is as recorded."""
     config = parse_config(
         [
-            "--kubelet.socket",
-            sim_node.socket_path,
-            "--path.sysfs",
-            str(sim_node.sysfs),
-            "--path.procfs",
-            str(sim_node.procfs),
+            *sim_node.exporter_flags(),
             "--node-name",
             "demo-node",
         ],

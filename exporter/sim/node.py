@@ -37,6 +37,17 @@ class SimulatedNode:
         self.tick = 0
         self._ticker: asyncio.Task[None] | None = None
 
+    def exporter_flags(self) -> list[str]:
+        """The flags that point an exporter at this node."""
+        return [
+            "--kubelet.socket",
+            self.socket_path,
+            "--path.sysfs",
+            str(self.sysfs),
+            "--path.procfs",
+            str(self.procfs),
+        ]
+
     def _write(self) -> None:
         write_tree(
             sysfs=self.sysfs,

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -86,17 +83,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture
-def socket_path(tmp_path: Path) -> Iterator[str]:
-    path = tmp_path / "kubelet.sock"
-    if len(str(path)) < 100:  # unix socket paths are limited to 108 bytes
-        yield str(path)
-        return
-    short = tempfile.mkdtemp(prefix="prx")
-    yield str(Path(short) / "kubelet.sock")
-    shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture

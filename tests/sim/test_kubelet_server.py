@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +51,6 @@ ALLOCATABLE = AllocatableResources(
     devices=(DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(1,)),),
     cpu_ids=(0, 1, 4, 5),
 )
-
-
-@pytest.fixture
-def socket_path(tmp_path: Path) -> Iterator[str]:
-    path = tmp_path / "kubelet.sock"
-    if len(str(path)) < 100:  # unix socket paths are limited to 108 bytes
-        yield str(path)
-        return
-    short = tempfile.mkdtemp(prefix="prx")
-    yield str(Path(short) / "kubelet.sock")
-    shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture
