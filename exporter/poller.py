@@ -121,9 +121,15 @@ class Poller:
             device_ids=telemetry_device_ids(kubelet_data.pods, kubelet_data.allocatable)
         )
         previous = self._store.current
-        # Join and render are CPU-bound: keep them off the event loop.
+        # Join and render are CPU-bound: keep them off the event loop. The request stats
+        # are copied here, on the loop, where the client records them.
         snapshot, exposition, duration = await asyncio.to_thread(
-            self._join_and_render, kubelet_data, kubelet_status, runs, started
+            self._join_and_render,
+            kubelet_data,
+            kubelet_status,
+            runs,
+            started,
+            request_stats_of(self._client),
         )
         for change in diff_allocations(previous.snapshot if previous else None, snapshot):
             log.info(
@@ -146,6 +152,7 @@ class Poller:
         kubelet_status: KubeletStatus,
         runs: tuple[CollectorRun, ...],
         started: float,
+        request_stats: RequestStats,
     ) -> tuple[Snapshot, Exposition, float]:
         snapshot = join_snapshot(
             node=self._node,
@@ -157,9 +164,7 @@ class Poller:
             collector_runs=runs,
         )
         duration = time.perf_counter() - started
-        exposition = render(
-            snapshot, request_stats=request_stats_of(self._client), poll_duration_s=duration
-        )
+        exposition = render(snapshot, request_stats=request_stats, poll_duration_s=duration)
         return snapshot, exposition, duration
 
     def _read_topology(self) -> Mapping[int, int]:

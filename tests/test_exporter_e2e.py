@@ -252,6 +252,20 @@ class TestKubeletFailures:
         assert published.snapshot.kubelet.up
         assert published.snapshot.collected_at > first.snapshot.collected_at
 
+    async def test_hung_kubelet_costs_one_deadline(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """A kubelet that never answers: the poll ends at the deadline, the old data stays."""
+        await exporter.poller.poll_once()
+        sim_node.kubelet.hang = True
+        try:
+            published = await asyncio.wait_for(exporter.poller.poll_once(), timeout=10)
+        finally:
+            sim_node.kubelet.hang = False
+        assert published.snapshot.kubelet.up is False
+        assert "DEADLINE_EXCEEDED" in (published.snapshot.kubelet.last_error or "")
+        assert 'pod="trainer-0"' in (await (await client.get("/metrics")).text())
+
     async def test_rate_limited_kubelet_backs_off(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]
