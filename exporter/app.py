@@ -97,7 +97,6 @@ def demo_collectors(
 
 async def serve(config: Config, *, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set; ConfigError when the set-up cannot work."""
-    log.info("starting", version=__version__, **config.as_log_fields())
     middlewares: list[object] = []
     ssl_context = None
     if config.web_config_file is not None:
@@ -125,6 +124,7 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
         )
         collectors = demo_collectors(config, sim_node)
 
+    log.info("starting", version=__version__, **config.as_log_fields())
     exporter = Exporter(config, collectors=collectors)
     runner = web.AppRunner(exporter.create_app(middlewares=middlewares), access_log=None)
     await runner.setup()
