@@ -377,6 +377,48 @@ class TestDebugEndpoints:
         assert body["source"].startswith("snapshot")
         assert body["pods"][0]["name"] == "trainer-0"
 
+    async def test_fresh_lookups_are_coalesced_and_rate_limited(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """40 concurrent curls of one pod make one Get; a burst over many pods is capped."""
+        await exporter.poller.poll_once()
+        before = sim_node.kubelet.calls["v1.Get"]
+        sim_node.kubelet.hang = True  # hold the first call so the others must join it
+        requests = [
+            asyncio.ensure_future(client.get("/debug/allocations/ml-training/trainer-0"))
+            for _ in range(40)
+        ]
+        await asyncio.sleep(0.2)
+        sim_node.kubelet.hang = False
+        responses = await asyncio.gather(*requests)
+        assert [r.status for r in responses] == [200] * 40
+        assert sim_node.kubelet.calls["v1.Get"] - before == 1
+
+        names = [(p.namespace, p.name) for p in sim_node.scenario.state_at(0).pods]
+        bodies = [
+            await (await client.get(f"/debug/allocations/{ns}/{name}")).json() for ns, name in names
+        ]
+        fresh = [b for b in bodies if b["source"] == "kubelet Get"]
+        limited = [b for b in bodies if "rate-limited" in b["source"]]
+        # The bucket (burst 5, 2/s) had one token spent above; the rest come from the snapshot.
+        assert len(fresh) <= 5
+        assert len(fresh) + len(limited) == len(names)
+        assert sim_node.kubelet.calls["v1.Get"] - before == 1 + len(fresh)
+
+    async def test_debug_can_be_switched_off(self, exporter: Exporter, aiohttp_client: Any) -> None:
+        """--no-web.enable-debug: /debug/allocations is not served; /metrics still is."""
+        from exporter.web import WebSettings, create_app
+
+        await exporter.poller.poll_once()
+        app = create_app(
+            store=exporter.store,
+            settings=WebSettings(poll_interval_s=1, enable_debug=False),
+            lookup=exporter.lookup,
+        )
+        client = await aiohttp_client(app)
+        assert (await client.get("/debug/allocations")).status == 404
+        assert (await client.get("/metrics")).status == 200
+
     async def test_readyz_follows_the_snapshot(
         self, exporter: Exporter, client: TestClient
     ) -> None:  # type: ignore[type-arg]
