@@ -388,7 +388,11 @@ class TestDebugEndpoints:
             asyncio.ensure_future(client.get("/debug/allocations/ml-training/trainer-0"))
             for _ in range(40)
         ]
-        await asyncio.sleep(0.2)
+        for _ in range(100):  # until the first call has reached the (hanging) kubelet
+            if sim_node.kubelet.calls["v1.Get"] > before:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # the other 39 requests join it meanwhile (well under 1 s)
         sim_node.kubelet.hang = False
         responses = await asyncio.gather(*requests)
         assert [r.status for r in responses] == [200] * 40
