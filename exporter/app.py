@@ -8,6 +8,7 @@ import dataclasses
 import signal
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
@@ -19,10 +20,14 @@ from exporter.collectors.base import Collector, CollectorContext
 from exporter.collectors.runner import CollectorRunner
 from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
-from exporter.lookup import CoalescingLookup, TokenBucket
+from exporter.lookup import CoalescingLookup
 from exporter.poller import Poller, SnapshotStore
+from exporter.ratelimit import TokenBucket
 from exporter.web import WebSettings, create_app
 from exporter.webconfig import WebConfigError, basic_auth_middleware, load_web_config
+
+if TYPE_CHECKING:  # the simulator is imported only when --demo asks for it
+    from exporter.sim.node import SimulatedNode
 
 __all__ = ["Exporter", "demo_collectors", "run", "serve"]
 
@@ -54,7 +59,6 @@ class Exporter:
             runner=self.runner,
             store=self.store,
             node=config.node_name,
-            socket_path=config.kubelet_socket,
             sysfs=config.sysfs,
             interval_s=config.poll_interval_s,
         )
@@ -79,14 +83,12 @@ class Exporter:
 
 
 def demo_collectors(
-    config: Config, node: object, *, clock: Callable[[], float] = time.monotonic
+    config: Config, node: SimulatedNode, *, clock: Callable[[], float] = time.monotonic
 ) -> list[Collector]:
     """The enabled collectors, with the simulated GPUs (on ``clock``) standing in for NVML."""
     from exporter.collectors.nvml import NvmlCollector
     from exporter.sim.gpus import SimulatedNvmlSource
-    from exporter.sim.node import SimulatedNode
 
-    assert isinstance(node, SimulatedNode)
     context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
     collectors = build_collectors([n for n in config.collectors if n != "nvml"], context)
     if "nvml" in config.collectors:

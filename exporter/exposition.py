@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import platform
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import (
@@ -32,10 +32,10 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.deviceid import parse_device_id
+from exporter.kubelet.stats import KubeletRequestStats
 from exporter.model import (
     DeviceView,
     MetricKind,
-    MetricSpec,
     NodeCount,
     Owner,
     Sample,
@@ -47,7 +47,6 @@ __all__ = [
     "OPENMETRICS_CONTENT_TYPE",
     "TEXT_CONTENT_TYPE",
     "Exposition",
-    "RequestStats",
     "render",
 ]
 
@@ -59,16 +58,6 @@ GZIP_LEVEL = 6  # gzip's own default: most of the gain for little CPU
 
 OWNER_LABELS = ("namespace", "pod", "container")
 DEVICE_LABELS = (*OWNER_LABELS, "resource", "device_id")
-
-
-@dataclass(frozen=True, slots=True)
-class RequestStats:
-    """The kubelet client's request counters and latency histogram, as plain data."""
-
-    requests: Mapping[tuple[str, str], int]  # (method, gRPC code) -> count
-    # method -> ((upper bound seconds, cumulative count), ...), sum seconds
-    latency_buckets: Mapping[str, tuple[tuple[float, int], ...]]
-    latency_sum: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +88,20 @@ def _node_family(
     return family
 
 
-def _family_for(spec: MetricSpec, labels: Sequence[str]) -> Metric:
-    if spec.kind is MetricKind.COUNTER:
-        return CounterMetricFamily(spec.name, spec.help, labels=list(labels))
-    return GaugeMetricFamily(spec.name, spec.help, labels=list(labels))
+_Family = GaugeMetricFamily | CounterMetricFamily
+
+
+def _add_sample(
+    families: dict[str, _Family], sample: Sample, *, labels: Sequence[str], values: Sequence[str]
+) -> None:
+    """Add one collector sample to its family; ``labels``/``values`` come before its own."""
+    spec = sample.spec
+    family = families.get(spec.name)
+    if family is None:
+        cls = CounterMetricFamily if spec.kind is MetricKind.COUNTER else GaugeMetricFamily
+        family = cls(spec.name, spec.help, labels=[*labels, *spec.labels])
+        families[spec.name] = family
+    family.add_metric([*values, *sample.label_values], sample.value)
 
 
 def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, str], DeviceView]:
@@ -126,28 +125,14 @@ def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, s
 
 
 def _telemetry_families(snapshot: Snapshot) -> Iterator[Metric]:
-    families: dict[str, Metric] = {}
+    families: dict[str, _Family] = {}
     for (owner, resource, base), device in _telemetry_owners(snapshot.devices).items():
         assert device.reading is not None
+        values = [*_owner_values(owner), resource, base]
         for sample in device.reading.samples:
-            family = families.get(sample.spec.name)
-            if family is None:
-                family = _family_for(sample.spec, (*DEVICE_LABELS, *sample.spec.labels))
-                families[sample.spec.name] = family
-            values = [*_owner_values(owner), resource, base, *sample.label_values]
-            family.add_metric(values, sample.value)  # type: ignore[attr-defined]
-    yield from families.values()
-    yield from _node_sample_families(snapshot.node_samples)
-
-
-def _node_sample_families(samples: Iterable[Sample]) -> Iterator[Metric]:
-    families: dict[str, Metric] = {}
-    for sample in samples:
-        family = families.get(sample.spec.name)
-        if family is None:
-            family = _family_for(sample.spec, sample.spec.labels)
-            families[sample.spec.name] = family
-        family.add_metric(list(sample.label_values), sample.value)  # type: ignore[attr-defined]
+            _add_sample(families, sample, labels=DEVICE_LABELS, values=values)
+    for sample in snapshot.node_samples:
+        _add_sample(families, sample, labels=(), values=())
     yield from families.values()
 
 
@@ -296,7 +281,7 @@ def _container_families(snapshot: Snapshot) -> Iterator[Metric]:
 
 
 def _self_families(
-    snapshot: Snapshot, *, request_stats: RequestStats, poll_duration_s: float
+    snapshot: Snapshot, *, request_stats: KubeletRequestStats, poll_duration_s: float
 ) -> Iterator[Metric]:
     build = _gauge(
         "podresources_exporter_build_info",
@@ -321,19 +306,19 @@ def _self_families(
         "PodResources calls made to the kubelet, by method and gRPC status code.",
         labels=["method", "code"],
     )
-    for (method, code), count in sorted(request_stats.requests.items()):
-        requests.add_metric([method, code], count)
+    for request in request_stats.requests:
+        requests.add_metric([request.method, request.code], request.count)
     yield requests
     latency = HistogramMetricFamily(
         "podresources_kubelet_request_duration_seconds",
         "Latency of PodResources calls to the kubelet, in seconds.",
         labels=["method"],
     )
-    for method, buckets in sorted(request_stats.latency_buckets.items()):
+    for histogram in request_stats.durations:
         latency.add_metric(
-            [method],
-            [(_bound(bound), count) for bound, count in buckets],
-            request_stats.latency_sum.get(method, 0.0),
+            [histogram.method],
+            [(_bound(bound), count) for bound, count in histogram.buckets],
+            histogram.sum_seconds,
         )
     yield latency
     timestamp = _gauge(
@@ -371,7 +356,7 @@ def _bound(bound: float) -> str:
 
 class _SnapshotCollector(Collector):
     def __init__(
-        self, snapshot: Snapshot, *, request_stats: RequestStats, poll_duration_s: float
+        self, snapshot: Snapshot, *, request_stats: KubeletRequestStats, poll_duration_s: float
     ) -> None:
         self._snapshot = snapshot
         self._request_stats = request_stats
@@ -389,7 +374,7 @@ class _SnapshotCollector(Collector):
 
 
 def render(
-    snapshot: Snapshot, *, request_stats: RequestStats, poll_duration_s: float
+    snapshot: Snapshot, *, request_stats: KubeletRequestStats, poll_duration_s: float
 ) -> Exposition:
     """The whole /metrics page for ``snapshot``, with process metrics; CPU-bound."""
     registry = CollectorRegistry(auto_describe=False)
@@ -405,5 +390,5 @@ def render(
         text_gzip=gzip.compress(text, compresslevel=GZIP_LEVEL),
         openmetrics=openmetrics,
         openmetrics_gzip=gzip.compress(openmetrics, compresslevel=GZIP_LEVEL),
-        series=text.count(b"\n") - text.count(b"\n#"),
+        series=sum(1 for line in text.splitlines() if not line.startswith(b"#")),
     )

@@ -163,8 +163,8 @@ def _cpus_by_numa(cpu_ids: Iterable[int], cpu_numa: Mapping[int, int]) -> dict[s
     return dict(counts)
 
 
-def _memory_totals(blocks: Iterable[MemoryBlock]) -> dict[tuple[str, str], int]:
-    totals: Counter[tuple[str, str]] = Counter()
+def _memory_totals(blocks: Iterable[MemoryBlock]) -> dict[tuple[str, ...], int]:
+    totals: Counter[tuple[str, ...]] = Counter()
     for block in blocks:
         totals[(block.memory_type, numa_label(block.numa_nodes))] += block.size_bytes
     return dict(totals)
@@ -365,8 +365,10 @@ def join_snapshot(
 
     allocatable_memory = _memory_totals(allocatable.memory)
     allocated_memory = dict.fromkeys(allocatable_memory, 0) | _memory_totals(
-        [*(b for p in pod_views for b in p.memory)]
-        + [b for p in pod_views for c in p.containers for b in c.memory]
+        [
+            *(b for p in pod_views for b in p.memory),
+            *(b for p in pod_views for c in p.containers for b in c.memory),
+        ]
     )
 
     return Snapshot(
@@ -380,8 +382,8 @@ def join_snapshot(
         allocated_devices=_counts(allocated_devices),
         allocatable_cpus=_counts({(k,): v for k, v in allocatable_cpus.items()}),
         allocated_cpus=_counts({(k,): v for k, v in allocated_cpus.items()}),
-        allocatable_memory=_counts({k: v for k, v in allocatable_memory.items()}),
-        allocated_memory=_counts({k: v for k, v in allocated_memory.items()}),
+        allocatable_memory=_counts(allocatable_memory),
+        allocated_memory=_counts(allocated_memory),
         collectors=collector_runs,
         node_samples=readings.node_samples,
         cpu_numa=tuple(sorted(cpu_numa.items())),
@@ -435,8 +437,3 @@ def diff_allocations(old: Snapshot | None, new: Snapshot) -> tuple[AllocationCha
             )
         )
     return tuple(changes)
-
-
-def with_kubelet(snapshot: Snapshot, kubelet: KubeletStatus) -> Snapshot:
-    """The same data with a newer kubelet status (used when the kubelet fails)."""
-    return replace(snapshot, kubelet=kubelet)

@@ -9,33 +9,12 @@ disabled, limited or failing, the caller answers from the snapshot instead.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from exporter.model import PodResources
+from exporter.ratelimit import TokenBucket
 
-__all__ = ["CoalescingLookup", "LookupRefused", "TokenBucket"]
-
-
-@dataclass(slots=True)
-class TokenBucket:
-    rate_per_s: float
-    burst: int
-    clock: Callable[[], float] = time.monotonic
-    _tokens: float = -1.0
-    _updated: float = 0.0
-
-    def try_take(self) -> bool:
-        now = self.clock()
-        if self._tokens < 0:
-            self._tokens, self._updated = float(self.burst), now
-        self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate_per_s)
-        self._updated = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        return False
+__all__ = ["CoalescingLookup", "LookupRefused"]
 
 
 class LookupRefused(Exception):

@@ -277,7 +277,6 @@ class KubeletStatus:
     socket: str
     api: tuple[tuple[str, bool], ...]  # (method, available)
     last_error: str | None = None
-    last_success_at: float | None = None  # unix seconds of the last good List
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from exporter.collectors.base import CollectorError
 from exporter.collectors.runner import CollectorRunner
-from exporter.exposition import Exposition, RequestStats, render
+from exporter.exposition import Exposition, render
 from exporter.join import diff_allocations, join_snapshot, telemetry_device_ids
 from exporter.kubelet.client import KubeletClient
 from exporter.kubelet.errors import KubeletError, MethodUnavailable
+from exporter.kubelet.stats import KubeletRequestStats
 from exporter.model import (
     AllocatableResources,
     CollectorRun,
@@ -44,7 +45,6 @@ class Published:
 
     snapshot: Snapshot
     exposition: Exposition
-    poll_duration_s: float
 
 
 @dataclass(slots=True)
@@ -52,12 +52,6 @@ class SnapshotStore:
     """Holds the current ``Published``; replaced whole, so readers never see a mix."""
 
     current: Published | None = None
-    on_publish: list[Callable[[Published], None]] = field(default_factory=list)
-
-    def publish(self, published: Published) -> None:
-        self.current = published
-        for callback in self.on_publish:
-            callback(published)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +59,6 @@ class _KubeletData:
     pods: tuple[PodResources, ...]
     allocatable: AllocatableResources
     collected_at: float
-
-
-def request_stats_of(client: KubeletClient) -> RequestStats:
-    stats = client.stats()
-    return RequestStats(
-        requests={(r.method, r.code): r.count for r in stats.requests},
-        latency_buckets={h.method: h.buckets for h in stats.durations},
-        latency_sum={h.method: h.sum_seconds for h in stats.durations},
-    )
 
 
 class Poller:
@@ -84,7 +69,6 @@ class Poller:
         runner: CollectorRunner,
         store: SnapshotStore,
         node: str,
-        socket_path: str,
         sysfs: Path,
         interval_s: float,
         clock: Callable[[], float] = time.time,
@@ -93,7 +77,6 @@ class Poller:
         self._runner = runner
         self._store = store
         self._node = node
-        self._socket_path = socket_path
         self._sysfs = sysfs
         self._interval_s = interval_s
         self._clock = clock
@@ -123,13 +106,13 @@ class Poller:
         previous = self._store.current
         # Join and render are CPU-bound: keep them off the event loop. The request stats
         # are copied here, on the loop, where the client records them.
-        snapshot, exposition, duration = await asyncio.to_thread(
+        snapshot, exposition = await asyncio.to_thread(
             self._join_and_render,
             kubelet_data,
             kubelet_status,
             runs,
             started,
-            request_stats_of(self._client),
+            self._client.stats(),
         )
         for change in diff_allocations(previous.snapshot if previous else None, snapshot):
             log.info(
@@ -142,8 +125,8 @@ class Poller:
                 cpus_added=list(change.cpus_added),
                 cpus_removed=list(change.cpus_removed),
             )
-        published = Published(snapshot, exposition, duration)
-        self._store.publish(published)
+        published = Published(snapshot, exposition)
+        self._store.current = published
         return published
 
     def _join_and_render(
@@ -152,8 +135,8 @@ class Poller:
         kubelet_status: KubeletStatus,
         runs: tuple[CollectorRun, ...],
         started: float,
-        request_stats: RequestStats,
-    ) -> tuple[Snapshot, Exposition, float]:
+        request_stats: KubeletRequestStats,
+    ) -> tuple[Snapshot, Exposition]:
         snapshot = join_snapshot(
             node=self._node,
             collected_at=kubelet_data.collected_at,
@@ -165,7 +148,7 @@ class Poller:
         )
         duration = time.perf_counter() - started
         exposition = render(snapshot, request_stats=request_stats, poll_duration_s=duration)
-        return snapshot, exposition, duration
+        return snapshot, exposition
 
     def _read_topology(self) -> Mapping[int, int]:
         try:
@@ -218,10 +201,9 @@ class Poller:
         self._note_error(error, served_from=data.collected_at if error else None)
         status = KubeletStatus(
             up=not isinstance(pods_result, BaseException),
-            socket=self._socket_path,
+            socket=self._client.socket_path,
             api=tuple(sorted(self._client.api_status().items())),
             last_error=self._last_error,
-            last_success_at=self._last_good.collected_at if self._last_good else None,
         )
         return data, status
 
@@ -229,12 +211,12 @@ class Poller:
         if error == self._last_error:
             return
         if error is None:
-            log.info("kubelet_recovered", socket=self._socket_path)
+            log.info("kubelet_recovered", socket=self._client.socket_path)
         else:
             age = None if not served_from else round(self._clock() - served_from, 1)
             log.warning(
                 "kubelet_poll_failed",
-                socket=self._socket_path,
+                socket=self._client.socket_path,
                 error=error,
                 serving_snapshot_age_seconds=age,
             )

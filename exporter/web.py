@@ -23,10 +23,10 @@ from exporter import __version__
 from exporter.debugview import FILTER_KEYS, Filters, render_json, render_text
 from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from exporter.join import join_snapshot
-from exporter.kubelet.errors import KubeletError, MethodUnavailable, PodNotFound
+from exporter.kubelet.errors import KubeletError, PodNotFound
 from exporter.lookup import CoalescingLookup, LookupRefused
 from exporter.model import Snapshot
-from exporter.poller import SnapshotStore
+from exporter.poller import Published, SnapshotStore
 
 __all__ = ["STORE", "WebSettings", "create_app"]
 
@@ -77,18 +77,19 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json_error(500, f"internal error: {type(error).__name__}")
 
 
-def _current(request: web.Request) -> Snapshot:
+def _published(request: web.Request) -> Published:
     published = request.app[STORE].current
     if published is None:
         raise web.HTTPServiceUnavailable(reason="no snapshot yet: the first poll is running")
-    return published.snapshot
+    return published
+
+
+def _current(request: web.Request) -> Snapshot:
+    return _published(request).snapshot
 
 
 async def metrics(request: web.Request) -> web.Response:
-    published = request.app[STORE].current
-    if published is None:
-        raise web.HTTPServiceUnavailable(reason="no snapshot yet: the first poll is running")
-    exposition = published.exposition
+    exposition = _published(request).exposition
     openmetrics = "application/openmetrics-text" in request.headers.get("Accept", "")
     gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
     if openmetrics:
@@ -149,7 +150,7 @@ async def pod_allocations(request: web.Request) -> web.Response:
         fresh = await request.app[LOOKUP].get(namespace=namespace, name=name)
     except PodNotFound as error:
         raise web.HTTPNotFound(reason=f"pod {namespace}/{name} not found: {error}") from error
-    except (MethodUnavailable, LookupRefused, KubeletError) as error:
+    except (LookupRefused, KubeletError) as error:  # Get missing, disabled or failing
         source = f"snapshot ({error})"
     else:
         joined = join_snapshot(

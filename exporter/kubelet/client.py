@@ -13,14 +13,10 @@ call is refused locally for a jittered window that doubles up to ``backoff_max_s
 from __future__ import annotations
 
 import asyncio
-import bisect
-import math
 import random
 import re
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
@@ -44,6 +40,7 @@ from exporter.kubelet.errors import (
     MethodUnavailable,
     PodNotFound,
 )
+from exporter.kubelet.stats import KubeletRequestStats, StatsRecorder
 from exporter.model import AllocatableResources, PodResources
 
 __all__ = [
@@ -52,7 +49,6 @@ __all__ = [
     "DEFAULT_CAPABILITY_RECHECK_S",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TIMEOUT_S",
-    "LATENCY_BUCKETS_S",
     "METHOD_GET",
     "METHOD_GET_ALLOCATABLE",
     "METHOD_LIST",
@@ -60,9 +56,6 @@ __all__ = [
     "RECONNECT_BACKOFF_INITIAL_MS",
     "RECONNECT_BACKOFF_MAX_MS",
     "KubeletClient",
-    "KubeletRequestStats",
-    "LatencyHistogram",
-    "RequestCount",
 ]
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # what the reference client uses; gRPC's is 4 MiB
@@ -84,25 +77,6 @@ METHOD_GET_ALLOCATABLE = "GetAllocatableResources"
 METHOD_GET = "Get"
 METHOD_V1ALPHA1_LIST = "v1alpha1.List"
 
-# Upper bounds of the request latency histogram; a local unix socket answers in
-# milliseconds, a busy or hung kubelet in seconds up to the deadline.
-LATENCY_BUCKETS_S = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    math.inf,
-)
-
 # A namespace that cannot exist (not a DNS label): Get for it tells "available" from
 # "unimplemented/disabled" without asking about a real pod.
 _PROBE_NAMESPACE = "-podresources-exporter-probe-"
@@ -116,75 +90,6 @@ _BACKOFF_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEE
 _T = TypeVar("_T")
 
 _log = structlog.get_logger()
-
-
-# --- Stats -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RequestCount:
-    """Requests of one method that ended with one gRPC code ("OK", "UNAVAILABLE", ...)."""
-
-    method: str
-    code: str
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyHistogram:
-    """Latency of one method's requests, shaped like a Prometheus histogram."""
-
-    method: str
-    buckets: tuple[tuple[float, int], ...]  # (upper bound in seconds, cumulative count); inf last
-    sum_seconds: float
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class KubeletRequestStats:
-    """Every real call to the kubelet so far; local refusals are not calls."""
-
-    requests: tuple[RequestCount, ...] = ()  # sorted by (method, code)
-    durations: tuple[LatencyHistogram, ...] = ()  # sorted by method
-
-    def count(self, *, method: str, code: str) -> int:
-        """Calls of ``method`` that ended with ``code``; 0 when there were none."""
-        return next((r.count for r in self.requests if (r.method, r.code) == (method, code)), 0)
-
-
-class _StatsRecorder:
-    def __init__(self) -> None:
-        self._codes: Counter[tuple[str, str]] = Counter()
-        self._buckets: dict[str, list[int]] = {}  # per bucket, not cumulative
-        self._sums: dict[str, float] = {}
-
-    def record(self, *, method: str, code: str, seconds: float) -> None:
-        self._codes[method, code] += 1
-        counts = self._buckets.setdefault(method, [0] * len(LATENCY_BUCKETS_S))
-        counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
-        self._sums[method] = self._sums.get(method, 0.0) + seconds
-
-    def snapshot(self) -> KubeletRequestStats:
-        durations = []
-        for method in sorted(self._buckets):
-            cumulative, total = [], 0
-            for bound, n in zip(LATENCY_BUCKETS_S, self._buckets[method], strict=True):
-                total += n
-                cumulative.append((bound, total))
-            durations.append(
-                LatencyHistogram(
-                    method=method,
-                    buckets=tuple(cumulative),
-                    sum_seconds=self._sums[method],
-                    count=total,
-                )
-            )
-        return KubeletRequestStats(
-            requests=tuple(
-                RequestCount(method=m, code=c, count=n) for (m, c), n in sorted(self._codes.items())
-            ),
-            durations=tuple(durations),
-        )
 
 
 # --- Backoff -----------------------------------------------------------------------------
@@ -260,7 +165,7 @@ class KubeletClient:
         self._backoff = _Backoff(
             initial_s=backoff_initial_s, max_s=backoff_max_s, clock=clock, rng=random.Random()
         )
-        self._stats = _StatsRecorder()
+        self._stats = StatsRecorder()
         # method -> (clock time it was found unavailable, why)
         self._unavailable: dict[str, tuple[float, str]] = {}
         self._channel: grpc.aio.Channel | None = None  # opened on first use, inside the loop

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any, NoReturn, TypeAlias
 
 import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
@@ -29,6 +27,7 @@ from exporter.kubelet.convert import (
     v1alpha1_list_response_to_proto,
 )
 from exporter.model import AllocatableResources, ContainerResources, DeviceGroup, PodResources
+from exporter.ratelimit import TokenBucket
 
 __all__ = [
     "DISABLED_MESSAGES",
@@ -65,26 +64,6 @@ _PADDING_ID_BYTES = 200
 _PADDING_IDS_PER_POD = 500
 
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
-
-
-class _TokenBucket:
-    """golang.org/x/time/rate as the kubelet uses it: ``burst`` tokens refilled at ``qps``."""
-
-    def __init__(self, *, qps: float, burst: int, clock: Callable[[], float]) -> None:
-        self._qps = qps
-        self._burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
-
-    def allow(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
-        self._last = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
 
 def _padding_pods(padding_bytes: int) -> tuple[PodResources, ...]:
@@ -124,7 +103,7 @@ class SimKubelet:
         self.padding_bytes = 0  # List replies grow by at least this much
         self._hang = False
         self._release = asyncio.Event()
-        self._bucket: _TokenBucket | None = None
+        self._bucket: TokenBucket | None = None
         self._pods: tuple[PodResources, ...] = ()
         self._allocatable = AllocatableResources()
         self._padding: tuple[int, tuple[PodResources, ...]] = (0, ())
@@ -147,7 +126,7 @@ class SimKubelet:
 
     def rate_limit(self, *, qps: float, burst: int) -> None:
         """Answer RESOURCE_EXHAUSTED past a token bucket, like the kubelet (100 QPS, burst 10)."""
-        self._bucket = _TokenBucket(qps=qps, burst=burst, clock=time.monotonic)
+        self._bucket = TokenBucket(rate_per_s=qps, burst=burst)
 
     def clear_rate_limit(self) -> None:
         """Stop rate limiting (the default)."""
@@ -215,7 +194,7 @@ class SimKubelet:
     async def admit(self, method: str, context: _Context) -> None:
         """Count the call and apply the knobs, in the kubelet's order: rate limit first."""
         self.calls[method] += 1
-        if self._bucket is not None and not self._bucket.allow():
+        if self._bucket is not None and not self._bucket.try_take():
             await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
         if self._hang:
             await self._release.wait()

@@ -11,13 +11,7 @@ import grpc
 import pytest
 from structlog.testing import capture_logs
 
-from exporter.kubelet.client import (
-    LATENCY_BUCKETS_S,
-    METHOD_LIST,
-    METHOD_V1ALPHA1_LIST,
-    KubeletClient,
-    RequestCount,
-)
+from exporter.kubelet.client import METHOD_LIST, METHOD_V1ALPHA1_LIST, KubeletClient
 from exporter.kubelet.errors import (
     KubeletError,
     KubeletRateLimited,
@@ -26,6 +20,7 @@ from exporter.kubelet.errors import (
     MethodUnavailable,
     PodNotFound,
 )
+from exporter.kubelet.stats import LATENCY_BUCKETS_S, RequestCount
 from exporter.model import (
     AllocatableResources,
     ContainerResources,

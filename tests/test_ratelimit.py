@@ -1,0 +1,24 @@
+"""The token bucket guarding fresh look-ups (and imitating the kubelet's own limit)."""
+
+from __future__ import annotations
+
+from exporter.ratelimit import TokenBucket
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_burst_then_refill_at_rate() -> None:
+    """A full bucket allows ``burst`` calls at once, then one per 1/rate seconds, no hoarding."""
+    clock = _Clock()
+    bucket = TokenBucket(rate_per_s=2.0, burst=3, clock=clock)
+    assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
+    clock.now += 0.5
+    assert [bucket.try_take(), bucket.try_take()] == [True, False]
+    clock.now += 60  # a long quiet spell refills to burst, not beyond
+    assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
