@@ -21,15 +21,16 @@ from exporter.collectors.runner import CollectorRunner
 from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
 from exporter.lookup import CoalescingLookup
-from exporter.poller import Poller, SnapshotStore
+from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
+from exporter.store import SnapshotStore
 from exporter.web import WebSettings, create_app
 from exporter.webconfig import WebConfigError, basic_auth_middleware, load_web_config
 
 if TYPE_CHECKING:  # the simulator is imported only when --demo asks for it
     from exporter.sim.node import SimulatedNode
 
-__all__ = ["Exporter", "demo_collectors", "run", "serve"]
+__all__ = ["Exporter", "collector_context", "demo_collectors", "run", "serve"]
 
 log = structlog.get_logger(__name__)
 
@@ -39,14 +40,23 @@ LOOKUP_RATE_PER_S = 2.0
 LOOKUP_BURST = 5
 
 
+def collector_context(config: Config) -> CollectorContext:
+    """The filesystem roots collectors read, from the flags."""
+    return CollectorContext(
+        sysfs=config.sysfs,
+        procfs=config.procfs,
+        kubelet_plugins=config.kubelet_plugins,
+        cdi=config.cdi,
+    )
+
+
 class Exporter:
     """The running parts of one exporter, without the HTTP listener."""
 
     def __init__(self, config: Config, *, collectors: Sequence[Collector] | None = None) -> None:
         self.config = config
         if collectors is None:
-            context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
-            collectors = build_collectors(config.collectors, context)
+            collectors = build_collectors(config.collectors, collector_context(config))
         self.client = KubeletClient(
             socket_path=config.kubelet_socket,
             max_message_bytes=config.kubelet_max_message_bytes,
@@ -59,7 +69,6 @@ class Exporter:
             runner=self.runner,
             store=self.store,
             node=config.node_name,
-            sysfs=config.sysfs,
             interval_s=config.poll_interval_s,
         )
         self.lookup = CoalescingLookup(
@@ -89,7 +98,7 @@ def demo_collectors(
     from exporter.collectors.nvml import NvmlCollector
     from exporter.sim.gpus import SimulatedNvmlSource
 
-    context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
+    context = collector_context(config)
     collectors = build_collectors([n for n in config.collectors if n != "nvml"], context)
     if "nvml" in config.collectors:
         source = SimulatedNvmlSource(node.scenario.hardware, clock=clock)
@@ -123,6 +132,8 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
             kubelet_socket=sim_node.socket_path,
             sysfs=sim_node.sysfs,
             procfs=sim_node.procfs,
+            kubelet_plugins=sim_node.kubelet_plugins,
+            cdi=(sim_node.cdi,),
         )
         collectors = demo_collectors(config, sim_node)
 
@@ -152,6 +163,8 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     finally:
         await runner.cleanup()
         await exporter.close()
+        if abandoned := exporter.runner.busy():
+            log.warning("collectors_abandoned", collectors=list(abandoned))
         if sim_node is not None:
             await sim_node.stop()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.collectors import REGISTRY
+from exporter.collectors import registrations
 from exporter.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = ["Config", "ConfigError", "main", "parse_config"]
@@ -27,6 +27,8 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_LISTEN_ADDRESS = ":9410"
 DEFAULT_COLLECTOR_TIMEOUT_S = 5.0
+DEFAULT_KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
+DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
 
 
 class ConfigError(Exception):
@@ -46,6 +48,8 @@ class Config:
     enable_debug: bool
     sysfs: Path
     procfs: Path
+    kubelet_plugins: Path
+    cdi: tuple[Path, ...]  # CDI spec directories, the first listed wins a duplicate name
     collectors: tuple[str, ...]  # enabled, in registry order
     node_name: str
     log_level: str
@@ -65,6 +69,8 @@ class Config:
             "enable_debug": self.enable_debug,
             "sysfs": str(self.sysfs),
             "procfs": str(self.procfs),
+            "kubelet_plugins": str(self.kubelet_plugins),
+            "cdi": [str(p) for p in self.cdi],
             "collectors": list(self.collectors),
             "node_name": self.node_name,
             "demo": self.demo,
@@ -200,13 +206,28 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     add("--path.sysfs", help="sysfs mount point", default="/sys", metavar="PATH", dest="sysfs")
     add("--path.procfs", help="procfs mount point", default="/proc", metavar="PATH", dest="procfs")
-    for name, entry in REGISTRY.items():
+    add(
+        "--path.kubelet-plugins",
+        help="kubelet plugins directory: DRA drivers' checkpoints and KEP-5304 device metadata",
+        default=DEFAULT_KUBELET_PLUGINS,
+        metavar="PATH",
+        dest="kubelet_plugins",
+    )
+    add(
+        "--path.cdi",
+        help="CDI spec directories, colon-separated; the first listed wins a duplicate name",
+        default=DEFAULT_CDI,
+        metavar="PATHS",
+        dest="cdi",
+    )
+    for registration in registrations():
+        state = "on" if registration.enabled_by_default else "off"
         add(
-            f"--collector.{name}",
-            help=f"collector: {entry.description} (on by default)",
-            default=True,
+            f"--collector.{registration.name}",
+            help=f"collector: {registration.help} ({state} by default)",
+            default=registration.enabled_by_default,
             action=argparse.BooleanOptionalAction,
-            dest=f"collector_{name}",
+            dest=f"collector_{registration.name}",
         )
     add(
         "--node-name",
@@ -299,7 +320,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         enable_debug=args.enable_debug,
         sysfs=Path(args.sysfs),
         procfs=Path(args.procfs),
-        collectors=tuple(n for n in REGISTRY if getattr(args, f"collector_{n}")),
+        kubelet_plugins=Path(args.kubelet_plugins),
+        cdi=tuple(Path(p) for p in args.cdi.split(":") if p),
+        collectors=tuple(r.name for r in registrations() if getattr(args, f"collector_{r.name}")),
         node_name=args.node_name,
         log_level=args.log_level,
         log_format=args.log_format,

@@ -53,7 +53,7 @@ class Filters:
             return False
         if self.resource is None and self.device is None:
             return True
-        return any(self._device_matches(d) for d in container.devices)
+        return any(self._device_matches(d) for d in (*container.devices, *container.claim_devices))
 
 
 def rfc3339(unix_seconds: float) -> str:
@@ -90,13 +90,33 @@ def _telemetry(reading: DeviceReading | None) -> JSON | None:
     return {"identity": identity, "figures": figures}
 
 
+def _hardware(device: DeviceView) -> JSON:
+    """How the device was resolved to hardware, and which key found its telemetry."""
+    resolution = device.resolution
+    return {
+        "keys": [str(k) for k in resolution.keys],
+        "source": resolution.source,
+        "matched": device.reading.name if device.reading else None,
+        "unresolved": resolution.unresolved,
+    }
+
+
 def _device(device: DeviceView) -> JSON:
     return {
         "resource": device.resource,
         "device_id": device.device_id,
         "numa_nodes": list(device.numa_nodes),
         "sysfs_numa_node": device.pci.numa_node if device.pci else None,
+        "hardware": _hardware(device),
         "telemetry": _telemetry(device.reading),
+    }
+
+
+def _claim_device_views(container: ContainerView) -> dict[tuple[str, str, str, str], DeviceView]:
+    return {
+        (d.claim.claim_namespace, d.claim.claim_name, d.resource, d.device_id): d
+        for d in container.claim_devices
+        if d.claim is not None
     }
 
 
@@ -109,6 +129,7 @@ def _memory(block: MemoryBlock) -> JSON:
 
 
 def _container(container: ContainerView) -> JSON:
+    claimed = _claim_device_views(container)
     return {
         "name": container.owner.container,
         "devices": [_device(d) for d in container.devices],
@@ -125,6 +146,11 @@ def _container(container: ContainerView) -> JSON:
                         "device": d.device,
                         "share_id": d.share_id,
                         "cdi_devices": list(d.cdi_devices),
+                        **_claim_device_detail(
+                            claimed.get(
+                                (claim.claim_namespace, claim.claim_name, d.driver, d.device)
+                            )
+                        ),
                     }
                     for d in claim.devices
                 ],
@@ -134,6 +160,12 @@ def _container(container: ContainerView) -> JSON:
         "numa_nodes": list(container.numa_nodes),
         "numa_aligned": container.numa_aligned,
     }
+
+
+def _claim_device_detail(view: DeviceView | None) -> JSON:
+    if view is None:
+        return {}
+    return {"hardware": _hardware(view), "telemetry": _telemetry(view.reading)}
 
 
 def _pod(pod: PodView, filters: Filters) -> JSON | None:
@@ -160,6 +192,8 @@ def render_json(
         "source": source,
         "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
         "age_seconds": round(now - snapshot.collected_at, 3) if snapshot.collected_at else None,
+        # Before the kubelet first answers, allocatable and telemetry stand alone.
+        "status": "ok" if snapshot.collected_at else "no kubelet data yet",
         "kubelet": {
             "up": snapshot.kubelet.up,
             "socket": snapshot.kubelet.socket,
@@ -181,6 +215,8 @@ def render_json(
                 "success": run.success,
                 "duration_seconds": round(run.duration_seconds, 6),
                 "error": run.error,
+                "unavailable": run.unavailable,
+                "errors": dict(run.error_counts),
             }
             for run in snapshot.collectors
         ],
@@ -202,9 +238,32 @@ def _cpu_ranges(cpus: tuple[int, ...]) -> str:
     return ",".join(ranges)
 
 
+def _hardware_cell(device: DeviceView | None) -> str:
+    """What the device resolved to: the telemetry's device, else the first key, else why not."""
+    if device is None:
+        return "-"
+    if device.reading is not None:
+        return device.reading.name
+    if device.resolution.unresolved:
+        return f"unresolved: {device.resolution.unresolved}"
+    if device.resolution.keys:
+        return f"{device.resolution.keys[0]} (no telemetry)"
+    return "-"
+
+
 def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
     """One line per container device (or per container when it holds none)."""
-    header = ("NAMESPACE", "POD", "CONTAINER", "RESOURCE", "DEVICE", "NUMA", "CPUS", "ALIGNED")
+    header = (
+        "NAMESPACE",
+        "POD",
+        "CONTAINER",
+        "RESOURCE",
+        "DEVICE",
+        "NUMA",
+        "CPUS",
+        "ALIGNED",
+        "HARDWARE",
+    )
     rows: list[tuple[str, ...]] = [header]
     for pod in snapshot.pods:
         if not filters.keeps_pod(pod):
@@ -214,7 +273,7 @@ def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
                 continue
             aligned = {None: "-", True: "yes", False: "NO"}[container.numa_aligned]
             cpus = _cpu_ranges(container.cpu_ids) or "-"
-            devices = container.devices or (None,)
+            devices = (*container.devices, *container.claim_devices) or (None,)
             for device in devices:
                 rows.append(
                     (
@@ -226,6 +285,7 @@ def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
                         (numa_label(device.numa_nodes) or "?") if device else "-",
                         cpus,
                         aligned,
+                        _hardware_cell(device),
                     )
                 )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -233,6 +293,10 @@ def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
-    age = f"{now - snapshot.collected_at:.1f}s" if snapshot.collected_at else "never"
+    age = (
+        f"{now - snapshot.collected_at:.1f}s"
+        if snapshot.collected_at
+        else "none: no kubelet data yet"
+    )
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
     return f"# node {snapshot.node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"

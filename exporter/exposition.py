@@ -31,8 +31,7 @@ from prometheus_client.openmetrics import exposition as openmetrics_format
 from prometheus_client.registry import Collector
 
 from exporter import __version__
-from exporter.deviceid import parse_device_id
-from exporter.kubelet.stats import KubeletRequestStats
+from exporter.collectors.base import COLLECTOR_ERRORS
 from exporter.model import (
     DeviceView,
     MetricKind,
@@ -112,13 +111,13 @@ def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, s
     """
     owned: dict[tuple[Owner, str, str], DeviceView] = {}
     allocated_bases = {
-        parse_device_id(d.device_id).base for d in devices if d.owner.pod and d.reading
+        (d.resource, d.resolution.physical_id) for d in devices if d.owner.pod and d.reading
     }
     for device in devices:
         if device.reading is None or not device.reading.samples:
             continue
-        base = parse_device_id(device.device_id).base
-        if not device.owner.pod and base in allocated_bases:
+        base = device.resolution.physical_id
+        if not device.owner.pod and (device.resource, base) in allocated_bases:
             continue
         owned.setdefault((device.owner, device.resource, base), device)
     return owned
@@ -134,6 +133,13 @@ def _telemetry_families(snapshot: Snapshot) -> Iterator[Metric]:
     for sample in snapshot.node_samples:
         _add_sample(families, sample, labels=(), values=())
     yield from families.values()
+    errors = CounterMetricFamily(
+        COLLECTOR_ERRORS.name, COLLECTOR_ERRORS.help, labels=list(COLLECTOR_ERRORS.labels)
+    )
+    for run in snapshot.collectors:
+        for error, count in run.error_counts:
+            errors.add_metric([run.name, error], count)
+    yield errors
 
 
 def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -211,8 +217,20 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
                 [device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)],
                 1,
             )
+    unresolved = _gauge(
+        "podresources_dra_unresolved_devices",
+        "DRA devices allocated to containers whose hardware nothing on the node identifies.",
+        ("driver",),
+    )
+    unresolved_devices: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for device in snapshot.devices:
+        if device.claim is not None and not device.resolution.keys:
+            unresolved_devices[device.resource].add((device.claim.pool, device.device_id))
+    for driver, found in sorted(unresolved_devices.items()):
+        unresolved.add_metric([driver], len(found))
     yield device_info
     yield mismatch
+    yield unresolved
 
 
 def _container_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -280,9 +298,8 @@ def _container_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield from (device_info, cpus, memory, claims, aligned, cpu_seconds)
 
 
-def _self_families(
-    snapshot: Snapshot, *, request_stats: KubeletRequestStats, poll_duration_s: float
-) -> Iterator[Metric]:
+def _self_families(snapshot: Snapshot) -> Iterator[Metric]:
+    request_stats = snapshot.kubelet_requests
     build = _gauge(
         "podresources_exporter_build_info",
         "Always 1; the exporter's version and Python version.",
@@ -326,16 +343,18 @@ def _self_families(
         "Unix time the kubelet data being served was collected; stale when far behind time().",
         (),
     )
-    timestamp.add_metric([], snapshot.collected_at)
+    if snapshot.collected_at is not None:  # absent until the kubelet first answers
+        timestamp.add_metric([], snapshot.collected_at)
     yield timestamp
     poll = _gauge(
         "podresources_poll_duration_seconds", "How long the last poll took, in seconds.", ()
     )
-    poll.add_metric([], poll_duration_s)
+    poll.add_metric([], snapshot.poll_duration_seconds)
     yield poll
     success = _gauge(
         "podresources_collector_success",
-        "1 when the collector's last run succeeded (an absent source counts as success).",
+        "1 when the collector's last run succeeded; an absent source counts as success "
+        "unless the node advertises resources it serves.",
         ("collector",),
     )
     duration = _gauge(
@@ -355,32 +374,20 @@ def _bound(bound: float) -> str:
 
 
 class _SnapshotCollector(Collector):
-    def __init__(
-        self, snapshot: Snapshot, *, request_stats: KubeletRequestStats, poll_duration_s: float
-    ) -> None:
+    def __init__(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
-        self._request_stats = request_stats
-        self._poll_duration_s = poll_duration_s
 
     def collect(self) -> Iterator[Metric]:
-        yield from _self_families(
-            self._snapshot,
-            request_stats=self._request_stats,
-            poll_duration_s=self._poll_duration_s,
-        )
+        yield from _self_families(self._snapshot)
         yield from _inventory_families(self._snapshot)
         yield from _container_families(self._snapshot)
         yield from _telemetry_families(self._snapshot)
 
 
-def render(
-    snapshot: Snapshot, *, request_stats: KubeletRequestStats, poll_duration_s: float
-) -> Exposition:
+def render(snapshot: Snapshot) -> Exposition:
     """The whole /metrics page for ``snapshot``, with process metrics; CPU-bound."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        _SnapshotCollector(snapshot, request_stats=request_stats, poll_duration_s=poll_duration_s)
-    )
+    registry.register(_SnapshotCollector(snapshot))
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
     text = text_format.generate_latest(registry)

@@ -4,8 +4,14 @@ Rules that matter to users:
 
 - Every device ID, replica IDs ``<id>::<n>`` included, is one schedulable unit, so
   ``allocatable - allocated`` per resource and NUMA node is what the scheduler can
-  still place. Allocated counts use the allocatable topology of the device where the
-  kubelet knows it, so both series carry the same label sets.
+  still place. Both counts take one topology per device ID -- the allocatable one
+  wherever the ID is allocatable -- so the difference stays the free count even while
+  device plugins re-register after a kubelet restart.
+- Telemetry is found through hardware keys: ``exporter.resolver`` maps each device ID
+  and DRA device to keys, collectors report readings under keys, and a device takes
+  the readings of its first key that any collector reported.
+- A collector whose source is absent has failed where the node advertises resources
+  it serves (NVML missing on a node with ``nvidia.com/gpu``).
 - A memory block spanning several NUMA nodes counts once, under the joined label
   (``"0,1"``), never its full size on each node.
 - Telemetry belongs to the physical device: replicas of one GPU share it, and each
@@ -21,10 +27,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from exporter.deviceid import DeviceKind, parse_device_id
 from exporter.model import (
     UNALLOCATED,
     AllocatableResources,
+    ClaimRef,
     CollectorRun,
     ContainerResources,
     ContainerView,
@@ -32,6 +38,9 @@ from exporter.model import (
     DeviceIdentity,
     DeviceReading,
     DeviceView,
+    DraState,
+    HardwareKey,
+    KeyKind,
     KubeletStatus,
     MemoryBlock,
     NodeCount,
@@ -39,18 +48,21 @@ from exporter.model import (
     PciDevice,
     PodResources,
     PodView,
+    Resolution,
     Sample,
     Snapshot,
     numa_label,
 )
+from exporter.resolver import resolve_claim_device, resolve_device_id
 
 __all__ = [
     "AllocationChange",
     "MergedReadings",
     "diff_allocations",
+    "join_fresh_pod",
     "join_snapshot",
+    "judge_collectors",
     "merge_readings",
-    "telemetry_device_ids",
 ]
 
 
@@ -58,10 +70,39 @@ __all__ = [
 class MergedReadings:
     """Every collector's readings of one poll, indexed for the join."""
 
-    devices: Mapping[str, DeviceReading]
+    by_key: Mapping[HardwareKey, tuple[DeviceReading, ...]]
+    standalone: tuple[DeviceReading, ...]  # shown even where no allocation names them
     pci: Mapping[str, PciDevice]
     cpu_times: Mapping[int, CpuTimes]
     node_samples: tuple[Sample, ...]
+
+
+def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
+    """Index all collectors' readings by each of their hardware keys."""
+    by_key: dict[HardwareKey, list[DeviceReading]] = defaultdict(list)
+    standalone: list[DeviceReading] = []
+    pci: dict[str, PciDevice] = {}
+    cpu_times: dict[int, CpuTimes] = {}
+    node_samples: list[Sample] = []
+    for run in runs:
+        readings = run.readings
+        for reading in readings.devices:
+            for key in dict.fromkeys(reading.keys):
+                by_key[key].append(reading)
+            if reading.standalone:
+                standalone.append(reading)
+        for pci_device in readings.pci_devices:
+            pci[pci_device.address] = pci_device
+        for times in readings.cpu_times:
+            cpu_times[times.cpu] = times
+        node_samples.extend(readings.node_samples)
+    return MergedReadings(
+        {key: tuple(found) for key, found in by_key.items()},
+        tuple(standalone),
+        pci,
+        cpu_times,
+        tuple(node_samples),
+    )
 
 
 def _merge_identity(a: DeviceIdentity, b: DeviceIdentity) -> DeviceIdentity:
@@ -73,86 +114,77 @@ def _merge_identity(a: DeviceIdentity, b: DeviceIdentity) -> DeviceIdentity:
     )
 
 
-def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
-    """Index all collectors' readings; two readings of one device ID are combined."""
-    devices: dict[str, DeviceReading] = {}
-    pci: dict[str, PciDevice] = {}
-    cpu_times: dict[int, CpuTimes] = {}
-    node_samples: list[Sample] = []
-    for run in runs:
-        readings = run.readings
-        for reading in readings.devices:
-            known = devices.get(reading.device_id)
-            if known is None:
-                devices[reading.device_id] = reading
-            else:
-                devices[reading.device_id] = DeviceReading(
-                    device_id=reading.device_id,
-                    identity=_merge_identity(known.identity, reading.identity),
-                    samples=known.samples + reading.samples,
-                )
-        for pci_device in readings.pci_devices:
-            pci[pci_device.address] = pci_device
-        for times in readings.cpu_times:
-            cpu_times[times.cpu] = times
-        node_samples.extend(readings.node_samples)
-    return MergedReadings(devices, pci, cpu_times, tuple(node_samples))
+def _combine(found: tuple[DeviceReading, ...]) -> DeviceReading:
+    """Readings of one device from several collectors (a NIC's netdev and RDMA counters)."""
+    if len(found) == 1:
+        return found[0]
+    identity = DeviceIdentity()
+    for reading in found:
+        identity = _merge_identity(identity, reading.identity)
+    return DeviceReading(
+        name=found[0].name,
+        keys=tuple(dict.fromkeys(k for r in found for k in r.keys)),
+        identity=identity,
+        samples=tuple(s for r in found for s in r.samples),
+        standalone=any(r.standalone for r in found),
+    )
 
 
-def telemetry_device_ids(
-    pods: Iterable[PodResources], allocatable: AllocatableResources
-) -> frozenset[str]:
-    """The device IDs collectors should match: every known ID, replica suffix stripped."""
-    ids: set[str] = set()
-    for group in allocatable.devices:
-        ids.update(parse_device_id(d).base for d in group.device_ids)
-    for pod in pods:
-        for container in pod.containers:
-            for group in container.devices:
-                ids.update(parse_device_id(d).base for d in group.device_ids)
-    return frozenset(ids)
+class _Matcher:
+    """Finds readings for resolutions, and remembers which readings found an owner."""
+
+    def __init__(self, readings: MergedReadings) -> None:
+        self.readings = readings
+        self.used: set[int] = set()  # id() of readings attached to some device
+        self._combined: dict[HardwareKey, DeviceReading] = {}
+
+    def reading_for(self, resolution: Resolution) -> DeviceReading | None:
+        for key in resolution.keys:
+            found = self.readings.by_key.get(key)
+            if not found:
+                continue
+            self.used.update(id(r) for r in found)
+            combined = self._combined.get(key)
+            if combined is None:
+                combined = self._combined[key] = _combine(found)
+            return combined
+        return None
+
+    def pci_for(self, resolution: Resolution, reading: DeviceReading | None) -> PciDevice | None:
+        for key in resolution.keys:
+            if key.kind is KeyKind.PCI:
+                return self.readings.pci.get(key.value)
+        if reading is not None and reading.identity.pci_address:
+            return self.readings.pci.get(reading.identity.pci_address)
+        return None
+
+    def view(
+        self,
+        *,
+        resource: str,
+        device_id: str,
+        numa_nodes: tuple[int, ...],
+        owner: Owner,
+        allocatable: bool,
+        resolution: Resolution,
+        claim: ClaimRef | None = None,
+    ) -> DeviceView:
+        reading = self.reading_for(resolution)
+        return DeviceView(
+            resource=resource,
+            device_id=device_id,
+            numa_nodes=numa_nodes,
+            owner=owner,
+            allocatable=allocatable,
+            resolution=resolution,
+            reading=reading,
+            pci=self.pci_for(resolution, reading),
+            claim=claim,
+        )
 
 
 def _sorted_nodes(nodes: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(nodes)))
-
-
-def _pci_address_of(device_id: str, reading: DeviceReading | None) -> str | None:
-    parsed = parse_device_id(device_id)
-    if parsed.kind is DeviceKind.PCI:
-        return parsed.base.lower()
-    if reading is not None and reading.identity.pci_address:
-        return reading.identity.pci_address
-    return None
-
-
-def _reading_for(device_id: str, readings: MergedReadings) -> DeviceReading | None:
-    found = readings.devices.get(device_id)
-    if found is None:
-        found = readings.devices.get(parse_device_id(device_id).base)
-    return found
-
-
-def _device_view(
-    *,
-    resource: str,
-    device_id: str,
-    numa_nodes: tuple[int, ...],
-    owner: Owner,
-    allocatable: bool,
-    readings: MergedReadings,
-) -> DeviceView:
-    reading = _reading_for(device_id, readings)
-    address = _pci_address_of(device_id, reading)
-    return DeviceView(
-        resource=resource,
-        device_id=device_id,
-        numa_nodes=numa_nodes,
-        owner=owner,
-        allocatable=allocatable,
-        reading=reading,
-        pci=readings.pci.get(address) if address else None,
-    )
 
 
 def _cpus_by_numa(cpu_ids: Iterable[int], cpu_numa: Mapping[int, int]) -> dict[str, int]:
@@ -195,11 +227,50 @@ def _cpu_seconds(
     if not cpu_ids or any(c not in cpu_times for c in cpu_ids):
         return ()  # a partial sum would look like a counter reset
     totals: dict[str, float] = defaultdict(float)
+    seen: Counter[str] = Counter()
     for cpu in cpu_ids:
         for mode, seconds in cpu_times[cpu].seconds_by_mode:
             totals[mode] += seconds
+            seen[mode] += 1
+    # A mode one CPU's line lost (a garbage figure) is left out for the same reason.
     # /proc/stat counts in USER_HZ ticks: rounding drops float noise, not information.
-    return tuple((mode, round(seconds, 6)) for mode, seconds in totals.items())
+    return tuple(
+        (mode, round(seconds, 6)) for mode, seconds in totals.items() if seen[mode] == len(cpu_ids)
+    )
+
+
+def _claim_views(
+    container: ContainerResources, *, owner: Owner, matcher: _Matcher, dra: DraState
+) -> tuple[DeviceView, ...]:
+    """One view per device of each DRA claim: ``resource`` is the driver name.
+
+    The kubelet reports no topology for DRA devices; where sysfs knows the device's
+    PCI function, its NUMA node stands in, so alignment covers DRA devices too.
+    """
+    views = []
+    for claim in container.dynamic_resources:
+        for device in claim.devices:
+            resolution = resolve_claim_device(
+                device,
+                claim_namespace=claim.claim_namespace,
+                claim_name=claim.claim_name,
+                dra=dra,
+            )
+            view = matcher.view(
+                resource=device.driver,
+                device_id=device.device,
+                numa_nodes=(),
+                owner=owner,
+                allocatable=False,
+                resolution=resolution,
+                claim=ClaimRef(
+                    claim.claim_namespace, claim.claim_name, device.pool, device.share_id
+                ),
+            )
+            if view.pci is not None and view.pci.numa_node is not None:
+                view = replace(view, numa_nodes=(view.pci.numa_node,))
+            views.append(view)
+    return tuple(views)
 
 
 def _container_view(
@@ -207,28 +278,29 @@ def _container_view(
     owner: Owner,
     container: ContainerResources,
     allocatable_topology: Mapping[str, tuple[int, ...]],
-    allocatable_ids: frozenset[str],
-    readings: MergedReadings,
+    matcher: _Matcher,
     cpu_numa: Mapping[int, int],
+    dra: DraState,
 ) -> ContainerView:
     devices = tuple(
-        _device_view(
+        matcher.view(
             resource=group.resource,
             device_id=device_id,
             numa_nodes=_sorted_nodes(group.numa_nodes) or allocatable_topology.get(device_id, ()),
             owner=owner,
-            allocatable=device_id in allocatable_ids,
-            readings=readings,
+            allocatable=device_id in allocatable_topology,
+            resolution=resolve_device_id(device_id),
         )
         for group in container.devices
         for device_id in group.device_ids
     )
+    claim_devices = _claim_views(container, owner=owner, matcher=matcher, dra=dra)
     cpu_ids = tuple(sorted(set(container.cpu_ids)))
     cpu_nodes = (cpu_numa[c] for c in cpu_ids if c in cpu_numa)
     numa_nodes = _sorted_nodes(
         [
             *cpu_nodes,
-            *(n for d in devices for n in d.numa_nodes),
+            *(n for d in (*devices, *claim_devices) for n in d.numa_nodes),
             *(n for b in container.memory for n in b.numa_nodes),
         ]
     )
@@ -241,9 +313,13 @@ def _container_view(
         dynamic_resources=container.dynamic_resources,
         numa_nodes=numa_nodes,
         numa_aligned=_numa_aligned(
-            cpu_ids=cpu_ids, devices=devices, memory=container.memory, cpu_numa=cpu_numa
+            cpu_ids=cpu_ids,
+            devices=(*devices, *claim_devices),
+            memory=container.memory,
+            cpu_numa=cpu_numa,
         ),
-        cpu_seconds_by_mode=_cpu_seconds(cpu_ids, readings.cpu_times),
+        cpu_seconds_by_mode=_cpu_seconds(cpu_ids, matcher.readings.cpu_times),
+        claim_devices=claim_devices,
     )
 
 
@@ -276,18 +352,50 @@ def _counts(values: Mapping[tuple[str, ...], float]) -> tuple[NodeCount, ...]:
     return tuple(NodeCount(labels, value) for labels, value in sorted(values.items()))
 
 
+def judge_collectors(
+    runs: Iterable[CollectorRun], *, advertised: Iterable[str]
+) -> tuple[CollectorRun, ...]:
+    """Runs as reported: a collector whose source is absent has failed where the node
+    advertises a resource or DRA driver it serves; elsewhere absence is quiet."""
+    names = sorted(set(advertised))
+    judged = []
+    for run in runs:
+        if run.unavailable is not None and run.success:
+            wanted = (
+                next((n for n in names if n.startswith(run.serves)), None) if run.serves else None
+            )
+            if wanted is not None:
+                run = replace(
+                    run, success=False, error=f"{run.unavailable}, but the node has {wanted}"
+                )
+        judged.append(run)
+    return tuple(judged)
+
+
+def _advertised(pods: Iterable[PodResources], allocatable: AllocatableResources) -> set[str]:
+    """Every resource name and DRA driver the kubelet mentions."""
+    names = {group.resource for group in allocatable.devices}
+    for pod in pods:
+        for container in pod.containers:
+            names.update(group.resource for group in container.devices)
+            names.update(d.driver for c in container.dynamic_resources for d in c.devices)
+    return names
+
+
 def join_snapshot(
     *,
     node: str,
-    collected_at: float,
+    collected_at: float | None,
     kubelet: KubeletStatus,
     pods: tuple[PodResources, ...],
     allocatable: AllocatableResources,
     cpu_numa: Mapping[int, int],
+    dra: DraState = DraState(),  # noqa: B008 - frozen, shared safely
     collector_runs: tuple[CollectorRun, ...] = (),
 ) -> Snapshot:
     """Everything one poll learnt, joined per container and per node."""
-    readings = merge_readings(collector_runs)
+    collector_runs = judge_collectors(collector_runs, advertised=_advertised(pods, allocatable))
+    matcher = _Matcher(merge_readings(collector_runs))
     pods = _unique_pods(pods)
     allocatable_topology = {
         device_id: _sorted_nodes(group.numa_nodes)
@@ -297,7 +405,6 @@ def join_snapshot(
     allocatable_resource = {
         device_id: group.resource for group in allocatable.devices for device_id in group.device_ids
     }
-    allocatable_ids = frozenset(allocatable_topology)
 
     pod_views = tuple(
         PodView(
@@ -308,9 +415,9 @@ def join_snapshot(
                     owner=Owner(pod.namespace, pod.name, container.name),
                     container=container,
                     allocatable_topology=allocatable_topology,
-                    allocatable_ids=allocatable_ids,
-                    readings=readings,
+                    matcher=matcher,
                     cpu_numa=cpu_numa,
+                    dra=dra,
                 )
                 for container in pod.containers
             ),
@@ -321,33 +428,34 @@ def join_snapshot(
     )
 
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
+    claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
     allocated_ids = {d.device_id for d in allocated}
     unallocated = [
-        _device_view(
+        matcher.view(
             resource=allocatable_resource[device_id],
             device_id=device_id,
             numa_nodes=topology,
             owner=UNALLOCATED,
             allocatable=True,
-            readings=readings,
+            resolution=resolve_device_id(device_id),
         )
         for device_id, topology in allocatable_topology.items()
         if device_id not in allocated_ids
     ]
-    known_bases = {parse_device_id(d.device_id).base for d in (*allocated, *unallocated)}
-    known_bases |= {d.device_id for d in (*allocated, *unallocated)}
     # Devices only a collector knows (a GPU no device plugin advertises) still show up.
     discovered = [
-        _device_view(
+        DeviceView(
             resource="",
-            device_id=device_id,
+            device_id=reading.name,
             numa_nodes=(),
             owner=UNALLOCATED,
             allocatable=False,
-            readings=readings,
+            resolution=Resolution(physical_id=reading.name, keys=reading.keys, source="hardware"),
+            reading=reading,
+            pci=matcher.readings.pci.get(reading.identity.pci_address or ""),
         )
-        for device_id in sorted(readings.devices)
-        if device_id not in known_bases
+        for reading in sorted(matcher.readings.standalone, key=lambda r: r.name)
+        if id(reading) not in matcher.used
     ]
 
     allocatable_devices: Counter[tuple[str, ...]] = Counter(
@@ -355,7 +463,9 @@ def join_snapshot(
     )
     allocated_devices: Counter[tuple[str, ...]] = Counter({key: 0 for key in allocatable_devices})
     for device in allocated:
-        allocated_devices[(device.resource, numa_label(device.numa_nodes))] += 1
+        # One topology per device ID on both sides: the allocatable one where there is one.
+        topology = allocatable_topology.get(device.device_id, device.numa_nodes)
+        allocated_devices[(device.resource, numa_label(topology))] += 1
 
     allocatable_cpus = _cpus_by_numa(allocatable.cpu_ids, cpu_numa)
     allocated_cpu_ids = {c for p in pod_views for c in p.cpu_ids} | {
@@ -377,7 +487,7 @@ def join_snapshot(
         kubelet=kubelet,
         allocatable=allocatable,
         pods=pod_views,
-        devices=(*allocated, *sorted(unallocated, key=_device_key), *discovered),
+        devices=(*allocated, *claimed, *sorted(unallocated, key=_device_key), *discovered),
         allocatable_devices=_counts(allocatable_devices),
         allocated_devices=_counts(allocated_devices),
         allocatable_cpus=_counts({(k,): v for k, v in allocatable_cpus.items()}),
@@ -385,8 +495,23 @@ def join_snapshot(
         allocatable_memory=_counts(allocatable_memory),
         allocated_memory=_counts(allocated_memory),
         collectors=collector_runs,
-        node_samples=readings.node_samples,
+        node_samples=matcher.readings.node_samples,
         cpu_numa=tuple(sorted(cpu_numa.items())),
+        dra=dra,
+    )
+
+
+def join_fresh_pod(snapshot: Snapshot, pod: PodResources, *, collected_at: float) -> Snapshot:
+    """One pod as ``Get`` just returned it, joined with the snapshot's readings."""
+    return join_snapshot(
+        node=snapshot.node,
+        collected_at=collected_at,
+        kubelet=snapshot.kubelet,
+        pods=(pod,),
+        allocatable=snapshot.allocatable,
+        cpu_numa=dict(snapshot.cpu_numa),
+        dra=snapshot.dra,
+        collector_runs=snapshot.collectors,
     )
 
 
@@ -409,10 +534,14 @@ def _holdings(snapshot: Snapshot | None) -> dict[Owner, tuple[set[str], set[int]
     if snapshot is None:
         return {}
     return {
-        c.owner: ({d.device_id for d in c.devices}, set(c.cpu_ids))
+        c.owner: (
+            {d.device_id for d in c.devices}
+            | {f"{d.resource}/{d.device_id}" for d in c.claim_devices},
+            set(c.cpu_ids),
+        )
         for p in snapshot.pods
         for c in p.containers
-        if c.devices or c.cpu_ids
+        if c.devices or c.claim_devices or c.cpu_ids
     }
 
 

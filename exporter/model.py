@@ -4,8 +4,8 @@ Three groups:
 
 - what the kubelet says (``PodResources``, ``AllocatableResources`` and their parts),
   translated from protobuf inside ``exporter.kubelet`` so nothing else sees gRPC types;
-- what collectors read from hardware (``Readings``), keyed by device IDs and CPUs,
-  never by pods;
+- what collectors read from hardware (``Readings``), keyed by hardware keys (GPU UUID,
+  PCI address, interface name...) and CPUs, never by kubelet device IDs or pods;
 - the joined, immutable ``Snapshot`` that HTTP handlers and the exposition read.
 
 NUMA node tuples are always sorted and free of duplicates.
@@ -16,10 +16,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from exporter.kubelet.stats import KubeletRequestStats
+
 __all__ = [
     "UNALLOCATED",
     "AllocatableResources",
     "ClaimDevice",
+    "CollectorIssue",
     "CollectorRun",
     "ContainerResources",
     "ContainerView",
@@ -28,7 +31,11 @@ __all__ = [
     "DeviceIdentity",
     "DeviceReading",
     "DeviceView",
+    "DraDevice",
+    "DraState",
     "DynamicResource",
+    "HardwareKey",
+    "KeyKind",
     "KubeletStatus",
     "MemoryBlock",
     "MetricKind",
@@ -39,6 +46,7 @@ __all__ = [
     "PodResources",
     "PodView",
     "Readings",
+    "Resolution",
     "Sample",
     "Snapshot",
     "numa_label",
@@ -157,18 +165,51 @@ class DeviceIdentity:
     vendor: str | None = None
 
 
+class KeyKind(enum.StrEnum):
+    """What a hardware key names; its value's form is given beside each."""
+
+    GPU_UUID = "gpu_uuid"  # GPU-8f3c...
+    MIG_UUID = "mig_uuid"  # MIG-1a2b... (also the MIG device's own UUID)
+    MIG_PATH = "mig_path"  # <parent GPU UUID>/<GPU instance>/<compute instance>
+    NVIDIA_MINOR = "nvidia_minor"  # 0, as in /dev/nvidia0
+    NVIDIA_MINOR_GI = "nvidia_minor_gi"  # <minor>/<GPU instance>: a MIG GPU instance
+    # <minor>/<GPU instance profile ID>/<placement start>: a MIG device by its physical
+    # slot, as the NVIDIA DRA driver names it (nvmlGpuInstanceGetInfo gives both).
+    MIG_PLACEMENT = "mig_placement"
+    PCI = "pci"  # 0000:af:00.1, the kernel's form
+    DRM_CARD = "drm_card"  # 0, as in /dev/dri/card0
+    DRM_RENDER = "drm_render"  # 128, as in /dev/dri/renderD128
+    NETDEV = "netdev"  # eth0
+    SRIOV_VF = "sriov_vf"  # <PF PCI address>/<VF index>: 0000:af:00.0/3
+    RDMA = "rdma"  # mlx5_0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class HardwareKey:
+    """One way hardware identifies a device: the currency between collectors and resolver."""
+
+    kind: KeyKind
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceReading:
-    """Telemetry of one device.
+    """Telemetry of one device, under every hardware key that identifies it.
 
-    ``device_id`` is the kubelet device ID the collector matched (replica suffix
-    ``::n`` stripped), or the collector's own canonical ID (``GPU-<uuid>``, a PCI
-    address) for a device no kubelet ID names.
+    ``name`` is the collector's own name for the device (a GPU or MIG UUID, a PCI
+    address, an interface name): the ``device_id`` shown for a device no allocation
+    names. ``standalone`` devices (GPUs) are shown even then; others (every NIC of the
+    node) only where an allocation names them.
     """
 
-    device_id: str
+    name: str
+    keys: tuple[HardwareKey, ...]
     identity: DeviceIdentity = field(default_factory=DeviceIdentity)
     samples: tuple[Sample, ...] = ()
+    standalone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,26 +232,71 @@ class CpuTimes:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDevice:
+    """What node-local DRA driver files say of one prepared device.
+
+    ``keys`` are the hardware keys it resolves to; ``source`` says which file said so
+    (a checkpoint, KEP-5304 metadata, a CDI spec), for /debug/allocations.
+    """
+
+    driver: str
+    pool: str
+    device: str
+    keys: tuple[HardwareKey, ...]
+    source: str
+    claim_namespace: str = ""  # "" where the file does not say which claim
+    claim_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DraState:
+    """Every DRA device the node's driver files describe, and the CDI device names known."""
+
+    devices: tuple[DraDevice, ...] = ()
+    # CDI device name ("k8s.gpu.nvidia.com/device=gpu-0") -> hardware keys its spec names.
+    cdi_devices: tuple[tuple[str, tuple[HardwareKey, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorIssue:
+    """One failed read of a collector: ``error`` is the short label counted in
+    ``podresources_collector_errors_total``; ``detail`` is the one-line log message."""
+
+    error: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class Readings:
-    """Everything one collector read in one poll."""
+    """Everything one collector read in one poll, and the reads that failed."""
 
     devices: tuple[DeviceReading, ...] = ()
     pci_devices: tuple[PciDevice, ...] = ()
     cpu_times: tuple[CpuTimes, ...] = ()
-    # Node-level samples (NUMA memory, a collector's own error counters): their labels
-    # are entirely the spec's own.
+    cpu_numa: tuple[tuple[int, int], ...] = ()  # (cpu, NUMA node)
+    dra: DraState | None = None
+    # Node-level samples (NUMA memory): their labels are entirely the spec's own.
     node_samples: tuple[Sample, ...] = ()
+    issues: tuple[CollectorIssue, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class CollectorRun:
-    """How one collector fared in one poll."""
+    """How one collector fared in one poll.
+
+    ``unavailable`` is the reason its source is absent (no driver, no subsystem): the
+    join decides whether that is a failure, from what the kubelet advertises.
+    ``error_counts`` are cumulative since start, per error label.
+    """
 
     name: str
     success: bool
     duration_seconds: float
     readings: Readings = field(default_factory=Readings)
     error: str | None = None
+    unavailable: str | None = None
+    error_counts: tuple[tuple[str, int], ...] = ()
+    serves: tuple[str, ...] = ()  # the collector's ``serves`` prefixes
 
 
 # --- The joined snapshot -----------------------------------------------------------------
@@ -229,16 +315,49 @@ UNALLOCATED = Owner("", "", "")
 
 
 @dataclass(frozen=True, slots=True)
+class Resolution:
+    """What the resolver made of one allocated device.
+
+    ``keys`` are the hardware keys that may name it, most specific first; the join
+    takes telemetry from the first key some collector reported. ``physical_id`` is
+    the device the telemetry belongs to (a replica's ID without ``::n``).
+    ``unresolved`` says why no hardware key is known (a DRA driver we cannot read).
+    """
+
+    physical_id: str
+    keys: tuple[HardwareKey, ...] = ()
+    unresolved: str | None = None
+    source: str = ""  # where the keys came from: "device id", a checkpoint, metadata...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """The DRA claim a device was allocated through."""
+
+    claim_namespace: str
+    claim_name: str
+    pool: str
+    share_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceView:
-    """One device ID the kubelet (or a collector) knows, with owner and telemetry."""
+    """One device the kubelet (or a collector) knows, with owner and telemetry.
+
+    For a DRA device ``resource`` is the driver name and ``device_id`` the DRA device
+    name; ``claim`` names the claim. ``reading`` is the telemetry found through
+    ``resolution``; ``pci`` what sysfs says of its PCI function.
+    """
 
     resource: str  # "" for a device only a collector knows
     device_id: str
     numa_nodes: tuple[int, ...]  # as the kubelet reports them
     owner: Owner
     allocatable: bool
+    resolution: Resolution
     reading: DeviceReading | None = None
     pci: PciDevice | None = None
+    claim: ClaimRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +371,7 @@ class ContainerView:
     numa_nodes: tuple[int, ...]  # every node its devices, CPUs and memory sit on
     numa_aligned: bool | None  # None when the container has no exclusive CPUs
     cpu_seconds_by_mode: tuple[tuple[str, float], ...] = ()
+    claim_devices: tuple[DeviceView, ...] = ()  # devices of its DRA claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +404,7 @@ class Snapshot:
     """Everything one poll learnt, joined; published by swapping one reference."""
 
     node: str
-    collected_at: float  # unix seconds of the kubelet data it holds
+    collected_at: float | None  # unix seconds of the kubelet data it holds; None: none yet
     kubelet: KubeletStatus
     allocatable: AllocatableResources
     pods: tuple[PodView, ...]
@@ -298,3 +418,6 @@ class Snapshot:
     collectors: tuple[CollectorRun, ...] = ()
     node_samples: tuple[Sample, ...] = ()
     cpu_numa: tuple[tuple[int, int], ...] = ()  # (cpu, NUMA node) as sysfs said
+    dra: DraState = field(default_factory=DraState)  # what DRA driver files said
+    poll_duration_seconds: float = 0.0
+    kubelet_requests: KubeletRequestStats = field(default_factory=KubeletRequestStats)

@@ -1,9 +1,14 @@
 """The loop: every interval, ask the kubelet and the collectors, join, render, publish.
 
+One poll is one ``gather``: ``List``, ``GetAllocatableResources`` and every collector
+at once, so a slow collector never delays kubelet data and the worst case is the larger
+of the two timeouts, not their sum. The join runs after, off the event loop.
+
 One poll makes at most one ``List`` and one ``GetAllocatableResources`` call, whatever
 the scrape load: HTTP handlers only read what was published last. When the kubelet
 fails, the last good kubelet data keeps being served with its original timestamp (so
-its age shows) and ``podresources_kubelet_up`` drops to 0.
+its age shows) and ``podresources_kubelet_up`` drops to 0. The CPU-to-NUMA map and the
+DRA drivers' state are likewise kept from the last poll that read them.
 """
 
 from __future__ import annotations
@@ -11,28 +16,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import structlog
 
-from exporter.collectors.base import CollectorError
 from exporter.collectors.runner import CollectorRunner
 from exporter.exposition import Exposition, render
-from exporter.join import diff_allocations, join_snapshot, telemetry_device_ids
+from exporter.join import diff_allocations, join_snapshot
 from exporter.kubelet.client import KubeletClient
 from exporter.kubelet.errors import KubeletError, MethodUnavailable
 from exporter.kubelet.stats import KubeletRequestStats
 from exporter.model import (
     AllocatableResources,
     CollectorRun,
+    DraState,
     KubeletStatus,
     PodResources,
     Snapshot,
 )
-from exporter.topology import read_cpu_numa_map
+from exporter.store import Published, SnapshotStore
 
-__all__ = ["Poller", "Published", "SnapshotStore"]
+__all__ = ["Poller"]
 
 log = structlog.get_logger(__name__)
 
@@ -40,25 +44,10 @@ GET_PROBE_INTERVAL_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
-class Published:
-    """What HTTP handlers read: one snapshot and its rendered /metrics page."""
-
-    snapshot: Snapshot
-    exposition: Exposition
-
-
-@dataclass(slots=True)
-class SnapshotStore:
-    """Holds the current ``Published``; replaced whole, so readers never see a mix."""
-
-    current: Published | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class _KubeletData:
     pods: tuple[PodResources, ...]
     allocatable: AllocatableResources
-    collected_at: float
+    collected_at: float | None  # None until the kubelet first answers
 
 
 class Poller:
@@ -69,7 +58,6 @@ class Poller:
         runner: CollectorRunner,
         store: SnapshotStore,
         node: str,
-        sysfs: Path,
         interval_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -77,12 +65,13 @@ class Poller:
         self._runner = runner
         self._store = store
         self._node = node
-        self._sysfs = sysfs
         self._interval_s = interval_s
         self._clock = clock
         self._last_good: _KubeletData | None = None
         self._last_error: str | None = None
         self._cpu_numa: Mapping[int, int] = {}
+        self._dra = DraState()
+        self._failed_collectors: dict[str, str] = {}
         self._get_probed_at: float | None = None
 
     async def run(self) -> None:
@@ -98,14 +87,13 @@ class Poller:
 
     async def poll_once(self) -> Published:
         started = time.perf_counter()
-        kubelet_data, kubelet_status = await self._poll_kubelet()
-        self._cpu_numa = await asyncio.to_thread(self._read_topology)
-        runs = await self._runner.run_all(
-            device_ids=telemetry_device_ids(kubelet_data.pods, kubelet_data.allocatable)
+        (kubelet_data, kubelet_status), runs = await asyncio.gather(
+            self._poll_kubelet(), self._runner.run_all()
         )
+        self._keep_node_state(runs)
         previous = self._store.current
-        # Join and render are CPU-bound: keep them off the event loop. The request stats
-        # are copied here, on the loop, where the client records them.
+        # The request stats are copied here, on the loop, where the client records them;
+        # join and render are CPU-bound and run off the loop.
         snapshot, exposition = await asyncio.to_thread(
             self._join_and_render,
             kubelet_data,
@@ -114,6 +102,7 @@ class Poller:
             started,
             self._client.stats(),
         )
+        self._note_judged_failures(snapshot.collectors)
         for change in diff_allocations(previous.snapshot if previous else None, snapshot):
             log.info(
                 "allocation_changed",
@@ -128,6 +117,29 @@ class Poller:
         published = Published(snapshot, exposition)
         self._store.current = published
         return published
+
+    def _keep_node_state(self, runs: tuple[CollectorRun, ...]) -> None:
+        """The CPU-to-NUMA map and DRA state from runs that read them, else the last."""
+        for run in runs:
+            if not run.success or run.unavailable is not None:
+                continue
+            if run.name == "topology":
+                self._cpu_numa = dict(run.readings.cpu_numa)
+            elif run.name == "dra" and run.readings.dra is not None:
+                self._dra = run.readings.dra
+
+    def _note_judged_failures(self, runs: tuple[CollectorRun, ...]) -> None:
+        # The runner logs what it saw; a source judged missing only by the join (NVML
+        # absent on a node with NVIDIA devices) is logged here, once per change.
+        for run in runs:
+            judged = run.error if run.unavailable is not None and not run.success else None
+            if judged == self._failed_collectors.get(run.name):
+                continue
+            if judged is None:
+                self._failed_collectors.pop(run.name, None)
+            else:
+                self._failed_collectors[run.name] = judged
+                log.warning("collector_source_missing", collector=run.name, error=judged)
 
     def _join_and_render(
         self,
@@ -144,18 +156,15 @@ class Poller:
             pods=kubelet_data.pods,
             allocatable=kubelet_data.allocatable,
             cpu_numa=self._cpu_numa,
+            dra=self._dra,
             collector_runs=runs,
         )
-        duration = time.perf_counter() - started
-        exposition = render(snapshot, request_stats=request_stats, poll_duration_s=duration)
-        return snapshot, exposition
-
-    def _read_topology(self) -> Mapping[int, int]:
-        try:
-            return read_cpu_numa_map(self._sysfs)
-        except CollectorError as error:
-            log.warning("topology_unreadable", error=str(error))
-            return self._cpu_numa  # keep the last good map
+        snapshot = replace(
+            snapshot,
+            poll_duration_seconds=time.perf_counter() - started,
+            kubelet_requests=request_stats,
+        )
+        return snapshot, render(snapshot)
 
     async def _probe_get(self) -> None:
         # Get serves only /debug look-ups, so its availability is probed rarely: at the
@@ -194,7 +203,7 @@ class Poller:
             allocatable = allocatable_result
 
         if isinstance(pods_result, BaseException):
-            data = previous or _KubeletData((), allocatable, 0.0)
+            data = previous or _KubeletData((), allocatable, None)
         else:
             data = _KubeletData(pods_result, allocatable, now)
             self._last_good = data

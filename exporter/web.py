@@ -22,11 +22,11 @@ from aiohttp import web
 from exporter import __version__
 from exporter.debugview import FILTER_KEYS, Filters, render_json, render_text
 from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
-from exporter.join import join_snapshot
+from exporter.join import join_fresh_pod
 from exporter.kubelet.errors import KubeletError, PodNotFound
 from exporter.lookup import CoalescingLookup, LookupRefused
 from exporter.model import Snapshot
-from exporter.poller import Published, SnapshotStore
+from exporter.store import Published, SnapshotStore
 
 __all__ = ["STORE", "WebSettings", "create_app"]
 
@@ -153,15 +153,7 @@ async def pod_allocations(request: web.Request) -> web.Response:
     except (LookupRefused, KubeletError) as error:  # Get missing, disabled or failing
         source = f"snapshot ({error})"
     else:
-        joined = join_snapshot(
-            node=snapshot.node,
-            collected_at=time.time(),
-            kubelet=snapshot.kubelet,
-            pods=(fresh,),
-            allocatable=snapshot.allocatable,
-            cpu_numa=dict(snapshot.cpu_numa),
-            collector_runs=snapshot.collectors,
-        )
+        joined = join_fresh_pod(snapshot, fresh, collected_at=time.time())
         return _respond(joined, filters=filters, output=output, source="kubelet Get")
     if not any(filters.keeps_pod(p) for p in snapshot.pods):
         raise web.HTTPNotFound(reason=f"pod {namespace}/{name} not in the last snapshot")
@@ -177,6 +169,8 @@ async def readyz(request: web.Request) -> web.Response:
     limit = 3 * request.app[SETTINGS].poll_interval_s
     if published is None:
         return web.Response(status=503, text="not ready: no snapshot yet\n")
+    if published.snapshot.collected_at is None:
+        return web.Response(status=503, text="not ready: no kubelet data yet\n")
     age = time.time() - published.snapshot.collected_at
     if age > limit:
         return web.Response(status=503, text=f"not ready: kubelet data is {age:.0f}s old\n")

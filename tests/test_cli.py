@@ -33,10 +33,28 @@ def test_defaults(tmp_path: Path) -> None:
         "0.0.0.0",
         9410,
         True,
-        ("nvml", "pci", "netdev", "infiniband", "drm", "cpu", "numa"),
+        ("nvml", "pci", "netdev", "infiniband", "drm", "cpu", "numa", "topology", "dra"),
         "gpu-node-7",
         "json",
     )
+
+
+def test_dra_paths() -> None:
+    """DRA file roots: DESIGN.md's defaults, env twins, --path.cdi split on colons."""
+    defaults = parse_config([], {})
+    from_env = parse_config(
+        [],
+        {
+            env_name("--path.kubelet-plugins"): "/host/plugins",
+            env_name("--path.cdi"): "/host/run-cdi::/host/etc-cdi",
+        },
+    )
+    from_flags = parse_config(["--path.cdi", "/a", "--path.kubelet-plugins", "/p"], {})
+    assert [
+        (Path("/var/lib/kubelet/plugins"), (Path("/var/run/cdi"), Path("/etc/cdi"))),
+        (Path("/host/plugins"), (Path("/host/run-cdi"), Path("/host/etc-cdi"))),
+        (Path("/p"), (Path("/a"),)),
+    ] == [(c.kubelet_plugins, c.cdi) for c in (defaults, from_env, from_flags)]
 
 
 def test_environment_then_flags_win() -> None:
@@ -124,6 +142,8 @@ def test_help_documents_every_flag_and_variable() -> None:
         "--web.enable-debug",
         "--path.sysfs",
         "--path.procfs",
+        "--path.kubelet-plugins",
+        "--path.cdi",
         "--collector.nvml",
         "--no-collector.nvml",
         "--node-name",

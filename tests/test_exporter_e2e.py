@@ -100,7 +100,7 @@ class TestMetrics:
             for device_id in group.device_ids
         }
         assert set(_with_name(series, "podresources_container_device_info")) == expected
-        assert len(expected) == 14
+        assert len(expected) == 15  # the virtio NIC of net/edge-proxy-0 included
 
     async def test_scenario_elements(self, exporter: Exporter, client: TestClient) -> None:  # type: ignore[type-arg]
         """CPUs, hugepages, DRA, alignment and node counts carry the scenario's values."""
@@ -124,7 +124,15 @@ class TestMetrics:
         )
         assert series[server] == 0
         claims = _with_name(series, "podresources_container_dynamic_resource_info")
-        assert [dict(labels)["driver"] for labels in claims] == ["gpu.example.com"]
+        # exporter.sim.dra: NVIDIA's GPU and MIG device, AMD's card, one VF in two claims.
+        assert sorted(dict(labels)["driver"] for labels in claims) == [
+            "gpu.amd.com",
+            "gpu.example.com",
+            "gpu.nvidia.com",
+            "gpu.nvidia.com",
+            "sriovnetwork.k8snetworkplumbingwg.io",
+            "sriovnetwork.k8snetworkplumbingwg.io",
+        ]
         shared = (("numa_node", "1"), ("resource", "nvidia.com/gpu.shared"))
         assert series[("podresources_node_allocatable_devices", shared)] == 4
         assert series[("podresources_node_allocated_devices", shared)] == 2

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from exporter.join import diff_allocations, join_snapshot, telemetry_device_ids
+from exporter.join import diff_allocations, join_snapshot
 from exporter.model import (
     AllocatableResources,
+    ClaimDevice,
     CollectorRun,
     ContainerResources,
     ContainerView,
     DeviceGroup,
     DeviceIdentity,
     DeviceReading,
+    DraDevice,
+    DraState,
+    DynamicResource,
+    HardwareKey,
+    KeyKind,
     KubeletStatus,
     MemoryBlock,
     MetricKind,
@@ -34,6 +40,7 @@ def _join(
     pods: tuple[PodResources, ...],
     allocatable: AllocatableResources,
     runs: tuple[CollectorRun, ...] = (),
+    dra: DraState = DraState(),  # noqa: B008 - frozen
 ) -> Snapshot:
     return join_snapshot(
         node="node-a",
@@ -42,8 +49,27 @@ def _join(
         pods=pods,
         allocatable=allocatable,
         cpu_numa=CPU_NUMA,
+        dra=dra,
         collector_runs=runs,
     )
+
+
+def _gpu(uuid: str, *, minor: int, pci: str, power: float) -> DeviceReading:
+    return DeviceReading(
+        uuid,
+        (
+            HardwareKey(KeyKind.GPU_UUID, uuid),
+            HardwareKey(KeyKind.NVIDIA_MINOR, str(minor)),
+            HardwareKey(KeyKind.PCI, pci),
+        ),
+        DeviceIdentity(uuid=uuid, pci_address=pci, vendor="nvidia"),
+        (Sample(POWER, power),),
+        standalone=True,
+    )
+
+
+def _pod(name: str, container: ContainerResources) -> PodResources:
+    return PodResources("ns", name, (container,))
 
 
 def _container(snapshot: Snapshot, pod: str, container: str) -> ContainerView:
@@ -201,11 +227,7 @@ class TestBadKubeletData:
 class TestTelemetry:
     def test_replicas_share_the_physical_reading_and_pci(self) -> None:
         """A replica ID finds its GPU's reading; the PCI address from identity finds sysfs facts."""
-        reading = DeviceReading(
-            "GPU-a",
-            DeviceIdentity(uuid="GPU-a", pci_address="0000:17:00.0"),
-            (Sample(POWER, 100.0),),
-        )
+        reading = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=100.0)
         pci = PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", 1)
         runs = (
             CollectorRun("nvml", True, 0.0, Readings(devices=(reading,))),
@@ -233,7 +255,7 @@ class TestTelemetry:
 
     def test_devices_only_a_collector_knows_are_kept(self) -> None:
         """An NVML GPU no device plugin advertises shows up with an empty resource."""
-        reading = DeviceReading("GPU-z", DeviceIdentity(uuid="GPU-z"), (Sample(POWER, 5.0),))
+        reading = _gpu("GPU-z", minor=3, pci="0000:18:00.0", power=5.0)
         snapshot = _join(
             (),
             AllocatableResources(),
@@ -243,12 +265,165 @@ class TestTelemetry:
             ("", "GPU-z", False)
         ]
 
-    def test_collectors_get_base_ids(self) -> None:
-        """Collectors are asked about physical device IDs, replica suffixes stripped."""
-        allocatable = AllocatableResources(
-            devices=(DeviceGroup("r", ("GPU-a::0", "GPU-a::1", "0000:af:00.1")),)
+    def test_nics_no_allocation_names_are_not_shown(self) -> None:
+        """A NIC reading (not standalone) appears only where an allocation names it."""
+        nic = DeviceReading(
+            "eth1",
+            (HardwareKey(KeyKind.NETDEV, "eth1"), HardwareKey(KeyKind.PCI, "0000:af:00.1")),
+            samples=(Sample(POWER, 1.0),),
         )
-        assert telemetry_device_ids((), allocatable) == frozenset({"GPU-a", "0000:af:00.1"})
+        runs = (CollectorRun("netdev", True, 0.0, Readings(devices=(nic,))),)
+        assert _join((), AllocatableResources(), runs).devices == ()
+        pods = (_pod("p", ContainerResources("c", devices=(DeviceGroup("r", ("0000:AF:00.1",)),))),)
+        (device,) = _join(pods, AllocatableResources(), runs).devices
+        assert (device.device_id, device.reading) == ("0000:AF:00.1", nic)
+
+    def test_readings_of_one_key_from_two_collectors_are_combined(self) -> None:
+        """An RDMA NIC's netdev and InfiniBand readings both follow its PCI address."""
+        key = HardwareKey(KeyKind.PCI, "0000:af:00.1")
+        net = DeviceReading(
+            "eth1", (HardwareKey(KeyKind.NETDEV, "eth1"), key), samples=(Sample(POWER, 1.0),)
+        )
+        ib = DeviceReading(
+            "mlx5_0",
+            (HardwareKey(KeyKind.RDMA, "mlx5_0"), key),
+            DeviceIdentity(vendor="mellanox"),
+            (Sample(POWER, 2.0),),
+        )
+        runs = (
+            CollectorRun("netdev", True, 0.0, Readings(devices=(net,))),
+            CollectorRun("infiniband", True, 0.0, Readings(devices=(ib,))),
+        )
+        pods = (_pod("p", ContainerResources("c", devices=(DeviceGroup("r", ("0000:af:00.1",)),))),)
+        (device,) = _join(pods, AllocatableResources(), runs).devices
+        assert device.reading is not None
+        assert [s.value for s in device.reading.samples] == [1.0, 2.0]
+        assert device.reading.identity.vendor == "mellanox"
+
+    def test_gke_and_mig_ids_find_readings_through_keys(self) -> None:
+        """nvidiaN finds the GPU by minor number; nothing of the GPU is shown twice."""
+        gpu = _gpu("GPU-a", minor=2, pci="0000:17:00.0", power=10.0)
+        runs = (CollectorRun("nvml", True, 0.0, Readings(devices=(gpu,))),)
+        pods = (
+            _pod(
+                "p", ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("nvidia2",)),))
+            ),
+        )
+        snapshot = _join(pods, AllocatableResources(), runs)
+        assert [(d.device_id, d.reading) for d in snapshot.devices] == [("nvidia2", gpu)]
+
+
+class TestDra:
+    CLAIM = DynamicResource(
+        "gpu-claim",
+        "ns",
+        (
+            ClaimDevice(
+                "gpu.nvidia.com",
+                "node-a",
+                "gpu-0",
+                cdi_devices=("k8s.gpu.nvidia.com/device=gpu-0",),
+            ),
+        ),
+    )
+
+    def test_claim_device_finds_telemetry_through_dra_state(self) -> None:
+        """A DRA device resolved by the driver's files gets its GPU's reading, labelled
+        with the driver name and the DRA device name."""
+        gpu = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=10.0)
+        dra = DraState(
+            devices=(
+                DraDevice(
+                    "gpu.nvidia.com",
+                    "node-a",
+                    "gpu-0",
+                    (HardwareKey(KeyKind.GPU_UUID, "GPU-a"),),
+                    "checkpoint",
+                    "ns",
+                    "gpu-claim",
+                ),
+            )
+        )
+        runs = (CollectorRun("nvml", True, 0.0, Readings(devices=(gpu,))),)
+        pods = (_pod("p", ContainerResources("c", dynamic_resources=(self.CLAIM,))),)
+        snapshot = _join(pods, AllocatableResources(), runs, dra)
+        (device,) = snapshot.devices
+        assert (device.resource, device.device_id, device.owner, device.reading) == (
+            "gpu.nvidia.com",
+            "gpu-0",
+            Owner("ns", "p", "c"),
+            gpu,
+        )
+        assert device.claim is not None
+        assert (device.claim.claim_name, device.claim.pool) == ("gpu-claim", "node-a")
+        assert _container(snapshot, "p", "c").claim_devices == (device,)
+
+    def test_claim_device_takes_its_numa_node_from_sysfs(self) -> None:
+        """The kubelet gives DRA devices no topology: the PCI function's node stands in,
+        and counts in the container's NUMA alignment."""
+        gpu = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=10.0)
+        pci = PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", 1)
+        runs = (
+            CollectorRun("nvml", True, 0.0, Readings(devices=(gpu,))),
+            CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),
+        )
+        container = ContainerResources("c", cpu_ids=(2, 3), dynamic_resources=(self.CLAIM,))
+        snapshot = _join((_pod("p", container),), AllocatableResources(), runs)
+        view = _container(snapshot, "p", "c")
+        assert [d.numa_nodes for d in view.claim_devices] == [(1,)]
+        assert (view.numa_nodes, view.numa_aligned) == ((0, 1), False)  # CPUs 2, 3: node 0
+
+    def test_shared_device_has_one_view_per_owner(self) -> None:
+        """Two pods sharing one DRA device (share_id) each own a view of it."""
+        shared = DynamicResource(
+            "shared",
+            "ns",
+            (ClaimDevice("gpu.nvidia.com", "node-a", "gpu-0", share_id="7"),),
+        )
+        pods = (
+            _pod("a", ContainerResources("c", dynamic_resources=(shared,))),
+            _pod("b", ContainerResources("c", dynamic_resources=(shared,))),
+        )
+        snapshot = _join(pods, AllocatableResources())
+        assert [(d.owner.pod, d.device_id) for d in snapshot.devices] == [
+            ("a", "gpu-0"),
+            ("b", "gpu-0"),
+        ]
+
+
+class TestJudgedCollectors:
+    def test_absent_nvml_fails_on_a_node_with_nvidia_devices(self) -> None:
+        """NVML absent is success on a CPU-only node, failure where NVIDIA devices are."""
+        run = CollectorRun(
+            "nvml", True, 0.0, unavailable="libnvidia-ml.so.1 not found", serves=("nvidia.com/",)
+        )
+        quiet = _join((), AllocatableResources(), (run,))
+        assert [(r.success, r.error) for r in quiet.collectors] == [(True, None)]
+        allocatable = AllocatableResources(devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",)),))
+        judged = _join((), allocatable, (run,))
+        assert [(r.success, r.error) for r in judged.collectors] == [
+            (False, "libnvidia-ml.so.1 not found, but the node has nvidia.com/gpu")
+        ]
+
+    def test_absent_nvml_fails_on_a_node_with_nvidia_dra_claims(self) -> None:
+        run = CollectorRun("nvml", True, 0.0, unavailable="no driver", serves=("gpu.nvidia.com",))
+        pods = (_pod("p", ContainerResources("c", dynamic_resources=(TestDra.CLAIM,))),)
+        (judged,) = _join(pods, AllocatableResources(), (run,)).collectors
+        assert (judged.success, judged.error) == (
+            False,
+            "no driver, but the node has gpu.nvidia.com",
+        )
+
+
+class TestTopologyAfterKubeletRestart:
+    def test_allocated_counts_take_the_allocatable_topology(self) -> None:
+        """While plugins re-register, allocatable topology is empty but the container's is
+        not: both counts use one topology per ID, so allocatable - allocated stays free."""
+        allocatable = AllocatableResources(devices=(DeviceGroup("r", ("d1", "d2")),))
+        pods = (_pod("p", ContainerResources("c", devices=(DeviceGroup("r", ("d1",), (1,)),))),)
+        snapshot = _join(pods, allocatable)
+        assert snapshot.allocatable_devices == (NodeCount(("r", ""), 2),)
+        assert snapshot.allocated_devices == (NodeCount(("r", ""), 1),)
 
 
 class TestAllocationChanges:

@@ -1,20 +1,28 @@
-"""The one interface every telemetry collector implements.
+"""The one interface every telemetry collector implements, and how it registers.
 
-A collector reads one source (NVML, a sysfs class, procfs) and returns ``Readings``
-keyed by device IDs and CPUs. It knows nothing of pods: ``exporter.join`` attaches
-readings to owners. ``collect`` is blocking and runs in a worker thread
-(``exporter.collectors.runner``), which times it and turns exceptions into
-``podresources_collector_success 0``.
+A collector reads one source (NVML, a sysfs class, procfs) and returns ``Readings``:
+every device it sees under its hardware keys (GPU UUID, PCI address, interface
+name...), never kubelet device IDs. It knows nothing of pods or of the kubelet:
+``exporter.resolver`` and ``exporter.join`` attach readings to owners. ``collect`` is
+blocking and runs in a worker thread (``exporter.collectors.runner``), which times it.
+
+The partial-failure contract: a read that fails for one device or figure is reported
+in ``Readings.issues`` and loses that figure only; the runner logs each distinct issue
+once and counts them in ``podresources_collector_errors_total``. Raise
+``CollectorUnavailable`` when the source is absent and ``CollectorError`` when the
+whole source fails.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from exporter.model import MetricKind, MetricSpec, Readings
+from exporter.errors import CollectorError, CollectorUnavailable
+from exporter.model import CollectorIssue, MetricKind, MetricSpec, Readings
 
 __all__ = [
     "COLLECTOR_ERRORS",
@@ -22,11 +30,13 @@ __all__ = [
     "CollectorContext",
     "CollectorError",
     "CollectorUnavailable",
+    "Registration",
+    "issue",
 ]
 
 
-# One family for every collector's per-figure failures (a lost GPU, a garbage file):
-# a collector keeps its own cumulative counts and reports them as node samples.
+# One family for every collector's per-figure failures (a lost GPU, a garbage file),
+# counted by the runner from the issues collectors report.
 COLLECTOR_ERRORS = MetricSpec(
     "podresources_collector_errors_total",
     MetricKind.COUNTER,
@@ -41,39 +51,41 @@ class CollectorContext:
 
     sysfs: Path = Path("/sys")
     procfs: Path = Path("/proc")
+    kubelet_plugins: Path = Path("/var/lib/kubelet/plugins")
+    cdi: tuple[Path, ...] = (Path("/var/run/cdi"), Path("/etc/cdi"))
 
 
-class CollectorError(Exception):
-    """A collector could not read its source; the message names the path or call."""
-
-
-class CollectorUnavailable(CollectorError):
-    """The source is absent on this node (no driver, no such subsystem): not a failure.
-
-    The runner logs the reason once and reports the collector as successful with no data,
-    so a CPU-only node does not page anyone.
-    """
+def issue(error: str, detail: str) -> CollectorIssue:
+    """A failed read: ``error`` is the short counted label, ``detail`` the log line."""
+    return CollectorIssue(error=error, detail=detail)
 
 
 class Collector(abc.ABC):
     """One telemetry source, switched by ``--collector.<name>``."""
 
     name: ClassVar[str]
-    description: ClassVar[str]  # one line for --help
-    enabled_by_default: ClassVar[bool] = True
+    # Resource-name and DRA-driver prefixes whose telemetry this source provides: if
+    # the kubelet advertises one while the source is absent, the collector has failed.
+    serves: ClassVar[tuple[str, ...]] = ()
+    # Error labels shown at 0 from the start, so increase() sees their first occurrence.
+    known_errors: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, context: CollectorContext) -> None:
         self.context = context
 
     @abc.abstractmethod
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
-        """Read the source once; blocking.
-
-        ``device_ids`` are the kubelet's device IDs (allocatable and allocated, replica
-        suffixes ``::n`` stripped), so a collector can match its devices to them.
-        Raise ``CollectorUnavailable`` when the source is absent, ``CollectorError`` when
-        it fails; return partial readings when only some devices or figures fail.
-        """
+    def collect(self) -> Readings:
+        """Read the source once; blocking. Every device it sees, under hardware keys."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most collectors hold nothing
         """Release what the collector holds (NVML handle); called once at shutdown."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One collector module's entry: the flag ``--collector.<name>`` and its help follow."""
+
+    name: str
+    help: str
+    factory: Callable[[CollectorContext], Collector]
+    enabled_by_default: bool = True

@@ -4,6 +4,10 @@ The per-CPU lines read ``cpuN user nice system idle iowait irq softirq steal gue
 guest_nice``, counted in USER_HZ ticks; they are converted to seconds here, once. The
 join sums them over each container's exclusive CPUs into
 ``podresources_container_exclusive_cpu_seconds_total{mode}``. Offline CPUs have no line.
+
+Failures are per figure (``Readings.issues``, error ``garbage``): a counter that is
+not a 64-bit number loses that CPU's mode, a malformed line that CPU. The collector
+fails only when ``/proc/stat`` cannot be read or gives no CPU at all.
 """
 
 from __future__ import annotations
@@ -12,10 +16,17 @@ import os
 import re
 from pathlib import Path
 
-from exporter.collectors.base import Collector, CollectorContext, CollectorError
+from exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    CollectorError,
+    Registration,
+    issue,
+)
 from exporter.model import CpuTimes, Readings
+from exporter.sysfs import GARBAGE, MAX_COUNTER, GarbageFile, UnreadableFile, open_regular
 
-__all__ = ["MODES", "CpuCollector", "parse_proc_stat", "read_proc_stat"]
+__all__ = ["MODES", "REGISTRATION", "CpuCollector", "parse_proc_stat", "read_proc_stat"]
 
 # The modes exported, in /proc/stat's column order. guest and guest_nice (columns 9 and
 # 10) are left out on purpose: the kernel already counts guest time in user and
@@ -23,81 +34,105 @@ __all__ = ["MODES", "CpuCollector", "parse_proc_stat", "read_proc_stat"]
 MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 # Kernels before 2.6.11 print only some columns; fewer than these four is not /proc/stat.
 _MIN_COLUMNS = 4
-_CPU_NAME = re.compile(r"^cpu(\d+)$")
+_CPU_NAME = re.compile(r"^cpu(\d{1,6})$")
+_COUNTER = re.compile(r"^[0-9]{1,20}$")  # 2**64 - 1 has 20 digits
 # /proc/stat puts the cpu lines first; a 1,024-CPU node prints ~100 KiB of them.
 _MAX_STAT_BYTES = 4 * 1024 * 1024
 
 
-def parse_proc_stat(text: str, *, user_hz: int) -> tuple[CpuTimes, ...]:
-    """Seconds per mode of every CPU listed in ``text``, by CPU id.
+def parse_proc_stat(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], tuple[str, ...]]:
+    """Seconds per mode of every CPU listed in ``text``, by CPU id, and what was wrong.
 
-    The ``cpu`` total line and non-cpu lines are skipped. Raises ValueError on a
-    malformed cpu line.
+    The ``cpu`` total line and non-cpu lines are skipped. A counter that is not a
+    64-bit number loses that mode of that CPU; a line that is not a cpu line, has
+    fewer than four counters or repeats a CPU is left out. Each gives one message,
+    with its line number. Raises ValueError for a USER_HZ that is not positive.
     """
     if user_hz <= 0:
         raise ValueError(f"USER_HZ must be positive, not {user_hz}")
     by_cpu: dict[int, CpuTimes] = {}
+    problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if not fields or not fields[0].startswith("cpu") or fields[0] == "cpu":
             continue
         match = _CPU_NAME.match(fields[0])
         if match is None:
-            raise ValueError(f"line {number}: not a cpu line: {line[:60]!r}")
+            problems.append(f"line {number}: not a cpu line: {line[:60]!r}")
+            continue
         cpu = int(match.group(1))
         columns = fields[1:]
-        if len(columns) < _MIN_COLUMNS or not all(c.isascii() and c.isdigit() for c in columns):
-            raise ValueError(f"line {number}: malformed counters: {line[:80]!r}")
+        if len(columns) < _MIN_COLUMNS:
+            problems.append(f"line {number}: fewer than {_MIN_COLUMNS} counters: {line[:80]!r}")
+            continue
         if cpu in by_cpu:
-            raise ValueError(f"line {number}: cpu{cpu} listed twice")
+            problems.append(f"line {number}: cpu{cpu} listed twice")
+            continue
+        seconds = []
         # zip stops at steal: guest columns are dropped (see MODES).
-        seconds = tuple(
-            (mode, int(ticks) / user_hz) for mode, ticks in zip(MODES, columns, strict=False)
-        )
-        by_cpu[cpu] = CpuTimes(cpu, seconds)
-    return tuple(by_cpu[cpu] for cpu in sorted(by_cpu))
+        for mode, ticks in zip(MODES, columns, strict=False):
+            if _COUNTER.match(ticks) is None or int(ticks) > MAX_COUNTER:
+                problems.append(
+                    f"line {number}: cpu{cpu} {mode}: not a 64-bit counter: {ticks[:40]!r}"
+                )
+                continue
+            seconds.append((mode, int(ticks) / user_hz))
+        if seconds:
+            by_cpu[cpu] = CpuTimes(cpu, tuple(seconds))
+    return tuple(by_cpu[cpu] for cpu in sorted(by_cpu)), tuple(problems)
 
 
 def read_proc_stat(path: Path) -> str:
     """The cpu lines of ``/proc/stat`` (the file's head, up to the first other line).
 
-    Raises CollectorError naming the path when it cannot be read.
+    Raises CollectorError naming the path when it cannot be read, is not a regular
+    file (a FIFO would block) or its cpu lines exceed 4 MiB.
     """
-    lines: list[str] = []
+    lines: list[bytes] = []
     size = 0
     try:
-        with path.open(encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if not line.startswith("cpu"):
+        with open_regular(path) as handle:
+            while True:
+                # Bounded: a file of one endless line must not be read whole.
+                line = handle.readline(_MAX_STAT_BYTES + 1 - size)
+                if not line.startswith(b"cpu"):
                     break  # intr/softirq lines can be huge and are not needed
                 size += len(line)
                 if size > _MAX_STAT_BYTES:
-                    raise CollectorError(f"{path}: cpu lines exceed {_MAX_STAT_BYTES} bytes")
+                    raise GarbageFile(f"{path}: cpu lines exceed {_MAX_STAT_BYTES} bytes")
                 lines.append(line)
     except OSError as error:
-        raise CollectorError(f"cannot read {path}: {error.strerror or error}") from error
-    return "".join(lines)
+        raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+    return b"".join(lines).decode("ascii", errors="replace")
 
 
 class CpuCollector(Collector):
     """Per-CPU time by mode, for the exclusive-CPU usage of containers."""
 
     name = "cpu"
-    description = "Time each CPU spent per mode, from /proc/stat."
+    # Only bad counters are issues; an unreadable /proc/stat fails the whole collector.
+    known_errors = (GARBAGE,)
 
     def __init__(self, context: CollectorContext, *, user_hz: int | None = None) -> None:
         super().__init__(context)
         # USER_HZ is fixed for the life of the kernel (100 on every common architecture).
         self._user_hz = user_hz if user_hz is not None else os.sysconf("SC_CLK_TCK")
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
+    def collect(self) -> Readings:
         """Read ``/proc/stat`` once."""
         path = self.context.procfs / "stat"
-        text = read_proc_stat(path)
-        try:
-            cpu_times = parse_proc_stat(text, user_hz=self._user_hz)
-        except ValueError as error:
-            raise CollectorError(f"{path}: {error}") from error
+        cpu_times, problems = parse_proc_stat(read_proc_stat(path), user_hz=self._user_hz)
         if not cpu_times:
-            raise CollectorError(f"{path}: no per-CPU lines")
-        return Readings(cpu_times=cpu_times)
+            reason = problems[0] if problems else "no per-CPU lines"
+            raise CollectorError(f"{path}: {reason}")
+        return Readings(
+            cpu_times=cpu_times,
+            issues=tuple(issue(GARBAGE, f"{path}: {problem}") for problem in problems),
+        )
+
+
+REGISTRATION = Registration(
+    "cpu",
+    "Time each CPU spent per mode, from /proc/stat (exclusive CPU usage of containers)",
+    CpuCollector,
+)

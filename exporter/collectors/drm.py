@@ -32,32 +32,36 @@ shader clock (sclk) and Intel's GT frequency, the clock of the render and comput
 engines. ``gt_act_freq_mhz`` is what the hardware runs at (0 while the GT sleeps in
 RC6); ``gt_cur_freq_mhz``, the requested frequency, stands in only where it is missing.
 
-Cards are matched to kubelet device IDs by PCI address (the basename of the ``device``
-link: the AMD device plugin's IDs) and by card number (Intel's ``cardN-M``, where M is
-the plugin's share index, and ``cardN``); each matching ID gets its own reading, so
-``card1-0`` and ``card1-1`` both carry card1's figures. A card no ID names is reported
-under its PCI address. Cards of other drivers (nvidia-drm, ast) and connectors
-(``card0-DP-1``) are skipped. A missing file leaves its figure absent; an unreadable or
-garbage one too, and the error is logged once while it lasts.
+Each AMD or Intel card is reported under its PCI address, with the hardware keys the
+resolver maps kubelet IDs to: its DRM card index (``cardN``), its render node's minor
+(``renderD<minor>``, what the AMD DRA driver's ``gpu-<card>-<render>`` names) and its
+PCI address. The render node is found as the kernel lays it out: ``class/drm/cardN``
+links to ``<pci device>/drm/cardN``, whose ``device`` link leads back to the PCI
+function; the function's ``drm/`` directory holds every minor of that DRM device,
+``cardN`` and ``renderD<minor>`` (``drm_sysfs_minor_alloc`` in the kernel's
+``drivers/gpu/drm/drm_sysfs.c`` names them ``card%d``/``renderD%d`` and parents them
+on the device; libdrm's ``drmGetMinorNameForFD`` finds a render node the same way,
+listing ``/sys/dev/char/<major>:<minor>/device/drm``).
+
+Cards of other drivers (nvidia-drm, ast), cards of no PCI device (simpledrm, vkms)
+and connectors (``card0-DP-1``) are skipped. A missing optional file leaves its figure
+absent, silently; an unreadable or garbage one loses that figure with an issue
+(``unreadable``/``garbage``); a card whose ``device`` link is gone by the time it is
+read is left out as ``vanished``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
-from exporter.collectors._sysfs import read_int, read_text
 from exporter.collectors.base import (
     Collector,
-    CollectorContext,
-    CollectorError,
-    CollectorUnavailable,
+    Registration,
+    issue,
 )
 from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
@@ -68,26 +72,43 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
-from exporter.deviceid import is_pci_address
-from exporter.model import DeviceIdentity, DeviceReading, MetricSpec, Readings, Sample
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    MetricSpec,
+    Readings,
+    Sample,
+)
+from exporter.sysfs import (
+    GARBAGE,
+    UNREADABLE,
+    VANISHED,
+    FileError,
+    is_pci_address,
+    list_source,
+    read_int,
+    read_text,
+    vendor_name,
+)
 
 __all__ = [
+    "REGISTRATION",
     "DrmCard",
     "DrmCollector",
-    "card_readings",
+    "card_reading",
     "card_samples",
     "parse_card_name",
-    "parse_intel_card_id",
+    "parse_render_name",
     "read_drm_card",
     "read_drm_cards",
 ]
 
-log = structlog.get_logger(__name__)
-
-AMD = "amd"
-INTEL = "intel"
-_VENDOR_BY_PCI_ID = {"0x1002": AMD, "0x8086": INTEL}
-_VENDOR_BY_DRIVER = {"amdgpu": AMD, "i915": INTEL, "xe": INTEL}
+_DRM_VENDOR_IDS = frozenset({"0x1002", "0x8086"})  # AMD (ATI) and Intel GPUs
+# Without a vendor file the bound driver says whose card it is.
+_VENDOR_BY_DRIVER = {"amdgpu": "amd", "i915": "intel", "xe": "intel"}
 _HWMON_NAMES = frozenset(_VENDOR_BY_DRIVER)
 
 # Data-centre parts by (PCI vendor, PCI device), named as pci.ids and the vendors do.
@@ -113,7 +134,7 @@ _MODELS = {
 }
 
 _CARD_NAME = re.compile(r"^card(\d+)$")
-_INTEL_CARD_ID = re.compile(r"^card(\d+)(?:-\d+)?$")
+_RENDER_NAME = re.compile(r"^renderD(\d+)$")
 _HWMON_DIR = re.compile(r"^hwmon(\d+)$")
 _TILE_DIR = re.compile(r"^tile(\d+)$")
 
@@ -130,8 +151,9 @@ class DrmCard:
     """One AMD or Intel GPU as sysfs shows it; each figure None where not exposed."""
 
     card: int  # N of class/drm/cardN
+    render: int | None  # minor of device/drm/renderD<minor>; None without a render node
     pci_address: str  # basename of cardN/device
-    vendor: str  # "amd" or "intel"
+    vendor: str  # "amd" or "intel", as exporter.sysfs.vendor_name says
     model: str | None = None  # from device/vendor and device/device
     utilization_ratio: float | None = None
     memory_used_bytes: float | None = None
@@ -148,9 +170,9 @@ def parse_card_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def parse_intel_card_id(device_id: str) -> int | None:
-    """N for an Intel device plugin ID ``cardN-M`` (M is the share index) or ``cardN``."""
-    match = _INTEL_CARD_ID.match(device_id)
+def parse_render_name(name: str) -> int | None:
+    """The minor of a render node entry ``renderD128``; None for anything else."""
+    match = _RENDER_NAME.match(name)
     return int(match.group(1)) if match else None
 
 
@@ -168,81 +190,80 @@ def card_samples(card: DrmCard) -> tuple[Sample, ...]:
     return tuple(Sample(spec, value) for spec, value in figures if value is not None)
 
 
-def card_readings(
-    cards: Iterable[DrmCard], device_ids: frozenset[str]
-) -> tuple[DeviceReading, ...]:
-    """One reading per kubelet ID naming a card, or per card under its PCI address."""
-    by_address: dict[str, list[str]] = defaultdict(list)
-    by_number: dict[int, list[str]] = defaultdict(list)
-    for device_id in device_ids:
-        if is_pci_address(device_id.lower()):
-            by_address[device_id.lower()].append(device_id)
-        elif (number := parse_intel_card_id(device_id)) is not None:
-            by_number[number].append(device_id)
-    readings = []
-    for card in sorted(cards, key=lambda c: c.card):
-        identity = DeviceIdentity(
-            pci_address=card.pci_address, model=card.model, vendor=card.vendor
-        )
-        samples = card_samples(card)
-        matched = sorted({*by_address.get(card.pci_address, ()), *by_number.get(card.card, ())})
-        for device_id in matched or [card.pci_address]:
-            readings.append(DeviceReading(device_id, identity, samples))
-    return tuple(readings)
+def card_reading(card: DrmCard) -> DeviceReading:
+    """One card's reading under its card, render node and PCI keys; shown even unallocated."""
+    keys = [HardwareKey(KeyKind.DRM_CARD, str(card.card))]
+    if card.render is not None:
+        keys.append(HardwareKey(KeyKind.DRM_RENDER, str(card.render)))
+    keys.append(HardwareKey(KeyKind.PCI, card.pci_address))
+    identity = DeviceIdentity(pci_address=card.pci_address, model=card.model, vendor=card.vendor)
+    return DeviceReading(
+        name=card.pci_address,
+        keys=tuple(keys),
+        identity=identity,
+        samples=card_samples(card),
+        standalone=True,
+    )
 
 
-def read_drm_cards(drm: Path, *, errors: list[str]) -> tuple[DrmCard, ...]:
+def read_drm_cards(drm: Path, *, issues: list[CollectorIssue]) -> tuple[DrmCard, ...]:
     """Every AMD and Intel card under ``drm`` (``<sysfs>/class/drm``), by card number.
 
     Raises CollectorUnavailable when ``drm`` does not exist and CollectorError when it
-    cannot be listed; per-file problems are appended to ``errors``.
+    cannot be listed; per-file problems are appended to ``issues``.
     """
-    try:
-        names = [entry.name for entry in drm.iterdir()]
-    except (FileNotFoundError, NotADirectoryError) as error:
-        raise CollectorUnavailable(f"no {drm}: no DRM driver loaded") from error
-    except OSError as error:
-        raise CollectorError(f"cannot list {drm}: {error.strerror or error}") from error
+    names = list_source(drm, absent=f"no {drm}: no DRM driver loaded")
     numbered = sorted((n, name) for name in names if (n := parse_card_name(name)) is not None)
     cards = []
     for number, name in numbered:
-        card = read_drm_card(drm / name, number, errors=errors)
+        card = read_drm_card(drm / name, number, issues=issues)
         if card is not None:
             cards.append(card)
     return tuple(cards)
 
 
-def read_drm_card(card_dir: Path, number: int, *, errors: list[str]) -> DrmCard | None:
+def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) -> DrmCard | None:
     """One card's figures; None when it is gone or is not an AMD or Intel PCI GPU."""
-    address = _link_basename(card_dir / "device")
-    if address is None or not is_pci_address(address.lower()):
-        return None  # vanished, or a virtual/platform device (vkms, simpledrm)
-    address = address.lower()
     device = card_dir / "device"
-    vendor_id = _attribute(device / "vendor", errors)
-    vendor = _VENDOR_BY_PCI_ID.get(vendor_id or "")
-    if vendor is None and vendor_id is None:
+    try:
+        # Resolved rather than read: the kernel writes ``../../../<address>``, but a
+        # link written as ``../..`` names the same directory.
+        address = os.path.basename(os.path.realpath(device, strict=True)).lower()
+    except (FileNotFoundError, NotADirectoryError):
+        issues.append(issue(VANISHED, f"{device}: gone while its card was read"))
+        return None
+    except OSError as error:
+        issues.append(issue(UNREADABLE, f"cannot resolve {device}: {error.strerror or error}"))
+        return None
+    if not is_pci_address(address):
+        return None  # a virtual or platform device (vkms, simpledrm)
+    vendor_id = _attribute(device / "vendor", issues)
+    vendor: str | None = None
+    if vendor_id in _DRM_VENDOR_IDS:
+        vendor = vendor_name(vendor_id)
+    elif vendor_id is None:
         vendor = _VENDOR_BY_DRIVER.get(_link_basename(device / "driver") or "")
     if vendor is None:
         return None  # another vendor's card: NVIDIA has its own collector
-    device_id = _attribute(device / "device", errors)
-    hwmon = _hwmon_dir(device, errors)
-    if vendor == AMD:
-        own = _amd_figures(device, hwmon, errors)
+    device_id = _attribute(device / "device", issues)
+    hwmon = _hwmon_dir(device, issues)
+    if vendor == "amd":
+        own = _amd_figures(device, hwmon, issues)
     else:
-        own = _intel_figures(card_dir, device, errors)
+        own = _intel_figures(card_dir, device, issues)
     return DrmCard(
         card=number,
+        render=_render_minor(device / "drm", issues),
         pci_address=address,
         vendor=vendor,
         model=_MODELS.get((vendor_id or "", device_id or "")),
         utilization_ratio=own.utilization_ratio,
         memory_used_bytes=own.memory_used_bytes,
         memory_total_bytes=own.memory_total_bytes,
-        power_watts=_first(_under(hwmon, "power1_average", "power1_input"), errors, _MICRO),
-        energy_joules=_first(_under(hwmon, "energy1_input", "energy2_input"), errors, _MICRO),
+        power_watts=_first(_under(hwmon, "power1_average", "power1_input"), issues, _MICRO),
+        energy_joules=_first(_under(hwmon, "energy1_input", "energy2_input"), issues, _MICRO),
         temperature_celsius=_first(
-            _under(hwmon, "temp1_input", "temp2_input"), errors, _MILLI, signed=True
+            _under(hwmon, "temp1_input", "temp2_input"), issues, _MILLI, signed=True
         ),
         clock_hertz=own.clock_hertz,
     )
@@ -258,29 +279,34 @@ class _VendorFigures:
     clock_hertz: float | None
 
 
-def _amd_figures(device: Path, hwmon: Path | None, errors: list[str]) -> _VendorFigures:
-    busy = _figure(device / "gpu_busy_percent", errors, _PERCENT)
+def _amd_figures(device: Path, hwmon: Path | None, issues: list[CollectorIssue]) -> _VendorFigures:
+    busy = _figure(device / "gpu_busy_percent", issues, _PERCENT)
     if busy is not None and busy > 1:
-        errors.append(f"{device / 'gpu_busy_percent'}: above 100 percent")
+        issues.append(issue(GARBAGE, f"{device / 'gpu_busy_percent'}: above 100 percent"))
         busy = None
     return _VendorFigures(
         utilization_ratio=busy,
-        memory_used_bytes=_figure(device / "mem_info_vram_used", errors),
-        memory_total_bytes=_figure(device / "mem_info_vram_total", errors),
-        clock_hertz=_first(_under(hwmon, "freq1_input"), errors),
+        memory_used_bytes=_figure(device / "mem_info_vram_used", issues),
+        memory_total_bytes=_figure(device / "mem_info_vram_total", issues),
+        clock_hertz=_first(_under(hwmon, "freq1_input"), issues),
     )
 
 
-def _intel_figures(card_dir: Path, device: Path, errors: list[str]) -> _VendorFigures:
+def _intel_figures(card_dir: Path, device: Path, issues: list[CollectorIssue]) -> _VendorFigures:
     # Intel's i915 backport (the driver Data Center GPU Max ships with) puts local
     # memory on the DRM minor; mainline i915 exposes none; xe has a total per tile.
-    lmem_total = _figure(card_dir / "lmem_total_bytes", errors)
-    lmem_avail = _figure(card_dir / "lmem_avail_bytes", errors)
+    lmem_total = _figure(card_dir / "lmem_total_bytes", issues)
+    lmem_avail = _figure(card_dir / "lmem_avail_bytes", issues)
     used = None
-    if lmem_total is not None and lmem_avail is not None and lmem_avail <= lmem_total:
-        used = lmem_total - lmem_avail
-    tiles = [_figure(tile / "physical_vram_size_bytes", errors) for tile in _tiles(device)]
-    present = [size for size in tiles if size is not None]
+    if lmem_total is not None and lmem_avail is not None:
+        if lmem_avail <= lmem_total:
+            used = lmem_total - lmem_avail
+        else:
+            detail = f"{card_dir / 'lmem_avail_bytes'}: more than lmem_total_bytes"
+            issues.append(issue(GARBAGE, detail))
+    tiles = _numbered_dirs(device, _TILE_DIR, issues)
+    sizes = [_figure(tile / "physical_vram_size_bytes", issues) for tile in tiles]
+    present = [size for size in sizes if size is not None]
     gt0 = device / "tile0" / "gt0" / "freq0"
     clock_files = (
         card_dir / "gt_act_freq_mhz",  # i915
@@ -292,51 +318,70 @@ def _intel_figures(card_dir: Path, device: Path, errors: list[str]) -> _VendorFi
         utilization_ratio=None,
         memory_used_bytes=used,
         memory_total_bytes=sum(present) if present else lmem_total,
-        clock_hertz=_first(clock_files, errors, _MEGA),
+        clock_hertz=_first(clock_files, issues, _MEGA),
     )
 
 
 def _link_basename(path: Path) -> str | None:
-    # Resolved rather than read: the kernel writes ``../../../<address>``, but a link
-    # written as ``../..`` names the same directory.
     try:
         return os.path.basename(os.path.realpath(path, strict=True))
     except OSError:
-        return None  # vanished, or a dangling or looping link
+        return None  # no driver bound, or a dangling or looping link: vendor unknown
 
 
-def _attribute(path: Path, errors: list[str]) -> str | None:
+def _render_minor(drm_dir: Path, issues: list[CollectorIssue]) -> int | None:
+    """The render node's minor among the device's DRM minors; the lowest if several."""
+    try:
+        names = [entry.name for entry in drm_dir.iterdir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # gone with its card; the card's figures say so
+    except OSError as error:
+        issues.append(issue(UNREADABLE, f"cannot list {drm_dir}: {error.strerror or error}"))
+        return None
+    minors = [minor for name in names if (minor := parse_render_name(name)) is not None]
+    return min(minors) if minors else None
+
+
+def _attribute(path: Path, issues: list[CollectorIssue]) -> str | None:
     try:
         text = read_text(path)
-    except CollectorError as error:
-        errors.append(str(error))
+    except FileError as error:
+        issues.append(issue(error.label, str(error)))
         return None
     return text.lower() if text else None
 
 
 def _figure(
-    path: Path, errors: list[str], unit: tuple[int, int] = _UNIT, *, signed: bool = False
+    path: Path,
+    issues: list[CollectorIssue],
+    unit: tuple[int, int] = _UNIT,
+    *,
+    signed: bool = False,
 ) -> float | None:
     try:
         value = read_int(path)
-    except CollectorError as error:
-        errors.append(str(error))
+    except FileError as error:
+        issues.append(issue(error.label, str(error)))
         return None
     if value is None:
         return None
     if value < 0 and not signed:
-        errors.append(f"{path}: negative: {value}")
+        issues.append(issue(GARBAGE, f"{path}: negative: {value}"))
         return None
     multiplier, divisor = unit
     return value * multiplier / divisor
 
 
 def _first(
-    paths: Iterable[Path], errors: list[str], unit: tuple[int, int] = _UNIT, *, signed: bool = False
+    paths: Iterable[Path],
+    issues: list[CollectorIssue],
+    unit: tuple[int, int] = _UNIT,
+    *,
+    signed: bool = False,
 ) -> float | None:
     """The first of ``paths`` that gives a figure."""
     for path in paths:
-        value = _figure(path, errors, unit, signed=signed)
+        value = _figure(path, issues, unit, signed=signed)
         if value is not None:
             return value
     return None
@@ -346,47 +391,47 @@ def _under(directory: Path | None, *names: str) -> tuple[Path, ...]:
     return () if directory is None else tuple(directory / name for name in names)
 
 
-def _numbered_dirs(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
+def _numbered_dirs(
+    directory: Path, pattern: re.Pattern[str], issues: list[CollectorIssue]
+) -> list[Path]:
     try:
         names = [entry.name for entry in directory.iterdir()]
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return []  # absent (the common case) or vanished with its card
+    except OSError as error:
+        issues.append(issue(UNREADABLE, f"cannot list {directory}: {error.strerror or error}"))
+        return []
     found = sorted((int(m.group(1)), name) for name in names if (m := pattern.match(name)))
     return [directory / name for _, name in found]
 
 
-def _hwmon_dir(device: Path, errors: list[str]) -> Path | None:
-    candidates = _numbered_dirs(device / "hwmon", _HWMON_DIR)
+def _hwmon_dir(device: Path, issues: list[CollectorIssue]) -> Path | None:
+    candidates = _numbered_dirs(device / "hwmon", _HWMON_DIR, issues)
     for candidate in candidates:
-        if _attribute(candidate / "name", errors) in _HWMON_NAMES:
+        if _attribute(candidate / "name", issues) in _HWMON_NAMES:
             return candidate
     return candidates[0] if candidates else None
-
-
-def _tiles(device: Path) -> list[Path]:
-    return _numbered_dirs(device, _TILE_DIR)
 
 
 class DrmCollector(Collector):
     """AMD and Intel GPUs through the kernel's DRM sysfs."""
 
     name = "drm"
-    description = "AMD (amdgpu) and Intel (i915, xe) GPUs, from /sys/class/drm."
+    # The AMD device plugin (amd.com/gpu), Intel's (gpu.intel.com/i915, /xe) and the
+    # AMD and Intel DRA drivers (gpu.amd.com, gpu.intel.com).
+    serves = ("amd.com/", "gpu.intel.com", "gpu.amd.com")
+    known_errors = (UNREADABLE, GARBAGE, VANISHED)
 
-    def __init__(self, context: CollectorContext) -> None:
-        super().__init__(context)
-        self._noted_errors: frozenset[str] = frozenset()
+    def collect(self) -> Readings:
+        """Read every AMD and Intel card once."""
+        issues: list[CollectorIssue] = []
+        cards = read_drm_cards(self.context.sysfs / "class" / "drm", issues=issues)
+        return Readings(devices=tuple(card_reading(c) for c in cards), issues=tuple(issues))
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
-        """Read every AMD and Intel card once and match it to the kubelet's IDs."""
-        errors: list[str] = []
-        cards = read_drm_cards(self.context.sysfs / "class" / "drm", errors=errors)
-        self._note_errors(errors)
-        return Readings(devices=card_readings(cards, device_ids))
 
-    def _note_errors(self, errors: Iterable[str]) -> None:
-        # Log each error once while it lasts, not on every poll.
-        current = frozenset(errors)
-        for error in sorted(current - self._noted_errors):
-            log.warning("drm_read_error", collector=self.name, error=error)
-        self._noted_errors = current
+REGISTRATION = Registration(
+    "drm",
+    "AMD (amdgpu) and Intel (i915, xe) GPUs from /sys/class/drm: utilization, memory, "
+    "power, energy, temperature, clock",
+    DrmCollector,
+)

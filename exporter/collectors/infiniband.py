@@ -1,15 +1,17 @@
 """Port traffic counters of RDMA devices (``<sysfs>/class/infiniband/<dev>/ports/<p>/``).
 
-Each device is matched to kubelet device IDs by the PCI address its ``device`` link
-points at (the HCA, or a VF's own RDMA device) or by a device ID equal to its name
-(``mlx5_0``); a device no ID names is reported under its name, so the node's fabric
-traffic is visible before anything is allocated.
+Every device is reported under ``RDMA <name>`` and, where its ``device`` link points
+at a PCI function (the HCA, or a VF's own RDMA device), ``PCI <address>``; software
+devices (rxe, siw) have no PCI key. Which kubelet or DRA device names it is
+``exporter.resolver``'s business.
 
 Counters follow node_exporter/procfs: ``counters_ext/*_64`` (kernels before 4.5, whose
 ``counters/`` were 32 bits and saturate) is preferred where present, else ``counters/``
 (64 bits since 4.5). ``port_rcv_data``/``port_xmit_data`` count 4-octet words and are
 multiplied by 4 here. ``hw_counters`` holds no data or packet counts (only RoCE
-events and errors), so it is not read. ``N/A (no PMA)`` means absent.
+events and errors), so it is not read. ``N/A (no PMA)`` means absent. A missing
+counter gives no sample; an unreadable or garbage one loses that figure and is
+reported as an issue with its path.
 """
 
 from __future__ import annotations
@@ -18,33 +20,49 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
-from exporter.collectors._sysfs import read_text
 from exporter.collectors.base import (
     Collector,
-    CollectorContext,
     CollectorError,
-    CollectorUnavailable,
+    Registration,
+    issue,
 )
-from exporter.deviceid import is_pci_address
-from exporter.model import DeviceIdentity, DeviceReading, MetricKind, MetricSpec, Readings, Sample
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    MetricKind,
+    MetricSpec,
+    Readings,
+    Sample,
+)
+from exporter.sysfs import (
+    GARBAGE,
+    MAX_COUNTER,
+    UNREADABLE,
+    file_issue,
+    is_pci_address,
+    list_source,
+    read_text,
+    vendor_name,
+)
 
 __all__ = [
     "IB_RECEIVE_BYTES",
     "IB_RECEIVE_PACKETS",
     "IB_TRANSMIT_BYTES",
     "IB_TRANSMIT_PACKETS",
+    "REGISTRATION",
     "IbDevice",
     "IbPortCounters",
     "InfinibandCollector",
+    "device_reading",
     "ib_samples",
     "parse_counter",
     "read_ib_device",
     "read_port_counters",
 ]
-
-log = structlog.get_logger(__name__)
 
 _LABELS = ("ib_device", "port")
 IB_RECEIVE_BYTES = MetricSpec(
@@ -73,6 +91,7 @@ IB_TRANSMIT_PACKETS = MetricSpec(
 )
 
 _OCTETS_PER_DATA_UNIT = 4  # PortRcvData/PortXmitData count 32-bit words
+_MAX_DIGITS = len(str(MAX_COUNTER))
 _NOT_AVAILABLE = "N/A"  # "N/A (no PMA)" from ports without a performance-management agent
 
 
@@ -93,16 +112,25 @@ class IbDevice:
 
     name: str
     pci_address: str | None  # None for software devices (rxe, siw) without a PCI parent
-    vendor: str | None  # the PCI vendor ID, "0x15b3"
+    vendor: str | None  # from the PCI vendor ID: "mellanox"
     ports: tuple[IbPortCounters, ...]
 
 
 def parse_counter(text: str) -> int | None:
-    """One counter file: its value, or None for ``N/A (no PMA)``."""
+    """One counter file: its value, or None for ``N/A (no PMA)``.
+
+    Raises ValueError for anything else, a value beyond 64 bits included.
+    """
     stripped = text.strip()
     if stripped.startswith(_NOT_AVAILABLE):
         return None
-    return int(stripped)
+    # The length check first: int() of a huge string costs time (and raises past 4300 digits).
+    if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= _MAX_DIGITS):
+        raise ValueError(f"not a 64-bit counter: {stripped[:40]!r}")
+    value = int(stripped)
+    if value > MAX_COUNTER:
+        raise ValueError(f"not a 64-bit counter: {stripped!r}")
+    return value
 
 
 def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
@@ -121,17 +149,22 @@ def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
-def _read_counter(port_dir: Path, name: str) -> int | None:
+def _read_counter(port_dir: Path, name: str, *, issues: list[CollectorIssue]) -> int | None:
+    # The first file that exists decides: a garbage counters_ext/ value is not replaced
+    # by a counters/ one that may be a saturated 32-bit figure.
     for path in (port_dir / "counters_ext" / f"{name}_64", port_dir / "counters" / name):
-        text = read_text(path)
+        try:
+            text = read_text(path)
+        except CollectorError as error:
+            issues.append(file_issue(error))
+            return None
         if text is None:
             continue
         try:
-            value = parse_counter(text)
+            return parse_counter(text)
         except ValueError as error:
-            raise CollectorError(f"{path}: not a counter: {text[:40]!r}") from error
-        if value is not None:
-            return value
+            issues.append(issue(GARBAGE, f"{path}: {error}"))
+            return None
     return None
 
 
@@ -139,86 +172,107 @@ def _times(value: int | None, factor: int) -> int | None:
     return None if value is None else value * factor
 
 
-def read_port_counters(port_dir: Path, *, port: int) -> IbPortCounters:
-    """The traffic counters of one port directory (``ports/<port>``)."""
+def read_port_counters(
+    port_dir: Path, *, port: int, issues: list[CollectorIssue]
+) -> IbPortCounters:
+    """The traffic counters of one port directory (``ports/<port>``); failures to ``issues``."""
+
+    def counter(name: str) -> int | None:
+        return _read_counter(port_dir, name, issues=issues)
+
     return IbPortCounters(
         port=port,
-        receive_bytes=_times(_read_counter(port_dir, "port_rcv_data"), _OCTETS_PER_DATA_UNIT),
-        transmit_bytes=_times(_read_counter(port_dir, "port_xmit_data"), _OCTETS_PER_DATA_UNIT),
-        receive_packets=_read_counter(port_dir, "port_rcv_packets"),
-        transmit_packets=_read_counter(port_dir, "port_xmit_packets"),
+        receive_bytes=_times(counter("port_rcv_data"), _OCTETS_PER_DATA_UNIT),
+        transmit_bytes=_times(counter("port_xmit_data"), _OCTETS_PER_DATA_UNIT),
+        receive_packets=counter("port_rcv_packets"),
+        transmit_packets=counter("port_xmit_packets"),
     )
 
 
-def read_ib_device(device_dir: Path) -> IbDevice | None:
-    """One RDMA device (``class/infiniband/<name>``), or None when it vanished."""
+def _pci_parent(device_dir: Path, *, issues: list[CollectorIssue]) -> Path | None:
+    """The PCI function the device's ``device`` link points at, or None."""
+    link = device_dir / "device"
     try:
-        port_names = os.listdir(device_dir / "ports")
+        parent = Path(os.path.realpath(link, strict=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a software device, or one gone since the listing
+    except OSError as error:
+        issues.append(issue(UNREADABLE, f"cannot resolve {link}: {error.strerror or error}"))
+        return None
+    return parent if is_pci_address(parent.name) else None
+
+
+def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevice | None:
+    """One RDMA device (``class/infiniband/<name>``), or None when it vanished.
+
+    A figure that cannot be read is left out and its failure added to ``issues``.
+    """
+    try:
+        os.stat(device_dir)  # the class link itself: one issue for a broken one, not one per file
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
-        raise CollectorError(f"cannot list {device_dir / 'ports'}: {error.strerror}") from error
+        issues.append(issue(UNREADABLE, f"cannot read {device_dir}: {error.strerror or error}"))
+        return None
+    ports_dir = device_dir / "ports"
+    try:
+        port_names = os.listdir(ports_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        issues.append(issue(UNREADABLE, f"cannot list {ports_dir}: {error.strerror or error}"))
+        port_names = []
     ports = tuple(
-        read_port_counters(device_dir / "ports" / name, port=int(name))
+        read_port_counters(ports_dir / name, port=int(name), issues=issues)
         for name in sorted(port_names, key=lambda n: (len(n), n))
-        if name.isdigit()
+        if name.isascii() and name.isdigit()
     )
-    parent = device_dir / "device"
-    function = Path(os.path.realpath(parent)).name
-    pci_address = function if parent.exists() and is_pci_address(function) else None
-    vendor = read_text(parent / "vendor") if pci_address is not None else None
-    return IbDevice(name=device_dir.name, pci_address=pci_address, vendor=vendor, ports=ports)
+    function = _pci_parent(device_dir, issues=issues)
+    vendor = None
+    if function is not None:
+        try:
+            vendor = vendor_name(read_text(function / "vendor"))
+        except CollectorError as error:
+            issues.append(file_issue(error))
+    return IbDevice(
+        name=device_dir.name,
+        pci_address=None if function is None else function.name,
+        vendor=vendor,
+        ports=ports,
+    )
+
+
+def device_reading(device: IbDevice) -> DeviceReading:
+    """The device's reading under ``RDMA <name>`` and, where it has one, ``PCI <address>``."""
+    keys = [HardwareKey(KeyKind.RDMA, device.name)]
+    if device.pci_address is not None:
+        keys.append(HardwareKey(KeyKind.PCI, device.pci_address))
+    return DeviceReading(
+        name=device.name,
+        keys=tuple(keys),
+        identity=DeviceIdentity(pci_address=device.pci_address, vendor=device.vendor),
+        samples=ib_samples(device),
+    )
 
 
 class InfinibandCollector(Collector):
-    """Port traffic of RDMA devices, matched to device IDs by PCI address or device name."""
+    """Port traffic of every RDMA device of the node."""
 
     name = "infiniband"
-    description = "InfiniBand/RoCE port traffic counters of RDMA devices."
+    # HCA resources have no fixed name prefix (nvidia.com/hca, rdma/..., SR-IOV pools):
+    # an absent class/infiniband is never judged a failure by the kubelet's resources.
+    known_errors = (UNREADABLE, GARBAGE)
 
-    def __init__(self, context: CollectorContext) -> None:
-        super().__init__(context)
-        self._skipped: frozenset[str] = frozenset()
-
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
-        """Read every RDMA device; one reading per matching device ID, else one under its name."""
+    def collect(self) -> Readings:
         class_dir = self.context.sysfs / "class" / "infiniband"
-        try:
-            names = sorted(os.listdir(class_dir))
-        except FileNotFoundError as error:
-            raise CollectorUnavailable(f"no RDMA devices: {class_dir} does not exist") from error
-        except OSError as error:
-            raise CollectorError(f"cannot list {class_dir}: {error.strerror}") from error
-        readings: list[DeviceReading] = []
-        errors: list[str] = []
-        for name in names:
-            try:
-                device = read_ib_device(class_dir / name)
-            except CollectorError as error:
-                errors.append(str(error))
-                continue
-            if device is not None:
-                readings.extend(_readings(device, device_ids))
-        self._note_skipped(errors)
-        return Readings(devices=tuple(readings))
-
-    def _note_skipped(self, errors: list[str]) -> None:
-        # Log each broken file once, not on every poll.
-        current = frozenset(errors)
-        for message in sorted(current - self._skipped):
-            log.warning("device_skipped", collector=self.name, error=message)
-        self._skipped = current
+        names = list_source(class_dir, absent=f"no RDMA devices: {class_dir} does not exist")
+        issues: list[CollectorIssue] = []
+        devices = [d for n in names if (d := read_ib_device(class_dir / n, issues=issues))]
+        return Readings(devices=tuple(device_reading(d) for d in devices), issues=tuple(issues))
 
 
-def _readings(device: IbDevice, device_ids: frozenset[str]) -> list[DeviceReading]:
-    matched = sorted(
-        d
-        for d in device_ids
-        if d == device.name or (device.pci_address is not None and d.lower() == device.pci_address)
-    )
-    identity = DeviceIdentity(pci_address=device.pci_address, vendor=device.vendor)
-    samples = ib_samples(device)
-    return [
-        DeviceReading(device_id=device_id, identity=identity, samples=samples)
-        for device_id in matched or [device.name]
-    ]
+REGISTRATION = Registration(
+    "infiniband",
+    "InfiniBand/RoCE port traffic counters of RDMA devices",
+    InfinibandCollector,
+)

@@ -9,39 +9,47 @@ Reads, for every ``<sysfs>/devices/system/node/nodeN``:
 Hugepage series carry ``memory_type`` in the kubelet's naming (``hugepages-2Mi``,
 ``hugepages-1Gi``), so dashboards can set them beside
 ``podresources_node_allocated_memory_bytes{memory_type}``. A kernel without NUMA has no
-node directory: the collector is then unavailable, not failed. A garbage file drops
-that node's figure and is logged once; the other nodes are still reported.
+node directory: the collector is then unavailable, not failed. Failures are per figure
+(``Readings.issues``): a garbage ``meminfo`` line or hugepage count loses that figure,
+a file gone between listing its node and reading it is ``vanished``; the other figures
+and nodes are still reported. Only when nothing at all could be read has the collector
+failed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
 
-import structlog
-
-from exporter.collectors._sysfs import read_int, read_text
 from exporter.collectors.base import (
     Collector,
-    CollectorContext,
     CollectorError,
     CollectorUnavailable,
+    Registration,
+    issue,
 )
-from exporter.model import MetricKind, MetricSpec, Readings, Sample
-from exporter.topology import node_dirs
+from exporter.model import CollectorIssue, MetricKind, MetricSpec, Readings, Sample
+from exporter.sysfs import (
+    GARBAGE,
+    MAX_COUNTER,
+    UNREADABLE,
+    VANISHED,
+    FileError,
+    node_dirs,
+    read_int,
+    read_text,
+)
 
 __all__ = [
     "NUMA_HUGEPAGES_FREE",
     "NUMA_HUGEPAGES_TOTAL",
     "NUMA_MEMORY_FREE",
     "NUMA_MEMORY_TOTAL",
+    "REGISTRATION",
     "NumaCollector",
     "hugepages_memory_type",
     "parse_node_meminfo",
 ]
-
-log = structlog.get_logger(__name__)
 
 NUMA_MEMORY_TOTAL = MetricSpec(
     "podresources_numa_memory_total_bytes",
@@ -70,8 +78,10 @@ NUMA_HUGEPAGES_FREE = MetricSpec(
 
 KIB = 1024
 # "Node 0 MemTotal:       263856768 kB"; HugePages_* lines carry no unit (page counts).
-_MEMINFO_LINE = re.compile(r"^Node\s+\d+\s+(\S+):\s+(\d+)(?:\s+(kB))?$")
-_HUGEPAGES_DIR = re.compile(r"^hugepages-(\d+)kB$")
+# Digits are bounded so a garbage line costs nothing; 64-bit values are checked after.
+_MEMINFO_LINE = re.compile(r"^Node\s+\d{1,6}\s+(\S+):\s+(\d{1,40})(?:\s+(kB))?$")
+# Bounded and non-zero: the largest page size of any architecture, 16 GiB, is 16777216 kB.
+_HUGEPAGES_DIR = re.compile(r"^hugepages-([1-9]\d{0,9})kB$")
 # resource.Quantity's canonical binary suffixes, largest first (Ki when none divides).
 _BINARY_SUFFIXES: tuple[tuple[str, int], ...] = (
     ("Ei", 1 << 60),
@@ -82,22 +92,23 @@ _BINARY_SUFFIXES: tuple[tuple[str, int], ...] = (
 )
 
 
-def parse_node_meminfo(text: str) -> dict[str, int]:
-    """Every field of a per-node ``meminfo``; kB values in bytes, unitless ones as is.
-
-    Raises ValueError on a line that is not ``Node <n> <Field>: <value> [kB]``.
-    """
+def parse_node_meminfo(text: str) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Every field of a per-node ``meminfo`` (kB values in bytes, unitless ones as is),
+    and one message per line that is not ``Node <n> <Field>: <value> [kB]`` with a
+    64-bit value: such a line loses its own field only."""
     fields: dict[str, int] = {}
+    problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line:
             continue
         match = _MEMINFO_LINE.match(line)
-        if match is None:
-            raise ValueError(f"line {number}: not a node meminfo line: {line[:60]!r}")
+        if match is None or int(match.group(2)) > MAX_COUNTER:
+            problems.append(f"line {number}: not a node meminfo line: {line[:60]!r}")
+            continue
         name, value, unit = match.groups()
         fields[name] = int(value) * KIB if unit else int(value)
-    return fields
+    return fields, tuple(problems)
 
 
 def hugepages_memory_type(page_size_kib: int) -> str:
@@ -117,48 +128,38 @@ class NumaCollector(Collector):
     """Memory and hugepages per NUMA node."""
 
     name = "numa"
-    description = "Memory and hugepages per NUMA node, from sysfs."
+    known_errors = (UNREADABLE, GARBAGE, VANISHED)
 
-    def __init__(self, context: CollectorContext) -> None:
-        super().__init__(context)
-        self._noted_errors: frozenset[str] = frozenset()
-
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
+    def collect(self) -> Readings:
         """Read every node's memory and hugepages once."""
         nodes = node_dirs(self.context.sysfs)
         if not nodes:
             raise CollectorUnavailable(
                 f"no NUMA nodes under {self.context.sysfs / 'devices' / 'system' / 'node'}"
             )
-        errors: list[str] = []
+        issues: list[CollectorIssue] = []
         samples: list[Sample] = []
         for node, directory in nodes:
-            samples.extend(_memory_samples(str(node), directory, errors))
-            samples.extend(_hugepages_samples(str(node), directory, errors))
-        self._note_errors(errors)
-        if errors and not samples:
-            raise CollectorError(errors[0])  # nothing readable at all: a failure, not a gap
-        return Readings(node_samples=tuple(samples))
-
-    def _note_errors(self, errors: Iterable[str]) -> None:
-        # Log each error once while it lasts, not on every poll.
-        current = frozenset(errors)
-        for error in sorted(current - self._noted_errors):
-            log.warning("numa_read_error", collector=self.name, error=error)
-        self._noted_errors = current
+            samples.extend(_memory_samples(str(node), directory, issues))
+            samples.extend(_hugepages_samples(str(node), directory, issues))
+        if issues and not samples:
+            # Nothing readable at all: a failure of the source, not a gap in it.
+            raise CollectorError(issues[0].detail)
+        return Readings(node_samples=tuple(samples), issues=tuple(issues))
 
 
-def _memory_samples(node: str, directory: Path, errors: list[str]) -> list[Sample]:
+def _memory_samples(node: str, directory: Path, issues: list[CollectorIssue]) -> list[Sample]:
     path = directory / "meminfo"
     try:
         text = read_text(path)
-        fields = parse_node_meminfo(text) if text is not None else {}
-    except CollectorError as error:
-        errors.append(str(error))
+    except FileError as error:
+        issues.append(issue(error.label, str(error)))
         return []
-    except ValueError as error:
-        errors.append(f"{path}: {error}")
+    if text is None:
+        issues.append(issue(VANISHED, f"{path}: gone while its node was read"))
         return []
+    fields, problems = parse_node_meminfo(text)
+    issues.extend(issue(GARBAGE, f"{path}: {problem}") for problem in problems)
     samples = []
     for spec, field in ((NUMA_MEMORY_TOTAL, "MemTotal"), (NUMA_MEMORY_FREE, "MemFree")):
         if field in fields:
@@ -166,14 +167,14 @@ def _memory_samples(node: str, directory: Path, errors: list[str]) -> list[Sampl
     return samples
 
 
-def _hugepages_samples(node: str, directory: Path, errors: list[str]) -> list[Sample]:
+def _hugepages_samples(node: str, directory: Path, issues: list[CollectorIssue]) -> list[Sample]:
     root = directory / "hugepages"
     try:
         names = [entry.name for entry in root.iterdir()]
     except (FileNotFoundError, NotADirectoryError):
         return []  # a kernel without hugetlbfs support
     except OSError as error:
-        errors.append(f"cannot list {root}: {error.strerror or error}")
+        issues.append(issue(UNREADABLE, f"cannot list {root}: {error.strerror or error}"))
         return []
     sizes = sorted(int(m.group(1)) for m in map(_HUGEPAGES_DIR.match, names) if m is not None)
     samples = []
@@ -184,11 +185,23 @@ def _hugepages_samples(node: str, directory: Path, errors: list[str]) -> list[Sa
             (NUMA_HUGEPAGES_TOTAL, "nr_hugepages"),
             (NUMA_HUGEPAGES_FREE, "free_hugepages"),
         ):
+            path = size_dir / file
             try:
-                pages = read_int(size_dir / file)
-            except CollectorError as error:
-                errors.append(str(error))
+                pages = read_int(path)
+            except FileError as error:
+                issues.append(issue(error.label, str(error)))
                 continue
-            if pages is not None:
+            if pages is None:
+                issues.append(issue(VANISHED, f"{path}: gone while its node was read"))
+            elif pages < 0:
+                issues.append(issue(GARBAGE, f"{path}: negative: {pages}"))
+            else:
                 samples.append(Sample(spec, float(pages * size_kib * KIB), labels))
     return samples
+
+
+REGISTRATION = Registration(
+    "numa",
+    "Memory and hugepages per NUMA node, from /sys/devices/system/node",
+    NumaCollector,
+)

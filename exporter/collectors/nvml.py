@@ -1,19 +1,22 @@
-"""NVIDIA GPU and MIG telemetry through NVML, matched to the kubelet's device IDs.
+"""NVIDIA GPU and MIG telemetry through NVML, under each device's hardware keys.
 
 ``NvmlSource`` is the handful of NVML calls the collector needs, in NVML's own units;
 ``PynvmlSource`` makes them through pynvml (the only place that touches its untyped
 API), ``exporter.sim.gpus.SimulatedNvmlSource`` answers them for the demo node. The
 collector converts units once, to the names in ``exporter.collectors.gpu_metrics``.
 
-Device IDs it understands: ``GPU-<uuid>`` and ``MIG-<uuid>`` (by UUID), the older
-``MIG-GPU-<uuid>/<gi>/<ci>`` (parent UUID, GPU instance, compute instance), GKE's
-``nvidiaN`` (minor number), ``nvidiaN/giM`` (minor number and GPU instance) and
-``nvidiaN/vgpuK`` (the whole GPU N). A GPU or MIG device no kubelet ID names is reported
-under its own UUID (``GPU-<uuid>``, ``MIG-<uuid>``).
+Every GPU is reported under its UUID, minor number (``/dev/nvidiaN``) and PCI address;
+every MIG device under its UUID, its parent's UUID with GPU- and compute-instance IDs,
+and -- the first compute instance of each GPU instance only -- the parent's minor number
+with the GPU instance. ``exporter.resolver`` maps kubelet IDs and DRA devices onto these.
+
+pynvml is imported when the first ``PynvmlSource`` is made, so a node that never
+enables this collector never loads it.
 
 Errors: no library or no driver -> ``CollectorUnavailable``; any other failed nvmlInit
 or device count -> ``CollectorError``. A failed figure loses that figure only, and is
-counted in ``podresources_collector_errors_total{collector="nvml",error=<NVML name>}``
+reported as an issue, counted in
+``podresources_collector_errors_total{collector="nvml",error=<NVML name>}``
 -- except ``NOT_SUPPORTED``, which many boards answer for many figures (and MIG devices
 for most) on every poll: it is the board's nature, not a fault, so it is not counted.
 ``GPU_IS_LOST`` abandons that GPU and its MIG devices for the rest of the poll (each
@@ -22,20 +25,20 @@ further call would fail too, and can be slow), so a lost GPU counts once a poll.
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, NewType, ParamSpec, Protocol, TypeVar
-
-import pynvml
+from typing import Any, Literal, NewType, ParamSpec, Protocol, TypeVar
 
 from exporter.collectors.base import (
-    COLLECTOR_ERRORS,
     Collector,
     CollectorContext,
     CollectorError,
     CollectorUnavailable,
+    Registration,
+    issue,
 )
 from exporter.collectors.gpu_metrics import (
     GPU_ECC_ERRORS,
@@ -48,13 +51,17 @@ from exporter.collectors.gpu_metrics import (
     GPU_UTILIZATION,
 )
 from exporter.model import (
+    CollectorIssue,
     DeviceIdentity,
     DeviceReading,
+    HardwareKey,
+    KeyKind,
     Readings,
     Sample,
 )
 
 __all__ = [
+    "REGISTRATION",
     "EccErrorType",
     "NvmlCollector",
     "NvmlError",
@@ -133,90 +140,94 @@ class NvmlSource(Protocol):
 class PynvmlSource(NvmlSource):
     """``NvmlSource`` calling libnvidia-ml.so.1 through pynvml."""
 
-    _ERROR_NAMES: ClassVar[dict[int, str]] = {
-        value: name.removeprefix("NVML_ERROR_")
-        for name, value in vars(pynvml).items()
-        if name.startswith("NVML_ERROR_") and isinstance(value, int)
-    }
-
     def __init__(self) -> None:
+        # Imported here, not at module level: the bindings cost memory on every node
+        # that never enables this collector.
+        pynvml: Any = importlib.import_module("pynvml")
+        self._pynvml = pynvml
+        self._error_names: dict[int, str] = {
+            value: name.removeprefix("NVML_ERROR_")
+            for name, value in vars(pynvml).items()
+            if name.startswith("NVML_ERROR_") and isinstance(value, int)
+        }
         # Newer APIs first; fall back once when the driver predates them.
         self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
 
-    @classmethod
-    def _call(cls, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call pynvml; its NVMLError becomes NvmlError, named as in nvml.h."""
         try:
             return function(*args, **kwargs)
-        except pynvml.NVMLError as error:
+        except self._pynvml.NVMLError as error:
             code = int(error.value)
-            raise NvmlError(cls._ERROR_NAMES.get(code, f"CODE_{code}"), code=code) from error
+            raise NvmlError(self._error_names.get(code, f"CODE_{code}"), code=code) from error
 
     def init(self) -> None:
-        self._call(pynvml.nvmlInit)
+        self._call(self._pynvml.nvmlInit)
 
     def shutdown(self) -> None:
-        self._call(pynvml.nvmlShutdown)
+        self._call(self._pynvml.nvmlShutdown)
 
     def device_count(self) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetCount))
+        return int(self._call(self._pynvml.nvmlDeviceGetCount))
 
     def device_handle(self, index: int) -> NvmlHandle:
-        return NvmlHandle(self._call(pynvml.nvmlDeviceGetHandleByIndex, index))
+        return NvmlHandle(self._call(self._pynvml.nvmlDeviceGetHandleByIndex, index))
 
     def uuid(self, handle: NvmlHandle) -> str:
-        return str(self._call(pynvml.nvmlDeviceGetUUID, handle))
+        return str(self._call(self._pynvml.nvmlDeviceGetUUID, handle))
 
     def name(self, handle: NvmlHandle) -> str:
-        return str(self._call(pynvml.nvmlDeviceGetName, handle))
+        return str(self._call(self._pynvml.nvmlDeviceGetName, handle))
 
     def pci_bus_id(self, handle: NvmlHandle) -> str:
-        bus_id = self._call(pynvml.nvmlDeviceGetPciInfo, handle).busId
+        bus_id = self._call(self._pynvml.nvmlDeviceGetPciInfo, handle).busId
         return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
 
     def minor_number(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetMinorNumber, handle))
+        return int(self._call(self._pynvml.nvmlDeviceGetMinorNumber, handle))
 
     def mig_enabled(self, handle: NvmlHandle) -> bool:
-        current, _pending = self._call(pynvml.nvmlDeviceGetMigMode, handle)
-        return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+        current, _pending = self._call(self._pynvml.nvmlDeviceGetMigMode, handle)
+        return bool(current == self._pynvml.NVML_DEVICE_MIG_ENABLE)
 
     def max_mig_device_count(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle))
+        return int(self._call(self._pynvml.nvmlDeviceGetMaxMigDeviceCount, handle))
 
     def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle:
-        return NvmlHandle(self._call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index))
+        return NvmlHandle(
+            self._call(self._pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+        )
 
     def gpu_instance_id(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetGpuInstanceId, handle))
+        return int(self._call(self._pynvml.nvmlDeviceGetGpuInstanceId, handle))
 
     def compute_instance_id(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetComputeInstanceId, handle))
+        return int(self._call(self._pynvml.nvmlDeviceGetComputeInstanceId, handle))
 
     def utilization_percent(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetUtilizationRates, handle).gpu)
+        return int(self._call(self._pynvml.nvmlDeviceGetUtilizationRates, handle).gpu)
 
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         # v2 reports driver-reserved memory apart from used, as nvidia-smi shows it.
         if self._memory_v2:
             try:
                 info = self._call(
-                    pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2
+                    self._pynvml.nvmlDeviceGetMemoryInfo, handle, version=self._pynvml.nvmlMemory_v2
                 )
                 return NvmlMemory(total_bytes=int(info.total), used_bytes=int(info.used))
             except NvmlError as error:
                 if error.error_name != FUNCTION_NOT_FOUND:
                     raise
                 self._memory_v2 = False
-        info = self._call(pynvml.nvmlDeviceGetMemoryInfo, handle)
+        info = self._call(self._pynvml.nvmlDeviceGetMemoryInfo, handle)
         return NvmlMemory(total_bytes=int(info.total), used_bytes=int(info.used))
 
     def power_milliwatts(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetPowerUsage, handle))
+        return int(self._call(self._pynvml.nvmlDeviceGetPowerUsage, handle))
 
     def energy_millijoules(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+        return int(self._call(self._pynvml.nvmlDeviceGetTotalEnergyConsumption, handle))
 
     def temperature_celsius(self, handle: NvmlHandle) -> int:
         # nvmlDeviceGetTemperature is deprecated (gone in CUDA 14); older drivers lack V.
@@ -224,27 +235,38 @@ class PynvmlSource(NvmlSource):
             try:
                 return int(
                     self._call(
-                        pynvml.nvmlDeviceGetTemperatureV, handle, pynvml.NVML_TEMPERATURE_GPU
+                        self._pynvml.nvmlDeviceGetTemperatureV,
+                        handle,
+                        self._pynvml.NVML_TEMPERATURE_GPU,
                     )
                 )
             except NvmlError as error:
                 if error.error_name != FUNCTION_NOT_FOUND:
                     raise
                 self._temperature_v = False
-        return int(self._call(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU))
+        return int(
+            self._call(
+                self._pynvml.nvmlDeviceGetTemperature, handle, self._pynvml.NVML_TEMPERATURE_GPU
+            )
+        )
 
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:
-        return int(self._call(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM))
+        return int(
+            self._call(self._pynvml.nvmlDeviceGetClockInfo, handle, self._pynvml.NVML_CLOCK_SM)
+        )
 
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
         nvml_type = (
-            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+            self._pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
             if error_type == "corrected"
-            else pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+            else self._pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         )
         return int(
             self._call(
-                pynvml.nvmlDeviceGetTotalEccErrors, handle, nvml_type, pynvml.NVML_VOLATILE_ECC
+                self._pynvml.nvmlDeviceGetTotalEccErrors,
+                handle,
+                nvml_type,
+                self._pynvml.NVML_VOLATILE_ECC,
             )
         )
 
@@ -304,50 +326,9 @@ _FIGURES: tuple[_Figure, ...] = (
 )
 
 
-# --- Device IDs ------------------------------------------------------------------------
+# --- Hardware keys -----------------------------------------------------------------------
 
-
-@dataclass(frozen=True, slots=True)
-class _ByUuid:
-    uuid: str
-
-
-@dataclass(frozen=True, slots=True)
-class _ByMigPath:
-    parent_uuid: str
-    gpu_instance: int
-    compute_instance: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ByMinor:
-    minor: int
-
-
-@dataclass(frozen=True, slots=True)
-class _ByMinorGi:
-    minor: int
-    gpu_instance: int
-
-
-_DeviceRef = _ByUuid | _ByMigPath | _ByMinor | _ByMinorGi
-
-_MIG_PATH = re.compile(r"MIG-(GPU-[^/]+)/(\d+)/(\d+)")
-_GKE = re.compile(r"nvidia(\d+)(?:/(gi|vgpu)(\d+))?")
 _BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
-
-
-def _parse_device_id(device_id: str) -> _DeviceRef | None:
-    """What an NVIDIA kubelet device ID points at; None for anything else."""
-    if match := _MIG_PATH.fullmatch(device_id):
-        return _ByMigPath(match[1], int(match[2]), int(match[3]))
-    if device_id.startswith(("GPU-", "MIG-")):
-        return _ByUuid(device_id)
-    if match := _GKE.fullmatch(device_id):
-        if match[2] == "gi":
-            return _ByMinorGi(int(match[1]), int(match[3]))
-        return _ByMinor(int(match[1]))  # nvidiaN/vgpuK shares the whole GPU N
-    return None
 
 
 def _kernel_pci_address(bus_id: str) -> str | None:
@@ -377,20 +358,20 @@ class _Gpu:
 
 
 @dataclass(frozen=True, slots=True)
-class _Device:
-    """A GPU or MIG device as NVML answered in one poll."""
+class _Mig:
+    """One MIG device as NVML answered in one poll, before keys are settled."""
 
-    uuid: str
-    identity: DeviceIdentity
-    samples: tuple[Sample, ...]
-    refs: tuple[_DeviceRef, ...]  # the device IDs that name it, most specific first
+    gpu_instance: int | None
+    compute_instance: int | None
+    reading: DeviceReading
 
 
 class NvmlCollector(Collector):
     """NVIDIA GPU and MIG device telemetry from NVML."""
 
     name = "nvml"
-    description = "NVIDIA GPU and MIG telemetry through NVML (libnvidia-ml.so.1)."
+    serves = ("nvidia.com/", "gpu.nvidia.com")
+    known_errors = (GPU_IS_LOST,)
 
     def __init__(self, context: CollectorContext, *, source: NvmlSource | None = None) -> None:
         super().__init__(context)
@@ -398,20 +379,23 @@ class NvmlCollector(Collector):
         self._lock = threading.Lock()
         self._initialized = False
         self._gpus: dict[int, _Gpu] = {}
-        # Known before it first happens, so increase() sees the first lost GPU.
-        self._errors: dict[str, int] = {GPU_IS_LOST: 0}
+        self._issues: list[CollectorIssue] = []
+        # The device being read, named in issue details: the runner logs each distinct
+        # detail once, so without it a second GPU's failure would never be logged.
+        self._reading = ""
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
+    def collect(self) -> Readings:
         with self._lock:
+            self._issues = []
             self._ensure_initialized()
             try:
                 count = self._source.device_count()
             except NvmlError as error:
                 raise CollectorError(f"nvmlDeviceGetCount failed: {error.error_name}") from error
-            devices: list[_Device] = []
+            devices: list[DeviceReading] = []
             for index in range(count):
                 devices.extend(self._read_gpu(index))
-            return Readings(devices=_match(devices, device_ids), node_samples=self._error_samples())
+            return Readings(devices=tuple(devices), issues=tuple(self._issues))
 
     def close(self) -> None:
         # A collect wedged in a driver call holds the lock; process exit cleans up then.
@@ -455,33 +439,39 @@ class NvmlCollector(Collector):
         except NvmlError as error:
             if error.error_name == NOT_SUPPORTED:
                 return None, True
-            self._count(error)
+            self._count(error, getattr(read, "__name__", "nvml call"))
             return None, False
 
-    def _count(self, error: NvmlError) -> None:
-        """Count a real error; after GPU_IS_LOST, leave that GPU alone this poll."""
-        self._errors[error.error_name] = self._errors.get(error.error_name, 0) + 1
+    def _count(self, error: NvmlError, call: str) -> None:
+        """Report a real error; after GPU_IS_LOST, leave that GPU alone this poll."""
+        detail = f"{self._reading}: {call.strip('_')}: NVML {error.error_name}"
+        self._issues.append(issue(error.error_name, detail))
         if error.error_name == GPU_IS_LOST:
             raise _GpuLostError from error
 
-    def _read_gpu(self, index: int) -> list[_Device]:
+    def _read_gpu(self, index: int) -> list[DeviceReading]:
+        self._reading = f"GPU index {index}"
         try:
             gpu = self._gpu(index)
         except _GpuLostError:
             return []
         if gpu is None:
             return []
+        self._reading = gpu.uuid
         samples: list[Sample] = []
-        migs: list[_Device] = []
+        migs: list[DeviceReading] = []
         try:
             self._read_figures(gpu.handle, samples)
             self._read_migs(gpu, migs)
         except _GpuLostError:
-            pass  # counted; what was read before it fell off the bus stays
-        refs: list[_DeviceRef] = [_ByUuid(gpu.uuid)]
+            pass  # reported; what was read before it fell off the bus stays
+        keys = [HardwareKey(KeyKind.GPU_UUID, gpu.uuid)]
         if gpu.minor is not None:
-            refs.append(_ByMinor(gpu.minor))
-        return [_Device(gpu.uuid, gpu.identity, tuple(samples), tuple(refs)), *migs]
+            keys.append(HardwareKey(KeyKind.NVIDIA_MINOR, str(gpu.minor)))
+        if gpu.identity.pci_address is not None:
+            keys.append(HardwareKey(KeyKind.PCI, gpu.identity.pci_address))
+        reading = DeviceReading(gpu.uuid, tuple(keys), gpu.identity, tuple(samples), True)
+        return [reading, *migs]
 
     def _gpu(self, index: int) -> _Gpu | None:
         cached = self._gpus.get(index)
@@ -494,6 +484,7 @@ class NvmlCollector(Collector):
         uuid, _ = self._attempt(source.uuid, handle)
         if uuid is None:
             return None
+        self._reading = uuid
         name, name_settled = self._attempt(source.name, handle)
         bus_id, bus_settled = self._attempt(source.pci_bus_id, handle)
         minor, minor_settled = self._attempt(source.minor_number, handle)
@@ -514,81 +505,83 @@ class NvmlCollector(Collector):
             if result is not None:
                 samples.extend(result)
 
-    def _read_migs(self, gpu: _Gpu, migs: list[_Device]) -> None:
+    def _read_migs(self, gpu: _Gpu, migs: list[DeviceReading]) -> None:
         # MIG devices come and go with reconfiguration: read afresh every poll.
         source = self._source
         enabled, _ = self._attempt(source.mig_enabled, gpu.handle)
         if not enabled:
             return
         slots, _ = self._attempt(source.max_mig_device_count, gpu.handle)
-        found: list[tuple[tuple[int, int], _Device]] = []
+        found: list[_Mig] = []
         try:
             for slot in range(slots or 0):
+                self._reading = f"{gpu.uuid} MIG slot {slot}"
                 try:
                     handle = source.mig_device_handle(gpu.handle, slot)
                 except NvmlError as error:
                     if error.error_name not in (NOT_FOUND, NOT_SUPPORTED):  # NOT_FOUND: empty
-                        self._count(error)
+                        self._count(error, "mig_device_handle")
                     continue
                 mig = self._read_mig(gpu, handle)
                 if mig is not None:
                     found.append(mig)
         finally:
-            # By GPU then compute instance: nvidiaN/giM picks the instance's first one.
-            migs.extend(device for _, device in sorted(found, key=lambda item: item[0]))
+            migs.extend(_with_instance_keys(gpu, found))
 
-    def _read_mig(self, gpu: _Gpu, handle: NvmlHandle) -> tuple[tuple[int, int], _Device] | None:
+    def _read_mig(self, gpu: _Gpu, handle: NvmlHandle) -> _Mig | None:
         source = self._source
         uuid, _ = self._attempt(source.uuid, handle)
         if uuid is None:
             return None
+        self._reading = uuid
         name, _ = self._attempt(source.name, handle)
         gpu_instance, _ = self._attempt(source.gpu_instance_id, handle)
         compute_instance, _ = self._attempt(source.compute_instance_id, handle)
         samples: list[Sample] = []
         self._read_figures(handle, samples)
-        refs: list[_DeviceRef] = [_ByUuid(uuid)]
+        keys = [HardwareKey(KeyKind.MIG_UUID, uuid)]
         if gpu_instance is not None and compute_instance is not None:
-            refs.append(_ByMigPath(gpu.uuid, gpu_instance, compute_instance))
-        if gpu_instance is not None and gpu.minor is not None:
-            refs.append(_ByMinorGi(gpu.minor, gpu_instance))
+            path = f"{gpu.uuid}/{gpu_instance}/{compute_instance}"
+            keys.append(HardwareKey(KeyKind.MIG_PATH, path))
         identity = DeviceIdentity(
             uuid=uuid,
             pci_address=gpu.identity.pci_address,
             model=gpu.identity.model if name is None else name,
             vendor="nvidia",
         )
-        order = (
-            -1 if gpu_instance is None else gpu_instance,
-            -1 if compute_instance is None else compute_instance,
-        )
-        return order, _Device(uuid, identity, tuple(samples), tuple(refs))
-
-    def _error_samples(self) -> tuple[Sample, ...]:
-        return tuple(
-            Sample(COLLECTOR_ERRORS, float(count), (self.name, error))
-            for error, count in sorted(self._errors.items())
-        )
+        reading = DeviceReading(uuid, tuple(keys), identity, tuple(samples), True)
+        return _Mig(gpu_instance, compute_instance, reading)
 
 
-def _match(devices: Iterable[_Device], device_ids: frozenset[str]) -> tuple[DeviceReading, ...]:
-    """One reading per kubelet ID naming a device, then one per device no ID names."""
-    devices = list(devices)
-    by_ref: dict[_DeviceRef, _Device] = {}
-    for device in devices:
-        for ref in device.refs:
-            by_ref.setdefault(ref, device)
-    readings: list[DeviceReading] = []
-    named: set[str] = set()
-    for device_id in sorted(device_ids):
-        wanted = _parse_device_id(device_id)
-        found = None if wanted is None else by_ref.get(wanted)
-        if found is not None:
-            named.add(found.uuid)
-            readings.append(DeviceReading(device_id, found.identity, found.samples))
-    readings.extend(
-        DeviceReading(device.uuid, device.identity, device.samples)
-        for device in devices
-        if device.uuid not in named
+def _with_instance_keys(gpu: _Gpu, migs: list[_Mig]) -> list[DeviceReading]:
+    """MIG readings by GPU then compute instance; the first compute instance of each GPU
+    instance also answers for the GPU instance as a whole (``<minor>/<gi>``)."""
+    ordered = sorted(
+        migs,
+        key=lambda m: (
+            -1 if m.gpu_instance is None else m.gpu_instance,
+            -1 if m.compute_instance is None else m.compute_instance,
+        ),
     )
-    return tuple(readings)
+    readings: list[DeviceReading] = []
+    claimed: set[int] = set()
+    for mig in ordered:
+        reading = mig.reading
+        instance = mig.gpu_instance
+        if instance is not None and gpu.minor is not None and instance not in claimed:
+            claimed.add(instance)
+            key = HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{gpu.minor}/{instance}")
+            reading = DeviceReading(
+                reading.name,
+                (*reading.keys, key),
+                reading.identity,
+                reading.samples,
+                reading.standalone,
+            )
+        readings.append(reading)
+    return readings
+
+
+REGISTRATION = Registration(
+    "nvml", "NVIDIA GPUs and MIG devices through NVML (libnvidia-ml.so.1)", NvmlCollector
+)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 __all__ = [
     "GIB",
     "MIB",
+    "VIRTIO_NIC_ADDRESS",
     "SimDrmGpu",
     "SimGpu",
     "SimHardware",
@@ -25,6 +26,7 @@ __all__ = [
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+VIRTIO_NIC_ADDRESS = "0000:00:05.0"  # the demo's virtio NIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,8 @@ class SimDrmGpu:
 
 @dataclass(frozen=True, slots=True)
 class SimNic:
-    """A PCI network function with a netdev: a physical function or an SR-IOV VF."""
+    """A PCI network function with a netdev: a physical function, an SR-IOV VF, or a
+    virtio NIC (its netdev below ``<function>/virtio<N>``, as in every KVM guest)."""
 
     pci_address: str
     netdev: str
@@ -85,6 +88,11 @@ class SimNic:
     device_id: str
     physfn: str | None = None  # PF address, for a VF
     vf_index: int | None = None  # index below the PF, for a VF
+    virtio_index: int | None = None  # N of virtio<N>, for a virtio NIC
+
+    @property
+    def pci_driver(self) -> str:
+        return "mlx5_core" if self.virtio_index is None else "virtio-pci"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +125,12 @@ def _uuid(prefix: str, n: int) -> str:
 def demo_hardware() -> SimHardware:
     """A realistic two-socket GPU node.
 
-    NUMA 0: CPUs 0-31, GPUs 0 and 1, Mellanox PF 0 with 4 VFs, mlx5_0.
+    NUMA 0: CPUs 0-31, GPUs 0 and 1, Mellanox PF 0 with 4 VFs, mlx5_0, a virtio NIC
+    (eth1, as a KVM guest sees one).
     NUMA 1: CPUs 32-63, GPU 2 (MIG: three instances), GPU 3 (time-sliced by the
     scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU.
+    DRA (``exporter.sim.dra``): GPU 4 (NUMA 0), GPU 5 (NUMA 1, one MIG device) and AMD
+    card 3 (NUMA 1).
     """
     numa_nodes = (
         SimNumaNode(0, tuple(range(0, 32)), 256 * GIB, hugepages_2mi=1024, hugepages_1gi=16),
@@ -162,6 +173,9 @@ def demo_hardware() -> SimHardware:
                     vf_index=vf,
                 )
             )
+    # A virtio NIC as a KVM guest sees it (0x1af4/0x1041, modern virtio-net), handed to a
+    # pod whole by a device plugin.
+    nics.append(SimNic(VIRTIO_NIC_ADDRESS, "eth1", 0, "0x1af4", "0x1041", virtio_index=3))
     rdma = (
         SimRdmaDevice("mlx5_0", "0000:4b:00.0", 0),
         SimRdmaDevice("mlx5_1", "0000:d8:00.0", 1),
@@ -169,5 +183,36 @@ def demo_hardware() -> SimHardware:
     drm = (
         SimDrmGpu(1, "amdgpu", "0000:e1:00.0", "0x1002", "0x74a1", 1, 192 * GIB, 0.55),
         SimDrmGpu(2, "i915", "0000:e9:00.0", "0x8086", "0x0bd5", 1, 64 * GIB, 0.3),
+        *_dra_drm_gpus(),
     )
-    return SimHardware(numa_nodes, gpus, drm, tuple(nics), rdma)
+    return SimHardware(numa_nodes, gpus + _dra_gpus(), drm, tuple(nics), rdma)
+
+
+def _dra_gpus() -> tuple[SimGpu, ...]:
+    """GPUs 4 and 5, handed out by the NVIDIA DRA driver (``exporter.sim.dra``): 4 whole,
+    5 MIG-enabled with the one MIG device the driver created for a claim. Its GPU
+    instance ID (5) is not in its DRA name (profile 19, placement 3): only the driver's
+    checkpoint links the two."""
+    mig = SimMigDevice(_uuid("MIG", 0x501), 5, 0, "1g.10gb", 10 * GIB)
+    return tuple(
+        SimGpu(
+            index=index,
+            uuid=_uuid("GPU", 0x100 + index),
+            pci_address=pci_address,
+            model="NVIDIA H100 80GB HBM3",
+            numa_node=numa_node,
+            memory_total_bytes=80 * GIB,
+            power_limit_watts=700.0,
+            utilization=utilization,
+            mig_devices=migs,
+        )
+        for index, pci_address, numa_node, utilization, migs in (
+            (4, "0000:5d:00.0", 0, 0.7, ()),
+            (5, "0000:9a:00.0", 1, 0.5, (mig,)),
+        )
+    )
+
+
+def _dra_drm_gpus() -> tuple[SimDrmGpu, ...]:
+    """An AMD GPU handed out by the AMD DRA driver (``exporter.sim.dra``)."""
+    return (SimDrmGpu(3, "amdgpu", "0000:e5:00.0", "0x1002", "0x74a1", 1, 192 * GIB, 0.35),)

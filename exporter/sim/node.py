@@ -15,9 +15,10 @@ from pathlib import Path
 
 import structlog
 
+from exporter.sim.fixtures import dra as dra_files
 from exporter.sim.fixtures import write_tree
 from exporter.sim.kubelet import SimKubelet
-from exporter.sim.scenario import Scenario
+from exporter.sim.scenario import DraScenario, Scenario
 
 __all__ = ["SimulatedNode"]
 
@@ -32,6 +33,10 @@ class SimulatedNode:
         self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="prx-sim-"))
         self.sysfs = self.root / "sys"
         self.procfs = self.root / "proc"
+        # DRA drivers' checkpoints and metadata, and CDI specs: --path.kubelet-plugins
+        # and --path.cdi.
+        self.kubelet_plugins = self.root / "kubelet-plugins"
+        self.cdi = self.root / "cdi"
         self.socket_path = str(self.root / "kubelet.sock")
         self.kubelet = SimKubelet(socket_path=self.socket_path)
         self.tick = 0
@@ -46,6 +51,10 @@ class SimulatedNode:
             str(self.sysfs),
             "--path.procfs",
             str(self.procfs),
+            "--path.kubelet-plugins",
+            str(self.kubelet_plugins),
+            "--path.cdi",
+            str(self.cdi),
         ]
 
     def _write(self) -> None:
@@ -54,6 +63,12 @@ class SimulatedNode:
             procfs_root=self.procfs,
             hardware=self.scenario.hardware,
             tick=self.tick,
+        )
+        dra_files.write(
+            plugins=self.kubelet_plugins,
+            cdi=self.cdi,
+            procfs_root=self.procfs,
+            claims=self.scenario.dra_claims if isinstance(self.scenario, DraScenario) else (),
         )
 
     def _apply(self) -> None:

@@ -2,16 +2,17 @@
 
 ``demo_scenario`` is a realistic GPU node (see ``exporter.sim.hardware.demo_hardware``):
 whole GPUs, MIG devices, time-sliced replicas, SR-IOV VFs, an RDMA HCA, AMD and Intel
-GPUs, exclusive CPUs, memory and hugepages (one block spanning both NUMA nodes), a DRA
-claim, pods without devices, a sidecar, a container that is not NUMA-aligned, and a
-batch pod that comes and goes (churn). ``dense_scenario`` is the benchmark's busy node.
-Both are pure: the same tick always gives the same state.
+GPUs, exclusive CPUs, memory and hugepages (one block spanning both NUMA nodes), DRA
+claims (``exporter.sim.dra``: NVIDIA GPU and MIG, AMD, a shared VF with KEP-5304
+metadata, and an unresolvable driver), pods without devices, a sidecar, a container that
+is not NUMA-aligned, and a batch pod that comes and goes (churn). ``dense_scenario`` is
+the benchmark's busy node. Both are pure: the same tick always gives the same state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 from exporter.model import (
     AllocatableResources,
@@ -22,9 +23,16 @@ from exporter.model import (
     MemoryBlock,
     PodResources,
 )
+from exporter.sim.dra import (
+    SimDraClaim,
+    demo_dra_claims,
+    demo_dra_pods,
+    dra_owned_pci_addresses,
+)
 from exporter.sim.hardware import (
     GIB,
     MIB,
+    VIRTIO_NIC_ADDRESS,
     SimGpu,
     SimHardware,
     SimNic,
@@ -36,6 +44,7 @@ __all__ = [
     "CHURN_PERIOD_TICKS",
     "DemoScenario",
     "DenseScenario",
+    "DraScenario",
     "KubeletState",
     "Scenario",
     "dense_hardware",
@@ -46,12 +55,23 @@ CHURN_PERIOD_TICKS = 3
 TIME_SLICE_REPLICAS = 4
 RESERVED_CPUS_PER_NODE = 2  # kubelet --reserved-cpus: the first two CPUs of each node
 INTEL_PLUGIN_NUMA = 0  # what the demo's Intel device plugin (wrongly) reports
+VIRTIO_NET_RESOURCE = "example.com/virtio-net"  # device IDs: PCI addresses
 
 
 @dataclass(frozen=True, slots=True)
 class KubeletState:
     pods: tuple[PodResources, ...]
     allocatable: AllocatableResources
+
+
+@runtime_checkable
+class DraScenario(Protocol):
+    """A scenario whose node has DRA drivers: their files go into the tree."""
+
+    @property
+    def dra_claims(self) -> tuple[SimDraClaim, ...]:
+        """The DRA claims the node's drivers prepared."""
+        ...
 
 
 class Scenario(Protocol):
@@ -94,8 +114,23 @@ class DemoScenario:
     def create(cls) -> DemoScenario:
         return cls(demo_hardware())
 
-    def allocatable(self) -> AllocatableResources:
+    @property
+    def dra_claims(self) -> tuple[SimDraClaim, ...]:
+        return demo_dra_claims(self.hardware)
+
+    def _plugin_hardware(self) -> SimHardware:
+        """The hardware device plugins advertise: all but what DRA drivers hand out."""
+        owned = dra_owned_pci_addresses(self.dra_claims)
         hw = self.hardware
+        return replace(
+            hw,
+            gpus=tuple(g for g in hw.gpus if g.pci_address not in owned),
+            drm_gpus=tuple(g for g in hw.drm_gpus if g.pci_address not in owned),
+            nics=tuple(n for n in hw.nics if n.pci_address not in owned),
+        )
+
+    def allocatable(self) -> AllocatableResources:
+        hw = self._plugin_hardware()
         whole = [g for g in hw.gpus if not g.mig_devices and g.index != 3]
         shared = hw.gpus[3]
         mig_gpu = hw.gpus[2]
@@ -119,6 +154,8 @@ class DemoScenario:
         devices.extend(
             _per_device("nvidia.com/hca", [(r.pci_address, r.numa_node) for r in hw.rdma_devices])
         )
+        # A topology-unaware plugin (as in most VMs): no NUMA node.
+        devices.append(_devices(VIRTIO_NET_RESOURCE, VIRTIO_NIC_ADDRESS))
         amd = [g for g in hw.drm_gpus if g.driver == "amdgpu"]
         intel = [g for g in hw.drm_gpus if g.driver != "amdgpu"]
         devices.extend(_per_device("amd.com/gpu", [(g.pci_address, g.numa_node) for g in amd]))
@@ -137,7 +174,7 @@ class DemoScenario:
         )
 
     def pods(self, tick: int) -> tuple[PodResources, ...]:
-        hw = self.hardware
+        hw = self._plugin_hardware()
         gpu0, gpu1, mig_gpu, shared = hw.gpus
         mig_a, mig_b, mig_c = mig_gpu.mig_devices
         pf0_vfs = [n.pci_address for n in hw.nics if n.physfn == hw.nics[0].pci_address]
@@ -276,6 +313,16 @@ class DemoScenario:
                     ),
                 ),
             ),
+            # A virtio NIC handed to a pod whole: its traffic follows it by PCI address.
+            PodResources(
+                "net",
+                "edge-proxy-0",
+                (
+                    ContainerResources(
+                        "proxy", devices=(_devices(VIRTIO_NET_RESOURCE, VIRTIO_NIC_ADDRESS),)
+                    ),
+                ),
+            ),
             PodResources(
                 "dra-demo",
                 "inference-dra-0",
@@ -300,6 +347,7 @@ class DemoScenario:
                     ),
                 ),
             ),
+            *demo_dra_pods(self.dra_claims),
             # Pods without devices or exclusive CPUs are listed too.
             PodResources("default", "web-frontend-5c7b9", (ContainerResources("nginx"),)),
             PodResources(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from exporter.collectors.base import CollectorContext, CollectorError
-from exporter.collectors.cpu import CpuCollector, parse_proc_stat, read_proc_stat
+from exporter.collectors.base import CollectorContext, CollectorError, issue
+from exporter.collectors.cpu import REGISTRATION, CpuCollector, parse_proc_stat, read_proc_stat
 from exporter.model import CpuTimes, Readings
 from exporter.sim.fixtures import procfs as procfs_fixture
 from exporter.sim.hardware import GIB, SimHardware, SimNumaNode
@@ -27,58 +28,87 @@ softirq 5057579 250191 1481983 1647 211099 186066 0 1783454 622196 12499 508444
 """
 
 
+CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
+# A hang guard only: a reader that blocks on the FIFO is released and the test fails.
+_HANG_GUARD_S = 30.0
+
+
 def _times(cpu: int, *ticks: int, user_hz: int = 100) -> CpuTimes:
     modes = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     return CpuTimes(cpu, tuple((m, t / user_hz) for m, t in zip(modes, ticks, strict=False)))
+
+
+def _collect(procfs: Path) -> Readings:
+    return CpuCollector(CollectorContext(procfs=procfs), user_hz=100).collect()
 
 
 class TestParseProcStat:
     def test_per_cpu_lines_in_seconds(self) -> None:
         """Each cpuN line becomes seconds per mode at USER_HZ 100; the total line is skipped."""
         expected = (
-            _times(0, 1393280, 32966, 572056, 13343292, 6130, 0, 17875, 0),
-            _times(1, 1335829, 35100, 523040, 13393497, 4050, 0, 3200, 5),
+            (
+                _times(0, 1393280, 32966, 572056, 13343292, 6130, 0, 17875, 0),
+                _times(1, 1335829, 35100, 523040, 13393497, 4050, 0, 3200, 5),
+            ),
+            (),
         )
         assert expected == parse_proc_stat(STAT, user_hz=100)
 
     def test_user_hz_is_honoured(self) -> None:
         """Ticks are divided by the USER_HZ given: 250 ticks at 250 Hz is one second."""
         expected = (CpuTimes(3, (("user", 1.0), ("nice", 0.0), ("system", 0.5), ("idle", 2.0))),)
-        assert expected == parse_proc_stat("cpu3 250 0 125 500\n", user_hz=250)
+        assert (expected, ()) == parse_proc_stat("cpu3 250 0 125 500\n", user_hz=250)
 
     def test_guest_time_is_not_added(self) -> None:
         """guest and guest_nice, already inside user and nice, are not exported again."""
         text = "cpu0 1000 200 0 0 0 0 0 0 900 150\n"
 
-        expected = (_times(0, 1000, 200, 0, 0, 0, 0, 0, 0),)
+        expected = ((_times(0, 1000, 200, 0, 0, 0, 0, 0, 0),), ())
         assert expected == parse_proc_stat(text, user_hz=100)
 
     def test_old_kernels_with_fewer_columns(self) -> None:
         """A line without steal and guest columns gives only the modes it has."""
-        expected = (_times(0, 100, 0, 50, 800, 0, 0, 0),)
+        expected = ((_times(0, 100, 0, 50, 800, 0, 0, 0),), ())
         assert expected == parse_proc_stat("cpu0 100 0 50 800 0 0 0\n", user_hz=100)
 
     def test_sorted_by_cpu_with_gaps(self) -> None:
         """Offline CPUs have no line; the rest come sorted by CPU id."""
         text = "cpu  0 0 0 0\ncpu12 1 0 0 0\ncpu2 2 0 0 0\n"
 
-        expected = (_times(2, 2, 0, 0, 0), _times(12, 1, 0, 0, 0))
+        expected = ((_times(2, 2, 0, 0, 0), _times(12, 1, 0, 0, 0)), ())
         assert expected == parse_proc_stat(text, user_hz=100)
 
     @pytest.mark.parametrize(
         ("text", "message"),
         [
-            ("cpu0 1 2 3\n", "line 1: malformed counters"),
-            ("cpu0 1 2 x 4\n", "line 1: malformed counters"),
-            ("cpu0 1 2 -3 4\n", "line 1: malformed counters"),
-            ("cpuX 1 2 3 4\n", "line 1: not a cpu line"),
-            ("cpu0 1 2 3 4\ncpu0 1 2 3 4\n", "line 2: cpu0 listed twice"),
+            ("cpu0 1 2 3\n", "line 1: fewer than 4 counters: 'cpu0 1 2 3'"),
+            ("cpuX 1 2 3 4\n", "line 1: not a cpu line: 'cpuX 1 2 3 4'"),
+            (f"cpu{'1' * 400} 1 2 3 4\n", f"line 1: not a cpu line: 'cpu{'1' * 57}'"),
         ],
     )
-    def test_garbage_raises(self, text: str, message: str) -> None:
-        """A malformed cpu line is refused with its line number."""
-        with pytest.raises(ValueError, match=message):
-            parse_proc_stat(text, user_hz=100)
+    def test_malformed_lines_are_left_out(self, text: str, message: str) -> None:
+        """A malformed cpu line loses that line only, with its line number."""
+        expected = ((_times(1, 1, 2, 3, 4),), (message,))
+        assert expected == parse_proc_stat(text + "cpu1 1 2 3 4\n", user_hz=100)
+
+    def test_repeated_cpu_keeps_the_first(self) -> None:
+        """A CPU listed twice keeps its first line; the second is reported."""
+        expected = ((_times(0, 1, 2, 3, 4),), ("line 2: cpu0 listed twice",))
+        assert expected == parse_proc_stat("cpu0 1 2 3 4\ncpu0 5 6 7 8\n", user_hz=100)
+
+    @pytest.mark.parametrize(
+        ("counter", "shown"),
+        [("x", "x"), ("-3", "-3"), (str(2**64), str(2**64)), ("9" * 400, "9" * 40)],
+    )
+    def test_bad_counter_loses_that_mode_only(self, counter: str, shown: str) -> None:
+        """A counter that is not a 64-bit number (400 digits included) loses that one mode."""
+        text = f"cpu0 1 2 {counter} 4 5\n"
+
+        expected = (
+            (CpuTimes(0, (("user", 0.01), ("nice", 0.02), ("idle", 0.04), ("iowait", 0.05))),),
+            (f"line 1: cpu0 system: not a 64-bit counter: {shown!r}",),
+        )
+        assert expected == parse_proc_stat(text, user_hz=100)
 
     def test_user_hz_must_be_positive(self) -> None:
         """A zero USER_HZ is refused rather than dividing by it."""
@@ -99,22 +129,67 @@ class TestReadProcStat:
         with pytest.raises(CollectorError, match=f"cannot read {tmp_path / 'stat'}"):
             read_proc_stat(tmp_path / "stat")
 
+    def test_endless_cpu_line_is_refused(self, tmp_path: Path) -> None:
+        """cpu lines beyond 4 MiB, even one without a newline, are refused, not read whole."""
+        (tmp_path / "stat").write_bytes(b"cpu0 " + b"1" * (5 * 1024 * 1024))
+
+        with pytest.raises(CollectorError, match="cpu lines exceed 4194304 bytes"):
+            read_proc_stat(tmp_path / "stat")
+
+    def test_symlink_loop_names_the_path(self, tmp_path: Path) -> None:
+        """A stat that is a link loop is an error naming the path."""
+        (tmp_path / "stat").symlink_to("stat")
+
+        with pytest.raises(CollectorError, match=f"cannot read {tmp_path / 'stat'}: Too many"):
+            read_proc_stat(tmp_path / "stat")
+
+    def test_fifo_is_refused_without_blocking(self, tmp_path: Path) -> None:
+        """A FIFO in place of /proc/stat is refused at once instead of waiting for a writer."""
+        path = tmp_path / "stat"
+        os.mkfifo(path)
+        outcome: list[BaseException | str] = []
+
+        def read() -> None:
+            try:
+                outcome.append(read_proc_stat(path))
+            except BaseException as error:  # handed to the test thread to assert on
+                outcome.append(error)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(_HANG_GUARD_S)
+        if reader.is_alive():
+            # Release the blocked reader so the test run can end, then fail.
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join()
+            pytest.fail("read_proc_stat blocked on a FIFO")
+        [error] = outcome
+        assert isinstance(error, CollectorError)
+        assert f"cannot read {path}: not a regular file" == str(error)
+
 
 class TestCpuCollector:
     def test_reads_the_fixture_procfs(self, tmp_path: Path) -> None:
         """The fixture's busy CPUs 2-5 and idle others read back in seconds, by CPU."""
         hardware = SimHardware(numa_nodes=(SimNumaNode(0, tuple(range(8)), GIB, 0, 0),))
         procfs_fixture.write(tmp_path, hardware, tick=3)
-        readings = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100).collect(
-            device_ids=frozenset()
-        )
 
         expected = Readings(
             cpu_times=tuple(
                 _times(cpu, *procfs_fixture.cpu_counters(cpu, tick=3)) for cpu in range(8)
             )
         )
-        assert expected == readings
+        assert expected == _collect(tmp_path)
+
+    def test_captured_vm(self) -> None:
+        """The real 2-vCPU VM's cpu0 and cpu1 lines, at USER_HZ 100."""
+        expected = Readings(
+            cpu_times=(
+                _times(0, 3064, 0, 1294, 31039, 51, 0, 83, 14),
+                _times(1, 10151, 0, 2640, 22188, 488, 0, 93, 13),
+            )
+        )
+        assert expected == _collect(CAPTURED / "proc")
 
     def test_default_user_hz_comes_from_sysconf(self, tmp_path: Path) -> None:
         """Without an explicit USER_HZ the collector uses the kernel's SC_CLK_TCK."""
@@ -122,20 +197,63 @@ class TestCpuCollector:
         (tmp_path / "stat").write_text(f"cpu0 {user_hz} 0 0 {3 * user_hz}\n")
 
         expected = Readings(cpu_times=(_times(0, 1, 0, 0, 3, user_hz=1),))
-        assert expected == CpuCollector(CollectorContext(procfs=tmp_path)).collect(
-            device_ids=frozenset()
+        assert expected == CpuCollector(CollectorContext(procfs=tmp_path)).collect()
+
+    def test_400_digit_counter_loses_one_figure(self, tmp_path: Path) -> None:
+        """A 400-digit counter loses that CPU's mode with an issue; everything else stays."""
+        stat = tmp_path / "stat"
+        stat.write_text(STAT.replace("cpu1 1335829 ", f"cpu1 {'8' * 400} "))
+
+        cpu1 = _times(1, 0, 35100, 523040, 13393497, 4050, 0, 3200, 5)
+        expected = Readings(
+            cpu_times=(
+                _times(0, 1393280, 32966, 572056, 13343292, 6130, 0, 17875, 0),
+                CpuTimes(1, cpu1.seconds_by_mode[1:]),
+            ),
+            issues=(
+                issue(
+                    "garbage",
+                    f"{stat}: line 3: cpu1 user: not a 64-bit counter: '{'8' * 40}'",
+                ),
+            ),
         )
+        assert expected == _collect(tmp_path)
 
-    def test_garbage_names_the_path(self, tmp_path: Path) -> None:
-        """Garbage in /proc/stat fails the collector with the path and line."""
-        (tmp_path / "stat").write_text("cpu  1 2 3 4\ncpu0 1 2 three 4\n")
+    def test_binary_line_loses_that_cpu(self, tmp_path: Path) -> None:
+        """Binary junk in one cpu line loses that line's CPU with an issue."""
+        stat = tmp_path / "stat"
+        stat.write_bytes(b"cpu0 1 2 3 4\ncpu\x00\x01 5 6 7 8\n")
 
-        with pytest.raises(CollectorError, match=f"{tmp_path / 'stat'}: line 2: malformed"):
-            CpuCollector(CollectorContext(procfs=tmp_path)).collect(device_ids=frozenset())
+        expected = Readings(
+            cpu_times=(_times(0, 1, 2, 3, 4),),
+            issues=(issue("garbage", f"{stat}: line 2: not a cpu line: 'cpu\\x00\\x01 5 6 7 8'"),),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_nothing_usable_fails_with_the_path(self, tmp_path: Path) -> None:
+        """When no CPU line is usable the collector fails with the path and line."""
+        (tmp_path / "stat").write_text("cpu  1 2 3 4\ncpu0 1 2\n")
+
+        with pytest.raises(CollectorError, match=f"{tmp_path / 'stat'}: line 2: fewer than 4"):
+            _collect(tmp_path)
 
     def test_no_cpu_lines_is_an_error(self, tmp_path: Path) -> None:
         """A file without per-CPU lines is not /proc/stat: the collector fails."""
         (tmp_path / "stat").write_text("hello\n")
 
         with pytest.raises(CollectorError, match="no per-CPU lines"):
-            CpuCollector(CollectorContext(procfs=tmp_path)).collect(device_ids=frozenset())
+            _collect(tmp_path)
+
+
+class TestRegistration:
+    def test_registration(self) -> None:
+        """The module registers the cpu collector, on by default, serving no resource,
+        with its error labels known from the start."""
+        expected = ("cpu", True, CpuCollector, (), ("garbage",))
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.enabled_by_default,
+            REGISTRATION.factory,
+            CpuCollector.serves,
+            CpuCollector.known_errors,
+        )

@@ -1,4 +1,12 @@
-"""The drm collector reads AMD and Intel GPUs from a sysfs tree shaped like the kernel's."""
+"""The drm collector reads AMD and Intel GPUs from a sysfs tree shaped like the kernel's.
+
+Every card is laid out as the kernel does it (``drivers/gpu/drm/drm_sysfs.c``):
+``class/drm/cardN`` links to ``<pci device>/drm/cardN``, whose ``device`` link reads
+``../../../<address>``, and the PCI device's ``drm/`` also holds the render node
+``renderD<minor>``; libdrm's ``drmGetMinorNameForFD`` finds render nodes there too.
+The captured VM has no DRM device at all, so no captured tree can check this layout:
+it was checked against the kernel source and libdrm instead.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
-from exporter.collectors.base import CollectorContext, CollectorUnavailable
+from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.drm import (
+    REGISTRATION,
     DrmCard,
     DrmCollector,
-    card_readings,
+    card_reading,
     card_samples,
     parse_card_name,
-    parse_intel_card_id,
+    parse_render_name,
     read_drm_card,
 )
 from exporter.collectors.gpu_metrics import (
@@ -29,12 +37,21 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
-from exporter.model import DeviceIdentity, DeviceReading, Readings, Sample
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    Readings,
+    Sample,
+)
 from exporter.sim.fixtures import drm as drm_fixture
 from exporter.sim.fixtures import pci as pci_fixture
 from exporter.sim.fixtures.pci import pci_device_dir, replace_symlink, write_attribute
 from exporter.sim.hardware import GIB, SimDrmGpu, SimGpu, SimHardware, SimNumaNode
 
+CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
 AMD_ADDRESS = "0000:e1:00.0"
 INTEL_ADDRESS = "0000:e9:00.0"
 AMD_IDENTITY = DeviceIdentity(pci_address=AMD_ADDRESS, model="AMD Instinct MI300X", vendor="amd")
@@ -57,9 +74,9 @@ INTEL_SAMPLES = (
     Sample(GPU_SM_CLOCK, 1400000000.0),
 )
 
-
 AMD_CARD = DrmCard(
     card=1,
+    render=129,
     pci_address=AMD_ADDRESS,
     vendor="amd",
     model="AMD Instinct MI300X",
@@ -72,6 +89,7 @@ AMD_CARD = DrmCard(
 )
 INTEL_CARD = DrmCard(
     card=2,
+    render=130,
     pci_address=INTEL_ADDRESS,
     vendor="intel",
     model="Intel Data Center GPU Max 1550",
@@ -82,6 +100,22 @@ INTEL_CARD = DrmCard(
 )
 
 
+def _keys(card: int, render: int, address: str) -> tuple[HardwareKey, ...]:
+    return (
+        HardwareKey(KeyKind.DRM_CARD, str(card)),
+        HardwareKey(KeyKind.DRM_RENDER, str(render)),
+        HardwareKey(KeyKind.PCI, address),
+    )
+
+
+AMD_READING = DeviceReading(
+    AMD_ADDRESS, _keys(1, 129, AMD_ADDRESS), AMD_IDENTITY, AMD_SAMPLES, standalone=True
+)
+INTEL_READING = DeviceReading(
+    INTEL_ADDRESS, _keys(2, 130, INTEL_ADDRESS), INTEL_IDENTITY, INTEL_SAMPLES, standalone=True
+)
+
+
 def _pci_function(sysfs: Path, address: str, vendor: str, device: str) -> Path:
     device_dir = pci_device_dir(sysfs, address)
     write_attribute(device_dir / "vendor", f"{vendor}\n")
@@ -89,12 +123,18 @@ def _pci_function(sysfs: Path, address: str, vendor: str, device: str) -> Path:
     return device_dir
 
 
-def _card(sysfs: Path, card: int, device_dir: Path) -> Path:
-    """A class/drm/cardN directory (the simple layout) whose device link names the function."""
-    card_dir = sysfs / "class" / "drm" / f"card{card}"
-    card_dir.mkdir(parents=True, exist_ok=True)
-    replace_symlink(card_dir / "device", device_dir)
-    return card_dir
+def _card(sysfs: Path, card: int, device_dir: Path, *, render: int | None = None) -> Path:
+    """cardN and its render node (minor 128 + N unless told) below the device, as the
+    kernel lays them out; returns the ``class/drm/cardN`` link."""
+    render = 128 + card if render is None else render
+    for name in (f"card{card}", f"renderD{render}"):
+        minor_dir = device_dir / "drm" / name
+        minor_dir.mkdir(parents=True, exist_ok=True)
+        link = minor_dir / "device"
+        link.unlink(missing_ok=True)
+        os.symlink(f"../../../{device_dir.name}", link)  # the kernel's own link text
+        replace_symlink(sysfs / "class" / "drm" / name, minor_dir)
+    return sysfs / "class" / "drm" / f"card{card}"
 
 
 def _amd(sysfs: Path, card: int = 1, address: str = AMD_ADDRESS) -> Path:
@@ -125,8 +165,12 @@ def _i915(sysfs: Path, card: int = 2, address: str = INTEL_ADDRESS) -> Path:
     return card_dir
 
 
-def _collect(sysfs: Path, *device_ids: str) -> Readings:
-    return DrmCollector(CollectorContext(sysfs=sysfs)).collect(device_ids=frozenset(device_ids))
+def _card_dir(sysfs: Path, card: int) -> Path:
+    return sysfs / "class" / "drm" / f"card{card}"
+
+
+def _collect(sysfs: Path) -> Readings:
+    return DrmCollector(CollectorContext(sysfs=sysfs)).collect()
 
 
 class TestParse:
@@ -146,60 +190,53 @@ class TestParse:
         assert expected == parse_card_name(name)
 
     @pytest.mark.parametrize(
-        ("device_id", "expected"),
-        [
-            ("card1-0", 1),
-            ("card1-3", 1),
-            ("card10", 10),
-            ("card1-DP-1", None),
-            ("0000:e9:00.0", None),
-            ("GPU-1", None),
-        ],
+        ("name", "expected"),
+        [("renderD128", 128), ("renderD191", 191), ("card0", None), ("renderD", None)],
     )
-    def test_intel_card_id(self, device_id: str, expected: int | None) -> None:
-        """Intel plugin IDs cardN-M and cardN name card N whatever the share index."""
-        assert expected == parse_intel_card_id(device_id)
+    def test_render_name(self, name: str, expected: int | None) -> None:
+        """renderD<minor> entries give their minor; anything else None."""
+        assert expected == parse_render_name(name)
 
 
-class TestCardReadings:
-    def test_pci_and_card_ids_match_and_others_fall_back(self) -> None:
-        """Each kubelet ID naming a card gets its own reading; unnamed cards use the address."""
-        amd = DrmCard(1, AMD_ADDRESS, "amd", "AMD Instinct MI300X", utilization_ratio=0.5)
-        intel = DrmCard(2, INTEL_ADDRESS, "intel", clock_hertz=1e9)
-        ids = frozenset({"card2-1", "card2-0", "GPU-1", "card7-0"})
+class TestCardReading:
+    def test_keys_identity_and_samples(self) -> None:
+        """A card is named by its address, keyed by card, render minor and address, shown alone."""
+        card = DrmCard(3, 131, AMD_ADDRESS, "amd", "AMD Instinct MI300X", utilization_ratio=0.5)
 
-        intel_identity = DeviceIdentity(pci_address=INTEL_ADDRESS, vendor="intel")
-        intel_samples = (Sample(GPU_SM_CLOCK, 1e9),)
-        expected = (
-            DeviceReading(AMD_ADDRESS, AMD_IDENTITY, (Sample(GPU_UTILIZATION, 0.5),)),
-            DeviceReading("card2-0", intel_identity, intel_samples),
-            DeviceReading("card2-1", intel_identity, intel_samples),
+        expected = DeviceReading(
+            AMD_ADDRESS,
+            _keys(3, 131, AMD_ADDRESS),
+            AMD_IDENTITY,
+            (Sample(GPU_UTILIZATION, 0.5),),
+            standalone=True,
         )
-        assert expected == card_readings([intel, amd], ids)
+        assert expected == card_reading(card)
 
-    def test_upper_case_pci_id_keeps_the_kubelet_spelling(self) -> None:
-        """A PCI ID in upper case matches, and the reading carries the kubelet's spelling."""
-        amd = DrmCard(1, AMD_ADDRESS, "amd")
+    def test_no_render_node_no_render_key(self) -> None:
+        """A card without a render node is keyed by card and address only."""
+        card = DrmCard(0, None, INTEL_ADDRESS, "intel")
 
-        identity = DeviceIdentity(pci_address=AMD_ADDRESS, vendor="amd")
-        expected = (DeviceReading("0000:E1:00.0", identity),)
-        assert expected == card_readings([amd], frozenset({"0000:E1:00.0"}))
+        expected = (
+            HardwareKey(KeyKind.DRM_CARD, "0"),
+            HardwareKey(KeyKind.PCI, INTEL_ADDRESS),
+        )
+        assert expected == card_reading(card).keys
 
     def test_absent_figures_give_no_samples(self) -> None:
         """A card exposing nothing has no samples, not zeros."""
         expected: tuple[Sample, ...] = ()
-        assert expected == card_samples(DrmCard(1, AMD_ADDRESS, "amd"))
+        assert expected == card_samples(DrmCard(1, 129, AMD_ADDRESS, "amd"))
 
 
 class TestReadDrmCard:
     def test_amd_units_are_converted(self, tmp_path: Path) -> None:
         """Percent, microwatts, millidegrees and hertz become ratio, watts, celsius, hertz."""
         _amd(tmp_path)
+        issues: list[CollectorIssue] = []
 
-        errors: list[str] = []
-        actual = read_drm_card(tmp_path / "class" / "drm" / "card1", 1, errors=errors)
-        expected: tuple[DrmCard, list[str]] = (AMD_CARD, [])
-        assert expected == (actual, errors)
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (AMD_CARD, []) == (actual, issues)
 
     def test_amd_fallbacks(self, tmp_path: Path) -> None:
         """power1_input and temp2_input (junction) stand in where the first files are absent."""
@@ -211,7 +248,7 @@ class TestReadDrmCard:
         write_attribute(hwmon / "energy1_input", "2000000\n")
 
         expected = replace(AMD_CARD, power_watts=400.0, temperature_celsius=-5.5, energy_joules=2.0)
-        assert expected == read_drm_card(tmp_path / "class" / "drm" / "card1", 1, errors=[])
+        assert expected == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
 
     def test_hwmon_of_the_driver_is_chosen(self, tmp_path: Path) -> None:
         """Where several hwmon directories exist, the one named after the driver is read."""
@@ -221,14 +258,31 @@ class TestReadDrmCard:
         write_attribute(other / "power1_average", "1000000\n")
 
         expected = AMD_CARD  # not the nvme sensor's 1 W
-        assert expected == read_drm_card(tmp_path / "class" / "drm" / "card1", 1, errors=[])
+        assert expected == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
+
+    def test_render_minor_is_read_not_derived(self, tmp_path: Path) -> None:
+        """The render node is whatever sits beside the card, not 128 plus the card index."""
+        device_dir = _pci_function(tmp_path, AMD_ADDRESS, "0x1002", "0x74a1")
+        _card(tmp_path, 0, device_dir, render=133)
+
+        expected = DrmCard(0, 133, AMD_ADDRESS, "amd", "AMD Instinct MI300X")
+        assert expected == read_drm_card(_card_dir(tmp_path, 0), 0, issues=[])
+
+    def test_card_without_render_node(self, tmp_path: Path) -> None:
+        """A card whose device has no drm/ directory (old layout) has no render minor."""
+        device_dir = _pci_function(tmp_path, AMD_ADDRESS, "0x1002", "0x74a1")
+        card_dir = tmp_path / "class" / "drm" / "card0"
+        card_dir.mkdir(parents=True)
+        replace_symlink(card_dir / "device", device_dir)
+
+        expected = DrmCard(0, None, AMD_ADDRESS, "amd", "AMD Instinct MI300X")
+        assert expected == read_drm_card(card_dir, 0, issues=[])
 
     def test_i915_reads_card_files(self, tmp_path: Path) -> None:
         """i915: GT frequency and local memory from the card, energy from hwmon."""
         _i915(tmp_path)
 
-        expected = INTEL_CARD
-        assert expected == read_drm_card(tmp_path / "class" / "drm" / "card2", 2, errors=[])
+        assert INTEL_CARD == read_drm_card(_card_dir(tmp_path, 2), 2, issues=[])
 
     def test_i915_requested_frequency_stands_in(self, tmp_path: Path) -> None:
         """Without gt_act_freq_mhz the requested gt_cur_freq_mhz is the clock."""
@@ -236,7 +290,7 @@ class TestReadDrmCard:
         (card_dir / "gt_act_freq_mhz").unlink()
 
         expected = replace(INTEL_CARD, clock_hertz=1450000000.0)
-        assert expected == read_drm_card(card_dir, 2, errors=[])
+        assert expected == read_drm_card(card_dir, 2, issues=[])
 
     def test_xe_tiles_and_package_channel(self, tmp_path: Path) -> None:
         """xe: VRAM summed over tiles, clock from tile0/gt0, package energy and temperature."""
@@ -252,6 +306,7 @@ class TestReadDrmCard:
 
         expected = DrmCard(
             card=0,
+            render=128,
             pci_address="0000:03:00.0",
             vendor="intel",
             memory_total_bytes=25769803776.0,
@@ -259,7 +314,7 @@ class TestReadDrmCard:
             temperature_celsius=51.0,
             clock_hertz=2850000000.0,
         )
-        assert expected == read_drm_card(tmp_path / "class" / "drm" / "card0", 0, errors=[])
+        assert expected == read_drm_card(_card_dir(tmp_path, 0), 0, issues=[])
 
     def test_vendor_from_driver_link_without_vendor_file(self, tmp_path: Path) -> None:
         """Without a vendor file the driver link decides: amdgpu is AMD."""
@@ -270,27 +325,29 @@ class TestReadDrmCard:
         replace_symlink(device_dir / "driver", driver_dir)
 
         expected = replace(AMD_CARD, model=None)  # the model needs the PCI vendor ID
-        assert expected == read_drm_card(tmp_path / "class" / "drm" / "card1", 1, errors=[])
+        assert expected == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
 
     def test_other_vendors_are_skipped(self, tmp_path: Path) -> None:
         """nvidia-drm and the BMC's ast card are not read: NVIDIA has its own collector."""
         _card(tmp_path, 0, _pci_function(tmp_path, "0000:02:00.0", "0x1a03", "0x2000"))
         _card(tmp_path, 1, _pci_function(tmp_path, "0000:17:00.0", "0x10de", "0x2330"))
+        issues: list[CollectorIssue] = []
 
-        drm = tmp_path / "class" / "drm"
-        expected = (None, None)
-        assert expected == (
-            read_drm_card(drm / "card0", 0, errors=[]),
-            read_drm_card(drm / "card1", 1, errors=[]),
+        actual = (
+            read_drm_card(_card_dir(tmp_path, 0), 0, issues=issues),
+            read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues),
         )
 
+        assert ((None, None), []) == (actual, issues)
+
     def test_non_pci_card_is_skipped(self, tmp_path: Path) -> None:
-        """A card whose device is not a PCI function (simpledrm, vkms) is skipped."""
+        """A card whose device is not a PCI function (simpledrm, vkms) is skipped silently."""
         platform = tmp_path / "devices" / "platform" / "simple-framebuffer.0"
         platform.mkdir(parents=True)
         _card(tmp_path, 0, platform)
+        issues: list[CollectorIssue] = []
 
-        assert read_drm_card(tmp_path / "class" / "drm" / "card0", 0, errors=[]) is None
+        assert (None, []) == (read_drm_card(_card_dir(tmp_path, 0), 0, issues=issues), issues)
 
 
 class TestDrmCollector:
@@ -322,40 +379,48 @@ class TestDrmCollector:
             Sample(GPU_ENERGY, i.energy_microjoules / 1_000_000),
             Sample(GPU_SM_CLOCK, i.clock_mhz * 1_000_000.0),
         )
+        # The fixture numbers render nodes by position: renderD128 and renderD129.
         expected = Readings(
             devices=(
-                DeviceReading(AMD_ADDRESS, AMD_IDENTITY, amd_samples),
-                DeviceReading("card2-0", INTEL_IDENTITY, intel_samples),
-                DeviceReading("card2-1", INTEL_IDENTITY, intel_samples),
-            )
-        )
-        assert expected == _collect(tmp_path, AMD_ADDRESS, "card2-0", "card2-1", "GPU-1")
-
-    def test_unmatched_cards_use_their_address(self, tmp_path: Path) -> None:
-        """Cards no kubelet ID names are reported under their PCI address."""
-        _amd(tmp_path)
-        _i915(tmp_path)
-
-        expected = Readings(
-            devices=(
-                DeviceReading(AMD_ADDRESS, AMD_IDENTITY, AMD_SAMPLES),
-                DeviceReading(INTEL_ADDRESS, INTEL_IDENTITY, INTEL_SAMPLES),
+                DeviceReading(
+                    AMD_ADDRESS,
+                    _keys(1, 128, AMD_ADDRESS),
+                    AMD_IDENTITY,
+                    amd_samples,
+                    standalone=True,
+                ),
+                DeviceReading(
+                    INTEL_ADDRESS,
+                    _keys(2, 129, INTEL_ADDRESS),
+                    INTEL_IDENTITY,
+                    intel_samples,
+                    standalone=True,
+                ),
             )
         )
         assert expected == _collect(tmp_path)
 
-    def test_connectors_and_render_nodes_are_skipped(self, tmp_path: Path) -> None:
-        """card1-DP-1, renderD128 and the version file are not cards."""
+    def test_every_card_is_reported(self, tmp_path: Path) -> None:
+        """Each AMD and Intel card is reported under its address, by card number."""
+        _i915(tmp_path)
+        _amd(tmp_path)
+
+        assert Readings(devices=(AMD_READING, INTEL_READING)) == _collect(tmp_path)
+
+    def test_captured_vm_has_no_drm(self) -> None:
+        """The captured VM has no class/drm (no GPU, no virtio-gpu): the source is absent."""
+        with pytest.raises(CollectorUnavailable, match=r"class/drm: no DRM driver loaded"):
+            _collect(CAPTURED / "sys")
+
+    def test_connectors_and_render_nodes_are_not_cards(self, tmp_path: Path) -> None:
+        """card1-DP-1, renderD129 and the version file are not cards."""
         device_dir = _amd(tmp_path)
         drm = tmp_path / "class" / "drm"
         (drm / "card1-DP-1").mkdir()
         replace_symlink(drm / "card1-DP-1" / "device", device_dir)
-        (drm / "renderD128").mkdir()
-        replace_symlink(drm / "renderD128" / "device", device_dir)
         write_attribute(drm / "version", "drm 1.1.0 20060810\n")
 
-        expected = Readings(devices=(DeviceReading(AMD_ADDRESS, AMD_IDENTITY, AMD_SAMPLES),))
-        assert expected == _collect(tmp_path)
+        assert Readings(devices=(AMD_READING,)) == _collect(tmp_path)
 
     def test_missing_optional_files_leave_figures_absent(self, tmp_path: Path) -> None:
         """An AMD card without busy percent or hwmon reports only its memory, silently."""
@@ -363,95 +428,125 @@ class TestDrmCollector:
         (device_dir / "gpu_busy_percent").unlink()
         shutil.rmtree(device_dir / "hwmon")
 
-        with capture_logs() as logs:
-            readings = _collect(tmp_path)
-
         samples = (Sample(GPU_MEMORY_USED, 1073741824.0), Sample(GPU_MEMORY_TOTAL, 206158430208.0))
-        expected = Readings(devices=(DeviceReading(AMD_ADDRESS, AMD_IDENTITY, samples),))
-        assert (expected, []) == (readings, logs)
+        expected = Readings(devices=(replace(AMD_READING, samples=samples),))
+        assert expected == _collect(tmp_path)
 
-    def test_garbage_drops_the_figure_and_logs_once(self, tmp_path: Path) -> None:
-        """Garbage in one file drops that figure only, logged once while it lasts."""
+    def test_garbage_drops_the_figure_with_an_issue(self, tmp_path: Path) -> None:
+        """Garbage in one file drops that figure only, each with an issue naming the file."""
         device_dir = _amd(tmp_path)
         write_attribute(device_dir / "mem_info_vram_used", "lots\n")
         write_attribute(device_dir / "gpu_busy_percent", "150\n")
-        collector = DrmCollector(CollectorContext(sysfs=tmp_path))
 
-        with capture_logs() as logs:
-            first = collector.collect(device_ids=frozenset())
-            second = collector.collect(device_ids=frozenset())
-
-        card_device = tmp_path / "class" / "drm" / "card1" / "device"
+        card_device = _card_dir(tmp_path, 1) / "device"
         samples = tuple(s for s in AMD_SAMPLES if s.spec not in (GPU_UTILIZATION, GPU_MEMORY_USED))
-        expected = Readings(devices=(DeviceReading(AMD_ADDRESS, AMD_IDENTITY, samples),))
-        expected_errors = [
-            f"{card_device / 'gpu_busy_percent'}: above 100 percent",
-            f"{card_device / 'mem_info_vram_used'}: not an integer: 'lots'",
-        ]
-        assert (expected, expected, expected_errors) == (
-            first,
-            second,
-            [entry["error"] for entry in logs if entry["event"] == "drm_read_error"],
+        expected = Readings(
+            devices=(replace(AMD_READING, samples=samples),),
+            issues=(
+                issue("garbage", f"{card_device / 'gpu_busy_percent'}: above 100 percent"),
+                issue(
+                    "garbage",
+                    f"{card_device / 'mem_info_vram_used'}: not a 64-bit integer: 'lots'",
+                ),
+            ),
         )
+        assert expected == _collect(tmp_path)
+
+    def test_400_digit_counter_loses_one_figure(self, tmp_path: Path) -> None:
+        """An energy counter of 400 digits loses energy only; the other card is whole."""
+        _amd(tmp_path)
+        card_dir = _i915(tmp_path)
+        energy = card_dir / "device" / "hwmon" / "hwmon4" / "energy1_input"
+        write_attribute(energy, "9" * 400 + "\n")
+
+        samples = tuple(s for s in INTEL_SAMPLES if s.spec is not GPU_ENERGY)
+        expected = Readings(
+            devices=(AMD_READING, replace(INTEL_READING, samples=samples)),
+            issues=(issue("garbage", f"{energy}: not a 64-bit integer: '{'9' * 40}'"),),
+        )
+        assert expected == _collect(tmp_path)
 
     def test_negative_counter_is_garbage(self, tmp_path: Path) -> None:
         """A negative energy counter is refused; a negative temperature is not."""
         card_dir = _i915(tmp_path)
-        hwmon = card_dir / "device" / "hwmon" / "hwmon4"
-        write_attribute(hwmon / "energy1_input", "-1\n")
-
-        with capture_logs() as logs:
-            readings = _collect(tmp_path)
+        energy = card_dir / "device" / "hwmon" / "hwmon4" / "energy1_input"
+        write_attribute(energy, "-1\n")
 
         samples = tuple(s for s in INTEL_SAMPLES if s.spec is not GPU_ENERGY)
-        expected = Readings(devices=(DeviceReading(INTEL_ADDRESS, INTEL_IDENTITY, samples),))
-        assert (expected, [f"{hwmon / 'energy1_input'}: negative: -1"]) == (
-            readings,
-            [entry["error"] for entry in logs],
+        expected = Readings(
+            devices=(replace(INTEL_READING, samples=samples),),
+            issues=(issue("garbage", f"{energy}: negative: -1"),),
         )
+        assert expected == _collect(tmp_path)
 
-    def test_cards_vanishing_between_polls(self, tmp_path: Path) -> None:
-        """A card removed after one poll, or left as a dangling link, is absent next time."""
+    def test_binary_huge_and_fifo_files_lose_their_figures(self, tmp_path: Path) -> None:
+        """A binary, a 100 KiB and a FIFO attribute each lose one figure, without blocking."""
+        device_dir = _amd(tmp_path)
+        (device_dir / "mem_info_vram_used").write_bytes(b"\x01\x00\x00\x40")
+        (device_dir / "mem_info_vram_total").write_bytes(b"1" * 100_000)
+        (device_dir / "gpu_busy_percent").unlink()
+        os.mkfifo(device_dir / "gpu_busy_percent")
+
+        card_device = _card_dir(tmp_path, 1) / "device"
+        lost = (GPU_UTILIZATION, GPU_MEMORY_USED, GPU_MEMORY_TOTAL)
+        expected = Readings(
+            devices=(
+                replace(AMD_READING, samples=tuple(s for s in AMD_SAMPLES if s.spec not in lost)),
+            ),
+            issues=(
+                issue(
+                    "unreadable",
+                    f"cannot read {card_device / 'gpu_busy_percent'}: not a regular file",
+                ),
+                issue("garbage", f"{card_device / 'mem_info_vram_used'}: binary contents"),
+                issue("garbage", f"{card_device / 'mem_info_vram_total'}: longer than 65536 bytes"),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_device_link_loop_drops_that_card(self, tmp_path: Path) -> None:
+        """A card whose device link loops is left out with an issue; the others are read."""
+        _amd(tmp_path)
+        _i915(tmp_path)
+        card_dir = tmp_path / "class" / "drm" / "card5"
+        card_dir.mkdir()
+        (card_dir / "device").symlink_to("device")
+
+        expected = Readings(
+            devices=(AMD_READING, INTEL_READING),
+            issues=(
+                issue(
+                    "unreadable",
+                    f"cannot resolve {card_dir / 'device'}: Too many levels of symbolic links",
+                ),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_cards_vanishing_between_listing_and_reading(self, tmp_path: Path) -> None:
+        """A card listed in class/drm whose device is gone is left out as vanished."""
         amd_device = _amd(tmp_path)
         _i915(tmp_path)
         _amd(tmp_path, card=3, address="0000:e2:00.0")
         collector = DrmCollector(CollectorContext(sysfs=tmp_path))
-        first = collector.collect(device_ids=frozenset({AMD_ADDRESS, "card2-0"}))
-        shutil.rmtree(tmp_path / "class" / "drm" / "card2")
-        shutil.rmtree(amd_device)  # card1's device link now dangles
+        first = collector.collect()
+        shutil.rmtree(amd_device)  # class/drm/card1 now dangles, as during a hot unplug
 
-        with capture_logs() as logs:
-            second = collector.collect(device_ids=frozenset({AMD_ADDRESS, "card2-0"}))
-
-        third_identity = DeviceIdentity(
-            pci_address="0000:e2:00.0", model="AMD Instinct MI300X", vendor="amd"
+        third_reading = DeviceReading(
+            "0000:e2:00.0",
+            _keys(3, 131, "0000:e2:00.0"),
+            replace(AMD_IDENTITY, pci_address="0000:e2:00.0"),
+            AMD_SAMPLES,
+            standalone=True,
         )
-        third = DeviceReading("0000:e2:00.0", third_identity, AMD_SAMPLES)
+        gone = _card_dir(tmp_path, 1) / "device"
         assert (
+            Readings(devices=(AMD_READING, INTEL_READING, third_reading)),
             Readings(
-                devices=(
-                    DeviceReading(AMD_ADDRESS, AMD_IDENTITY, AMD_SAMPLES),
-                    DeviceReading("card2-0", INTEL_IDENTITY, INTEL_SAMPLES),
-                    third,
-                )
+                devices=(INTEL_READING, third_reading),
+                issues=(issue("vanished", f"{gone}: gone while its card was read"),),
             ),
-            Readings(devices=(third,)),
-            [],
-        ) == (first, second, logs)
-
-    def test_kernel_link_text_is_followed(self, tmp_path: Path) -> None:
-        """A device link written as the kernel does (../../../<address>) names the address."""
-        device_dir = _amd(tmp_path)
-        link = tmp_path / "class" / "drm" / "card1" / "device"
-        link.unlink()
-        card_dir = device_dir / "drm" / "card1"
-        card_dir.mkdir(parents=True)
-        os.symlink(f"../../../{AMD_ADDRESS}", card_dir / "device")
-        shutil.rmtree(tmp_path / "class" / "drm" / "card1")
-        replace_symlink(tmp_path / "class" / "drm" / "card1", card_dir)
-
-        expected = Readings(devices=(DeviceReading(AMD_ADDRESS, AMD_IDENTITY, AMD_SAMPLES),))
-        assert expected == _collect(tmp_path)
+        ) == (first, collector.collect())
 
     def test_no_amd_or_intel_card_is_empty(self, tmp_path: Path) -> None:
         """A DRM class with only other vendors' cards gives no readings."""
@@ -463,3 +558,22 @@ class TestDrmCollector:
         """Without /sys/class/drm the collector reports the source absent."""
         with pytest.raises(CollectorUnavailable, match=r"class/drm: no DRM driver loaded"):
             _collect(tmp_path)
+
+
+class TestRegistration:
+    def test_registration_and_serves(self) -> None:
+        """drm registers on by default and serves AMD and Intel plugin resources and DRA drivers."""
+        expected = (
+            "drm",
+            True,
+            DrmCollector,
+            ("amd.com/", "gpu.intel.com", "gpu.amd.com"),
+            ("unreadable", "garbage", "vanished"),
+        )
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.enabled_by_default,
+            REGISTRATION.factory,
+            DrmCollector.serves,
+            DrmCollector.known_errors,
+        )

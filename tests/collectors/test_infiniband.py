@@ -1,12 +1,13 @@
-"""The infiniband collector reads RDMA port counters and matches them to device IDs."""
+"""The infiniband collector reports every RDMA device's port traffic under its hardware keys."""
 
 from __future__ import annotations
 
+import inspect
+import os
 import shutil
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.infiniband import (
@@ -14,12 +15,22 @@ from exporter.collectors.infiniband import (
     IB_RECEIVE_PACKETS,
     IB_TRANSMIT_BYTES,
     IB_TRANSMIT_PACKETS,
+    REGISTRATION,
     IbPortCounters,
     InfinibandCollector,
     parse_counter,
     read_port_counters,
 )
-from exporter.model import DeviceIdentity, DeviceReading, MetricKind, Readings, Sample
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    MetricKind,
+    Readings,
+    Sample,
+)
 from exporter.sim.fixtures import infiniband as ib_fixture
 from exporter.sim.fixtures import pci as pci_fixture
 from exporter.sim.fixtures.pci import replace_symlink, write_attribute
@@ -38,9 +49,8 @@ def _tree(sysfs: Path, *, tick: int = 0) -> Path:
     return sysfs
 
 
-def _collect(sysfs: Path, *device_ids: str) -> Readings:
-    collector = InfinibandCollector(CollectorContext(sysfs=sysfs))
-    return collector.collect(device_ids=frozenset(device_ids))
+def _collect(sysfs: Path) -> Readings:
+    return InfinibandCollector(CollectorContext(sysfs=sysfs)).collect()
 
 
 def _samples(device: SimRdmaDevice, *, tick: int) -> tuple[Sample, ...]:
@@ -57,8 +67,13 @@ def _samples(device: SimRdmaDevice, *, tick: int) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
-def _identity(device: SimRdmaDevice) -> DeviceIdentity:
-    return DeviceIdentity(pci_address=device.pci_address, vendor="0x15b3")
+def _reading(device: SimRdmaDevice, *, tick: int) -> DeviceReading:
+    return DeviceReading(
+        name=device.name,
+        keys=(HardwareKey(KeyKind.RDMA, device.name), HardwareKey(KeyKind.PCI, device.pci_address)),
+        identity=DeviceIdentity(pci_address=device.pci_address, vendor="mellanox"),
+        samples=_samples(device, tick=tick),
+    )
 
 
 def _port(sysfs: Path, name: str, port: str, files: dict[str, str]) -> Path:
@@ -83,16 +98,33 @@ class TestFamilies:
         )
 
 
+class TestRegistration:
+    def test_registration_and_contract(self) -> None:
+        """Registered as "infiniband", serving no resource prefix, collecting without arguments."""
+        expected = ("infiniband", InfinibandCollector, (), ["self"])
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.factory,
+            InfinibandCollector.serves,
+            list(inspect.signature(InfinibandCollector.collect).parameters),
+        )
+
+
 class TestParseCounter:
     def test_values_and_no_pma(self) -> None:
-        """A number is itself; ``N/A (no PMA)`` is None."""
-        expected = (12, None)
-        assert expected == (parse_counter("12\n"), parse_counter("N/A (no PMA)\n"))
+        """A number is itself, up to 64 bits; ``N/A (no PMA)`` is None."""
+        expected = (12, 2**64 - 1, None)
+        assert expected == (
+            parse_counter("12\n"),
+            parse_counter("18446744073709551615\n"),
+            parse_counter("N/A (no PMA)\n"),
+        )
 
-    def test_garbage_raises(self) -> None:
-        """Anything else is refused."""
-        with pytest.raises(ValueError, match="invalid literal"):
-            parse_counter("lots")
+    @pytest.mark.parametrize("text", ["lots", "-1", "18446744073709551616", "1" * 5000, "1e3"])
+    def test_garbage_raises(self, text: str) -> None:
+        """Anything else is refused, a value beyond 64 bits and a huge one included."""
+        with pytest.raises(ValueError, match="not a 64-bit counter"):
+            parse_counter(text)
 
 
 class TestReadPortCounters:
@@ -109,8 +141,10 @@ class TestReadPortCounters:
                 "counters/port_xmit_packets": "9\n",
             },
         )
+        issues: list[CollectorIssue] = []
 
-        assert IbPortCounters(1, 4000, 1000, 7, 9) == read_port_counters(port_dir, port=1)
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        assert (IbPortCounters(1, 4000, 1000, 7, 9), []) == (counters, issues)
 
     def test_prefers_64_bit_counters_ext(self, tmp_path: Path) -> None:
         """Old kernels' counters_ext/*_64 win over the saturated 32-bit counters/."""
@@ -128,52 +162,50 @@ class TestReadPortCounters:
         )
 
         expected = IbPortCounters(1, 4 * 8589934592, None, 6000000000, 5)
-        assert expected == read_port_counters(port_dir, port=1)
+        assert expected == read_port_counters(port_dir, port=1, issues=[])
 
     def test_no_pma_counters_are_absent(self, tmp_path: Path) -> None:
-        """``N/A (no PMA)`` counters are None, not zero."""
+        """``N/A (no PMA)`` counters are None, not zero, and no issue."""
         port_dir = _port(
             tmp_path,
             "mlx5_0",
             "1",
             {"counters/port_rcv_data": "N/A (no PMA)\n", "counters/port_xmit_data": "1\n"},
         )
+        issues: list[CollectorIssue] = []
 
-        assert IbPortCounters(1, None, 4, None, None) == read_port_counters(port_dir, port=1)
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        assert (IbPortCounters(1, None, 4, None, None), []) == (counters, issues)
+
+    def test_garbage_counters_ext_is_not_replaced_by_32_bit(self, tmp_path: Path) -> None:
+        """A garbage 64-bit counter loses the figure rather than fall back to a saturated one."""
+        port_dir = _port(
+            tmp_path,
+            "mlx4_0",
+            "1",
+            {
+                "counters/port_rcv_packets": "4294967295\n",
+                "counters_ext/port_rcv_packets_64": "junk\n",
+            },
+        )
+        issues: list[CollectorIssue] = []
+
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        bad = port_dir / "counters_ext" / "port_rcv_packets_64"
+        expected = (
+            IbPortCounters(1, None, None, None, None),
+            [CollectorIssue("garbage", f"{bad}: not a 64-bit counter: 'junk'")],
+        )
+        assert expected == (counters, issues)
 
 
 class TestInfinibandCollector:
-    def test_matches_by_pci_address_and_reports_the_rest_by_name(self, tmp_path: Path) -> None:
-        """mlx5_0 is named by its HCA's address; unnamed mlx5_1 is reported as itself."""
+    def test_every_device_under_rdma_and_pci_keys(self, tmp_path: Path) -> None:
+        """Each HCA is reported under its RDMA name and PCI address, vendor by name."""
         _tree(tmp_path, tick=2)
 
-        expected = Readings(
-            devices=(
-                DeviceReading("0000:4b:00.0", _identity(MLX5_0), _samples(MLX5_0, tick=2)),
-                DeviceReading("mlx5_1", _identity(MLX5_1), _samples(MLX5_1, tick=2)),
-            )
-        )
-        assert expected == _collect(tmp_path, "0000:4b:00.0", "GPU-1")
-
-    def test_matches_by_ib_device_name(self, tmp_path: Path) -> None:
-        """A device ID equal to the RDMA device name matches it."""
-        _tree(tmp_path)
-
-        readings = _collect(tmp_path, "mlx5_0")
-        expected = ["mlx5_0", "mlx5_1"]
-        assert expected == [r.device_id for r in readings.devices]
-
-    def test_one_reading_per_matching_id(self, tmp_path: Path) -> None:
-        """Named both ways (two resources), the device is reported under each kubelet ID."""
-        _tree(tmp_path)
-
-        readings = _collect(tmp_path, "0000:4B:00.0", "mlx5_0")
-        expected = [
-            ("0000:4B:00.0", _samples(MLX5_0, tick=0)),
-            ("mlx5_0", _samples(MLX5_0, tick=0)),
-            ("mlx5_1", _samples(MLX5_1, tick=0)),
-        ]
-        assert expected == [(r.device_id, r.samples) for r in readings.devices]
+        expected = Readings(devices=(_reading(MLX5_0, tick=2), _reading(MLX5_1, tick=2)))
+        assert expected == _collect(tmp_path)
 
     def test_demo_hardware(self, tmp_path: Path) -> None:
         """The demo node's two HCAs report one port each, byte counters four times the words."""
@@ -181,28 +213,33 @@ class TestInfinibandCollector:
         pci_fixture.write(tmp_path, hardware, tick=1)
         ib_fixture.write(tmp_path, hardware, tick=1)
 
-        readings = _collect(tmp_path, "0000:4b:00.0", "0000:d8:00.0")
-        device = hardware.rdma_devices[1]
-        words = ib_fixture.port_counters(device, 1, tick=1)["port_rcv_data"]
-        assert (["0000:4b:00.0", "0000:d8:00.0"], 4.0 * words) == (
-            [r.device_id for r in readings.devices],
-            readings.devices[1].samples[0].value,
-        )
+        expected = Readings(devices=tuple(_reading(d, tick=1) for d in hardware.rdma_devices))
+        assert expected == _collect(tmp_path)
 
-    def test_software_device_has_no_pci_identity(self, tmp_path: Path) -> None:
-        """A soft-RoCE device without a PCI parent is reported under its name, no identity."""
+    def test_software_device_has_no_pci_key(self, tmp_path: Path) -> None:
+        """A soft-RoCE device without a PCI parent is reported under its RDMA name only."""
         _port(tmp_path, "rxe0", "1", {"counters/port_rcv_packets": "3\n"})
 
         expected = Readings(
             devices=(
                 DeviceReading(
-                    "rxe0",
-                    DeviceIdentity(),
-                    (Sample(IB_RECEIVE_PACKETS, 3.0, ("rxe0", "1")),),
+                    name="rxe0",
+                    keys=(HardwareKey(KeyKind.RDMA, "rxe0"),),
+                    samples=(Sample(IB_RECEIVE_PACKETS, 3.0, ("rxe0", "1")),),
                 ),
             )
         )
         assert expected == _collect(tmp_path)
+
+    def test_device_link_to_a_non_pci_parent(self, tmp_path: Path) -> None:
+        """A device link that does not end in a PCI address gives no PCI key or identity."""
+        _port(tmp_path, "siw0", "1", {"counters/port_rcv_packets": "1\n"})
+        (tmp_path / "eth0").mkdir()
+        replace_symlink(tmp_path / "class" / "infiniband" / "siw0" / "device", tmp_path / "eth0")
+
+        readings = _collect(tmp_path)
+        expected = [((HardwareKey(KeyKind.RDMA, "siw0"),), DeviceIdentity())]
+        assert expected == [(r.keys, r.identity) for r in readings.devices]
 
     def test_ports_in_numeric_order(self, tmp_path: Path) -> None:
         """Port 10 comes after port 2."""
@@ -212,47 +249,6 @@ class TestInfinibandCollector:
         readings = _collect(tmp_path)
         expected = [("hfi1_0", "2"), ("hfi1_0", "10")]
         assert expected == [s.label_values for s in readings.devices[0].samples]
-
-    def test_garbage_skips_only_that_device(self, tmp_path: Path) -> None:
-        """Garbage in one counter drops that device, keeps the others and logs the path once."""
-        _tree(tmp_path)
-        bad = tmp_path / "class/infiniband/mlx5_1/ports/2/counters/port_xmit_packets"
-        write_attribute(bad, "garbage\n")
-        collector = InfinibandCollector(CollectorContext(sysfs=tmp_path))
-
-        with capture_logs() as logs:
-            first = collector.collect(device_ids=frozenset())
-            second = collector.collect(device_ids=frozenset())
-
-        expected = Readings(
-            devices=(DeviceReading("mlx5_0", _identity(MLX5_0), _samples(MLX5_0, tick=0)),)
-        )
-        expected_logs = [
-            {
-                "event": "device_skipped",
-                "log_level": "warning",
-                "collector": "infiniband",
-                "error": f"{bad}: not a counter: 'garbage'",
-            }
-        ]
-        assert (expected, expected, expected_logs) == (first, second, logs)
-
-    def test_device_vanishing_between_polls(self, tmp_path: Path) -> None:
-        """A device removed after one poll (dangling class link) is silently absent."""
-        _tree(tmp_path)
-        collector = InfinibandCollector(CollectorContext(sysfs=tmp_path))
-        first = collector.collect(device_ids=frozenset())
-        shutil.rmtree(pci_fixture.pci_device_dir(tmp_path, MLX5_1.pci_address) / "infiniband")
-
-        with capture_logs() as logs:
-            second = collector.collect(device_ids=frozenset())
-
-        expected: tuple[list[str], list[str], list[object]] = (["mlx5_0", "mlx5_1"], ["mlx5_0"], [])
-        assert expected == (
-            [r.device_id for r in first.devices],
-            [r.device_id for r in second.devices],
-            logs,
-        )
 
     def test_counters_increase_with_tick(self, tmp_path: Path) -> None:
         """Polls of later fixture ticks see every counter grow."""
@@ -275,10 +271,131 @@ class TestInfinibandCollector:
 
         assert Readings() == _collect(tmp_path)
 
-    def test_device_link_to_a_non_pci_parent(self, tmp_path: Path) -> None:
-        """A device link that does not end in a PCI address gives no PCI identity."""
-        _port(tmp_path, "siw0", "1", {"counters/port_rcv_packets": "1\n"})
-        replace_symlink(tmp_path / "class" / "infiniband" / "siw0" / "device", tmp_path / "eth0")
+
+class TestPartialFailures:
+    @pytest.mark.parametrize(
+        ("contents", "shown"),
+        [
+            (b"garbage\n", "not a 64-bit counter: 'garbage'"),
+            (b"18446744073709551616\n", "not a 64-bit counter: '18446744073709551616'"),
+            (b"\x00\xff\xfe\x01\n", "binary contents"),
+            (b"7" * (1024 * 1024), "longer than 65536 bytes"),
+        ],
+        ids=["garbage", "beyond-64-bits", "binary", "huge"],
+    )
+    def test_bad_counter_loses_that_figure(
+        self, tmp_path: Path, contents: bytes, shown: str
+    ) -> None:
+        """Garbage, a 65-bit value, binary or a huge file: that one figure goes, an issue comes."""
+        _tree(tmp_path)
+        bad = tmp_path / "class/infiniband/mlx5_1/ports/2/counters/port_xmit_packets"
+        bad.write_bytes(contents)
+
+        mlx5_1 = _reading(MLX5_1, tick=0)
+        samples = tuple(
+            s
+            for s in mlx5_1.samples
+            if (s.spec, s.label_values) != (IB_TRANSMIT_PACKETS, ("mlx5_1", "2"))
+        )
+        expected = Readings(
+            devices=(
+                _reading(MLX5_0, tick=0),
+                DeviceReading(mlx5_1.name, mlx5_1.keys, mlx5_1.identity, samples),
+            ),
+            issues=(CollectorIssue("garbage", f"{bad}: {shown}"),),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_unreadable_counter_loses_that_figure(self, tmp_path: Path) -> None:
+        """A counter that cannot be read (here a folder) is one lost figure and one issue."""
+        _tree(tmp_path)
+        bad = tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_rcv_data"
+        bad.unlink()
+        bad.mkdir()
 
         readings = _collect(tmp_path)
-        assert [DeviceIdentity()] == [r.identity for r in readings.devices]
+        expected = (
+            _reading(MLX5_0, tick=0).samples[1:],
+            (CollectorIssue("unreadable", f"cannot read {bad}: Is a directory"),),
+        )
+        assert expected == (readings.devices[0].samples, readings.issues)
+
+    def test_symlink_loop_in_a_counter(self, tmp_path: Path) -> None:
+        """A counter file that is a looping link loses that figure only."""
+        _tree(tmp_path)
+        bad = tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_rcv_data"
+        bad.unlink()
+        os.symlink("port_rcv_data", bad)
+
+        readings = _collect(tmp_path)
+        expected = (
+            _reading(MLX5_0, tick=0).samples[1:],
+            (
+                CollectorIssue(
+                    "unreadable", f"cannot read {bad}: Too many levels of symbolic links"
+                ),
+            ),
+        )
+        assert expected == (readings.devices[0].samples, readings.issues)
+
+    def test_symlink_loop_as_device_link(self, tmp_path: Path) -> None:
+        """A looping device link loses the PCI key and identity, keeps the counters."""
+        _port(tmp_path, "mlx5_9", "1", {"counters/port_rcv_packets": "3\n"})
+        link = tmp_path / "class" / "infiniband" / "mlx5_9" / "device"
+        os.symlink("device", link)
+
+        expected = Readings(
+            devices=(
+                DeviceReading(
+                    name="mlx5_9",
+                    keys=(HardwareKey(KeyKind.RDMA, "mlx5_9"),),
+                    samples=(Sample(IB_RECEIVE_PACKETS, 3.0, ("mlx5_9", "1")),),
+                ),
+            ),
+            issues=(
+                CollectorIssue(
+                    "unreadable", f"cannot resolve {link}: Too many levels of symbolic links"
+                ),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_symlink_loop_in_class_dir(self, tmp_path: Path) -> None:
+        """A class entry that loops onto itself is one issue; the other devices are read."""
+        _tree(tmp_path)
+        loop = tmp_path / "class" / "infiniband" / "mlx5_9"
+        os.symlink("mlx5_9", loop)
+
+        readings = _collect(tmp_path)
+        expected = (
+            (_reading(MLX5_0, tick=0), _reading(MLX5_1, tick=0)),
+            (
+                CollectorIssue(
+                    "unreadable",
+                    f"cannot read {loop}: Too many levels of symbolic links",
+                ),
+            ),
+        )
+        assert expected == (readings.devices, readings.issues)
+
+    def test_device_vanishing_after_the_listing(self, tmp_path: Path) -> None:
+        """A device removed after the listing (dangling class link) is absent, not an error."""
+        _tree(tmp_path)
+        shutil.rmtree(pci_fixture.pci_device_dir(tmp_path, MLX5_1.pci_address) / "infiniband")
+
+        expected = Readings(devices=(_reading(MLX5_0, tick=0),))
+        assert expected == _collect(tmp_path)
+
+    def test_counters_vanishing_after_the_listing(self, tmp_path: Path) -> None:
+        """Counters gone when read leave the device with fewer figures and no issue."""
+        _tree(tmp_path)
+        shutil.rmtree(tmp_path / "class/infiniband/mlx5_1/ports/2/counters")
+
+        mlx5_1 = _reading(MLX5_1, tick=0)
+        expected = Readings(
+            devices=(
+                _reading(MLX5_0, tick=0),
+                DeviceReading(mlx5_1.name, mlx5_1.keys, mlx5_1.identity, mlx5_1.samples[:4]),
+            )
+        )
+        assert expected == _collect(tmp_path)

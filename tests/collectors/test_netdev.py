@@ -1,14 +1,15 @@
-"""The netdev collector reads traffic counters of NICs and SR-IOV VFs the kubelet names."""
+"""The netdev collector reports every device-backed NIC's traffic under its hardware keys."""
 
 from __future__ import annotations
 
+import inspect
+import os
 import shutil
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
-from exporter.collectors.base import CollectorContext
+from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.netdev import (
     NET_RECEIVE_BYTES,
     NET_RECEIVE_DROPS,
@@ -18,24 +19,45 @@ from exporter.collectors.netdev import (
     NET_TRANSMIT_DROPS,
     NET_TRANSMIT_ERRORS,
     NET_TRANSMIT_PACKETS,
+    REGISTRATION,
     NetdevCollector,
-    find_vf_index,
     parse_vf_stats,
-    read_vf_statistics,
+    pci_function,
 )
-from exporter.model import DeviceIdentity, DeviceReading, MetricKind, Readings, Sample
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    MetricKind,
+    Readings,
+    Sample,
+)
 from exporter.sim.fixtures import net as net_fixture
 from exporter.sim.fixtures import pci as pci_fixture
 from exporter.sim.fixtures.pci import pci_device_dir, replace_symlink, write_attribute
-from exporter.sim.hardware import GIB, SimGpu, SimHardware, SimNic, SimNumaNode, demo_hardware
+from exporter.sim.hardware import (
+    GIB,
+    VIRTIO_NIC_ADDRESS,
+    SimGpu,
+    SimHardware,
+    SimNic,
+    SimNumaNode,
+    demo_hardware,
+)
+
+CAPTURED_VM = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu" / "sys"
 
 PF = SimNic("0000:4b:00.0", "ens1f0np0", 0, "0x15b3", "0x101d")
 VF0 = SimNic("0000:4b:00.2", "ens1f0v0", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=0)
 VF1 = SimNic("0000:4b:00.3", "ens1f0v1", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=1)
+# Shaped like the captured VM's NIC: 0000:00:03.0/virtio2/net/eth0.
+VIRTIO = SimNic("0000:00:03.0", "eth0", 0, "0x1af4", "0x1041", virtio_index=2)
 HARDWARE = SimHardware(
     numa_nodes=(SimNumaNode(0, (0, 1), GIB, 0, 0),),
     gpus=(SimGpu(0, "GPU-1", "0000:17:00.0", "H100", 0, 80 * GIB, 700.0, 0.5),),
-    nics=(PF, VF0, VF1),
+    nics=(PF, VF0, VF1, VIRTIO),
 )
 
 
@@ -45,69 +67,101 @@ def _tree(sysfs: Path, *, tick: int = 0) -> Path:
     return sysfs
 
 
-def _collect(sysfs: Path, *device_ids: str) -> Readings:
-    return NetdevCollector(CollectorContext(sysfs=sysfs)).collect(device_ids=frozenset(device_ids))
+def _collect(sysfs: Path) -> Readings:
+    return NetdevCollector(CollectorContext(sysfs=sysfs)).collect()
 
 
-def _statistics(rx_bytes: int, tx_bytes: int, rx_packets: int, tx_packets: int) -> dict[str, int]:
-    return {
-        "rx_bytes": rx_bytes,
-        "tx_bytes": tx_bytes,
-        "rx_packets": rx_packets,
-        "tx_packets": tx_packets,
-        "rx_errors": 1,
-        "tx_errors": 2,
-        "rx_dropped": 3,
-        "tx_dropped": 4,
-    }
-
-
-def _write_statistics(interface_dir: Path, counters: dict[str, int]) -> None:
-    for name, value in counters.items():
-        write_attribute(interface_dir / "statistics" / name, f"{value}\n")
+_SPECS = (
+    ("rx_bytes", NET_RECEIVE_BYTES),
+    ("tx_bytes", NET_TRANSMIT_BYTES),
+    ("rx_packets", NET_RECEIVE_PACKETS),
+    ("tx_packets", NET_TRANSMIT_PACKETS),
+    ("rx_errors", NET_RECEIVE_ERRORS),
+    ("tx_errors", NET_TRANSMIT_ERRORS),
+    ("rx_dropped", NET_RECEIVE_DROPS),
+    ("tx_dropped", NET_TRANSMIT_DROPS),
+)
 
 
 def _samples(interface: str, counters: dict[str, int]) -> tuple[Sample, ...]:
-    specs = (
-        ("rx_bytes", NET_RECEIVE_BYTES),
-        ("tx_bytes", NET_TRANSMIT_BYTES),
-        ("rx_packets", NET_RECEIVE_PACKETS),
-        ("tx_packets", NET_TRANSMIT_PACKETS),
-        ("rx_errors", NET_RECEIVE_ERRORS),
-        ("tx_errors", NET_TRANSMIT_ERRORS),
-        ("rx_dropped", NET_RECEIVE_DROPS),
-        ("tx_dropped", NET_TRANSMIT_DROPS),
-    )
     return tuple(
         Sample(spec, float(counters[name]), (interface,))
-        for name, spec in specs
+        for name, spec in _SPECS
         if name in counters
     )
 
 
-def _identity(address: str) -> DeviceIdentity:
-    return DeviceIdentity(pci_address=address, vendor="0x15b3")
+def _pci(address: str) -> HardwareKey:
+    return HardwareKey(KeyKind.PCI, address)
+
+
+def _netdev(name: str) -> HardwareKey:
+    return HardwareKey(KeyKind.NETDEV, name)
+
+
+def _vf(pf: str, index: int) -> HardwareKey:
+    return HardwareKey(KeyKind.SRIOV_VF, f"{pf}/{index}")
+
+
+def _host_reading(nic: SimNic, *, tick: int, vendor: str = "mellanox") -> DeviceReading:
+    keys = [_netdev(nic.netdev), _pci(nic.pci_address)]
+    if nic.physfn is not None and nic.vf_index is not None:
+        keys.append(_vf(nic.physfn, nic.vf_index))
+    return DeviceReading(
+        name=nic.netdev,
+        keys=tuple(keys),
+        identity=DeviceIdentity(pci_address=nic.pci_address, vendor=vendor),
+        samples=_samples(nic.netdev, net_fixture.interface_counters(nic, tick=tick)),
+    )
+
+
+def _moved_vf_reading(vf: SimNic, *, tick: int, pf_netdev: str) -> DeviceReading:
+    assert vf.physfn is not None
+    assert vf.vf_index is not None
+    counters = net_fixture.interface_counters(vf, tick=tick)
+    del counters["rx_errors"], counters["tx_errors"]  # mlx5 does not count them per VF
+    return DeviceReading(
+        name=vf.pci_address,
+        keys=(_pci(vf.pci_address), _vf(vf.physfn, vf.vf_index)),
+        identity=DeviceIdentity(pci_address=vf.pci_address, vendor="mellanox"),
+        samples=_samples(f"{pf_netdev}/vf{vf.vf_index}", counters),
+    )
+
+
+def _expected_tree(*, tick: int) -> tuple[DeviceReading, ...]:
+    return (
+        _host_reading(PF, tick=tick),
+        _host_reading(VF1, tick=tick),
+        _host_reading(VIRTIO, tick=tick, vendor="virtio"),
+        _moved_vf_reading(VF0, tick=tick, pf_netdev=PF.netdev),
+    )
+
+
+def _without(readings: tuple[DeviceReading, ...], name: str) -> tuple[DeviceReading, ...]:
+    return tuple(r for r in readings if r.name != name)
 
 
 class TestFamilies:
     def test_names_kinds_and_labels(self) -> None:
         """Eight counters named as DESIGN.md says, each labelled by interface."""
-        specs = (
-            NET_RECEIVE_BYTES,
-            NET_TRANSMIT_BYTES,
-            NET_RECEIVE_PACKETS,
-            NET_TRANSMIT_PACKETS,
-            NET_RECEIVE_ERRORS,
-            NET_TRANSMIT_ERRORS,
-            NET_RECEIVE_DROPS,
-            NET_TRANSMIT_DROPS,
-        )
         expected = [
             (f"podresources_net_{direction}_{what}_total", MetricKind.COUNTER, ("interface",))
             for what in ("bytes", "packets", "errors", "drops")
             for direction in ("receive", "transmit")
         ]
-        assert expected == [(s.name, s.kind, s.labels) for s in specs]
+        assert expected == [(s.name, s.kind, s.labels) for _, s in _SPECS]
+
+
+class TestRegistration:
+    def test_registration_and_contract(self) -> None:
+        """Registered as "netdev", serving no resource prefix, collecting without arguments."""
+        expected = ("netdev", NetdevCollector, (), ["self"])
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.factory,
+            NetdevCollector.serves,
+            list(inspect.signature(NetdevCollector.collect).parameters),
+        )
 
 
 class TestParseVfStats:
@@ -115,223 +169,113 @@ class TestParseVfStats:
         """``name : value`` lines become a dict; blank lines are ignored."""
         text = "tx_packets    : 5\nrx_bytes      : 4096\n\n"
 
-        expected = {"tx_packets": 5, "rx_bytes": 4096}
+        expected = ({"tx_packets": 5, "rx_bytes": 4096}, ())
         assert expected == parse_vf_stats(text)
 
-    @pytest.mark.parametrize("text", ["tx_packets 5", "rx_bytes : lots"])
-    def test_garbage_raises(self, text: str) -> None:
-        """A line without a colon or with a non-number is refused."""
-        with pytest.raises(ValueError, match="not a 'name : value' line"):
-            parse_vf_stats(text)
-
-
-class TestFindVfIndex:
-    def test_finds_the_virtfn_link(self, tmp_path: Path) -> None:
-        """The PF's ``virtfnN`` link pointing at the VF gives N."""
-        _tree(tmp_path)
-        pf_dir = tmp_path / "bus" / "pci" / "devices" / PF.pci_address
-
-        expected = (1, None)
-        assert expected == (
-            find_vf_index(pf_dir, VF1.pci_address),
-            find_vf_index(pf_dir, "0000:4b:00.7"),
+    def test_bad_lines_lose_only_their_figure(self) -> None:
+        """No colon, a non-number or a value beyond 64 bits: that line only is refused."""
+        text = (
+            "tx_packets 5\n"
+            "rx_bytes : lots\n"
+            "tx_bytes : 18446744073709551616\n"
+            "rx_packets : 18446744073709551615\n"
+            f"tx_dropped : {'9' * 5000}\n"
         )
 
-
-class TestReadVfStatistics:
-    def test_reads_a_folder_of_files(self, tmp_path: Path) -> None:
-        """The one-file-per-counter layout of some drivers is read too."""
-        write_attribute(tmp_path / "stats" / "rx_bytes", "10\n")
-        write_attribute(tmp_path / "stats" / "tx_dropped", "2\n")
-
-        expected = {"rx_bytes": 10, "tx_dropped": 2}
-        assert expected == read_vf_statistics(tmp_path / "stats")
-
-    def test_absent_is_empty(self, tmp_path: Path) -> None:
-        """A driver without per-VF counters gives an empty dict."""
-        expected: dict[str, int] = {}
-        assert expected == read_vf_statistics(tmp_path / "stats")
+        expected = (
+            {"rx_packets": 18446744073709551615},
+            (
+                "tx_packets 5",
+                "rx_bytes : lots",
+                "tx_bytes : 18446744073709551616",
+                "tx_dropped : " + "9" * 27,
+            ),
+        )
+        assert expected == parse_vf_stats(text)
 
 
-class TestNetdevCollector:
-    def test_pf_by_pci_address(self, tmp_path: Path) -> None:
-        """A PF's netdev counters come with its ifname and PCI identity."""
+class TestPciFunction:
+    @pytest.mark.parametrize(
+        ("device", "expected"),
+        [
+            ("devices/pci0000:4b/0000:4b:00.0", "devices/pci0000:4b/0000:4b:00.0"),
+            ("devices/pci0000:00/0000:00:03.0/virtio2", "devices/pci0000:00/0000:00:03.0"),
+            ("devices/platform/a000000.virtio_mmio/virtio0", None),
+            ("devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0", None),
+            ("devices/pci0000:00/0000:00:02.0/0000:01:00.2/vdpa0/virtio0", None),
+        ],
+    )
+    def test_function_of_a_device_folder(self, device: str, expected: str | None) -> None:
+        """A PCI function is itself; virtio<N> below one is that function; else none."""
+        result = pci_function(Path("/sys") / device)
+        assert (None if expected is None else Path("/sys") / expected) == result
+
+
+class TestSimulatedNode:
+    def test_every_nic_under_its_keys(self, tmp_path: Path) -> None:
+        """PF, host VF, virtio NIC and a VF moved into a pod, each with keys and counters."""
         _tree(tmp_path, tick=3)
 
-        counters = net_fixture.interface_counters(PF, tick=3)
-        expected = Readings(
-            devices=(
-                DeviceReading(
-                    PF.pci_address, _identity(PF.pci_address), _samples("ens1f0np0", counters)
-                ),
-            )
-        )
-        assert expected == _collect(tmp_path, PF.pci_address)
+        expected = Readings(devices=_expected_tree(tick=3))
+        assert expected == _collect(tmp_path)
 
-    def test_vf_on_the_host_reads_its_own_netdev(self, tmp_path: Path) -> None:
-        """A VF whose netdev is in the host namespace reports it like any NIC."""
+    def test_virtio_nic_is_found_through_its_virtio_device(self, tmp_path: Path) -> None:
+        """The simulated virtio NIC's PCI address and vendor come from the function above it."""
         _tree(tmp_path)
 
-        counters = net_fixture.interface_counters(VF1, tick=0)
-        expected = Readings(
-            devices=(
-                DeviceReading(
-                    VF1.pci_address, _identity(VF1.pci_address), _samples("ens1f0v1", counters)
-                ),
-            )
+        readings = {r.name: r for r in _collect(tmp_path).devices}
+        expected = (
+            (_netdev("eth0"), _pci("0000:00:03.0")),
+            DeviceIdentity(pci_address="0000:00:03.0", vendor="virtio"),
         )
-        assert expected == _collect(tmp_path, VF1.pci_address)
+        assert expected == (readings["eth0"].keys, readings["eth0"].identity)
 
-    def test_vf_in_a_pod_netns_reads_the_pfs_counters(self, tmp_path: Path) -> None:
-        """A VF with an empty net/ is read from the PF's sriov stats, as ``<pf>/vf<n>``."""
-        _tree(tmp_path, tick=2)
-
-        counters = net_fixture.interface_counters(VF0, tick=2)
-        del counters["rx_errors"], counters["tx_errors"]  # mlx5 does not count them per VF
-        expected = Readings(
-            devices=(
-                DeviceReading(
-                    VF0.pci_address,
-                    _identity(VF0.pci_address),
-                    _samples("ens1f0np0/vf0", counters),
-                ),
-            )
-        )
-        assert expected == _collect(tmp_path, VF0.pci_address)
-
-    def test_demo_vfs_in_pod_netns(self, tmp_path: Path) -> None:
-        """In the demo, ens1f0v0 and ens2f0v0 report through their PFs."""
+    def test_demo_node(self, tmp_path: Path) -> None:
+        """The demo's NICs: PFs, host VFs, the virtio NIC, and the moved VFs through PFs."""
         hardware = demo_hardware()
         pci_fixture.write(tmp_path, hardware, tick=1)
         net_fixture.write(tmp_path, hardware, tick=1)
 
-        readings = _collect(tmp_path, "0000:4b:00.2", "0000:d8:00.2", "0000:d8:00.3")
-        interfaces = [
-            (r.device_id, sorted({s.label_values[0] for s in r.samples})) for r in readings.devices
-        ]
-        expected = [
-            ("0000:4b:00.2", ["ens1f0np0/vf0"]),
-            ("0000:d8:00.2", ["ens2f0np0/vf0"]),
-            ("0000:d8:00.3", ["ens2f0v1"]),
-        ]
-        assert expected == interfaces
-
-    def test_netdev_name_as_device_id(self, tmp_path: Path) -> None:
-        """A device ID equal to a netdev name is read via class/net, with its PCI identity."""
-        _tree(tmp_path)
-
-        counters = net_fixture.interface_counters(PF, tick=0)
-        expected = Readings(
-            devices=(
-                DeviceReading(
-                    "ens1f0np0", _identity(PF.pci_address), _samples("ens1f0np0", counters)
-                ),
-            )
+        readings = _collect(tmp_path)
+        moved = [n.pci_address for n in hardware.nics if net_fixture.in_pod_netns(n)]
+        on_host = [n.netdev for n in hardware.nics if not net_fixture.in_pod_netns(n)]
+        virtio = next(r for r in readings.devices if r.name == "eth1")
+        expected = (
+            sorted(on_host) + moved,
+            (_netdev("eth1"), _pci(VIRTIO_NIC_ADDRESS)),
+            "virtio",
+            8,
+            (),
         )
-        assert expected == _collect(tmp_path, "ens1f0np0")
-
-    def test_virtual_netdev_has_no_pci_identity(self, tmp_path: Path) -> None:
-        """A netdev without a device link (veth, macvlan) reports counters and no identity."""
-        counters = _statistics(100, 200, 3, 4)
-        _write_statistics(tmp_path / "class" / "net" / "veth1", counters)
-
-        expected = Readings(
-            devices=(DeviceReading("veth1", DeviceIdentity(), _samples("veth1", counters)),)
+        assert expected == (
+            [r.name for r in readings.devices],
+            virtio.keys,
+            virtio.identity.vendor,
+            len(virtio.samples),
+            readings.issues,
         )
-        assert expected == _collect(tmp_path, "veth1")
 
-    def test_upper_case_pci_id_keeps_the_kubelet_spelling(self, tmp_path: Path) -> None:
-        """The reading carries the kubelet's ID as given; the identity the kernel's address."""
+    def test_vf_leaving_the_host_is_read_through_its_pf(self, tmp_path: Path) -> None:
+        """Once a VF's netdev moves into a pod, its traffic comes from the PF's counters."""
         _tree(tmp_path)
+        shutil.rmtree(pci_device_dir(tmp_path, VF1.pci_address) / "net" / "ens1f0v1")
+        (tmp_path / "class" / "net" / "ens1f0v1").unlink()
+        stats = pci_device_dir(tmp_path, PF.pci_address) / "sriov" / "1" / "stats"
+        write_attribute(stats, "rx_bytes : 99\n")
 
-        readings = _collect(tmp_path, "0000:4B:00.3")
-        assert [("0000:4B:00.3", _identity("0000:4b:00.3"))] == [
-            (r.device_id, r.identity) for r in readings.devices
-        ]
-
-    def test_ignores_ids_that_are_not_network_devices(self, tmp_path: Path) -> None:
-        """GPU addresses, NVIDIA IDs, unknown names and path tricks give no readings."""
-        _tree(tmp_path)
-
-        ids = ("0000:17:00.0", "GPU-1", "nvidia0/gi0", "..", "eth9", "0000:99:00.0")
-        assert Readings() == _collect(tmp_path, *ids)
-
-    def test_missing_statistics_give_no_samples(self, tmp_path: Path) -> None:
-        """A netdev whose statistics vanished is reported with its identity and no samples."""
-        _tree(tmp_path)
-        shutil.rmtree(pci_device_dir(tmp_path, VF1.pci_address) / "net" / "ens1f0v1" / "statistics")
-
-        expected = Readings(devices=(DeviceReading(VF1.pci_address, _identity(VF1.pci_address)),))
-        assert expected == _collect(tmp_path, VF1.pci_address)
-
-    def test_vf_without_pf_stats_gives_no_samples(self, tmp_path: Path) -> None:
-        """A moved VF whose PF keeps no per-VF counters has no samples, and no error."""
-        _tree(tmp_path)
-        shutil.rmtree(pci_device_dir(tmp_path, PF.pci_address) / "sriov")
-
-        expected = Readings(devices=(DeviceReading(VF0.pci_address, _identity(VF0.pci_address)),))
-        assert expected == _collect(tmp_path, VF0.pci_address)
-
-    def test_garbage_skips_only_that_device(self, tmp_path: Path) -> None:
-        """Garbage in one counter drops that device, keeps the others and logs the path once."""
-        _tree(tmp_path)
-        write_attribute(
-            pci_device_dir(tmp_path, VF1.pci_address) / "net/ens1f0v1/statistics/rx_bytes", "x\n"
+        vf1 = DeviceReading(
+            name=VF1.pci_address,
+            keys=(_pci(VF1.pci_address), _vf(PF.pci_address, 1)),
+            identity=DeviceIdentity(pci_address=VF1.pci_address, vendor="mellanox"),
+            samples=_samples("ens1f0np0/vf1", {"rx_bytes": 99}),
         )
-        bad = tmp_path / "bus/pci/devices" / VF1.pci_address / "net/ens1f0v1/statistics/rx_bytes"
-        collector = NetdevCollector(CollectorContext(sysfs=tmp_path))
-
-        with capture_logs() as logs:
-            first = collector.collect(device_ids=frozenset({PF.pci_address, VF1.pci_address}))
-            second = collector.collect(device_ids=frozenset({PF.pci_address, VF1.pci_address}))
-
-        counters = net_fixture.interface_counters(PF, tick=0)
-        expected = Readings(
-            devices=(
-                DeviceReading(
-                    PF.pci_address, _identity(PF.pci_address), _samples("ens1f0np0", counters)
-                ),
-            )
-        )
-        expected_logs = [
-            {
-                "event": "device_skipped",
-                "log_level": "warning",
-                "collector": "netdev",
-                "error": f"{bad}: not an integer: 'x'",
-            }
-        ]
-        assert (expected, expected, expected_logs) == (first, second, logs)
-
-    def test_garbage_in_pf_stats_names_the_file(self, tmp_path: Path) -> None:
-        """A malformed per-VF stats file drops the VF and is logged with its path."""
-        _tree(tmp_path)
-        stats = pci_device_dir(tmp_path, PF.pci_address) / "sriov" / "0" / "stats"
-        write_attribute(stats, "tx_packets : many\n")
-
-        with capture_logs() as logs:
-            readings = _collect(tmp_path, VF0.pci_address)
-
-        stats_seen = tmp_path / "bus/pci/devices" / PF.pci_address / "sriov/0/stats"
-        expected_error = f"{stats_seen}: not a 'name : value' line: 'tx_packets : many'"
-        assert (Readings(), [expected_error]) == (readings, [entry["error"] for entry in logs])
-
-    def test_device_vanishing_between_polls(self, tmp_path: Path) -> None:
-        """A VF destroyed after one poll is silently absent from the next."""
-        _tree(tmp_path)
-        collector = NetdevCollector(CollectorContext(sysfs=tmp_path))
-        first = collector.collect(device_ids=frozenset({VF1.pci_address}))
-        shutil.rmtree(pci_device_dir(tmp_path, VF1.pci_address))
-        (tmp_path / "bus" / "pci" / "devices" / VF1.pci_address).unlink()
-
-        second = collector.collect(device_ids=frozenset({VF1.pci_address}))
-        assert (1, Readings()) == (len(first.devices), second)
+        expected = Readings(devices=(*_without(_expected_tree(tick=0), "ens1f0v1"), vf1))
+        assert expected == _collect(tmp_path)
 
     def test_counters_increase_with_tick(self, tmp_path: Path) -> None:
         """Polls of later fixture ticks see larger byte counters, direct and via the PF."""
-        ids = (PF.pci_address, VF0.pci_address)
-        before = _collect(_tree(tmp_path, tick=1), *ids)
-        after = _collect(_tree(tmp_path, tick=2), *ids)
+        before = _collect(_tree(tmp_path, tick=1))
+        after = _collect(_tree(tmp_path, tick=2))
 
         def received(readings: Readings) -> list[float]:
             return [
@@ -340,21 +284,237 @@ class TestNetdevCollector:
 
         assert all(a > b for a, b in zip(received(after), received(before), strict=True))
 
-    def test_reads_the_function_without_class_net(self, tmp_path: Path) -> None:
-        """A function's own net/ folder is enough: no /sys/class/net entry is needed."""
-        device_dir = pci_device_dir(tmp_path, "0000:01:00.0")
-        write_attribute(device_dir / "vendor", "0x8086\n")
-        replace_symlink(tmp_path / "bus" / "pci" / "devices" / "0000:01:00.0", device_dir)
-        counters = _statistics(1, 2, 3, 4)
-        _write_statistics(device_dir / "net" / "eth0", counters)
+    def test_vf_without_pf_stats_has_no_samples(self, tmp_path: Path) -> None:
+        """A moved VF whose PF keeps no per-VF counters is reported bare, without an issue."""
+        _tree(tmp_path)
+        shutil.rmtree(pci_device_dir(tmp_path, PF.pci_address) / "sriov")
+
+        vf0 = DeviceReading(
+            name=VF0.pci_address,
+            keys=(_pci(VF0.pci_address), _vf(PF.pci_address, 0)),
+            identity=DeviceIdentity(pci_address=VF0.pci_address, vendor="mellanox"),
+        )
+        expected = Readings(devices=(*_expected_tree(tick=0)[:3], vf0))
+        assert expected == _collect(tmp_path)
+
+    def test_per_vf_counters_in_a_folder(self, tmp_path: Path) -> None:
+        """The one-file-per-counter layout of some drivers is read too."""
+        _tree(tmp_path)
+        stats = pci_device_dir(tmp_path, PF.pci_address) / "sriov" / "0" / "stats"
+        stats.unlink()
+        write_attribute(stats / "rx_bytes", "10\n")
+        write_attribute(stats / "tx_dropped", "2\n")
+
+        moved = _collect(tmp_path).devices[-1]
+        expected = _samples("ens1f0np0/vf0", {"rx_bytes": 10, "tx_dropped": 2})
+        assert expected == moved.samples
+
+
+class TestCapturedVm:
+    def test_virtio_nic_of_a_real_kernel(self) -> None:
+        """On the captured KVM guest, eth0 is found through virtio2; lo and ifb are not NICs."""
+        counters = {
+            "rx_bytes": 424749990,
+            "tx_bytes": 640087,
+            "rx_packets": 13552,
+            "tx_packets": 7102,
+            "rx_errors": 0,
+            "tx_errors": 0,
+            "rx_dropped": 0,
+            "tx_dropped": 0,
+        }
+        expected = Readings(
+            devices=(
+                DeviceReading(
+                    name="eth0",
+                    keys=(_netdev("eth0"), _pci("0000:00:03.0")),
+                    identity=DeviceIdentity(pci_address="0000:00:03.0", vendor="virtio"),
+                    samples=_samples("eth0", counters),
+                ),
+            )
+        )
+        assert expected == _collect(CAPTURED_VM)
+
+
+class TestVirtualAndOtherParents:
+    def test_virtual_netdevs_are_not_reported(self, tmp_path: Path) -> None:
+        """A netdev without a device link (veth, bridge, lo) is no physical device."""
+        _tree(tmp_path)
+        write_attribute(tmp_path / "devices/virtual/net/veth1/statistics/rx_bytes", "5\n")
+        replace_symlink(tmp_path / "class/net/veth1", tmp_path / "devices/virtual/net/veth1")
+
+        assert Readings(devices=_expected_tree(tick=0)) == _collect(tmp_path)
+
+    def test_non_pci_parent_has_only_its_name(self, tmp_path: Path) -> None:
+        """A USB NIC is reported under its name, without the USB controller's address."""
+        usb = tmp_path / "devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0"
+        write_attribute(usb / "net/enx0/statistics/rx_bytes", "7\n")
+        replace_symlink(usb / "net/enx0/device", usb)
+        replace_symlink(tmp_path / "class/net/enx0", usb / "net/enx0")
 
         expected = Readings(
             devices=(
                 DeviceReading(
-                    "0000:01:00.0",
-                    DeviceIdentity(pci_address="0000:01:00.0", vendor="0x8086"),
-                    _samples("eth0", counters),
+                    name="enx0",
+                    keys=(_netdev("enx0"),),
+                    samples=(Sample(NET_RECEIVE_BYTES, 7.0, ("enx0",)),),
                 ),
             )
         )
-        assert expected == _collect(tmp_path, "0000:01:00.0")
+        assert expected == _collect(tmp_path)
+
+    def test_no_class_net_is_unavailable(self, tmp_path: Path) -> None:
+        """Without class/net the source is absent, not broken."""
+        with pytest.raises(CollectorUnavailable, match="no network devices"):
+            _collect(tmp_path)
+
+
+class TestPartialFailures:
+    @pytest.mark.parametrize(
+        ("contents", "shown"),
+        [
+            (b"x\n", "not a 64-bit integer: 'x'"),
+            (b"18446744073709551616\n", "not a 64-bit integer: '18446744073709551616'"),
+            (b"\x00\xff\xfe\x01\n", "binary contents"),
+            (b"7" * (1024 * 1024), "longer than 65536 bytes"),
+        ],
+        ids=["garbage", "beyond-64-bits", "binary", "huge"],
+    )
+    def test_bad_counter_loses_that_figure(
+        self, tmp_path: Path, contents: bytes, shown: str
+    ) -> None:
+        """Garbage, a 65-bit value, binary or a huge file: that one figure goes, an issue comes."""
+        _tree(tmp_path)
+        bad = pci_device_dir(tmp_path, VF1.pci_address) / "net/ens1f0v1/statistics/rx_bytes"
+        bad.write_bytes(contents)
+
+        readings = _collect(tmp_path)
+        vf1 = _host_reading(VF1, tick=0)
+        seen = tmp_path / "class/net/ens1f0v1/statistics/rx_bytes"
+        expected = (
+            _without(_expected_tree(tick=0), "ens1f0v1"),
+            vf1.samples[1:],
+            (CollectorIssue("garbage", f"{seen}: {shown}"),),
+        )
+        assert expected == (
+            _without(readings.devices, "ens1f0v1"),
+            next(r for r in readings.devices if r.name == "ens1f0v1").samples,
+            readings.issues,
+        )
+
+    def test_unreadable_counter_loses_that_figure(self, tmp_path: Path) -> None:
+        """A counter that cannot be read (here a folder) is one lost figure and one issue."""
+        _tree(tmp_path)
+        bad = pci_device_dir(tmp_path, VF1.pci_address) / "net/ens1f0v1/statistics/tx_bytes"
+        bad.unlink()
+        bad.mkdir()
+
+        readings = _collect(tmp_path)
+        vf1 = _host_reading(VF1, tick=0)
+        seen = tmp_path / "class/net/ens1f0v1/statistics/tx_bytes"
+        expected = (
+            tuple(s for s in vf1.samples if s.spec != NET_TRANSMIT_BYTES),
+            (CollectorIssue("unreadable", f"cannot read {seen}: Is a directory"),),
+        )
+        assert expected == (readings.devices[1].samples, readings.issues)
+
+    def test_netdev_vanishing_after_the_listing(self, tmp_path: Path) -> None:
+        """A netdev listed but gone when read (dangling class link) is absent, not an error."""
+        _tree(tmp_path)
+        shutil.rmtree(net_fixture.netdev_parent(tmp_path, VIRTIO) / "net" / "eth0")
+
+        expected = Readings(devices=_without(_expected_tree(tick=0), "eth0"))
+        assert expected == _collect(tmp_path)
+
+    def test_counters_vanishing_after_the_listing(self, tmp_path: Path) -> None:
+        """Statistics gone when read leave the NIC with fewer figures and no issue."""
+        _tree(tmp_path)
+        shutil.rmtree(pci_device_dir(tmp_path, VF1.pci_address) / "net/ens1f0v1/statistics")
+
+        vf1 = _host_reading(VF1, tick=0)
+        expected = Readings(
+            devices=tuple(
+                DeviceReading(r.name, r.keys, r.identity) if r.name == vf1.name else r
+                for r in _expected_tree(tick=0)
+            )
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_symlink_loop_in_class_net(self, tmp_path: Path) -> None:
+        """A class/net entry that loops onto itself is one issue; the other NICs are read."""
+        _tree(tmp_path)
+        loop = tmp_path / "class" / "net" / "loop0"
+        os.symlink("loop0", loop)
+
+        readings = _collect(tmp_path)
+        expected = (
+            _expected_tree(tick=0),
+            (
+                CollectorIssue(
+                    "unreadable", f"cannot resolve {loop}/device: Too many levels of symbolic links"
+                ),
+            ),
+        )
+        assert expected == (readings.devices, readings.issues)
+
+    def test_symlink_loop_in_a_counter(self, tmp_path: Path) -> None:
+        """A counter file that is a looping link loses that figure only."""
+        _tree(tmp_path)
+        bad = pci_device_dir(tmp_path, PF.pci_address) / "net/ens1f0np0/statistics/rx_packets"
+        bad.unlink()
+        os.symlink("rx_packets", bad)
+
+        readings = _collect(tmp_path)
+        pf = _host_reading(PF, tick=0)
+        seen = tmp_path / "class/net/ens1f0np0/statistics/rx_packets"
+        expected = (
+            tuple(s for s in pf.samples if s.spec != NET_RECEIVE_PACKETS),
+            ("unreadable",),
+            f"cannot read {seen}: Too many levels of symbolic links",
+        )
+        assert expected == (
+            readings.devices[0].samples,
+            tuple(i.error for i in readings.issues),
+            readings.issues[0].detail,
+        )
+
+    def test_garbage_line_in_pf_stats_loses_that_figure(self, tmp_path: Path) -> None:
+        """A malformed per-VF stats line loses its own figure; the file's others are kept."""
+        _tree(tmp_path)
+        stats = pci_device_dir(tmp_path, PF.pci_address) / "sriov" / "0" / "stats"
+        write_attribute(stats, "tx_packets : many\nrx_bytes : 4096\n")
+
+        readings = _collect(tmp_path)
+        expected = (
+            _samples("ens1f0np0/vf0", {"rx_bytes": 4096}),
+            (
+                CollectorIssue(
+                    "garbage", f"{stats}: not a 'name : value' line: 'tx_packets : many'"
+                ),
+            ),
+        )
+        assert expected == (readings.devices[-1].samples, readings.issues)
+
+    def test_huge_pf_stats_file_is_refused(self, tmp_path: Path) -> None:
+        """A per-VF stats file past the read bound (its end cut) gives no figures and an issue."""
+        _tree(tmp_path)
+        stats = pci_device_dir(tmp_path, PF.pci_address) / "sriov" / "0" / "stats"
+        stats.write_text("rx_bytes : 1\n" * 100_000)
+
+        readings = _collect(tmp_path)
+        expected = ((), (CollectorIssue("garbage", f"{stats}: longer than 65536 bytes"),))
+        assert expected == (readings.devices[-1].samples, readings.issues)
+
+    def test_unreadable_vendor_loses_only_the_vendor(self, tmp_path: Path) -> None:
+        """A vendor file that cannot be read leaves the identity without vendor, and an issue."""
+        _tree(tmp_path)
+        vendor = pci_device_dir(tmp_path, VIRTIO.pci_address) / "vendor"
+        vendor.unlink()
+        vendor.mkdir()
+
+        readings = _collect(tmp_path)
+        expected = (
+            DeviceIdentity(pci_address=VIRTIO.pci_address),
+            ("unreadable",),
+        )
+        assert expected == (readings.devices[2].identity, tuple(i.error for i in readings.issues))

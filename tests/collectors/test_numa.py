@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
-from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
+from exporter.collectors.base import (
+    CollectorContext,
+    CollectorError,
+    CollectorUnavailable,
+    issue,
+)
 from exporter.collectors.numa import (
     NUMA_HUGEPAGES_FREE,
     NUMA_HUGEPAGES_TOTAL,
     NUMA_MEMORY_FREE,
     NUMA_MEMORY_TOTAL,
+    REGISTRATION,
     NumaCollector,
     hugepages_memory_type,
     parse_node_meminfo,
@@ -39,6 +45,7 @@ HARDWARE = SimHardware(
     )
 )
 NODE_ROOT = ("devices", "system", "node")
+CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
 
 
 def _tree(sysfs: Path) -> Path:
@@ -47,7 +54,7 @@ def _tree(sysfs: Path) -> Path:
 
 
 def _collect(sysfs: Path) -> Readings:
-    return NumaCollector(CollectorContext(sysfs=sysfs)).collect(device_ids=frozenset())
+    return NumaCollector(CollectorContext(sysfs=sysfs)).collect()
 
 
 def _memory(node: str, total_kib: int, free_kib: int) -> tuple[Sample, ...]:
@@ -80,30 +87,35 @@ NODE1 = (
 class TestParse:
     def test_node_meminfo_in_bytes(self) -> None:
         """kB fields become bytes; the unitless HugePages_* counts stay page counts."""
-        expected = {
-            "MemTotal": 263856768 * 1024,
-            "MemFree": 254470012 * 1024,
-            "MemUsed": 9386756 * 1024,
-            "Active": 2146688 * 1024,
-            "HugePages_Total": 1024,
-            "HugePages_Free": 768,
-            "HugePages_Surp": 0,
-        }
+        expected = (
+            {
+                "MemTotal": 263856768 * 1024,
+                "MemFree": 254470012 * 1024,
+                "MemUsed": 9386756 * 1024,
+                "Active": 2146688 * 1024,
+                "HugePages_Total": 1024,
+                "HugePages_Free": 768,
+                "HugePages_Surp": 0,
+            },
+            (),
+        )
         assert expected == parse_node_meminfo(MEMINFO)
 
     @pytest.mark.parametrize(
-        "text",
+        "line",
         [
-            "MemTotal: 12 kB\n",
-            "Node 0 MemTotal: lots kB\n",
-            "Node 0 MemTotal: 12 MB\n",
-            "Node 0 MemTotal 12 kB\n",
+            "MemTotal: 12 kB",
+            "Node 0 MemTotal: lots kB",
+            "Node 0 MemTotal: 12 MB",
+            "Node 0 MemTotal 12 kB",
+            f"Node 0 MemTotal: {2**64} kB",
+            f"Node 0 MemTotal: {'9' * 400} kB",
         ],
     )
-    def test_garbage_raises(self, text: str) -> None:
-        """A line not shaped like the kernel's is refused with its number."""
-        with pytest.raises(ValueError, match="line 1: not a node meminfo line"):
-            parse_node_meminfo(text)
+    def test_garbage_line_loses_its_field_only(self, line: str) -> None:
+        """A line not shaped like the kernel's, or beyond 64 bits, is reported by number."""
+        expected = ({"MemFree": 1024}, (f"line 1: not a node meminfo line: {line[:60]!r}",))
+        assert expected == parse_node_meminfo(f"{line}\nNode 0 MemFree: 1 kB\n")
 
     @pytest.mark.parametrize(
         ("size_kib", "expected"),
@@ -130,6 +142,17 @@ class TestNumaCollector:
 
         assert Readings(node_samples=NODE0 + NODE1) == _collect(tmp_path)
 
+    def test_captured_vm(self) -> None:
+        """The real VM's one node: 5596960 kB in total, 3956068 kB free, no hugepages reserved."""
+        expected = Readings(
+            node_samples=(
+                *_memory("0", 5596960, 3956068),
+                *_hugepages("0", "hugepages-2Mi", 0.0, 0.0),
+                *_hugepages("0", "hugepages-1Gi", 0.0, 0.0),
+            )
+        )
+        assert expected == _collect(CAPTURED / "sys")
+
     def test_node_without_hugepages(self, tmp_path: Path) -> None:
         """A kernel without hugetlbfs has no hugepages directory: only memory is reported."""
         root = _tree(tmp_path)
@@ -137,42 +160,109 @@ class TestNumaCollector:
 
         assert Readings(node_samples=NODE0 + NODE1[:2]) == _collect(tmp_path)
 
-    def test_garbage_meminfo_drops_that_node_and_logs_once(self, tmp_path: Path) -> None:
-        """Garbage in one node's meminfo drops its memory figures only, logged once."""
+    def test_garbage_meminfo_line_drops_that_figure(self, tmp_path: Path) -> None:
+        """Garbage in one node's MemTotal line drops that figure only, with an issue."""
         root = _tree(tmp_path)
-        write_attribute(root / "node0" / "meminfo", "Node 0 MemTotal: lots kB\n")
-        collector = NumaCollector(CollectorContext(sysfs=tmp_path))
+        meminfo = root / "node0" / "meminfo"
+        write_attribute(meminfo, "Node 0 MemTotal: lots kB\nNode 0 MemFree: 1 kB\n")
 
-        with capture_logs() as logs:
-            first = collector.collect(device_ids=frozenset())
-            second = collector.collect(device_ids=frozenset())
+        expected = Readings(
+            node_samples=(Sample(NUMA_MEMORY_FREE, 1024.0, ("0",)), *NODE0[2:], *NODE1),
+            issues=(
+                issue(
+                    "garbage",
+                    f"{meminfo}: line 1: not a node meminfo line: 'Node 0 MemTotal: lots kB'",
+                ),
+            ),
+        )
+        assert expected == _collect(tmp_path)
 
-        expected = Readings(node_samples=NODE0[2:] + NODE1)
-        expected_logs = [
-            {
-                "event": "numa_read_error",
-                "log_level": "warning",
-                "collector": "numa",
-                "error": f"{root / 'node0' / 'meminfo'}: line 1: not a node meminfo line: "
-                "'Node 0 MemTotal: lots kB'",
-            }
-        ]
-        assert (expected, expected, expected_logs) == (first, second, logs)
-
-    def test_garbage_hugepage_count_drops_that_figure(self, tmp_path: Path) -> None:
-        """Garbage in free_hugepages drops that one figure, total stays."""
+    def test_400_digit_hugepage_count_loses_one_figure(self, tmp_path: Path) -> None:
+        """A 400-digit free_hugepages drops that one figure; total and other nodes stay."""
         root = _tree(tmp_path)
         path = root / "node1" / "hugepages" / "hugepages-1048576kB" / "free_hugepages"
-        write_attribute(path, "?\n")
+        write_attribute(path, "7" * 400 + "\n")
 
-        with capture_logs() as logs:
-            readings = _collect(tmp_path)
-
-        expected = Readings(node_samples=NODE0 + NODE1[:-1])
-        assert (expected, [f"{path}: not an integer: '?'"]) == (
-            readings,
-            [entry["error"] for entry in logs],
+        expected = Readings(
+            node_samples=NODE0 + NODE1[:-1],
+            issues=(issue("garbage", f"{path}: not a 64-bit integer: '{'7' * 40}'"),),
         )
+        assert expected == _collect(tmp_path)
+
+    def test_garbage_hugepage_count_drops_that_figure(self, tmp_path: Path) -> None:
+        """Garbage or a negative count in a hugepage file drops that one figure."""
+        root = _tree(tmp_path)
+        free = root / "node1" / "hugepages" / "hugepages-1048576kB" / "free_hugepages"
+        write_attribute(free, "?\n")
+        total = root / "node0" / "hugepages" / "hugepages-2048kB" / "nr_hugepages"
+        write_attribute(total, "-3\n")
+
+        expected = Readings(
+            node_samples=NODE0[:2] + NODE0[3:] + NODE1[:-1],
+            issues=(
+                issue("garbage", f"{total}: negative: -3"),
+                issue("garbage", f"{free}: not a 64-bit integer: '?'"),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_fifo_binary_and_huge_meminfo(self, tmp_path: Path) -> None:
+        """A FIFO, a binary and a huge meminfo each lose their node's memory, without blocking."""
+        root = _tree(tmp_path)
+        node2 = root / "node2"
+        node2.mkdir()
+        (root / "node0" / "meminfo").unlink()
+        os.mkfifo(root / "node0" / "meminfo")
+        (root / "node1" / "meminfo").write_bytes(b"Node 1 MemTotal:\x00\x00 1 kB\n")
+        (node2 / "meminfo").write_bytes(b"Node 2 MemFree: 1 kB\n" * 4000)
+
+        expected = Readings(
+            node_samples=NODE0[2:] + NODE1[2:],
+            issues=(
+                issue(
+                    "unreadable", f"cannot read {root / 'node0' / 'meminfo'}: not a regular file"
+                ),
+                issue("garbage", f"{root / 'node1' / 'meminfo'}: binary contents"),
+                issue("garbage", f"{node2 / 'meminfo'}: longer than 65536 bytes"),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_symlink_loop_loses_that_file(self, tmp_path: Path) -> None:
+        """A meminfo that is a link loop loses that node's memory figures, with an issue."""
+        root = _tree(tmp_path)
+        meminfo = root / "node1" / "meminfo"
+        meminfo.unlink()
+        meminfo.symlink_to("meminfo")
+
+        expected = Readings(
+            node_samples=NODE0 + NODE1[2:],
+            issues=(
+                issue("unreadable", f"cannot read {meminfo}: Too many levels of symbolic links"),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_meminfo_vanishing_after_listing(self, tmp_path: Path) -> None:
+        """A node whose meminfo is gone when read gives its hugepages and a vanished issue."""
+        root = _tree(tmp_path)
+        (root / "node0" / "meminfo").unlink()
+
+        expected = Readings(
+            node_samples=NODE0[2:] + NODE1,
+            issues=(
+                issue("vanished", f"{root / 'node0' / 'meminfo'}: gone while its node was read"),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_absurd_page_size_directory_is_ignored(self, tmp_path: Path) -> None:
+        """A hugepages directory named with hundreds of digits, or 0 kB, is not a page size."""
+        root = _tree(tmp_path)
+        (root / "node0" / "hugepages" / f"hugepages-{'9' * 200}kB").mkdir()
+        (root / "node0" / "hugepages" / "hugepages-0kB").mkdir()
+
+        assert Readings(node_samples=NODE0 + NODE1) == _collect(tmp_path)
 
     def test_nothing_readable_fails(self, tmp_path: Path) -> None:
         """When every file is garbage the collector fails instead of reporting nothing."""
@@ -182,17 +272,21 @@ class TestNumaCollector:
         with pytest.raises(CollectorError, match="node0/meminfo: line 1"):
             _collect(tmp_path)
 
-    def test_missing_meminfo_is_silent(self, tmp_path: Path) -> None:
-        """A node whose meminfo vanished between listing and reading gives its hugepages only."""
-        root = _tree(tmp_path)
-        (root / "node0" / "meminfo").unlink()
-
-        with capture_logs() as logs:
-            readings = _collect(tmp_path)
-
-        assert (Readings(node_samples=NODE0[2:] + NODE1), []) == (readings, logs)
-
     def test_non_numa_kernel_is_unavailable(self, tmp_path: Path) -> None:
         """Without devices/system/node the collector reports the source absent."""
         with pytest.raises(CollectorUnavailable, match="no NUMA nodes under"):
             _collect(tmp_path)
+
+
+class TestRegistration:
+    def test_registration(self) -> None:
+        """The module registers the numa collector, on by default, serving no resource,
+        with its error labels known from the start."""
+        expected = ("numa", True, NumaCollector, (), ("unreadable", "garbage", "vanished"))
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.enabled_by_default,
+            REGISTRATION.factory,
+            NumaCollector.serves,
+            NumaCollector.known_errors,
+        )

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
-from exporter.collectors.base import CollectorContext, CollectorUnavailable
+from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.pci import (
+    REGISTRATION,
     PciCollector,
     parse_hex_id,
     parse_numa_node,
     read_pci_device,
 )
-from exporter.model import PciDevice, Readings
+from exporter.model import CollectorIssue, PciDevice, Readings
 from exporter.sim.fixtures import pci as pci_fixture
 from exporter.sim.fixtures.pci import pci_device_dir, replace_symlink, write_attribute
 from exporter.sim.hardware import (
@@ -59,8 +60,15 @@ def _add_function(sysfs: Path, address: str, *, class_id: str, numa_node: str = 
     return device_dir
 
 
-def _collect(sysfs: Path, device_ids: frozenset[str] = frozenset()) -> Readings:
-    return PciCollector(CollectorContext(sysfs=sysfs)).collect(device_ids=device_ids)
+CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
+
+
+def _collect(sysfs: Path) -> Readings:
+    return PciCollector(CollectorContext(sysfs=sysfs)).collect()
+
+
+def _function_dir(sysfs: Path, address: str) -> Path:
+    return sysfs / "bus" / "pci" / "devices" / address
 
 
 class TestParse:
@@ -69,7 +77,7 @@ class TestParse:
         expected = ("0x10de", "0x030200")
         assert expected == (parse_hex_id("0x10DE\n", digits=4), parse_hex_id("0x30200", digits=6))
 
-    @pytest.mark.parametrize("text", ["10de", "0xzz", "", "0x123456789"])
+    @pytest.mark.parametrize("text", ["10de", "0xzz", "", "0x123456789", "0x" + "f" * 400])
     def test_garbage_hex_raises(self, text: str) -> None:
         """Text that is not a 0x-prefixed hex ID of the right width is refused."""
         with pytest.raises(ValueError, match=r"0x|hex|digits"):
@@ -80,34 +88,44 @@ class TestParse:
         expected = (None, 1)
         assert expected == (parse_numa_node("-1\n"), parse_numa_node("1\n"))
 
+    @pytest.mark.parametrize("text", ["abc", "1" * 400, "1_0", "", "٣"])
+    def test_garbage_numa_raises(self, text: str) -> None:
+        """Anything but a small decimal node id is refused, a 400-digit one included."""
+        with pytest.raises(ValueError, match="not a NUMA node"):
+            parse_numa_node(text)
+
 
 class TestReadPciDevice:
     def test_reads_one_function(self, tmp_path: Path) -> None:
-        """A complete function directory gives one PciDevice."""
+        """A complete function directory gives one PciDevice and no issue."""
         _tree(tmp_path)
+        issues: list[CollectorIssue] = []
 
-        device_dir = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"
-        expected = GPU_17
-        assert expected == read_pci_device(device_dir, address="0000:17:00.0")
+        device = read_pci_device(
+            _function_dir(tmp_path, "0000:17:00.0"), address="0000:17:00.0", issues=issues
+        )
+
+        assert (GPU_17, []) == (device, issues)
 
     def test_missing_numa_node_is_none(self, tmp_path: Path) -> None:
-        """A kernel without NUMA has no numa_node file: the node is None."""
+        """A kernel without NUMA has no numa_node file: the node is None, silently."""
         device_dir = _add_function(tmp_path, "0000:01:00.0", class_id="0x020000")
         (device_dir / "numa_node").unlink()
+        issues: list[CollectorIssue] = []
+
+        device = read_pci_device(device_dir, address="0000:01:00.0", issues=issues)
 
         expected = PciDevice("0000:01:00.0", "0x8086", "0x1234", "0x020000", None)
-        assert expected == read_pci_device(device_dir, address="0000:01:00.0")
+        assert (expected, []) == (device, issues)
 
-    def test_vanished_function_is_none(self, tmp_path: Path) -> None:
-        """A directory without its identity files (unplugged while read) gives None."""
-        assert read_pci_device(tmp_path / "gone", address="0000:01:00.0") is None
+    def test_other_class_is_none_without_issue(self, tmp_path: Path) -> None:
+        """A bridge is not reported, and is not an error either."""
+        device_dir = _add_function(tmp_path, "0000:00:01.0", class_id="0x060400")
+        issues: list[CollectorIssue] = []
 
-    def test_garbage_numa_names_the_path(self, tmp_path: Path) -> None:
-        """Garbage in numa_node raises an error naming that file."""
-        device_dir = _add_function(tmp_path, "0000:01:00.0", class_id="0x020000", numa_node="abc")
+        device = read_pci_device(device_dir, address="0000:00:01.0", issues=issues)
 
-        with pytest.raises(Exception, match=f"{device_dir / 'numa_node'}: not a NUMA node: 'abc'"):
-            read_pci_device(device_dir, address="0000:01:00.0")
+        assert (None, []) == (device, issues)
 
 
 class TestPciCollector:
@@ -120,77 +138,127 @@ class TestPciCollector:
         expected = Readings(pci_devices=(accelerator, GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1))
         assert expected == _collect(tmp_path)
 
-    def test_other_classes_only_when_named(self, tmp_path: Path) -> None:
-        """A bridge or NVMe drive appears only when a device ID names it (any case)."""
+    def test_other_classes_are_not_reported(self, tmp_path: Path) -> None:
+        """Bridges and NVMe drives are left out: no kubelet ID decides what is read."""
         _add_function(tmp_path, "0000:00:01.0", class_id="0x060400")
         _add_function(tmp_path, "0000:5e:00.0", class_id="0x010802")
 
+        assert Readings() == _collect(tmp_path)
+
+    def test_captured_vm(self) -> None:
+        """On the real VM only the virtio NIC (class 0x020000) is reported, without NUMA.
+
+        The host bridge (0x060000), virtio block (0x018000) and the virtio balloon,
+        console and socket functions (0xffff00) are other classes; every numa_node
+        reads -1 on this one-node VM.
+        """
         expected = Readings(
-            pci_devices=(PciDevice("0000:5e:00.0", "0x8086", "0x1234", "0x010802", 0),)
+            pci_devices=(PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None),)
         )
-        assert expected == _collect(tmp_path, frozenset({"0000:5E:00.0", "GPU-1", "mlx5_0"}))
+        assert expected == _collect(CAPTURED / "sys")
 
-    def test_garbage_skips_only_that_device(self, tmp_path: Path) -> None:
-        """Garbage in one function's numa_node drops that function and logs its path once."""
+    def test_garbage_numa_node_loses_only_the_node(self, tmp_path: Path) -> None:
+        """Garbage in one function's numa_node leaves the node unknown, with an issue."""
         _tree(tmp_path)
-        write_attribute(pci_device_dir(tmp_path, PF.pci_address) / "numa_node", "abc\n")
-        numa_path = tmp_path / "bus" / "pci" / "devices" / PF.pci_address / "numa_node"
-        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        numa_path = _function_dir(tmp_path, PF.pci_address) / "numa_node"
+        write_attribute(numa_path, "abc\n")
 
-        with capture_logs() as logs:
-            first = collector.collect(device_ids=frozenset())
-            second = collector.collect(device_ids=frozenset())
+        pf = PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", None)
+        expected = Readings(
+            pci_devices=(GPU_17, pf, VF_4B, HCA_C1, AMD_E1),
+            issues=(issue("garbage", f"{numa_path}: not a NUMA node: 'abc'"),),
+        )
+        assert expected == _collect(tmp_path)
 
-        expected_logs = [
-            {
-                "event": "device_skipped",
-                "log_level": "warning",
-                "collector": "pci",
-                "error": f"{numa_path}: not a NUMA node: 'abc'",
-            }
-        ]
-        expected = Readings(pci_devices=(GPU_17, VF_4B, HCA_C1, AMD_E1))
-        assert (expected, expected, expected_logs) == (first, second, logs)
-
-    def test_garbage_class_names_the_path(self, tmp_path: Path) -> None:
-        """Garbage in a class file is logged with that file's path."""
+    def test_garbage_class_drops_that_function(self, tmp_path: Path) -> None:
+        """Garbage in a class file drops that function, with an issue naming the file."""
+        _tree(tmp_path)
         _add_function(tmp_path, "0000:01:00.0", class_id="network")
-        class_path = tmp_path / "bus" / "pci" / "devices" / "0000:01:00.0" / "class"
+        class_path = _function_dir(tmp_path, "0000:01:00.0") / "class"
 
-        with capture_logs() as logs:
-            readings = _collect(tmp_path)
-
-        expected = (
-            Readings(),
-            [f"{class_path}: not a 0x-prefixed hex number: 'network'"],
+        expected = Readings(
+            pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1),
+            issues=(issue("garbage", f"{class_path}: not a 0x-prefixed hex number: 'network'"),),
         )
-        assert expected == (readings, [entry["error"] for entry in logs])
+        assert expected == _collect(tmp_path)
 
-    def test_device_vanishing_between_polls(self, tmp_path: Path) -> None:
-        """A function removed after one poll (dangling bus link) is silently absent next time."""
+    def test_huge_vendor_id_drops_that_function(self, tmp_path: Path) -> None:
+        """A 400-digit vendor ID is garbage: that function is left out, the rest reported."""
         _tree(tmp_path)
-        collector = PciCollector(CollectorContext(sysfs=tmp_path))
-        first = collector.collect(device_ids=frozenset({VF.pci_address}))
-        shutil.rmtree(pci_device_dir(tmp_path, VF.pci_address))
+        vendor_path = _function_dir(tmp_path, VF.pci_address) / "vendor"
+        write_attribute(vendor_path, "0x" + "1" * 400 + "\n")
 
-        with capture_logs() as logs:
-            second = collector.collect(device_ids=frozenset({VF.pci_address}))
-
-        expected: tuple[Readings, Readings, list[object]] = (
-            Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1)),
-            Readings(pci_devices=(GPU_17, PF_4B, HCA_C1, AMD_E1)),
-            [],
+        expected = Readings(
+            pci_devices=(GPU_17, PF_4B, HCA_C1, AMD_E1),
+            issues=(issue("garbage", f"{vendor_path}: more than 4 hex digits: '0x{'1' * 38}'"),),
         )
-        assert expected == (first, second, logs)
+        assert expected == _collect(tmp_path)
 
-    def test_named_address_missing_from_sysfs(self, tmp_path: Path) -> None:
-        """A device ID naming an address sysfs lacks gives nothing, and no error."""
+    def test_binary_and_huge_files_drop_their_functions(self, tmp_path: Path) -> None:
+        """A binary class file and a 100 KiB device file each lose one function."""
         _tree(tmp_path)
+        class_path = _function_dir(tmp_path, GPU_17.address) / "class"
+        class_path.write_bytes(b"\x00\x02\x03\x00")
+        device_path = _function_dir(tmp_path, HCA_C1.address) / "device"
+        device_path.write_bytes(b"0x1021" * 20000)
 
-        expected = Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1))
-        assert expected == _collect(tmp_path, frozenset({"0000:99:00.0"}))
+        expected = Readings(
+            pci_devices=(PF_4B, VF_4B, AMD_E1),
+            issues=(
+                issue("garbage", f"{class_path}: binary contents"),
+                issue("garbage", f"{device_path}: longer than 65536 bytes"),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_fifo_and_link_loop_are_unreadable(self, tmp_path: Path) -> None:
+        """A FIFO as a class file and a bus link looping on itself: two issues, no hang."""
+        _tree(tmp_path)
+        class_path = _function_dir(tmp_path, PF.pci_address) / "class"
+        class_path.unlink()
+        os.mkfifo(class_path)
+        loop = _function_dir(tmp_path, "0000:99:00.0")
+        loop.symlink_to("0000:99:00.0")
+
+        expected = Readings(
+            pci_devices=(GPU_17, VF_4B, HCA_C1, AMD_E1),
+            issues=(
+                issue("unreadable", f"cannot read {class_path}: not a regular file"),
+                issue(
+                    "unreadable",
+                    f"cannot read {loop / 'class'}: Too many levels of symbolic links",
+                ),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_function_vanishing_between_listing_and_reading(self, tmp_path: Path) -> None:
+        """A function whose files are gone while the bus still lists it is left out as vanished."""
+        _tree(tmp_path)
+        shutil.rmtree(pci_device_dir(tmp_path, VF.pci_address))  # the bus link now dangles
+
+        class_path = _function_dir(tmp_path, VF.pci_address) / "class"
+        expected = Readings(
+            pci_devices=(GPU_17, PF_4B, HCA_C1, AMD_E1),
+            issues=(issue("vanished", f"{class_path}: gone while its function was read"),),
+        )
+        assert expected == _collect(tmp_path)
 
     def test_no_pci_bus_is_unavailable(self, tmp_path: Path) -> None:
         """Without bus/pci/devices the collector reports the source absent."""
         with pytest.raises(CollectorUnavailable, match="no PCI bus at"):
             _collect(tmp_path)
+
+
+class TestRegistration:
+    def test_registration(self) -> None:
+        """The module registers the pci collector, on by default, serving no resource,
+        with its error labels known from the start."""
+        expected = ("pci", True, PciCollector, (), ("unreadable", "garbage", "vanished"))
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.enabled_by_default,
+            REGISTRATION.factory,
+            PciCollector.serves,
+            PciCollector.known_errors,
+        )

@@ -1,111 +1,394 @@
-"""The collector runner: timeouts, one call in flight, isolation of failures."""
+"""The collector runner: timeouts, one call in flight, isolation of failures, no leaks.
+
+Collectors here are small real ``Collector`` subclasses run on the runner's real
+threads; a hung driver call is a thread blocked on a ``threading.Event``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import json
+import os
+import subprocess
+import sys
 import threading
-from typing import ClassVar
+import time
+import types
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from exporter.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from exporter.collectors.runner import CollectorRunner
-from exporter.model import DeviceReading, Readings
+from exporter.model import (
+    CollectorIssue,
+    CollectorRun,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    Readings,
+)
 
 CONTEXT = CollectorContext()
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READING = DeviceReading("eth0", (HardwareKey(KeyKind.NETDEV, "eth0"),))
+# How long a test waits, at most, for a released thread to report back: a bound that
+# only a broken runner reaches, never a measured duration.
+BOUND_S = 30.0
+# Where a hung collector shares a runner with working ones, the timeout must be long
+# enough for the working ones' thread hop even on a loaded machine.
+MIXED_TIMEOUT_S = 2.0
 
 
 class _Working(Collector):
-    name: ClassVar[str] = "working"
-    description: ClassVar[str] = "returns one reading"
+    name = "working"
+    serves = ("example.com/",)
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
-        return Readings(devices=tuple(DeviceReading(d) for d in sorted(device_ids)))
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self.closed = 0
+
+    def collect(self) -> Readings:
+        return Readings(devices=(READING,))
+
+    def close(self) -> None:
+        self.closed += 1
 
 
-class _Blocking(Collector):
-    name: ClassVar[str] = "blocking"
-    description: ClassVar[str] = "waits until released, like a wedged driver call"
+class _Hung(Collector):
+    """Blocks until released, like a wedged driver call."""
+
+    name = "hung"
+    serves = ("nvidia.com/",)
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.release = threading.Event()
         self.calls = 0
+        self.closed = 0
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
+    def collect(self) -> Readings:
         self.calls += 1
-        self.release.wait(timeout=10)
+        self.release.wait()
         return Readings()
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class _BrokenReadError(Exception):
+    """Raised by ``_Broken`` only, so the test can count its instances."""
 
 
 class _Broken(Collector):
-    name: ClassVar[str] = "broken"
-    description: ClassVar[str] = "raises"
+    name = "broken"
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
-        raise ValueError("garbage in /sys/whatever")
+    def collect(self) -> Readings:
+        raise _BrokenReadError("garbage in /sys/whatever")
 
 
 class _Absent(Collector):
-    name: ClassVar[str] = "absent"
-    description: ClassVar[str] = "no such hardware"
+    name = "absent"
 
-    def collect(self, *, device_ids: frozenset[str]) -> Readings:
+    def collect(self) -> Readings:
         raise CollectorUnavailable("no driver loaded")
 
 
-async def test_failures_stay_with_their_collector() -> None:
-    """A raising and a hung collector fail alone; the working one still reports."""
-    blocking = _Blocking(CONTEXT)
-    runner = CollectorRunner([_Working(CONTEXT), blocking, _Broken(CONTEXT)], timeout_s=0.2)
-    runs = await runner.run_all(device_ids=frozenset({"d1"}))
-    blocking.release.set()
-    assert [(r.name, r.success, r.error) for r in runs] == [
-        ("working", True, None),
-        ("blocking", False, "timed out after 0.2s"),
-        ("broken", False, "ValueError: garbage in /sys/whatever"),
-    ]
-    assert runs[0].readings == Readings(devices=(DeviceReading("d1"),))
+class _Scripted(Collector):
+    """Does, on each call, the next step of its script."""
+
+    name = "scripted"
+    known_errors = ("GPU_IS_LOST",)
+
+    def __init__(self, context: CollectorContext, script: Sequence[Callable[[], Readings]]):
+        super().__init__(context)
+        self._script = list(script)
+
+    def collect(self) -> Readings:
+        return self._script.pop(0)()
 
 
-async def test_hung_collector_gets_no_second_thread() -> None:
-    """While a call hangs, later polls fail fast instead of piling up threads."""
-    blocking = _Blocking(CONTEXT)
-    runner = CollectorRunner([blocking], timeout_s=0.1)
-    await runner.run_all(device_ids=frozenset())
-    (second,) = await runner.run_all(device_ids=frozenset())
-    assert (second.success, second.error, blocking.calls) == (
-        False,
-        "previous collection still running",
-        1,
-    )
-    blocking.release.set()
-    # The released thread's result reaches the event loop a moment later; until then
-    # polls still fail fast. Bounded: 5 s.
-    for _ in range(500):
-        (third,) = await runner.run_all(device_ids=frozenset())
-        if third.success:
-            break
+def _unavailable() -> Readings:
+    raise CollectorUnavailable("no driver loaded")
+
+
+def _failing() -> Readings:
+    raise ValueError("driver fell over")
+
+
+def _reporting(*issues: CollectorIssue) -> Callable[[], Readings]:
+    return lambda: Readings(issues=issues)
+
+
+@pytest.fixture
+def make_runner() -> Iterator[Callable[..., CollectorRunner]]:
+    """Builds runners and closes them after the test, so their threads end."""
+    made: list[CollectorRunner] = []
+
+    def make(collectors: Sequence[Collector], *, timeout_s: float) -> CollectorRunner:
+        runner = CollectorRunner(collectors, timeout_s=timeout_s)
+        made.append(runner)
+        return runner
+
+    yield make
+    for runner in made:
+        runner.close()
+
+
+@pytest.fixture
+def hung() -> Iterator[_Hung]:
+    """A hung collector, released after the test."""
+    collector = _Hung(CONTEXT)
+    yield collector
+    collector.release.set()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Yield to the loop until ``condition`` holds; only a broken runner reaches the bound."""
+    deadline = time.monotonic() + BOUND_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"still not so after {BOUND_S:g}s")
         await asyncio.sleep(0.01)
-    assert (third.success, blocking.calls) == (True, 2)
 
 
-async def test_absent_hardware_is_success_logged_once() -> None:
-    """An absent source reports success with no data and is logged once, not every poll."""
-    runner = CollectorRunner([_Absent(CONTEXT)], timeout_s=1)
-    with capture_logs() as logs:
-        first = await runner.run_all(device_ids=frozenset())
-        await runner.run_all(device_ids=frozenset())
-    assert (first[0].success, first[0].readings) == (True, Readings())
-    assert [(e["event"], e["reason"]) for e in logs] == [
-        ("collector_unavailable", "no driver loaded")
-    ]
+def _summary(run: CollectorRun) -> tuple[str, bool, str | None, str | None]:
+    return (run.name, run.success, run.error, run.unavailable)
 
 
-async def test_failure_logged_on_change_only() -> None:
-    """A broken collector logs once while it stays broken, not once per poll."""
-    runner = CollectorRunner([_Broken(CONTEXT)], timeout_s=1)
-    with capture_logs() as logs:
-        for _ in range(3):
-            await runner.run_all(device_ids=frozenset())
-    assert [e["event"] for e in logs] == ["collector_failed"]
+class TestIsolation:
+    async def test_failures_stay_with_their_collector(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """A raising and a hung collector fail alone; the working one still reports."""
+        runner = make_runner([_Working(CONTEXT), hung, _Broken(CONTEXT)], timeout_s=MIXED_TIMEOUT_S)
+
+        runs = await runner.run_all()
+
+        assert [
+            ("working", True, None, None),
+            ("hung", False, f"timed out after {MIXED_TIMEOUT_S:g}s", None),
+            ("broken", False, "_BrokenReadError: garbage in /sys/whatever", None),
+        ] == [_summary(r) for r in runs]
+        assert Readings(devices=(READING,)) == runs[0].readings
+
+    async def test_runs_carry_what_the_collector_serves(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """Timed-out and still-running runs carry ``serves`` too, like successful ones."""
+        working = make_runner([_Working(CONTEXT)], timeout_s=BOUND_S)
+        failing = make_runner([hung], timeout_s=0.05)
+
+        runs = (*await working.run_all(), *await failing.run_all(), *await failing.run_all())
+
+        expected = [("example.com/",), ("nvidia.com/",), ("nvidia.com/",)]
+        assert expected == [r.serves for r in runs]
+
+    async def test_absent_hardware_is_success_without_data(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """An absent source succeeds with no readings and says why; the join judges it."""
+        runner = make_runner([_Absent(CONTEXT)], timeout_s=BOUND_S)
+
+        (run,) = await runner.run_all()
+
+        expected = ("absent", True, None, "no driver loaded")
+        assert (expected, Readings()) == (_summary(run), run.readings)
+
+
+class TestHungCollector:
+    async def test_hung_collector_gets_no_second_call(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """After a timeout, polls fail fast without calling the hung collector again."""
+        runner = make_runner([hung], timeout_s=0.05)
+
+        (first,) = await runner.run_all()
+        (second,) = await runner.run_all()
+        (third,) = await runner.run_all()
+
+        assert [
+            ("hung", False, "timed out after 0.05s", None),
+            ("hung", False, "previous collection still running", None),
+            ("hung", False, "previous collection still running", None),
+        ] == [_summary(first), _summary(second), _summary(third)]
+        assert 1 == hung.calls
+
+    async def test_released_collector_is_called_again(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """Once the hung call returns, the next poll calls the collector afresh."""
+        runner = make_runner([hung], timeout_s=0.05)
+        await runner.run_all()
+
+        hung.release.set()
+        await _until(lambda: not runner.busy())
+        (run,) = await runner.run_all()
+
+        assert (("hung", True, None, None), 2) == (_summary(run), hung.calls)
+
+    async def test_busy_names_the_hung_collector(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """busy() names the collector whose call is still running, and no other."""
+        runner = make_runner([_Working(CONTEXT), hung], timeout_s=MIXED_TIMEOUT_S)
+        before = runner.busy()
+
+        await runner.run_all()
+
+        assert ((), ("hung",)) == (before, runner.busy())
+
+    async def test_worker_thread_is_a_daemon(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """The thread a hung call holds is a daemon: it cannot keep the process alive."""
+        runner = make_runner([hung], timeout_s=0.05)
+        await runner.run_all()
+
+        threads = [t for t in threading.enumerate() if t.name == "collector-hung"]
+
+        assert [True] == [t.daemon for t in threads if t.is_alive()]
+
+    def test_process_exits_with_a_hung_collector(self) -> None:
+        """A process whose asyncio.run returns while a collector hangs exits, code 0."""
+        script = """
+import asyncio, json, threading
+from exporter.collectors.base import Collector, CollectorContext
+from exporter.collectors.runner import CollectorRunner
+from exporter.model import Readings
+
+class Hung(Collector):
+    name = "hung"
+    def collect(self) -> Readings:
+        threading.Event().wait()  # never set
+        return Readings()
+
+async def main() -> None:
+    runner = CollectorRunner([Hung(CollectorContext())], timeout_s=0.05)
+    (run,) = await runner.run_all()
+    busy = runner.busy()
+    runner.close()
+    print(json.dumps([run.error, list(busy)]))
+
+asyncio.run(main())
+"""
+        # The timeout bounds a hang (the bug this guards against), it measures nothing.
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+        last_line = done.stdout.strip().splitlines()[-1]
+        assert (0, ["timed out after 0.05s", ["hung"]]) == (done.returncode, json.loads(last_line))
+
+
+class TestClose:
+    async def test_close_skips_a_collector_still_running(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """close() leaves a collector whose call still runs alone, and closes the others."""
+        working = _Working(CONTEXT)
+        runner = make_runner([working, hung], timeout_s=MIXED_TIMEOUT_S)
+        await runner.run_all()
+
+        with capture_logs() as logs:
+            runner.close()
+
+        assert (1, 0) == (working.closed, hung.closed)
+        assert [
+            {"event": "collector_abandoned", "collector": "hung", "log_level": "warning"}
+        ] == logs
+
+
+class TestLogsAndCounts:
+    async def test_state_changes_and_issues_logged_once(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """Each state change is logged once, failing after unavailable included; each
+        distinct issue detail once, however many polls report it."""
+        lost_0 = CollectorIssue("GPU_IS_LOST", "utilization: GPU 0 lost")
+        lost_1 = CollectorIssue("GPU_IS_LOST", "utilization: GPU 1 lost")
+        garbage = CollectorIssue("GARBAGE", "temperature: not a number")
+        script = [
+            _unavailable,
+            _unavailable,
+            _failing,
+            _failing,
+            _reporting(lost_0, lost_1),
+            _reporting(lost_0, garbage),
+            _reporting(lost_0),
+            _unavailable,
+        ]
+        runner = make_runner([_Scripted(CONTEXT, script)], timeout_s=BOUND_S)
+
+        with capture_logs() as logs:
+            for _ in script:
+                await runner.run_all()
+
+        def event(name: str, level: str, **fields: Any) -> dict[str, Any]:
+            return {"event": name, "collector": "scripted", "log_level": level, **fields}
+
+        assert [
+            event("collector_unavailable", "info", reason="no driver loaded"),
+            event("collector_failed", "warning", error="ValueError: driver fell over"),
+            event("collector_recovered", "info", was="failed: ValueError: driver fell over"),
+            event("collector_read_failed", "warning", error=lost_0.error, detail=lost_0.detail),
+            event("collector_read_failed", "warning", error=lost_1.error, detail=lost_1.detail),
+            event("collector_read_failed", "warning", error=garbage.error, detail=garbage.detail),
+            event("collector_unavailable", "info", reason="no driver loaded"),
+        ] == logs
+
+    async def test_error_counts_cumulative_from_zero(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """Known errors start at 0; every issue counts, per label, across polls and states."""
+        lost = CollectorIssue("GPU_IS_LOST", "utilization: GPU 0 lost")
+        garbage = CollectorIssue("GARBAGE", "temperature: not a number")
+        script = [_unavailable, _reporting(lost, lost), _reporting(lost, garbage), _failing]
+        runner = make_runner([_Scripted(CONTEXT, script)], timeout_s=BOUND_S)
+
+        counts = [(await runner.run_all())[0].error_counts for _ in script]
+
+        assert [
+            (("GPU_IS_LOST", 0),),
+            (("GPU_IS_LOST", 2),),
+            (("GARBAGE", 1), ("GPU_IS_LOST", 3)),
+            (("GARBAGE", 1), ("GPU_IS_LOST", 3)),
+        ] == counts
+
+
+class TestNoLeak:
+    async def test_failing_collector_leaks_no_exceptions_or_frames(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """After 200 polls of a raising collector at most one of its exceptions is alive,
+        and no earlier poll's frame: outcomes cross back as data, not tracebacks."""
+        runner = make_runner([_Broken(CONTEXT)], timeout_s=BOUND_S)
+        for _ in range(200):
+            (run,) = await runner.run_all()
+        assert not run.success
+
+        gc.collect()
+        alive = gc.get_objects()
+        exceptions = [o for o in alive if isinstance(o, _BrokenReadError)]
+        frames = [
+            o.f_code.co_name
+            for o in alive
+            if isinstance(o, types.FrameType)
+            and o.f_code in {_Broken.collect.__code__, CollectorRunner._run.__code__}
+        ]
+        del alive
+
+        # One exception may survive, and with it the last poll's frames; never more.
+        assert len(exceptions) <= 1
+        assert [] == [name for name, count in Counter(frames).items() if count > 1]

@@ -11,6 +11,7 @@ from exporter.collectors.base import CollectorContext
 from exporter.collectors.cpu import CpuCollector
 from exporter.collectors.drm import DrmCollector
 from exporter.collectors.numa import NumaCollector
+from exporter.collectors.topology import TopologyCollector
 from exporter.model import DeviceIdentity
 from exporter.sim.fixtures import drm, node, pci, procfs, write_tree
 from exporter.sim.fixtures.drm import DrmTelemetry, drm_telemetry
@@ -18,7 +19,6 @@ from exporter.sim.fixtures.node import NodeMemory, format_cpulist, node_memory
 from exporter.sim.fixtures.pci import pci_device_dir
 from exporter.sim.fixtures.procfs import cpu_counters
 from exporter.sim.hardware import GIB, SimDrmGpu, SimHardware, SimNumaNode, demo_hardware
-from exporter.topology import read_cpu_numa_map
 
 AMD = SimDrmGpu(1, "amdgpu", "0000:e1:00.0", "0x1002", "0x74a1", 1, 192 * GIB, 0.55)
 I915 = SimDrmGpu(2, "i915", "0000:e9:00.0", "0x8086", "0x0bd5", 1, 64 * GIB, 0.3)
@@ -261,13 +261,13 @@ class TestWholeTree:
         write_tree(sysfs=sysfs, procfs_root=proc, hardware=hardware, tick=2)
         write_tree(sysfs=sysfs, procfs_root=proc, hardware=hardware, tick=3)
         context = CollectorContext(sysfs=sysfs, procfs=proc)
-        ids = frozenset({"0000:e1:00.0", "card2-0", "card2-1", "GPU-x"})
 
-        cpu = CpuCollector(context, user_hz=procfs.USER_HZ).collect(device_ids=ids)
-        numa = NumaCollector(context).collect(device_ids=ids)
-        gpus = DrmCollector(context).collect(device_ids=ids)
+        topology = TopologyCollector(context).collect()
+        cpu = CpuCollector(context, user_hz=procfs.USER_HZ).collect()
+        numa = NumaCollector(context).collect()
+        gpus = DrmCollector(context).collect()
         expected = (
-            {cpu: 0 if cpu < 32 else 1 for cpu in range(64)},
+            tuple((cpu, 0 if cpu < 32 else 1) for cpu in range(64)),
             list(range(64)),
             (3 * 880 + 360 * 15) / 100,  # CPU 2's user seconds at tick 3
             [
@@ -288,19 +288,22 @@ class TestWholeTree:
                     DeviceIdentity(None, "0000:e1:00.0", "AMD Instinct MI300X", "amd"),
                 ),
                 (
-                    "card2-0",
+                    "0000:e9:00.0",
                     DeviceIdentity(None, "0000:e9:00.0", "Intel Data Center GPU Max 1550", "intel"),
                 ),
+                # Card 3, which the AMD DRA driver hands out (exporter.sim.dra).
                 (
-                    "card2-1",
-                    DeviceIdentity(None, "0000:e9:00.0", "Intel Data Center GPU Max 1550", "intel"),
+                    "0000:e5:00.0",
+                    DeviceIdentity(None, "0000:e5:00.0", "AMD Instinct MI300X", "amd"),
                 ),
             ],
+            (),
         )
         assert expected == (
-            read_cpu_numa_map(sysfs),
+            topology.cpu_numa,
             [times.cpu for times in cpu.cpu_times],
             dict(cpu.cpu_times[2].seconds_by_mode)["user"],
             [(sample.spec.name, sample.label_values) for sample in numa.node_samples],
-            [(reading.device_id, reading.identity) for reading in gpus.devices],
+            [(reading.name, reading.identity) for reading in gpus.devices],
+            (*topology.issues, *cpu.issues, *numa.issues, *gpus.issues),
         )

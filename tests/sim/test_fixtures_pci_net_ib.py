@@ -17,6 +17,7 @@ from exporter.sim.hardware import (
     demo_hardware,
 )
 
+CAPTURED_VM = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu" / "sys"
 PF = SimNic("0000:4b:00.0", "ens1f0np0", 0, "0x15b3", "0x101d")
 VF0 = SimNic("0000:4b:00.2", "ens1f0v0", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=0)
 VF1 = SimNic("0000:4b:00.3", "ens1f0v1", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=1)
@@ -232,6 +233,44 @@ class TestNetWriter:
         )
         stats = tmp_path / "class" / "net" / "ens1f0np0" / "device" / "sriov" / "0" / "stats"
         assert expected == stats.read_text()
+
+    def test_virtio_nic_is_laid_out_like_the_captured_vm(self, tmp_path: Path) -> None:
+        """Links and identity files of a virtio NIC match the real KVM guest's, byte for byte."""
+        virtio = SimNic("0000:00:03.0", "eth0", 0, "0x1af4", "0x1041", virtio_index=2)
+        _write_all(tmp_path, SimHardware(numa_nodes=SMALL.numa_nodes, nics=(virtio,)), tick=0)
+
+        function = "devices/pci0000:00/0000:00:03.0"
+        links = (
+            "class/net/eth0",
+            f"{function}/virtio2/net/eth0/device",
+            f"{function}/virtio2/driver",
+        )
+        files = tuple(
+            f"{function}/{name}"
+            for name in ("vendor", "device", "class", "virtio2/vendor", "virtio2/device")
+        )
+
+        def layout(sysfs: Path) -> tuple[list[str], list[str], bool]:
+            return (
+                [os.readlink(sysfs / link) for link in links],
+                [(sysfs / name).read_text() for name in files],
+                (sysfs / function / "net").exists(),
+            )
+
+        assert layout(CAPTURED_VM) == layout(tmp_path)
+
+    def test_virtio_nic_counters_below_its_virtio_device(self, tmp_path: Path) -> None:
+        """The virtio NIC's statistics are reached through class/net like any netdev's."""
+        virtio = SimNic("0000:00:03.0", "eth0", 0, "0x1af4", "0x1041", virtio_index=2)
+        _write_all(tmp_path, SimHardware(numa_nodes=SMALL.numa_nodes, nics=(virtio,)), tick=4)
+
+        statistics = tmp_path / "class" / "net" / "eth0" / "statistics"
+        actual = {name: int((statistics / name).read_text()) for name in os.listdir(statistics)}
+        expected = (net.interface_counters(virtio, tick=4), "virtio-pci")
+        assert expected == (
+            actual,
+            os.path.basename(os.readlink(pci.pci_device_dir(tmp_path, "0000:00:03.0") / "driver")),
+        )
 
     def test_counters_grow_with_tick(self, tmp_path: Path) -> None:
         """Every counter of a later tick is at least the earlier one, and traffic grows."""

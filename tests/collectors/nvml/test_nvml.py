@@ -1,4 +1,10 @@
-"""NvmlCollector through the real pynvml bindings, against the fake libnvidia-ml.so.1."""
+"""NvmlCollector through the real pynvml bindings, against the fake libnvidia-ml.so.1.
+
+Each test reads the whole node, as the collector always does: every GPU under its UUID,
+minor number and PCI address, every MIG device under its UUID and instance path. Where
+a test asks which device a kubelet ID finds, it goes through ``exporter.resolver`` and
+the join (``attribution_support``), so the collector's keys and the resolver must agree.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,12 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pynvml
 import pytest
+from attribution_support import attributed, attributed_names
 from fake_nvml_support import (
     FUNCTION_NOT_FOUND,
     GIB,
@@ -22,12 +30,7 @@ from fake_nvml_support import (
     FakeNvmlLibrary,
 )
 
-from exporter.collectors.base import (
-    COLLECTOR_ERRORS,
-    CollectorContext,
-    CollectorError,
-    CollectorUnavailable,
-)
+from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
 from exporter.collectors.gpu_metrics import (
     GPU_ECC_ERRORS,
     GPU_ENERGY,
@@ -39,12 +42,22 @@ from exporter.collectors.gpu_metrics import (
     GPU_UTILIZATION,
 )
 from exporter.collectors.nvml import NvmlCollector
-from exporter.model import DeviceIdentity, DeviceReading, Readings, Sample
+from exporter.collectors.runner import CollectorRunner
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    Readings,
+    Sample,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+UUID_C = "GPU-cccccccc-1111-2222-3333-444444444444"
 MIG_1 = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"
 MIG_2 = "MIG-22222222-aaaa-bbbb-cccc-dddddddddddd"
 MIG_3 = "MIG-33333333-aaaa-bbbb-cccc-dddddddddddd"
@@ -64,14 +77,6 @@ MIG_GPU = FakeGpu(
         FakeMig(3, MIG_3, 2, 0, name="NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"),
     ),
 )
-
-
-def identity(gpu: FakeGpu, pci_address: str) -> DeviceIdentity:
-    return DeviceIdentity(gpu.uuid, pci_address, gpu.name, "nvidia")
-
-
-def mig_identity(mig: FakeMig, pci_address: str) -> DeviceIdentity:
-    return DeviceIdentity(mig.uuid, pci_address, mig.name, "nvidia")
 
 
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
@@ -94,28 +99,59 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
     return tuple(s for figure, group in by_figure.items() if figure not in without for s in group)
 
 
-def mig_samples(mig: FakeMig) -> tuple[Sample, ...]:
-    return (
-        Sample(GPU_MEMORY_USED, float(mig.memory[1])),
-        Sample(GPU_MEMORY_TOTAL, float(mig.memory[0])),
+def gpu_reading(
+    gpu: FakeGpu, pci_address: str, figures: tuple[Sample, ...] | None = None
+) -> DeviceReading:
+    """A whole GPU as the collector reports it: under UUID, minor and PCI address."""
+    return DeviceReading(
+        name=gpu.uuid,
+        keys=(
+            HardwareKey(KeyKind.GPU_UUID, gpu.uuid),
+            HardwareKey(KeyKind.NVIDIA_MINOR, str(gpu.minor)),
+            HardwareKey(KeyKind.PCI, pci_address),
+        ),
+        identity=DeviceIdentity(gpu.uuid, pci_address, gpu.name, "nvidia"),
+        samples=samples(gpu) if figures is None else figures,
+        standalone=True,
     )
 
 
-def errors(**counts: int) -> tuple[Sample, ...]:
-    counts = {"GPU_IS_LOST": 0, **counts}
-    return tuple(
-        Sample(COLLECTOR_ERRORS, float(n), ("nvml", name)) for name, n in sorted(counts.items())
+def mig_reading(
+    gpu: FakeGpu, mig: FakeMig, pci_address: str, *, answers_for_instance: bool
+) -> DeviceReading:
+    """A MIG device: under its UUID and instance path, and -- if it is its GPU instance's
+    first compute instance -- ``<minor>/<gi>``; only memory, like real MIG devices."""
+    keys = [
+        HardwareKey(KeyKind.MIG_UUID, mig.uuid),
+        HardwareKey(KeyKind.MIG_PATH, f"{gpu.uuid}/{mig.gpu_instance}/{mig.compute_instance}"),
+    ]
+    if answers_for_instance:
+        keys.append(HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{gpu.minor}/{mig.gpu_instance}"))
+    return DeviceReading(
+        name=mig.uuid,
+        keys=tuple(keys),
+        identity=DeviceIdentity(mig.uuid, pci_address, mig.name, "nvidia"),
+        samples=(
+            Sample(GPU_MEMORY_USED, float(mig.memory[1])),
+            Sample(GPU_MEMORY_TOTAL, float(mig.memory[0])),
+        ),
+        standalone=True,
     )
+
+
+def issue(error: str, device: str, call: str) -> CollectorIssue:
+    """A failed read as the collector reports it: which device, which call, which error."""
+    return CollectorIssue(error, f"{device}: {call}: NVML {error}")
 
 
 class TestWholeGpus:
     def test_reads_every_figure_in_base_units(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A GPU named by its UUID gets every figure, converted to base units."""
+        """A GPU comes under its UUID, minor and PCI keys with every figure in base units."""
         fake_nvml.configure(GPU_A)
 
-        readings = collector.collect(device_ids=frozenset({UUID_A}))
+        readings = collector.collect()
 
         expected_samples = (
             Sample(GPU_UTILIZATION, 0.85),
@@ -128,68 +164,109 @@ class TestWholeGpus:
             Sample(GPU_ECC_ERRORS, 3.0, ("corrected",)),  # volatile, not aggregate
             Sample(GPU_ECC_ERRORS, 1.0, ("uncorrected",)),
         )
-        identity = DeviceIdentity(UUID_A, "0000:17:00.0", "NVIDIA H100 80GB HBM3", "nvidia")
-        assert (
-            Readings(
-                devices=(DeviceReading(UUID_A, identity, expected_samples),), node_samples=errors()
-            )
-            == readings
+        expected = DeviceReading(
+            name=UUID_A,
+            keys=(
+                HardwareKey(KeyKind.GPU_UUID, UUID_A),
+                HardwareKey(KeyKind.NVIDIA_MINOR, "0"),
+                HardwareKey(KeyKind.PCI, "0000:17:00.0"),
+            ),
+            identity=DeviceIdentity(UUID_A, "0000:17:00.0", "NVIDIA H100 80GB HBM3", "nvidia"),
+            samples=expected_samples,
+            standalone=True,
         )
+        assert Readings(devices=(expected,)) == readings
 
     def test_pci_address_in_kernel_form(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """NVML's 00000000:B1:00.0 becomes the kernel's 0000:b1:00.0."""
+        """NVML's 00000000:B1:00.0 becomes the kernel's 0000:b1:00.0, in key and identity."""
         fake_nvml.configure(GPU_B)
 
-        readings = collector.collect(device_ids=frozenset({UUID_B}))
+        (reading,) = collector.collect().devices
 
-        expected = ("0000:b1:00.0",)
-        assert expected == tuple(d.identity.pci_address for d in readings.devices)
+        expected = (HardwareKey(KeyKind.PCI, "0000:b1:00.0"), "0000:b1:00.0")
+        assert expected == (reading.keys[-1], reading.identity.pci_address)
 
-    def test_unnamed_gpu_reported_under_its_uuid(
+    def test_every_gpu_reported_in_nvml_order(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A GPU no kubelet ID names comes last, as GPU-<uuid>; foreign IDs are ignored."""
+        """Every GPU of the node is reported, whatever the kubelet holds."""
         fake_nvml.configure(GPU_A, GPU_B)
 
-        readings = collector.collect(
-            device_ids=frozenset({UUID_B, "0000:af:00.1", "card0-0", "GPU-not-on-this-node"})
+        readings = collector.collect()
+
+        expected = Readings(
+            devices=(gpu_reading(GPU_A, "0000:17:00.0"), gpu_reading(GPU_B, "0000:b1:00.0"))
+        )
+        assert expected == readings
+
+    def test_kubelet_ids_find_their_gpu(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """UUIDs, replicas and PCI addresses find their GPU through the join; others none."""
+        fake_nvml.configure(GPU_A, GPU_B)
+
+        found = attributed_names(
+            collector.collect(),
+            UUID_A,
+            f"{UUID_B}::3",
+            "0000:b1:00.0",
+            "0000:af:00.1",
+            "card0-0",
+            "GPU-ffffffff-1111-2222-3333-444444444444",
         )
 
-        assert (
-            DeviceReading(UUID_B, identity(GPU_B, "0000:b1:00.0"), samples(GPU_B)),
-            DeviceReading(UUID_A, identity(GPU_A, "0000:17:00.0"), samples(GPU_A)),
-        ) == readings.devices
+        expected = {
+            UUID_A: UUID_A,
+            f"{UUID_B}::3": UUID_B,
+            "0000:b1:00.0": UUID_B,
+            "0000:af:00.1": None,
+            "card0-0": None,
+            "GPU-ffffffff-1111-2222-3333-444444444444": None,
+        }
+        assert expected == found
 
 
 class TestMig:
-    def test_mig_devices_by_uuid(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
-        """MIG-<uuid> IDs get the instance's memory; the parent GPU is reported by its UUID."""
+    def test_mig_devices_under_their_keys(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """MIG devices follow their GPU by instance; the first CI of each GI answers for it."""
         fake_nvml.configure(MIG_GPU)
         mig_1, mig_2, mig_3 = MIG_GPU.migs
-
-        readings = collector.collect(device_ids=frozenset({MIG_1, MIG_2}))
-
         pci = "0000:b1:00.0"
-        assert (
-            DeviceReading(MIG_1, mig_identity(mig_1, pci), mig_samples(mig_1)),
-            DeviceReading(MIG_2, mig_identity(mig_2, pci), mig_samples(mig_2)),
-            DeviceReading(UUID_A, identity(MIG_GPU, pci), samples(MIG_GPU, without=("util",))),
-            DeviceReading(MIG_3, mig_identity(mig_3, pci), mig_samples(mig_3)),
-        ) == readings.devices
-        assert errors() == readings.node_samples
+
+        readings = collector.collect()
+
+        expected = Readings(
+            devices=(
+                gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util",))),
+                mig_reading(MIG_GPU, mig_1, pci, answers_for_instance=True),
+                mig_reading(MIG_GPU, mig_3, pci, answers_for_instance=True),
+                mig_reading(MIG_GPU, mig_2, pci, answers_for_instance=False),
+            )
+        )
+        assert expected == readings
+
+    def test_mig_uuid_ids(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
+        """MIG-<uuid> IDs find their MIG device; the parent's UUID finds the whole GPU."""
+        fake_nvml.configure(MIG_GPU)
+
+        found = attributed_names(collector.collect(), MIG_1, MIG_2, UUID_A)
+
+        assert {MIG_1: MIG_1, MIG_2: MIG_2, UUID_A: UUID_A} == found
 
     def test_legacy_mig_ids(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """MIG-GPU-<uuid>/<gi>/<ci> finds the MIG device by parent, GPU and compute instance."""
         fake_nvml.configure(MIG_GPU)
         legacy_1 = f"MIG-{UUID_A}/1/0"
         legacy_2 = f"MIG-{UUID_A}/2/1"
+        missing = f"MIG-{UUID_A}/3/0"
 
-        readings = collector.collect(device_ids=frozenset({legacy_1, legacy_2}))
+        found = attributed_names(collector.collect(), legacy_1, legacy_2, missing)
 
-        expected = [(legacy_1, MIG_1), (legacy_2, MIG_2)]
-        assert expected == [(d.device_id, d.identity.uuid) for d in readings.devices[:2]]
+        assert {legacy_1: MIG_1, legacy_2: MIG_2, missing: None} == found
 
 
 class TestGkeNames:
@@ -199,22 +276,18 @@ class TestGkeNames:
             FakeGpu(UUID_A, minor=3), FakeGpu(UUID_B, minor=0, pci="00000000:B1:00.0")
         )
 
-        readings = collector.collect(device_ids=frozenset({"nvidia0", "nvidia3"}))
+        found = attributed_names(collector.collect(), "nvidia0", "nvidia3", "nvidia1")
 
-        expected = [("nvidia0", UUID_B), ("nvidia3", UUID_A)]
-        assert expected == [(d.device_id, d.identity.uuid) for d in readings.devices]
+        assert {"nvidia0": UUID_B, "nvidia3": UUID_A, "nvidia1": None} == found
 
     def test_vgpu_shares_the_whole_gpu(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """nvidiaN/vgpuK each get the whole GPU N's reading."""
         fake_nvml.configure(GPU_A)
 
-        readings = collector.collect(device_ids=frozenset({"nvidia0/vgpu0", "nvidia0/vgpu1"}))
+        found = attributed(collector.collect(), "nvidia0/vgpu0", "nvidia0/vgpu1")
 
-        gpu = identity(GPU_A, "0000:17:00.0")
-        assert (
-            DeviceReading("nvidia0/vgpu0", gpu, samples(GPU_A)),
-            DeviceReading("nvidia0/vgpu1", gpu, samples(GPU_A)),
-        ) == readings.devices
+        gpu = gpu_reading(GPU_A, "0000:17:00.0")
+        assert {"nvidia0/vgpu0": gpu, "nvidia0/vgpu1": gpu} == found
 
     def test_gpu_instance_by_minor_and_gi(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -222,87 +295,110 @@ class TestGkeNames:
         """nvidiaN/giM is GPU instance M of GPU N, by its first compute instance."""
         fake_nvml.configure(MIG_GPU)
 
-        readings = collector.collect(device_ids=frozenset({"nvidia0/gi1", "nvidia0/gi2"}))
+        found = attributed_names(collector.collect(), "nvidia0/gi1", "nvidia0/gi2", "nvidia0/gi3")
 
-        expected = [("nvidia0/gi1", MIG_1), ("nvidia0/gi2", MIG_3)]
-        assert expected == [(d.device_id, d.identity.uuid) for d in readings.devices[:2]]
+        assert {"nvidia0/gi1": MIG_1, "nvidia0/gi2": MIG_3, "nvidia0/gi3": None} == found
 
 
 class TestFigureErrors:
-    def test_not_supported_figures_absent_and_not_counted(
+    def test_not_supported_figures_absent_and_not_reported(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """NOT_SUPPORTED drops that figure only and counts nothing: many boards say it."""
+        """NOT_SUPPORTED drops that figure only and is no issue: many boards say it."""
         gpu = FakeGpu(UUID_A, fail=(("power", NOT_SUPPORTED), ("ecc", NOT_SUPPORTED)))
         fake_nvml.configure(gpu)
 
-        readings = collector.collect(device_ids=frozenset({UUID_A}))
+        readings = collector.collect()
 
-        assert (
-            Readings(
-                devices=(
-                    DeviceReading(
-                        UUID_A,
-                        identity(gpu, "0000:17:00.0"),
-                        samples(gpu, without=("power", "ecc")),
-                    ),
-                ),
-                node_samples=errors(),
-            )
-            == readings
+        expected = Readings(
+            devices=(gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("power", "ecc"))),)
         )
+        assert expected == readings
 
-    def test_other_errors_lose_the_figure_and_are_counted(
+    def test_other_errors_lose_the_figure_and_are_issues(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """Other errors drop the figure and count by NVML error name, across polls."""
+        """Other errors drop the figure and are reported by NVML error name, each poll."""
         gpu = FakeGpu(UUID_A, fail=(("temperature", UNKNOWN), ("energy", FUNCTION_NOT_FOUND)))
         fake_nvml.configure(gpu)
 
-        collector.collect(device_ids=frozenset({UUID_A}))
-        readings = collector.collect(device_ids=frozenset({UUID_A}))
+        first = collector.collect()
+        second = collector.collect()
 
-        assert (
-            Readings(
-                devices=(
-                    DeviceReading(
-                        UUID_A,
-                        identity(gpu, "0000:17:00.0"),
-                        samples(gpu, without=("temperature", "energy")),
-                    ),
-                ),
-                node_samples=errors(FUNCTION_NOT_FOUND=2, UNKNOWN=2),
-            )
-            == readings
+        expected = Readings(
+            devices=(
+                gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("temperature", "energy"))),
+            ),
+            issues=(
+                issue("FUNCTION_NOT_FOUND", UUID_A, "energy"),
+                issue("UNKNOWN", UUID_A, "temperature"),
+            ),
         )
+        assert (expected, expected) == (first, second)
+
+    def test_issues_name_their_device(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
+        """The same failure on two GPUs, or on a MIG device, gives distinct details, so the
+        runner's log-each-detail-once logs every device that fails."""
+        gpu_a = FakeGpu(UUID_A, fail=(("temperature", UNKNOWN),))
+        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", fail=(("temperature", UNKNOWN),))
+        mig = FakeMig(0, MIG_1, 1, 0)
+        mig = replace(mig, fail=(*mig.fail, ("memory", UNKNOWN)))  # besides MIG's NOT_SUPPORTED
+        fake_nvml.configure(gpu_a, gpu_b, FakeGpu(UUID_C, minor=2, migs=(mig,)))
+
+        readings = collector.collect()
+
+        expected = (
+            issue("UNKNOWN", UUID_A, "temperature"),
+            issue("UNKNOWN", UUID_B, "temperature"),
+            issue("UNKNOWN", MIG_1, "memory"),
+        )
+        assert expected == readings.issues
+
+    async def test_runner_counts_issues_across_polls(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The runner counts issues per label, cumulatively, from 0; NOT_SUPPORTED never."""
+        gpu = FakeGpu(UUID_A, fail=(("energy", FUNCTION_NOT_FOUND), ("power", NOT_SUPPORTED)))
+        fake_nvml.configure(gpu)
+        runner = CollectorRunner([collector], timeout_s=30)
+        try:
+            await runner.run_all()
+            (second,) = await runner.run_all()
+        finally:
+            runner.close()
+
+        expected = (True, (("FUNCTION_NOT_FOUND", 2), ("GPU_IS_LOST", 0)))
+        assert expected == (second.success, second.error_counts)
 
 
 class TestLostGpu:
     def test_gpu_lost_between_polls(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """A lost GPU keeps its identity, loses its figures, counts once a poll; others go on."""
+        """A lost GPU keeps its keys, loses its figures, is one issue a poll; others go on."""
         flag = tmp_path / "gpu_b_lost"
         gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_flag=flag)
         fake_nvml.configure(GPU_A, gpu_b)
-        device_ids = frozenset({UUID_A, UUID_B})
-        first = collector.collect(device_ids=device_ids)
+        first = collector.collect()
 
         flag.touch()
-        collector.collect(device_ids=device_ids)
-        third = collector.collect(device_ids=device_ids)
+        second = collector.collect()
+        third = collector.collect()
 
-        assert samples(gpu_b) == first.devices[1].samples
         assert (
             Readings(
-                devices=(
-                    DeviceReading(UUID_A, identity(GPU_A, "0000:17:00.0"), samples(GPU_A)),
-                    DeviceReading(UUID_B, identity(gpu_b, "0000:b1:00.0"), ()),
-                ),
-                node_samples=errors(GPU_IS_LOST=2),
+                devices=(gpu_reading(GPU_A, "0000:17:00.0"), gpu_reading(gpu_b, "0000:b1:00.0"))
             )
-            == third
+            == first
         )
+        expected = Readings(
+            devices=(
+                gpu_reading(GPU_A, "0000:17:00.0"),
+                gpu_reading(gpu_b, "0000:b1:00.0", ()),
+            ),
+            issues=(issue("GPU_IS_LOST", UUID_B, "utilization"),),
+        )
+        assert (expected, expected) == (second, third)
 
     def test_gpu_lost_mid_poll(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """A GPU lost halfway through its figures keeps what it answered before."""
@@ -310,38 +406,32 @@ class TestLostGpu:
         gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_after=6)
         fake_nvml.configure(gpu_b, GPU_A)
 
-        readings = collector.collect(device_ids=frozenset({UUID_A, UUID_B}))
+        readings = collector.collect()
 
-        assert (
-            Readings(
-                devices=(
-                    DeviceReading(UUID_A, identity(GPU_A, "0000:17:00.0"), samples(GPU_A)),
-                    DeviceReading(
-                        UUID_B, identity(gpu_b, "0000:b1:00.0"), (Sample(GPU_UTILIZATION, 0.85),)
-                    ),
-                ),
-                node_samples=errors(GPU_IS_LOST=1),
-            )
-            == readings
+        expected = Readings(
+            devices=(
+                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85),)),
+                gpu_reading(GPU_A, "0000:17:00.0"),
+            ),
+            issues=(issue("GPU_IS_LOST", UUID_B, "memory"),),
         )
+        assert expected == readings
 
     def test_gpu_lost_from_the_start_is_skipped(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """A GPU lost before its UUID was ever read has no reading; the error is counted."""
+        """A GPU lost before its UUID was ever read has no reading; the issue is reported."""
         flag = tmp_path / "lost"
         flag.touch()
         fake_nvml.configure(FakeGpu(UUID_B, minor=1, lost_flag=flag), GPU_A)
 
-        readings = collector.collect(device_ids=frozenset({UUID_A, UUID_B}))
+        readings = collector.collect()
 
-        assert (
-            Readings(
-                devices=(DeviceReading(UUID_A, identity(GPU_A, "0000:17:00.0"), samples(GPU_A)),),
-                node_samples=errors(GPU_IS_LOST=1),
-            )
-            == readings
+        expected = Readings(
+            devices=(gpu_reading(GPU_A, "0000:17:00.0"),),
+            issues=(issue("GPU_IS_LOST", "GPU index 0", "device_handle"),),
         )
+        assert expected == readings
 
 
 class TestLibrary:
@@ -350,13 +440,12 @@ class TestLibrary:
     ) -> None:
         """No driver means unavailable, not failed; nvmlInit is tried again next poll."""
         with pytest.raises(CollectorUnavailable, match="driver is not loaded"):
-            collector.collect(device_ids=frozenset())
+            collector.collect()
 
         fake_nvml.configure(GPU_A)
-        readings = collector.collect(device_ids=frozenset())
+        readings = collector.collect()
 
-        expected = (UUID_A,)
-        assert expected == tuple(d.device_id for d in readings.devices)
+        assert Readings(devices=(gpu_reading(GPU_A, "0000:17:00.0"),)) == readings
 
     def test_other_init_failure_is_an_error(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -365,7 +454,7 @@ class TestLibrary:
         fake_nvml.configure(GPU_A, init_error=UNKNOWN)
 
         with pytest.raises(CollectorError, match="nvmlInit failed: UNKNOWN") as raised:
-            collector.collect(device_ids=frozenset())
+            collector.collect()
 
         assert not isinstance(raised.value, CollectorUnavailable)
 
@@ -377,12 +466,26 @@ class TestLibrary:
         before = fake_nvml_library.init_count()
         collector = NvmlCollector(CollectorContext())
 
-        collector.collect(device_ids=frozenset())
-        collector.collect(device_ids=frozenset())
+        collector.collect()
+        collector.collect()
         during = fake_nvml_library.init_count()
         collector.close()
 
         assert (before + 1, before) == (during, fake_nvml_library.init_count())
+
+    def test_close_before_any_poll_does_not_shut_down(
+        self, fake_nvml: FakeNvml, fake_nvml_library: FakeNvmlLibrary
+    ) -> None:
+        """close() on a collector that never initialised NVML leaves it alone."""
+        fake_nvml.configure(GPU_A)
+        other = NvmlCollector(CollectorContext())
+        other.collect()
+        before = fake_nvml_library.init_count()
+
+        NvmlCollector(CollectorContext()).close()
+
+        assert before == fake_nvml_library.init_count()
+        other.close()
 
     @pytest.mark.parametrize(
         "struct",
@@ -415,7 +518,7 @@ else:
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.nvml import NvmlCollector
 try:
-    NvmlCollector(CollectorContext()).collect(device_ids=frozenset())
+    NvmlCollector(CollectorContext()).collect()
 except CollectorUnavailable as error:
     print(json.dumps({"unavailable": str(error)}))
 """
@@ -440,3 +543,25 @@ except CollectorUnavailable as error:
 
         expected = {"unavailable": "libnvidia-ml.so.1 not found: no NVIDIA driver on this node"}
         assert expected == result
+
+    def test_import_does_not_load_pynvml(self) -> None:
+        """Importing the module leaves pynvml unloaded; the first PynvmlSource loads it."""
+        # A fresh process: this one imported pynvml for the fake library.
+        script = """
+import json, sys
+import exporter.collectors.nvml as nvml
+imported = "pynvml" in sys.modules
+nvml.PynvmlSource()
+print(json.dumps([imported, "pynvml" in sys.modules]))
+"""
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+
+        assert [False, True] == json.loads(done.stdout)

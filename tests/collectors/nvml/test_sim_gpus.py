@@ -1,12 +1,17 @@
-"""SimulatedNvmlSource through NvmlCollector: the demo node's GPU telemetry."""
+"""SimulatedNvmlSource through NvmlCollector: the demo node's GPU telemetry.
+
+Which GPU a kubelet ID (the demo's UUIDs and time-slicing replicas, GKE names) finds is
+checked through the resolver and the join (``attribution_support``), as the exporter does.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from attribution_support import attributed_names
 
-from exporter.collectors.base import COLLECTOR_ERRORS, CollectorContext
+from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_metrics import (
     GPU_ECC_ERRORS,
     GPU_ENERGY,
@@ -18,12 +23,13 @@ from exporter.collectors.gpu_metrics import (
     GPU_UTILIZATION,
 )
 from exporter.collectors.nvml import NvmlCollector
-from exporter.model import DeviceIdentity, DeviceReading, Readings, Sample
+from exporter.model import DeviceIdentity, DeviceReading, HardwareKey, KeyKind, Readings, Sample
 from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import GIB, demo_hardware
 
 HARDWARE = demo_hardware()
-GPU_0, GPU_1, GPU_2, GPU_3 = HARDWARE.gpus
+GPU_0, GPU_1, GPU_2, GPU_3 = HARDWARE.gpus[:4]  # 4 and 5 are DRA's (exporter.sim.dra)
+DRA_GPU_4, DRA_GPU_5 = HARDWARE.gpus[4:]
 MODEL = "NVIDIA H100 80GB HBM3"
 NO_ECC_ERRORS = (
     Sample(GPU_ECC_ERRORS, 0.0, ("corrected",)),
@@ -54,20 +60,30 @@ def collector(clock: Clock) -> Iterator[NvmlCollector]:
     nvml.close()
 
 
-def figure(readings: Readings, device_id: str, name: str) -> float:
-    """The one value of family ``name`` for ``device_id``."""
-    (device,) = (d for d in readings.devices if d.device_id == device_id)
-    (value,) = (s.value for s in device.samples if s.spec.name == name)
+def device(readings: Readings, name: str) -> DeviceReading:
+    """The one reading the collector named ``name`` (a GPU or MIG UUID)."""
+    (found,) = (d for d in readings.devices if d.name == name)
+    return found
+
+
+def figure(readings: Readings, name: str, family: str) -> float:
+    """The one value of ``family`` for the device named ``name``."""
+    (value,) = (s.value for s in device(readings, name).samples if s.spec.name == family)
     return value
 
 
 class TestWholeGpus:
     def test_busy_gpu_at_time_zero(self, collector: NvmlCollector) -> None:
         """GPU 0 (85 % busy) in base units: power, memory and heat follow its utilization."""
-        readings = collector.collect(device_ids=frozenset({GPU_0.uuid}))
+        readings = collector.collect()
 
         expected = DeviceReading(
             GPU_0.uuid,
+            (
+                HardwareKey(KeyKind.GPU_UUID, GPU_0.uuid),
+                HardwareKey(KeyKind.NVIDIA_MINOR, "0"),
+                HardwareKey(KeyKind.PCI, "0000:17:00.0"),
+            ),
             DeviceIdentity(GPU_0.uuid, "0000:17:00.0", MODEL, "nvidia"),
             (
                 Sample(GPU_UTILIZATION, 0.85),
@@ -79,12 +95,13 @@ class TestWholeGpus:
                 Sample(GPU_SM_CLOCK, 1.98e9),
                 *NO_ECC_ERRORS,
             ),
+            standalone=True,
         )
-        assert expected == readings.devices[0]
+        assert expected == device(readings, GPU_0.uuid)
 
     def test_idle_gpu(self, collector: NvmlCollector) -> None:
         """GPU 1 sits idle: no utilization or memory, idle power and clock."""
-        readings = collector.collect(device_ids=frozenset({GPU_1.uuid}))
+        readings = collector.collect()
 
         expected = (
             Sample(GPU_UTILIZATION, 0.0),
@@ -96,19 +113,43 @@ class TestWholeGpus:
             Sample(GPU_SM_CLOCK, 345e6),
             *NO_ECC_ERRORS,
         )
-        assert expected == readings.devices[0].samples
+        assert expected == device(readings, GPU_1.uuid).samples
 
     def test_every_gpu_reported(self, collector: NvmlCollector) -> None:
-        """With no kubelet IDs every GPU and MIG device comes under its own UUID, no errors."""
-        readings = collector.collect(device_ids=frozenset())
+        """Every GPU and MIG device comes under its own UUID, all standalone, no issues."""
+        readings = collector.collect()
 
         mig_uuids = [mig.uuid for mig in GPU_2.mig_devices]
-        expected_ids = [GPU_0.uuid, GPU_1.uuid, GPU_2.uuid, *mig_uuids, GPU_3.uuid]
-        expected_errors = (Sample(COLLECTOR_ERRORS, 0.0, ("nvml", "GPU_IS_LOST")),)
-        assert (expected_ids, expected_errors) == (
-            [d.device_id for d in readings.devices],
-            readings.node_samples,
+        expected_names = [
+            GPU_0.uuid,
+            GPU_1.uuid,
+            GPU_2.uuid,
+            *mig_uuids,
+            GPU_3.uuid,
+            DRA_GPU_4.uuid,
+            DRA_GPU_5.uuid,
+            DRA_GPU_5.mig_devices[0].uuid,
+        ]
+        expected = (expected_names, {True}, ())
+        assert expected == (
+            [d.name for d in readings.devices],
+            {d.standalone for d in readings.devices},
+            readings.issues,
         )
+
+    def test_demo_ids_find_their_gpus(self, collector: NvmlCollector) -> None:
+        """UUIDs, time-slicing replicas and nvidiaN find their GPU through the join."""
+        found = attributed_names(
+            collector.collect(), GPU_0.uuid, f"{GPU_3.uuid}::1", "nvidia1", "nvidia3/vgpu0"
+        )
+
+        expected = {
+            GPU_0.uuid: GPU_0.uuid,
+            f"{GPU_3.uuid}::1": GPU_3.uuid,
+            "nvidia1": GPU_1.uuid,
+            "nvidia3/vgpu0": GPU_3.uuid,
+        }
+        assert expected == found
 
 
 class TestMig:
@@ -116,18 +157,24 @@ class TestMig:
         """A MIG device has its profile in the model and its own memory, 60 % used like GPU 2."""
         mig = GPU_2.mig_devices[0]
 
-        readings = collector.collect(device_ids=frozenset({mig.uuid}))
+        readings = collector.collect()
 
         expected = DeviceReading(
             mig.uuid,
+            (
+                HardwareKey(KeyKind.MIG_UUID, mig.uuid),
+                HardwareKey(KeyKind.MIG_PATH, f"{GPU_2.uuid}/1/0"),
+                HardwareKey(KeyKind.NVIDIA_MINOR_GI, "2/1"),
+            ),
             DeviceIdentity(mig.uuid, "0000:b1:00.0", f"{MODEL} MIG 3g.40gb", "nvidia"),
             (Sample(GPU_MEMORY_USED, 24 * GIB), Sample(GPU_MEMORY_TOTAL, 40 * GIB)),
+            standalone=True,
         )
-        assert expected == readings.devices[0]
+        assert expected == device(readings, mig.uuid)
 
     def test_mig_gpu_has_no_utilization(self, collector: NvmlCollector) -> None:
         """Like NVML, a MIG-enabled GPU answers no utilization; its other figures remain."""
-        readings = collector.collect(device_ids=frozenset({GPU_2.uuid}))
+        readings = collector.collect()
 
         expected = {
             GPU_MEMORY_USED.name,
@@ -138,14 +185,15 @@ class TestMig:
             GPU_SM_CLOCK.name,
             GPU_ECC_ERRORS.name,
         }
-        assert expected == {s.spec.name for s in readings.devices[0].samples}
+        assert expected == {s.spec.name for s in device(readings, GPU_2.uuid).samples}
 
-    def test_gke_gpu_instance_name(self, collector: NvmlCollector) -> None:
-        """nvidia2/gi2 is GPU 2's second GPU instance."""
-        readings = collector.collect(device_ids=frozenset({"nvidia2/gi2"}))
+    def test_gke_gpu_instance_and_mig_ids(self, collector: NvmlCollector) -> None:
+        """nvidia2/gi2 is GPU 2's second GPU instance; MIG-<uuid> its MIG device."""
+        mig_1, mig_2, _ = GPU_2.mig_devices
 
-        expected = ("nvidia2/gi2", GPU_2.mig_devices[1].uuid)
-        assert expected == (readings.devices[0].device_id, readings.devices[0].identity.uuid)
+        found = attributed_names(collector.collect(), "nvidia2/gi2", mig_1.uuid)
+
+        assert {"nvidia2/gi2": mig_2.uuid, mig_1.uuid: mig_1.uuid} == found
 
 
 class TestOverTime:
@@ -157,7 +205,7 @@ class TestOverTime:
         idle: set[float] = set()
         for second in range(0, 60, 5):
             clock.now = float(second)
-            readings = collector.collect(device_ids=frozenset())
+            readings = collector.collect()
             seen.add(figure(readings, GPU_0.uuid, GPU_UTILIZATION.name))
             idle.add(figure(readings, GPU_1.uuid, GPU_UTILIZATION.name))
 
@@ -166,9 +214,9 @@ class TestOverTime:
 
     def test_energy_grows_with_the_clock(self, collector: NvmlCollector, clock: Clock) -> None:
         """Energy is a counter: 100 s later GPU 0 has used 100 s of its mean power more."""
-        before = figure(collector.collect(device_ids=frozenset()), GPU_0.uuid, GPU_ENERGY.name)
+        before = figure(collector.collect(), GPU_0.uuid, GPU_ENERGY.name)
         clock.now = 100.0
-        after = figure(collector.collect(device_ids=frozenset()), GPU_0.uuid, GPU_ENERGY.name)
+        after = figure(collector.collect(), GPU_0.uuid, GPU_ENERGY.name)
 
         expected = (48_081_600.0, 48_137_250.0)
         assert expected == (before, after)

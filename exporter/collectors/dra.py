@@ -1,0 +1,563 @@
+"""What DRA drivers' node-local files say of the devices they prepared.
+
+Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
+
+- the NVIDIA GPU driver's checkpoint, ``<plugins>/gpu.nvidia.com/checkpoint.json``
+  (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin/checkpoint.go, checkpointv.go,
+  prepared.go, mig.go, deviceinfo.go): ``{"checksum", "v1", "v2": {"checksum",
+  "nodeBootID", "preparedClaims": {<claim UID>: {"checkpointState", "name",
+  "namespace", "status", "preparedDevices": [{"devices": [{"gpu": {"info": {"uuid"},
+  "device"}, "mig": {"concrete": {"parentMinor", "giId", "ciId", "migUUID",
+  "parentUUID"}, "device"}, "vfio": {"info": {"uuid", "pciBusID"}, "device"}}],
+  "configState"}]}}}}``, where ``device`` is the kubelet plugin library's ``Device``
+  without JSON tags: ``{"Requests", "PoolName", "DeviceName", "CDIDeviceIDs"}``. Only
+  ``PrepareCompleted`` claims count, and only when ``nodeBootID`` is this boot's
+  ``<procfs>/sys/kernel/random/boot_id``: the driver invalidates the file after a
+  reboot, and MIG devices (GPU instances, UUIDs) do not survive one. It is the only
+  source for MIG devices the driver created on demand.
+- KEP-5304 device metadata of any driver,
+  ``<plugins>/<driver>/dra-device-metadata/<claim namespace>_<claim name>/<request>/metadata.json``
+  (kubernetes/enhancements keps/sig-node/5304-dra-attributes-downward-api; the writer
+  is k8s.io/dynamic-resource-allocation kubeletplugin/metadata.go): a JSON stream of
+  one ``DeviceMetadata`` per API version, newest first; we read
+  ``metadata.resource.k8s.io/v1alpha1``: ``{"metadata": {"name", "namespace"},
+  "requests": [{"name", "devices": [{"driver", "pool", "name", "attributes":
+  {<name>: {"string" | "int" | "bool" | "version": value}}}]}]}``. The standard
+  ``resource.kubernetes.io/pciBusID`` attribute gives a PCI address, a ``uuid``
+  attribute a GPU or MIG UUID.
+- CDI specs, ``*.json`` and ``*.yaml`` in each ``--path.cdi`` directory
+  (cncf-tags/container-device-interface specs-go/config.go): ``{"cdiVersion", "kind":
+  "<vendor>/<class>", "devices": [{"name", "annotations", "containerEdits": {"env",
+  "deviceNodes": [{"path", "hostPath"}], "netDevices": [{"hostInterfaceName"}]}}]}``.
+  Each device ``<kind>=<name>`` maps to the hardware its edits name: ``/dev/nvidiaN``,
+  ``/dev/dri/cardN``, ``/dev/dri/renderDN``, host interfaces, GPU/MIG UUIDs in env
+  values and annotations. Spec-wide edits are common to every device and name none.
+
+Which claim device each entry belongs to is ``exporter.resolver``'s business: this
+module never parses DRA device names. Every file is read bounded; one bad file is one
+issue and loses that file only, labelled as sysfs reads are (``unreadable``,
+``garbage``) or ``stale_checkpoint`` (written in another boot, or not saying which);
+the detail names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.collectors.base import (
+    Collector,
+    CollectorContext,
+    CollectorError,
+    CollectorUnavailable,
+    Registration,
+    issue,
+)
+from exporter.model import CollectorIssue, DraDevice, DraState, HardwareKey, KeyKind, Readings
+from exporter.sysfs import (
+    GARBAGE,
+    UNREADABLE,
+    GarbageFile,
+    UnreadableFile,
+    file_issue,
+    open_regular,
+    read_text,
+)
+
+__all__ = [
+    "CHECKPOINT_SOURCE",
+    "METADATA_SOURCE",
+    "NVIDIA_CHECKPOINT",
+    "REGISTRATION",
+    "STALE_CHECKPOINT",
+    "DraCollector",
+    "StaleCheckpointError",
+    "parse_cdi_spec",
+    "parse_device_metadata",
+    "parse_nvidia_checkpoint",
+    "read_bounded",
+]
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+NVIDIA_CHECKPOINT = Path(NVIDIA_DRIVER) / "checkpoint.json"
+METADATA_DIR = "dra-device-metadata"
+METADATA_FILE = "metadata.json"
+METADATA_API_VERSION = "metadata.resource.k8s.io/v1alpha1"
+PREPARE_COMPLETED = "PrepareCompleted"
+CHECKPOINT_SOURCE = "gpu.nvidia.com checkpoint"
+METADATA_SOURCE = "KEP-5304 device metadata"
+CDI_SUFFIXES = (".json", ".yaml")
+STALE_CHECKPOINT = "stale_checkpoint"
+
+# Caps: a checkpoint holds every prepared claim's allocation status; an NVIDIA CDI
+# spec lists the driver's libraries. Far above real sizes, far below harm.
+MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
+MAX_METADATA_BYTES = 1024 * 1024
+MAX_CDI_SPEC_BYTES = 4 * 1024 * 1024
+MAX_DIRECTORY_ENTRIES = 4096
+
+# The standard attribute (k8s.io/dynamic-resource-allocation deviceattribute); the
+# KEP's example spells it resource.k8s.io/, so both are read.
+PCI_BUS_ID_ATTRIBUTES = ("resource.kubernetes.io/pciBusID", "resource.k8s.io/pciBusID")
+
+_BOOT_ID = Path("sys") / "kernel" / "random" / "boot_id"
+_PCI_BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_NVML_UUID = re.compile(r"^(GPU|MIG)-([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})$", re.IGNORECASE)
+# Device nodes a CDI device injects, by path prefix, and the key their number is.
+_DEVICE_NODES = (
+    ("/dev/nvidia", KeyKind.NVIDIA_MINOR),
+    ("/dev/dri/card", KeyKind.DRM_CARD),
+    ("/dev/dri/renderD", KeyKind.DRM_RENDER),
+)
+_MIG_CAPABILITY_NODES = "/dev/nvidia-caps/"
+
+
+class StaleCheckpointError(ValueError):
+    """The checkpoint was written in another boot, or says not which."""
+
+
+# --- Parsers: pure, on text --------------------------------------------------------------
+
+
+def parse_nvidia_checkpoint(text: str, *, boot_id: str) -> tuple[DraDevice, ...]:
+    """Devices of the ``PrepareCompleted`` claims of a gpu.nvidia.com checkpoint.
+
+    Raises StaleCheckpointError when its ``nodeBootID`` is not ``boot_id`` and
+    ValueError when it is not a v2 checkpoint.
+    """
+    v2 = _mapping(_load_json(text).get("v2"))
+    if not v2:
+        raise ValueError("no v2 checkpoint")
+    node_boot_id = _string(v2.get("nodeBootID"))
+    if node_boot_id != boot_id:
+        raise StaleCheckpointError(
+            f"nodeBootID {node_boot_id!r} is not this boot's {boot_id!r}"
+            if node_boot_id
+            else "no nodeBootID: cannot tell whether it is from this boot"
+        )
+    devices: list[DraDevice] = []
+    claims = _mapping(v2.get("preparedClaims"))
+    for _uid, claim_value in sorted(claims.items()):
+        claim = _mapping(claim_value)
+        if claim.get("checkpointState") != PREPARE_COMPLETED:
+            continue  # a prepare that crashed half-way: its devices may not exist
+        for group in _sequence(claim.get("preparedDevices")):
+            for prepared in _sequence(_mapping(group).get("devices")):
+                device = _checkpoint_device(
+                    _mapping(prepared),
+                    claim_namespace=_string(claim.get("namespace")) or "",
+                    claim_name=_string(claim.get("name")) or "",
+                )
+                if device is not None:
+                    devices.append(device)
+    return tuple(devices)
+
+
+def _checkpoint_device(
+    prepared: Mapping[str, Any], *, claim_namespace: str, claim_name: str
+) -> DraDevice | None:
+    keys: list[HardwareKey] = []
+    if gpu := _mapping(prepared.get("gpu")):
+        body = gpu
+        _add_uuid(keys, _mapping(gpu.get("info")).get("uuid"))
+    elif mig := _mapping(prepared.get("mig")):
+        body = mig
+        concrete = _mapping(mig.get("concrete"))
+        _add_uuid(keys, concrete.get("migUUID"))
+        parent_uuid = _string(concrete.get("parentUUID"))
+        gi, ci = _integer(concrete.get("giId")), _integer(concrete.get("ciId"))
+        parent_minor = _integer(concrete.get("parentMinor"))
+        if parent_uuid and gi is not None and ci is not None:
+            keys.append(HardwareKey(KeyKind.MIG_PATH, f"{parent_uuid}/{gi}/{ci}"))
+        if parent_minor is not None and gi is not None:
+            keys.append(HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{parent_minor}/{gi}"))
+    elif vfio := _mapping(prepared.get("vfio")):
+        # Bound to vfio-pci, the GPU is gone from NVML; sysfs still knows its function.
+        body = vfio
+        _add_pci(keys, _mapping(vfio.get("info")).get("pciBusID"))
+    else:
+        return None
+    device = _mapping(body.get("device"))
+    name = _string(device.get("DeviceName"))
+    if not name or not keys:
+        return None
+    return DraDevice(
+        driver=NVIDIA_DRIVER,
+        pool=_string(device.get("PoolName")) or "",
+        device=name,
+        keys=tuple(keys),
+        source=CHECKPOINT_SOURCE,
+        claim_namespace=claim_namespace,
+        claim_name=claim_name,
+    )
+
+
+def parse_device_metadata(
+    text: str, *, claim_namespace: str, claim_name: str
+) -> tuple[DraDevice, ...]:
+    """Devices with hardware keys in a KEP-5304 ``metadata.json`` stream.
+
+    The claim comes from the object's own metadata, else from the directory name the
+    caller passes. Raises ValueError when the stream holds no v1alpha1 DeviceMetadata.
+    """
+    document = next(
+        (d for d in _json_stream(text) if d.get("apiVersion") == METADATA_API_VERSION), None
+    )
+    if document is None:
+        raise ValueError(f"no {METADATA_API_VERSION} DeviceMetadata")
+    meta = _mapping(document.get("metadata"))
+    namespace = _string(meta.get("namespace")) or claim_namespace
+    name = _string(meta.get("name")) or claim_name
+    devices: list[DraDevice] = []
+    for request in _sequence(document.get("requests")):
+        for entry_value in _sequence(_mapping(request).get("devices")):
+            entry = _mapping(entry_value)
+            driver, device = _string(entry.get("driver")), _string(entry.get("name"))
+            keys = _attribute_keys(_mapping(entry.get("attributes")), driver=driver or "")
+            if driver and device and keys:
+                devices.append(
+                    DraDevice(
+                        driver=driver,
+                        pool=_string(entry.get("pool")) or "",
+                        device=device,
+                        keys=keys,
+                        source=METADATA_SOURCE,
+                        claim_namespace=namespace,
+                        claim_name=name,
+                    )
+                )
+    return tuple(devices)
+
+
+def _attribute_keys(attributes: Mapping[str, Any], *, driver: str) -> tuple[HardwareKey, ...]:
+    keys: list[HardwareKey] = []
+    for attribute in ("uuid", f"{driver}/uuid"):
+        _add_uuid(keys, _mapping(attributes.get(attribute)).get("string"))
+    # A MIG device carries its parent GPU's pciBusID: that address is not this device.
+    if not any(k.kind is KeyKind.MIG_UUID for k in keys):
+        for attribute in PCI_BUS_ID_ATTRIBUTES:
+            _add_pci(keys, _mapping(attributes.get(attribute)).get("string"))
+    return tuple(keys)
+
+
+def parse_cdi_spec(
+    text: str, *, yaml_format: bool
+) -> tuple[tuple[str, tuple[HardwareKey, ...]], ...]:
+    """``(<kind>=<name>, hardware keys)`` of each device of a CDI spec that names any.
+
+    Raises ValueError when the text is not a CDI spec.
+    """
+    spec = _load_yaml(text) if yaml_format else _load_json(text)
+    kind = _string(spec.get("kind"))
+    if not kind or "/" not in kind:
+        raise ValueError(f"kind {kind!r} is not <vendor>/<class>")
+    found: list[tuple[str, tuple[HardwareKey, ...]]] = []
+    for device_value in _sequence(spec.get("devices")):
+        device = _mapping(device_value)
+        name = _string(device.get("name"))
+        if not name:
+            continue
+        keys = _edit_keys(
+            _mapping(device.get("containerEdits")), _mapping(device.get("annotations"))
+        )
+        if keys:
+            found.append((f"{kind}={name}", keys))
+    return tuple(found)
+
+
+def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tuple[HardwareKey, ...]:
+    keys: list[HardwareKey] = []
+    for value in (*_env_values(edits.get("env")), *annotations.values()):
+        for token in (_string(value) or "").split(","):
+            _add_uuid(keys, token.strip())
+    paths = [
+        _string(node.get("hostPath")) or _string(node.get("path")) or ""
+        for node in map(_mapping, _sequence(edits.get("deviceNodes")))
+    ]
+    # A MIG device's edits hold its parent's /dev/nvidiaN beside its capability nodes:
+    # that minor is the whole GPU, not this device.
+    is_mig = any(p.startswith(_MIG_CAPABILITY_NODES) for p in paths)
+    for path in paths:
+        for prefix, kind in _DEVICE_NODES:
+            if is_mig and kind is KeyKind.NVIDIA_MINOR:
+                continue
+            number = path.removeprefix(prefix)
+            if number != path and len(number) <= 9 and number.isascii() and number.isdigit():
+                _add(keys, HardwareKey(kind, str(int(number))))
+    for net in map(_mapping, _sequence(edits.get("netDevices"))):
+        if interface := _string(net.get("hostInterfaceName")):
+            _add(keys, HardwareKey(KeyKind.NETDEV, interface))
+    return tuple(keys)
+
+
+def _env_values(env: Any) -> list[str]:
+    return [entry.partition("=")[2] for entry in _sequence(env) if isinstance(entry, str)]
+
+
+def _add(keys: list[HardwareKey], key: HardwareKey) -> None:
+    if key not in keys:
+        keys.append(key)
+
+
+def _add_uuid(keys: list[HardwareKey], value: Any) -> None:
+    """A GPU or MIG UUID as NVML writes it (``GPU-`` + lower-case hex), if it is one."""
+    match = _NVML_UUID.match(value) if isinstance(value, str) else None
+    if match is not None:
+        kind = KeyKind.GPU_UUID if match[1].upper() == "GPU" else KeyKind.MIG_UUID
+        _add(keys, HardwareKey(kind, f"{match[1].upper()}-{match[2].lower()}"))
+
+
+def _add_pci(keys: list[HardwareKey], value: Any) -> None:
+    """A PCI address in the kernel's form, from it or NVML's ``00000000:3B:00.0``."""
+    match = _PCI_BUS_ID.match(value) if isinstance(value, str) else None
+    if match is not None and int(match[1], 16) <= 0xFFFF:
+        address = f"{int(match[1], 16):04x}:{match[2].lower()}:{match[3].lower()}.{match[4]}"
+        _add(keys, HardwareKey(KeyKind.PCI, address))
+
+
+def _load_json(text: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _json_stream(text: str) -> Iterable[Mapping[str, Any]]:
+    """The objects of a concatenated JSON stream, as KEP-5304 writes one per version."""
+    decoder = json.JSONDecoder()
+    position = 0
+    while (position := _skip_space(text, position)) < len(text):
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not a JSON stream: {error}") from error
+        if isinstance(value, dict):
+            yield value
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors and aliases: a few bytes of aliases can expand to
+    gigabytes ("billion laughs"), and no CDI spec needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases are not accepted")
+        return super().compose_node(parent, index)
+
+
+def _load_yaml(text: str) -> Mapping[str, Any]:
+    try:
+        value = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader, aliases refused
+    except yaml.YAMLError as error:
+        raise ValueError(f"not YAML: {str(error).splitlines()[0]}") from error
+    if not isinstance(value, dict):
+        raise ValueError("not a YAML mapping")
+    return value
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _sequence(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list) else ()
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# --- Readers: I/O --------------------------------------------------------------------------
+
+
+def read_bounded(path: Path, *, limit: int) -> str | None:
+    """A driver file's text, or None when it does not exist.
+
+    Raises UnreadableFile naming the path when it cannot be read or is no regular file
+    (a FIFO would block the read forever), GarbageFile when it is larger than ``limit``
+    bytes or not UTF-8.
+    """
+    try:
+        with open_regular(path) as handle:
+            data = handle.read(limit + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+    if len(data) > limit:
+        raise GarbageFile(f"{path}: larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise GarbageFile(f"{path}: not UTF-8") from error
+
+
+def _entries(directory: Path) -> list[Path]:
+    """Entries of a directory, sorted, at most MAX_DIRECTORY_ENTRIES; [] when absent."""
+    try:
+        names = []
+        for entry in directory.iterdir():
+            names.append(entry.name)
+            if len(names) > MAX_DIRECTORY_ENTRIES:
+                raise GarbageFile(f"{directory}: more than {MAX_DIRECTORY_ENTRIES} entries")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as error:
+        raise UnreadableFile(f"cannot list {directory}: {error.strerror or error}") from error
+    return [directory / name for name in sorted(names)]
+
+
+_CdiDevices = tuple[tuple[str, tuple[HardwareKey, ...]], ...]
+
+
+class DraCollector(Collector):
+    """Prepared DRA devices and CDI devices, from the drivers' files on the node.
+
+    Parsed CDI specs are kept while their file is unchanged (same inode, size and
+    mtime): NVIDIA's list the driver's libraries, and the pure-Python YAML parser,
+    needed to refuse aliases, takes some 50 ms for one.
+    """
+
+    name = "dra"
+    known_errors = (UNREADABLE, GARBAGE, STALE_CHECKPOINT)
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self._cdi_cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices]] = {}
+
+    def collect(self) -> Readings:
+        plugins, cdi_dirs = self.context.kubelet_plugins, self.context.cdi
+        if not plugins.is_dir() and not any(d.is_dir() for d in cdi_dirs):
+            raise CollectorUnavailable(
+                f"none of {', '.join(str(p) for p in (plugins, *cdi_dirs))} exists"
+            )
+        issues: list[CollectorIssue] = []
+        devices = [*self._checkpoint(plugins, issues), *self._metadata(plugins, issues)]
+        cdi = self._cdi(cdi_dirs, issues)
+        return Readings(dra=DraState(devices=tuple(devices), cdi_devices=cdi), issues=tuple(issues))
+
+    def _checkpoint(self, plugins: Path, issues: list[CollectorIssue]) -> tuple[DraDevice, ...]:
+        path = plugins / NVIDIA_CHECKPOINT
+        try:
+            text = read_bounded(path, limit=MAX_CHECKPOINT_BYTES)
+            if text is None:
+                return ()
+            boot_id = read_text(self.context.procfs / _BOOT_ID)
+            if not boot_id:
+                raise UnreadableFile(
+                    f"{path}: ignored, no {self.context.procfs / _BOOT_ID} to check it against"
+                )
+            return parse_nvidia_checkpoint(text, boot_id=boot_id)
+        except StaleCheckpointError as error:
+            issues.append(issue(STALE_CHECKPOINT, f"{path}: ignored, {error}"))
+        except (CollectorError, ValueError) as error:
+            issues.append(_issue(path, error))
+        return ()
+
+    def _metadata(self, plugins: Path, issues: list[CollectorIssue]) -> list[DraDevice]:
+        devices: list[DraDevice] = []
+        for files in self._metadata_files(plugins, issues):
+            for claim_dir, path in files:
+                namespace, _, name = claim_dir.name.partition("_")
+                try:
+                    text = read_bounded(path, limit=MAX_METADATA_BYTES)
+                    if text is not None:
+                        devices.extend(
+                            parse_device_metadata(text, claim_namespace=namespace, claim_name=name)
+                        )
+                except (CollectorError, ValueError) as error:
+                    issues.append(_issue(path, error))
+        return devices
+
+    def _metadata_files(
+        self, plugins: Path, issues: list[CollectorIssue]
+    ) -> Iterable[list[tuple[Path, Path]]]:
+        """Per driver: (claim directory, metadata.json) pairs, one listing failure each."""
+        try:
+            drivers = _entries(plugins)
+        except CollectorError as error:
+            issues.append(file_issue(error))
+            return
+        for driver_dir in drivers:
+            try:
+                yield [
+                    (claim_dir, request_dir / METADATA_FILE)
+                    for claim_dir in _entries(driver_dir / METADATA_DIR)
+                    for request_dir in _entries(claim_dir)
+                ]
+            except CollectorError as error:
+                issues.append(file_issue(error))
+
+    def _cdi(self, cdi_dirs: Sequence[Path], issues: list[CollectorIssue]) -> _CdiDevices:
+        found: dict[str, tuple[HardwareKey, ...]] = {}
+        cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices]] = {}
+        for directory in cdi_dirs:
+            try:
+                paths = [p for p in _entries(directory) if p.suffix in CDI_SUFFIXES]
+            except CollectorError as error:
+                issues.append(file_issue(error))
+                continue
+            for path in paths:
+                try:
+                    devices = self._cdi_spec(path, cache)
+                except (CollectorError, ValueError) as error:
+                    issues.append(_issue(path, error))
+                    continue
+                for name, keys in devices:
+                    found.setdefault(name, keys)  # the first directory listed wins
+        self._cdi_cache = cache  # forgets the specs that are gone
+        return tuple(found.items())
+
+    def _cdi_spec(
+        self, path: Path, cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices]]
+    ) -> _CdiDevices:
+        try:
+            status = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return ()  # removed since listed
+        except OSError as error:
+            raise UnreadableFile(f"cannot stat {path}: {error.strerror or error}") from error
+        version = (status.st_ino, status.st_size, status.st_mtime_ns)
+        cached = self._cdi_cache.get(path)
+        if cached is not None and cached[0] == version:
+            cache[path] = cached
+            return cached[1]
+        text = read_bounded(path, limit=MAX_CDI_SPEC_BYTES)
+        if text is None:
+            return ()
+        devices = parse_cdi_spec(text, yaml_format=path.suffix == ".yaml")
+        cache[path] = (version, devices)
+        return devices
+
+
+def _issue(path: Path, error: CollectorError | ValueError) -> CollectorIssue:
+    """A read failure as sysfs labels it; a parse failure is garbage in ``path``."""
+    if isinstance(error, CollectorError):
+        return file_issue(error)
+    return issue(GARBAGE, f"{path}: {error}")
+
+
+REGISTRATION = Registration(
+    "dra",
+    "DRA drivers' node-local files (NVIDIA checkpoint, KEP-5304 device metadata, CDI "
+    "specs): which hardware each DRA claim's device is",
+    DraCollector,
+)

@@ -1,0 +1,189 @@
+"""The one place that knows kubelet device ID shapes and DRA device names.
+
+Pure: maps each allocation to the hardware keys collectors report devices under
+(``exporter.model.HardwareKey``), so a new ID shape or DRA driver is one change here.
+
+Device-plugin IDs (seen in the wild):
+
+- NVIDIA ``GPU-<uuid>``, MIG ``MIG-<uuid>`` and the older ``MIG-GPU-<uuid>/<gi>/<ci>``;
+- GKE ``nvidiaN`` (GPU minor N), ``nvidiaN/giM`` (GPU instance M of GPU N),
+  ``nvidiaN/vgpuK`` (a share of the whole GPU N);
+- time-slicing/MPS replicas ``<id>::<n>``: the replica of ``<id>``;
+- PCI addresses ``0000:af:00.1`` (SR-IOV VFs, AMD GPUs, passthrough);
+- Intel ``cardN-M`` (share M of DRM card N) and ``cardN``;
+- anything else: a network interface or RDMA device name, else opaque.
+
+DRA devices (``ClaimResource``), first source with keys wins:
+
+1. what the driver's node-local files say of this device (``DraState.devices``: the
+   NVIDIA driver's checkpoint, the only source for dynamically created MIG devices,
+   then KEP-5304 device metadata), for this claim where the file names one;
+2. the CDI specs of the ClaimResource's ``cdi_devices`` that name this device. The
+   kubelet builds ``cdi_devices`` once per driver, so one entry may carry every device
+   of the claim: the device is found by its name, never by position. NVIDIA
+   (``k8s.gpu.nvidia.com/claim=<claim UID>-<device>``, cmd/gpu-kubelet-plugin/cdi.go)
+   and AMD (``k8s.gpu.amd.com/gpu=<claim UID>-<device>``, cmd/gpu-kubeletplugin/cdi.go)
+   prefix the claim UID; others may use the bare device name;
+3. the driver's device-name grammar:
+   ``gpu.nvidia.com`` ``gpu-<minor>`` (deviceinfo.go ``GpuInfo.CanonicalName``) and
+   ``gpu-<parent minor>-mig-<profile>-<GI profile ID>-<placement start>`` (mig.go
+   ``ToCanonicalName``; the name carries no GPU instance ID or UUID);
+   ``gpu.amd.com`` ``gpu-<card>-<render>`` (ROCm/k8s-gpu-dra-driver deviceinfo.go);
+4. else unresolved, with the reason: shown without telemetry.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.model import (
+    ClaimDevice,
+    DraDevice,
+    DraState,
+    HardwareKey,
+    KeyKind,
+    Resolution,
+)
+from exporter.sysfs import is_pci_address
+
+__all__ = ["cdi_names_device", "physical_id", "resolve_claim_device", "resolve_device_id"]
+
+REPLICA_SEPARATOR = "::"
+DEVICE_ID_SOURCE = "device id"
+CDI_SOURCE = "CDI spec"
+GRAMMAR_SOURCE = "device name"
+NVIDIA_DRIVER = "gpu.nvidia.com"
+AMD_DRIVER = "gpu.amd.com"
+
+_NVIDIA_GPU = re.compile(r"^GPU-[0-9a-fA-F-]+$")
+_NVIDIA_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
+_NVIDIA_MIG = re.compile(r"^MIG-[0-9a-fA-F-]+$")
+_GKE = re.compile(r"^nvidia(\d+)(?:/(gi|vgpu)(\d+))?$")
+_INTEL_CARD = re.compile(r"^card(\d+)(?:-\d+)?$")
+_NVIDIA_DRA_GPU = re.compile(r"^gpu-(\d+)$")
+# The profile part is the profile name made RFC 1123-safe ("1g10gb", "1g10gbme").
+_NVIDIA_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-[a-z0-9-]+-(\d+)-(\d+)$")
+_AMD_DRA_GPU = re.compile(r"^gpu-(\d+)-(\d+)$")
+# A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>".
+_CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
+# Interface names (IFNAMSIZ 16, no '/', no whitespace) and RDMA device names.
+_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+
+def physical_id(device_id: str) -> str:
+    """The device a kubelet ID names: a replica ``<id>::<n>`` without its suffix."""
+    head, separator, tail = device_id.rpartition(REPLICA_SEPARATOR)
+    if separator and head and tail.isdigit():
+        return head
+    return device_id
+
+
+def _device_keys(base: str) -> tuple[HardwareKey, ...]:
+    if _NVIDIA_GPU.match(base):
+        return (HardwareKey(KeyKind.GPU_UUID, base),)
+    if match := _NVIDIA_MIG_LEGACY.match(base):
+        return (HardwareKey(KeyKind.MIG_PATH, f"{match[1]}/{int(match[2])}/{int(match[3])}"),)
+    if _NVIDIA_MIG.match(base):
+        return (HardwareKey(KeyKind.MIG_UUID, base),)
+    if match := _GKE.match(base):
+        if match[2] == "gi":
+            return (HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{int(match[1])}/{int(match[3])}"),)
+        return (HardwareKey(KeyKind.NVIDIA_MINOR, str(int(match[1]))),)  # vgpuK: whole GPU
+    if is_pci_address(base.lower()):
+        return (HardwareKey(KeyKind.PCI, base.lower()),)
+    if match := _INTEL_CARD.match(base):
+        return (HardwareKey(KeyKind.DRM_CARD, str(int(match[1]))),)
+    if _NAME.match(base):
+        return (HardwareKey(KeyKind.NETDEV, base), HardwareKey(KeyKind.RDMA, base))
+    return ()
+
+
+def resolve_device_id(device_id: str) -> Resolution:
+    """Hardware keys of a device-plugin device ID; no keys for an opaque ID."""
+    base = physical_id(device_id)
+    return Resolution(physical_id=base, keys=_device_keys(base), source=DEVICE_ID_SOURCE)
+
+
+def resolve_claim_device(
+    device: ClaimDevice, *, claim_namespace: str, claim_name: str, dra: DraState
+) -> Resolution:
+    """Hardware keys of one DRA device of a claim, or why none is known.
+
+    ``physical_id`` is always the DRA device name; ``source`` says which file or rule
+    gave the keys.
+    """
+    for prepared in dra.devices:
+        if prepared.keys and _prepared_matches(
+            prepared, device, claim_namespace=claim_namespace, claim_name=claim_name
+        ):
+            return Resolution(device.device, keys=prepared.keys, source=prepared.source)
+    cdi_keys = _cdi_keys(device, dra)
+    if cdi_keys:
+        return Resolution(device.device, keys=cdi_keys, source=CDI_SOURCE)
+    keys = _dra_name_keys(device.driver, device.device)
+    if keys:
+        return Resolution(device.device, keys=keys, source=GRAMMAR_SOURCE)
+    return Resolution(device.device, unresolved=_unresolved_reason(device))
+
+
+def cdi_names_device(cdi_device: str, device: str) -> bool:
+    """True when the CDI device name ``<kind>=<name>`` is the DRA device ``device``:
+    ``<name>`` is ``device`` or ``<claim UID>-<device>``."""
+    _, separator, name = cdi_device.partition("=")
+    if not separator or not device:
+        return False
+    if name == device:
+        return True
+    prefix = name.removesuffix(device)
+    return prefix != name and _CLAIM_UID_PREFIX.fullmatch(prefix.lower()) is not None
+
+
+def _prepared_matches(
+    prepared: DraDevice, device: ClaimDevice, *, claim_namespace: str, claim_name: str
+) -> bool:
+    if (prepared.driver, prepared.device) != (device.driver, device.device):
+        return False
+    if prepared.pool and prepared.pool != device.pool:
+        return False
+    # A file that names its claim speaks for that claim only: a shared device is
+    # prepared once per claim, and another claim's entry may be stale.
+    return not prepared.claim_name or (prepared.claim_namespace, prepared.claim_name) == (
+        claim_namespace,
+        claim_name,
+    )
+
+
+def _cdi_keys(device: ClaimDevice, dra: DraState) -> tuple[HardwareKey, ...]:
+    specs = dict(reversed(dra.cdi_devices))  # the first spec of a name wins
+    keys: list[HardwareKey] = []
+    for name in device.cdi_devices:
+        if cdi_names_device(name, device.device):
+            keys.extend(k for k in specs.get(name, ()) if k not in keys)
+    return tuple(keys)
+
+
+def _dra_name_keys(driver: str, name: str) -> tuple[HardwareKey, ...]:
+    if driver == NVIDIA_DRIVER:
+        if match := _NVIDIA_DRA_GPU.match(name):
+            return (HardwareKey(KeyKind.NVIDIA_MINOR, str(int(match[1]))),)
+        if match := _NVIDIA_DRA_MIG.match(name):
+            slot = f"{int(match[1])}/{int(match[2])}/{int(match[3])}"
+            return (HardwareKey(KeyKind.MIG_PLACEMENT, slot),)
+    elif driver == AMD_DRIVER and (match := _AMD_DRA_GPU.match(name)):
+        return (
+            HardwareKey(KeyKind.DRM_CARD, str(int(match[1]))),
+            HardwareKey(KeyKind.DRM_RENDER, str(int(match[2]))),
+        )
+    return ()
+
+
+def _unresolved_reason(device: ClaimDevice) -> str:
+    if device.driver in (NVIDIA_DRIVER, AMD_DRIVER):
+        return (
+            f"{device.driver} device name {device.device!r} not understood "
+            "and no driver file describes it"
+        )
+    return (
+        f"no checkpoint, KEP-5304 metadata or CDI spec of {device.driver} describes "
+        f"{device.device!r}"
+    )

@@ -1,0 +1,260 @@
+"""Bounded, defensive readers for sysfs/procfs files, and the kernel's own formats.
+
+Missing optional files give None; anything else unusable raises a ``FileError``
+naming the path, whose ``label`` is the error a collector counts: ``unreadable``
+(permissions, I/O errors, link loops, a FIFO or directory where a file belongs) or
+``garbage`` (binary, oversized or unparsable contents). Reads are capped: some drivers
+expose huge or endless attributes. Numbers beyond 64 bits are refused like garbage: no
+kernel counter is wider. Files are opened non-blocking and must be regular files, so
+a FIFO planted in the tree cannot hang a collector's thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+from typing import BinaryIO, ClassVar
+
+from exporter.errors import CollectorError, CollectorUnavailable
+from exporter.model import CollectorIssue
+
+__all__ = [
+    "GARBAGE",
+    "MAX_ATTRIBUTE_BYTES",
+    "MAX_COUNTER",
+    "MAX_CPUS",
+    "UNREADABLE",
+    "VANISHED",
+    "FileError",
+    "GarbageFile",
+    "UnreadableFile",
+    "is_pci_address",
+    "list_source",
+    "node_dirs",
+    "open_regular",
+    "parse_cpulist",
+    "read_int",
+    "read_text",
+    "vendor_name",
+]
+
+# Error labels (``podresources_collector_errors_total{error}``) of failed file reads.
+UNREADABLE = "unreadable"
+GARBAGE = "garbage"
+# A file or link a listing just named is gone (hot unplug, a VF destroyed mid-read).
+VANISHED = "vanished"
+
+
+class FileError(CollectorError):
+    """One file could not be used; the message names it, ``label`` says how it failed."""
+
+    label: ClassVar[str] = UNREADABLE
+
+
+class UnreadableFile(FileError):
+    """The file exists but cannot be read: permissions, I/O error, link loop, not a file."""
+
+    label = UNREADABLE
+
+
+class GarbageFile(FileError):
+    """The file holds what the kernel would not write there."""
+
+    label = GARBAGE
+
+
+MAX_COUNTER = 2**64 - 1
+
+# The kernel's NR_CPUS ceiling is 8192 on every common architecture; a cpulist naming
+# more is garbage and must not cost gigabytes to expand.
+MAX_CPUS = 16384
+
+_NODE_DIR = re.compile(r"^node(\d+)$")
+_RANGE = re.compile(r"^(\d{1,6})(?:-(\d{1,6}))?$")
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+# PCI vendor IDs (pci.ids) of the vendors whose devices a GPU/accelerator node carries:
+# the one ``vendor`` label vocabulary. Others keep their hex ID.
+_VENDOR_NAMES = {
+    "0x10de": "nvidia",
+    "0x1002": "amd",
+    "0x1022": "amd",
+    "0x8086": "intel",
+    "0x15b3": "mellanox",
+    "0x14e4": "broadcom",
+    "0x1077": "qlogic",
+    "0x1924": "solarflare",
+    "0x19e5": "huawei",
+    "0x1d0f": "amazon",
+    "0x1ae0": "google",
+    "0x1af4": "virtio",
+    "0x1dd8": "pensando",
+    "0x1e52": "tenstorrent",
+    "0x1da3": "habana",
+}
+
+
+def is_pci_address(text: str) -> bool:
+    """True for a kernel-style PCI address: ``0000:af:00.1`` (lower case, with domain)."""
+    return _PCI_ADDRESS.match(text) is not None
+
+
+def vendor_name(vendor_id: str | None) -> str | None:
+    """``nvidia``, ``amd``, ``intel``, ``mellanox``... for a PCI vendor ID (``0x10de``);
+    the lower-case hex ID for a vendor not listed; None when unknown."""
+    if not vendor_id:
+        return None
+    vendor_id = vendor_id.strip().lower()
+    return _VENDOR_NAMES.get(vendor_id, vendor_id)
+
+
+MAX_ATTRIBUTE_BYTES = 64 * 1024
+_MAX_DIGITS = 40  # a 64-bit number needs 20 decimal digits, 0x plus 16 hex
+_INTEGER = {10: re.compile(r"^[+-]?[0-9]+$"), 16: re.compile(r"^[+-]?(0[xX])?[0-9a-fA-F]+$")}
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for binary reading, or FileNotFoundError/NotADirectoryError.
+
+    Opened with O_NONBLOCK, then refused unless it is a regular file: a plain open of a
+    FIFO blocks until a writer comes, and a device node can block or stream forever.
+    sysfs attributes and procfs files are regular files. Raises UnreadableFile naming
+    the path for anything else that fails.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError as error:
+        raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            # What read() would raise; the OSError cause marks it an OS-level failure.
+            cause = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+            raise UnreadableFile(f"cannot read {path}: {cause.strerror}") from cause
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"cannot read {path}: not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_text(path: Path) -> str | None:
+    """The stripped contents of a small attribute file, or None when it does not exist.
+
+    Raises UnreadableFile or GarbageFile (binary or longer than
+    ``MAX_ATTRIBUTE_BYTES``) naming the path.
+    """
+    try:
+        with open_regular(path) as handle:
+            data = handle.read(MAX_ATTRIBUTE_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except FileError:
+        raise
+    except OSError as error:
+        raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+    if len(data) > MAX_ATTRIBUTE_BYTES:
+        raise GarbageFile(f"{path}: longer than {MAX_ATTRIBUTE_BYTES} bytes")
+    # Some drivers end a string with its NUL terminator; a NUL inside is binary data.
+    data = data.rstrip(b"\0\n\t ")
+    if b"\0" in data:
+        raise GarbageFile(f"{path}: binary contents")
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def read_int(path: Path, *, base: int = 10) -> int | None:
+    """An integer attribute (base 10 or 16), or None when the file does not exist.
+
+    Raises GarbageFile naming the path for garbage or a number beyond 64 bits, and
+    UnreadableFile where read_text does.
+    """
+    text = read_text(path)
+    if text is None:
+        return None
+    # int() alone would take "1_000" and cost quadratic time on thousands of digits.
+    if len(text) > _MAX_DIGITS or not _INTEGER[base].match(text):
+        raise GarbageFile(f"{path}: not a 64-bit integer: {text[:_MAX_DIGITS]!r}")
+    value = int(text, base)
+    if abs(value) > MAX_COUNTER:
+        raise GarbageFile(f"{path}: not a 64-bit integer: {text[:_MAX_DIGITS]!r}")
+    return value
+
+
+def parse_cpulist(text: str) -> tuple[int, ...]:
+    """The CPUs of a kernel cpulist such as ``"0-3,8,10-11"``, sorted; ``""`` gives ().
+
+    Raises ValueError on anything the kernel would not print, CPUs beyond ``MAX_CPUS``
+    or more than ``MAX_CPUS`` listed in all included.
+    """
+    text = text.strip()
+    if not text:
+        return ()  # a node with memory but no CPUs prints an empty line
+    cpus: set[int] = set()
+    listed = 0
+    for part in text.split(","):
+        match = _RANGE.match(part)
+        if match is None:
+            raise ValueError(f"not a cpulist range: {part[:40]!r}")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ValueError(f"descending cpulist range: {part!r}")
+        if last >= MAX_CPUS:
+            raise ValueError(f"CPU {last} beyond {MAX_CPUS} CPUs")
+        # The kernel prints disjoint ranges, so a list naming more than MAX_CPUS in all
+        # is garbage: refused before thousands of repeated full ranges get expanded.
+        listed += last - first + 1
+        if listed > MAX_CPUS:
+            raise ValueError(f"more than {MAX_CPUS} CPUs listed")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def node_dirs(sysfs: Path) -> tuple[tuple[int, Path], ...]:
+    """``(node id, directory)`` of every NUMA node in sysfs, by id; () without NUMA.
+
+    Raises CollectorError when the node directory exists but cannot be listed.
+    """
+    root = sysfs / "devices" / "system" / "node"
+    try:
+        names = [entry.name for entry in root.iterdir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return ()
+    except OSError as error:
+        raise CollectorError(f"cannot list {root}: {error.strerror or error}") from error
+    found = []
+    for name in names:
+        match = _NODE_DIR.match(name)
+        if match is not None:
+            found.append((int(match.group(1)), root / name))
+    return tuple(sorted(found))
+
+
+def file_issue(error: CollectorError) -> CollectorIssue:
+    """The issue a collector reports for a failed read: a ``FileError`` says its label;
+    anything else is unreadable when an OS error caused it, else garbage."""
+    if isinstance(error, FileError):
+        label = error.label
+    else:
+        label = UNREADABLE if isinstance(error.__cause__, OSError) else GARBAGE
+    return CollectorIssue(error=label, detail=str(error))
+
+
+def list_source(directory: Path, *, absent: str) -> list[str]:
+    """The sorted entries of a collector's source directory (``class/net``...).
+
+    Raises CollectorUnavailable with ``absent`` when the directory does not exist (the
+    subsystem is not on this node) and CollectorError when it cannot be listed.
+    """
+    try:
+        return sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError) as error:
+        raise CollectorUnavailable(absent) from error
+    except OSError as error:
+        raise CollectorError(f"cannot list {directory}: {error.strerror or error}") from error

@@ -1,0 +1,403 @@
+"""The dra collector reads DRA drivers' node-local files into one DraState.
+
+The fixture tree tests/fixtures/dra/ is written in the drivers' own formats; its
+README says which upstream file each format was read from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors.base import CollectorContext, CollectorUnavailable
+from exporter.collectors.dra import (
+    CHECKPOINT_SOURCE,
+    MAX_METADATA_BYTES,
+    METADATA_SOURCE,
+    DraCollector,
+    StaleCheckpointError,
+    parse_cdi_spec,
+    parse_device_metadata,
+    parse_nvidia_checkpoint,
+)
+from exporter.model import DraDevice, DraState, HardwareKey, KeyKind, Readings
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "dra"
+BOOT_ID = "b7e2d1c4-93a8-4f0e-8d6b-2a1c9e7f5b30"
+NVIDIA_CLAIM_UID = "3f9a1c52-7b1e-4d2a-9c8e-1f2a3b4c5d6e"
+AMD_CLAIM_UID = "5a7c3e91-0d2b-4f6a-8e1c-9b8a7f6e5d4c"
+GPU_4 = "GPU-4e1f0a9b-5e1f-4c2a-9d3b-000000000104"
+GPU_5 = "GPU-4e1f0a9b-5e1f-4c2a-9d3b-000000000105"
+MIG = "MIG-0b5d7e21-5e1f-4c2a-9d3b-000000000501"
+SRIOV = "sriovnetwork.k8snetworkplumbingwg.io"
+
+CHECKPOINT_DEVICES = (
+    DraDevice(
+        "gpu.nvidia.com",
+        "node-a",
+        "gpu-4",
+        (HardwareKey(KeyKind.GPU_UUID, GPU_4),),
+        CHECKPOINT_SOURCE,
+        claim_namespace="ml",
+        claim_name="llm-gpus",
+    ),
+    DraDevice(
+        "gpu.nvidia.com",
+        "node-a",
+        "gpu-5-mig-1g10gb-19-3",
+        (
+            HardwareKey(KeyKind.MIG_UUID, MIG),
+            HardwareKey(KeyKind.MIG_PATH, f"{GPU_5}/5/0"),
+            HardwareKey(KeyKind.NVIDIA_MINOR_GI, "5/5"),
+        ),
+        CHECKPOINT_SOURCE,
+        claim_namespace="ml",
+        claim_name="llm-gpus",
+    ),
+)
+METADATA_DEVICES = (
+    DraDevice(
+        SRIOV,
+        "node-a",
+        "0000-4b-00-5",
+        (HardwareKey(KeyKind.PCI, "0000:4b:00.5"),),
+        METADATA_SOURCE,
+        claim_namespace="net",
+        claim_name="dpdk-claim",
+    ),
+)
+CDI_DEVICES = (
+    (
+        f"k8s.gpu.amd.com/gpu={AMD_CLAIM_UID}-gpu-3-130",
+        (HardwareKey(KeyKind.DRM_CARD, "3"), HardwareKey(KeyKind.DRM_RENDER, "130")),
+    ),
+    (
+        f"k8s.gpu.nvidia.com/claim={NVIDIA_CLAIM_UID}-gpu-4",
+        (HardwareKey(KeyKind.NVIDIA_MINOR, "4"),),
+    ),
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A writable copy of the fixture tree."""
+    root = tmp_path / "node"
+    shutil.copytree(FIXTURES, root)
+    return root
+
+
+def _context(root: Path, *cdi: Path) -> CollectorContext:
+    return CollectorContext(
+        sysfs=root / "sys",
+        procfs=root / "proc",
+        kubelet_plugins=root / "plugins",
+        cdi=cdi or (root / "cdi",),
+    )
+
+
+def _collect(root: Path, *cdi: Path) -> Readings:
+    return DraCollector(_context(root, *cdi)).collect()
+
+
+def _checkpoint(root: Path) -> Path:
+    return root / "plugins" / "gpu.nvidia.com" / "checkpoint.json"
+
+
+class TestCollect:
+    def test_fixture_tree(self, tree: Path) -> None:
+        """Checkpoint, metadata and CDI specs of the fixture tree give the whole DraState."""
+        expected = Readings(
+            dra=DraState(devices=CHECKPOINT_DEVICES + METADATA_DEVICES, cdi_devices=CDI_DEVICES)
+        )
+        assert expected == _collect(tree)
+
+    def test_no_directory_is_unavailable(self, tmp_path: Path) -> None:
+        """Without the plugins directory and every CDI directory the source is absent."""
+        with pytest.raises(CollectorUnavailable):
+            _collect(tmp_path / "none", tmp_path / "cdi-a", tmp_path / "cdi-b")
+
+    def test_only_cdi_directory(self, tree: Path) -> None:
+        """CDI specs are read where the kubelet plugins directory is missing."""
+        shutil.rmtree(tree / "plugins")
+        assert Readings(dra=DraState(cdi_devices=CDI_DEVICES)) == _collect(tree)
+
+    def test_checkpoint_of_another_boot(self, tree: Path) -> None:
+        """After a reboot the checkpoint is ignored, with one issue; the rest still reads."""
+        (tree / "proc" / "sys" / "kernel" / "random" / "boot_id").write_text("other-boot\n")
+        readings = _collect(tree)
+        assert DraState(devices=METADATA_DEVICES, cdi_devices=CDI_DEVICES) == readings.dra
+        assert ["stale_checkpoint"] == [i.error for i in readings.issues]
+
+    def test_missing_boot_id(self, tree: Path) -> None:
+        """Without the kernel's boot_id the checkpoint cannot be trusted."""
+        (tree / "proc" / "sys" / "kernel" / "random" / "boot_id").unlink()
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert METADATA_DEVICES == readings.dra.devices
+        assert ["unreadable"] == [i.error for i in readings.issues]
+
+    def test_garbage_checkpoint(self, tree: Path) -> None:
+        """A checkpoint that is not JSON is one issue naming the file."""
+        _checkpoint(tree).write_text('{"v2": ')
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert METADATA_DEVICES == readings.dra.devices
+        assert [("garbage", True)] == [
+            (i.error, str(_checkpoint(tree)) in i.detail) for i in readings.issues
+        ]
+
+    def test_bad_cdi_spec_loses_that_file_only(self, tree: Path) -> None:
+        """A spec without a kind and a spec with YAML aliases are one issue each."""
+        (tree / "cdi" / "broken.json").write_text('{"devices": []}')
+        (tree / "cdi" / "bomb.yaml").write_text(
+            "kind: a.b/c\nx: &a [1, 1]\ndevices: [{name: d, containerEdits: {env: *a}}]\n"
+        )
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert ["garbage", "garbage"] == [i.error for i in readings.issues]
+
+    def test_fifo_is_refused_without_blocking(self, tree: Path) -> None:
+        """A FIFO named like a spec is unreadable: opening it plainly would wait forever."""
+        os.mkfifo(tree / "cdi" / "pipe.yaml")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert ["unreadable"] == [i.error for i in readings.issues]
+
+    def test_oversized_metadata(self, tree: Path) -> None:
+        """A metadata file beyond the cap is refused unread, as one issue."""
+        path = next((tree / "plugins" / SRIOV).rglob("metadata.json"))
+        path.write_text(" " * (MAX_METADATA_BYTES + 1))
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CHECKPOINT_DEVICES == readings.dra.devices
+        assert ["garbage"] == [i.error for i in readings.issues]
+
+    def test_first_cdi_directory_wins(self, tree: Path) -> None:
+        """The same CDI device in two directories keeps the first directory's keys."""
+        other = tree / "etc-cdi"
+        other.mkdir()
+        (other / "k8s.gpu.nvidia.com-claim_x.json").write_text(
+            json.dumps(
+                {
+                    "cdiVersion": "0.5.0",
+                    "kind": "k8s.gpu.nvidia.com/claim",
+                    "devices": [
+                        {
+                            "name": f"{NVIDIA_CLAIM_UID}-gpu-4",
+                            "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia7"}]},
+                        }
+                    ],
+                }
+            )
+        )
+        readings = _collect(tree, tree / "cdi", other)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+
+
+class TestCdiCache:
+    def _spec(self, root: Path, node: str) -> Path:
+        path = root / "cdi" / "vendor.example.com-dev.json"
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": node}]}}],
+        }
+        path.write_text(json.dumps(spec))
+        return path
+
+    def _keys(self, collector: DraCollector) -> tuple[HardwareKey, ...]:
+        dra = collector.collect().dra
+        assert dra is not None
+        return dict(dra.cdi_devices).get("vendor.example.com/dev=a", ())
+
+    def test_unchanged_file_is_not_parsed_again(self, tree: Path) -> None:
+        """Same inode, size and mtime: the parsed spec is reused; a new mtime re-reads it."""
+        collector = DraCollector(_context(tree))
+        path = self._spec(tree, "/dev/dri/card1")
+        assert (HardwareKey(KeyKind.DRM_CARD, "1"),) == self._keys(collector)
+        status = path.stat()
+        with path.open("r+") as handle:  # same inode, same size, mtime put back
+            handle.write(path.read_text().replace("card1", "card2"))
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+        assert (HardwareKey(KeyKind.DRM_CARD, "1"),) == self._keys(collector)
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1))
+        assert (HardwareKey(KeyKind.DRM_CARD, "2"),) == self._keys(collector)
+
+    def test_removed_file_is_forgotten(self, tree: Path) -> None:
+        """A spec that is gone names nothing any more."""
+        collector = DraCollector(_context(tree))
+        path = self._spec(tree, "/dev/dri/card1")
+        self._keys(collector)
+        path.unlink()
+        assert () == self._keys(collector)
+
+
+class TestParseCheckpoint:
+    def test_prepare_started_claims_are_skipped(self) -> None:
+        """Only PrepareCompleted claims count: gpu-6 of a half-prepared claim is absent."""
+        text = (FIXTURES / "plugins" / "gpu.nvidia.com" / "checkpoint.json").read_text()
+        assert CHECKPOINT_DEVICES == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
+
+    def test_no_boot_id_is_stale(self) -> None:
+        """A checkpoint that does not say its boot cannot be trusted."""
+        with pytest.raises(StaleCheckpointError):
+            parse_nvidia_checkpoint('{"v2": {"preparedClaims": {}}}', boot_id=BOOT_ID)
+
+    def test_v1_only_is_refused(self) -> None:
+        """A checkpoint without v2 is not read."""
+        with pytest.raises(ValueError, match="no v2"):
+            parse_nvidia_checkpoint('{"v1": {"preparedClaims": {}}}', boot_id=BOOT_ID)
+
+    def test_vfio_device(self) -> None:
+        """A GPU bound to vfio-pci is known by its PCI function, from NVML's bus ID form."""
+        claim = {
+            "checkpointState": "PrepareCompleted",
+            "name": "vm",
+            "namespace": "virt",
+            "preparedDevices": [
+                {
+                    "devices": [
+                        {
+                            "gpu": None,
+                            "mig": None,
+                            "vfio": {
+                                "info": {"uuid": GPU_4, "pciBusID": "00000000:3B:00.0"},
+                                "device": {"PoolName": "node-a", "DeviceName": "gpu-vfio-0"},
+                            },
+                        }
+                    ]
+                }
+            ],
+        }
+        text = json.dumps({"v2": {"nodeBootID": BOOT_ID, "preparedClaims": {"u": claim}}})
+        expected = (
+            DraDevice(
+                "gpu.nvidia.com",
+                "node-a",
+                "gpu-vfio-0",
+                (HardwareKey(KeyKind.PCI, "0000:3b:00.0"),),
+                CHECKPOINT_SOURCE,
+                claim_namespace="virt",
+                claim_name="vm",
+            ),
+        )
+        assert expected == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
+
+
+class TestParseMetadata:
+    def _stream(self, attributes: dict[str, object]) -> str:
+        document = {
+            "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+            "kind": "DeviceMetadata",
+            "requests": [
+                {
+                    "name": "gpu",
+                    "devices": [
+                        {
+                            "driver": "gpu.example.com",
+                            "pool": "p",
+                            "name": "gpu-0",
+                            "attributes": attributes,
+                        }
+                    ],
+                }
+            ],
+        }
+        return json.dumps(document) + "\n"
+
+    def test_claim_from_directory_when_the_object_has_none(self) -> None:
+        """The directory's namespace and claim name stand in for missing object metadata."""
+        text = self._stream({"resource.k8s.io/pciBusID": {"string": "0000:00:01.0"}})
+        expected = (
+            DraDevice(
+                "gpu.example.com",
+                "p",
+                "gpu-0",
+                (HardwareKey(KeyKind.PCI, "0000:00:01.0"),),
+                METADATA_SOURCE,
+                claim_namespace="default",
+                claim_name="my-claim",
+            ),
+        )
+        assert expected == parse_device_metadata(
+            text, claim_namespace="default", claim_name="my-claim"
+        )
+
+    def test_mig_uuid_drops_the_parents_pci_address(self) -> None:
+        """A MIG device's pciBusID is its parent GPU's: only the MIG UUID names it."""
+        text = self._stream(
+            {
+                "uuid": {"string": MIG},
+                "resource.kubernetes.io/pciBusID": {"string": "0000:b1:00.0"},
+            }
+        )
+        (device,) = parse_device_metadata(text, claim_namespace="a", claim_name="b")
+        assert (HardwareKey(KeyKind.MIG_UUID, MIG),) == device.keys
+
+    def test_gpu_uuid_first(self) -> None:
+        """A GPU UUID comes before the PCI address: the more specific key first."""
+        text = self._stream(
+            {
+                "uuid": {"string": GPU_4.lower()},
+                "resource.kubernetes.io/pciBusID": {"string": "0000:b1:00.0"},
+            }
+        )
+        (device,) = parse_device_metadata(text, claim_namespace="a", claim_name="b")
+        expected = (
+            HardwareKey(KeyKind.GPU_UUID, GPU_4),
+            HardwareKey(KeyKind.PCI, "0000:b1:00.0"),
+        )
+        assert expected == device.keys
+
+    def test_no_known_version(self) -> None:
+        """A stream without a v1alpha1 object is refused."""
+        with pytest.raises(ValueError, match="v1alpha1"):
+            parse_device_metadata(
+                '{"apiVersion": "metadata.resource.k8s.io/v9"}',
+                claim_namespace="a",
+                claim_name="b",
+            )
+
+
+class TestParseCdiSpec:
+    def test_env_uuids_and_net_devices(self) -> None:
+        """GPU/MIG UUIDs in env values and annotations, and host interfaces, are keys."""
+        spec = {
+            "cdiVersion": "0.7.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [
+                {
+                    "name": "a",
+                    "annotations": {"example.com/uuid": MIG},
+                    "containerEdits": {
+                        "env": [f"NVIDIA_VISIBLE_DEVICES={GPU_4},{GPU_5}", "OTHER=x"],
+                        "netDevices": [{"hostInterfaceName": "ens1f0v2", "name": "net1"}],
+                    },
+                },
+                {"name": "nothing", "containerEdits": {"env": ["A=b"]}},
+            ],
+        }
+        expected = (
+            (
+                "vendor.example.com/dev=a",
+                (
+                    HardwareKey(KeyKind.GPU_UUID, GPU_4),
+                    HardwareKey(KeyKind.GPU_UUID, GPU_5),
+                    HardwareKey(KeyKind.MIG_UUID, MIG),
+                    HardwareKey(KeyKind.NETDEV, "ens1f0v2"),
+                ),
+            ),
+        )
+        assert expected == parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
+    def test_not_a_mapping(self) -> None:
+        """A YAML list is not a spec."""
+        with pytest.raises(ValueError, match="mapping"):
+            parse_cdi_spec("- a\n- b\n", yaml_format=True)

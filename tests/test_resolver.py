@@ -1,0 +1,73 @@
+"""The resolver: every device-plugin ID shape seen in the wild, to hardware keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.model import HardwareKey, KeyKind, Resolution
+from exporter.resolver import physical_id, resolve_device_id
+
+UUID = "GPU-8f3c1a2b-0000-1111-2222-333344445555"
+MIG = "MIG-1a2b3c4d-0000-1111-2222-333344445555"
+
+
+def key(kind: KeyKind, value: str) -> HardwareKey:
+    return HardwareKey(kind, value)
+
+
+@pytest.mark.parametrize(
+    ("device_id", "expected"),
+    [
+        (UUID, Resolution(UUID, (key(KeyKind.GPU_UUID, UUID),), source="device id")),
+        # A time-slicing/MPS replica is its GPU.
+        (f"{UUID}::3", Resolution(UUID, (key(KeyKind.GPU_UUID, UUID),), source="device id")),
+        (MIG, Resolution(MIG, (key(KeyKind.MIG_UUID, MIG),), source="device id")),
+        (
+            f"MIG-{UUID}/7/0",
+            Resolution(
+                f"MIG-{UUID}/7/0", (key(KeyKind.MIG_PATH, f"{UUID}/7/0"),), source="device id"
+            ),
+        ),
+        ("nvidia0", Resolution("nvidia0", (key(KeyKind.NVIDIA_MINOR, "0"),), source="device id")),
+        (
+            "nvidia1/gi2",
+            Resolution("nvidia1/gi2", (key(KeyKind.NVIDIA_MINOR_GI, "1/2"),), source="device id"),
+        ),
+        # A GKE vGPU share is a share of the whole GPU.
+        (
+            "nvidia0/vgpu1",
+            Resolution("nvidia0/vgpu1", (key(KeyKind.NVIDIA_MINOR, "0"),), source="device id"),
+        ),
+        # PCI addresses in any case resolve to the kernel's lower-case form.
+        (
+            "0000:AF:00.1",
+            Resolution("0000:AF:00.1", (key(KeyKind.PCI, "0000:af:00.1"),), source="device id"),
+        ),
+        ("card1-3", Resolution("card1-3", (key(KeyKind.DRM_CARD, "1"),), source="device id")),
+        ("card0", Resolution("card0", (key(KeyKind.DRM_CARD, "0"),), source="device id")),
+        (
+            "mlx5_0",
+            Resolution(
+                "mlx5_0",
+                (key(KeyKind.NETDEV, "mlx5_0"), key(KeyKind.RDMA, "mlx5_0")),
+                source="device id",
+            ),
+        ),
+        # Opaque IDs (too long for an interface, or with a slash) resolve to nothing.
+        (
+            "vendor.example/opaque-device-id",
+            Resolution("vendor.example/opaque-device-id", (), source="device id"),
+        ),
+        ("", Resolution("", (), source="device id")),
+    ],
+)
+def test_resolve_device_id(device_id: str, expected: Resolution) -> None:
+    assert expected == resolve_device_id(device_id)
+
+
+@pytest.mark.parametrize(
+    ("device_id", "expected"),
+    [("GPU-a::0", "GPU-a"), ("GPU-a", "GPU-a"), ("opaque::id", "opaque::id"), ("::3", "::3")],
+)
+def test_physical_id_strips_only_numeric_replica_suffixes(device_id: str, expected: str) -> None:
+    assert expected == physical_id(device_id)

@@ -1,0 +1,285 @@
+"""The bounded sysfs/procfs readers refuse what would hang, blow up or lie, naming the path."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from exporter.errors import CollectorError
+from exporter.sim.fixtures.pci import write_attribute
+from exporter.sysfs import (
+    GARBAGE,
+    MAX_ATTRIBUTE_BYTES,
+    MAX_COUNTER,
+    MAX_CPUS,
+    UNREADABLE,
+    FileError,
+    GarbageFile,
+    UnreadableFile,
+    is_pci_address,
+    node_dirs,
+    open_regular,
+    parse_cpulist,
+    read_int,
+    read_text,
+    vendor_name,
+)
+
+CAPTURED = Path(__file__).parent / "fixtures" / "captured" / "vm-virtio-2cpu"
+# A hang guard only: a reader that blocks on the FIFO is released and the test fails.
+_HANG_GUARD_S = 30.0
+
+
+def _node_root(sysfs: Path) -> Path:
+    return sysfs / "devices" / "system" / "node"
+
+
+class TestReadText:
+    def test_stripped_contents(self, tmp_path: Path) -> None:
+        """Surrounding whitespace and the newline the kernel appends are dropped."""
+        write_attribute(tmp_path / "name", "  amdgpu\n")
+
+        assert "amdgpu" == read_text(tmp_path / "name")
+
+    def test_missing_file_and_missing_parent_are_none(self, tmp_path: Path) -> None:
+        """An absent file, or a path through a file, is an absent optional attribute."""
+        write_attribute(tmp_path / "file", "1\n")
+
+        expected = (None, None)
+        assert expected == (read_text(tmp_path / "absent"), read_text(tmp_path / "file" / "x"))
+
+    def test_trailing_nul_is_dropped(self, tmp_path: Path) -> None:
+        """A driver that writes its string's NUL terminator still gives the string."""
+        (tmp_path / "name").write_bytes(b"xe\x00\n")
+
+        assert "xe" == read_text(tmp_path / "name")
+
+    def test_binary_contents_are_garbage(self, tmp_path: Path) -> None:
+        """A NUL inside the data (a binary attribute such as ``config``) is refused."""
+        path = tmp_path / "config"
+        path.write_bytes(b"\x86\x80\x00\x0b\xd5\x00")
+
+        with pytest.raises(GarbageFile, match=f"^{path}: binary contents$") as caught:
+            read_text(path)
+        assert GARBAGE == caught.value.label
+
+    def test_undecodable_bytes_are_replaced(self, tmp_path: Path) -> None:
+        """Bytes that are not UTF-8 become U+FFFD rather than an exception."""
+        (tmp_path / "label").write_bytes(b"temp\xff\n")
+
+        assert "temp\ufffd" == read_text(tmp_path / "label")
+
+    def test_huge_file_is_garbage(self, tmp_path: Path) -> None:
+        """A file beyond the cap is refused, not silently cut short."""
+        path = tmp_path / "huge"
+        path.write_bytes(b"1" * (MAX_ATTRIBUTE_BYTES + 1))
+
+        with pytest.raises(GarbageFile, match=f"^{path}: longer than {MAX_ATTRIBUTE_BYTES}"):
+            read_text(path)
+
+    def test_file_at_the_cap_is_read(self, tmp_path: Path) -> None:
+        """A file of exactly the cap is still read whole."""
+        (tmp_path / "big").write_bytes(b"a" * MAX_ATTRIBUTE_BYTES)
+
+        assert "a" * MAX_ATTRIBUTE_BYTES == read_text(tmp_path / "big")
+
+    def test_fifo_is_refused_without_blocking(self, tmp_path: Path) -> None:
+        """A FIFO with no writer is refused at once: a plain open would block forever."""
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+        outcome: list[BaseException | str | None] = []
+
+        def read() -> None:
+            try:
+                outcome.append(read_text(path))
+            except BaseException as error:  # handed to the test thread to assert on
+                outcome.append(error)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(_HANG_GUARD_S)
+        if reader.is_alive():
+            # Release the blocked reader so the test run can end, then fail.
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join()
+            pytest.fail("read_text blocked on a FIFO")
+        [error] = outcome
+        assert isinstance(error, UnreadableFile)
+        assert f"cannot read {path}: not a regular file" == str(error)
+
+    def test_directory_is_unreadable_as_the_os_says(self, tmp_path: Path) -> None:
+        """A directory where an attribute belongs fails as read() would: EISDIR, as cause."""
+        (tmp_path / "hwmon").mkdir()
+
+        with pytest.raises(UnreadableFile) as caught:
+            read_text(tmp_path / "hwmon")
+        assert (f"cannot read {tmp_path / 'hwmon'}: Is a directory", UNREADABLE, True) == (
+            str(caught.value),
+            caught.value.label,
+            isinstance(caught.value.__cause__, IsADirectoryError),
+        )
+
+    def test_symlink_loop_is_unreadable(self, tmp_path: Path) -> None:
+        """A link loop is an unreadable file, not a crash or a hang."""
+        (tmp_path / "a").symlink_to("b")
+        (tmp_path / "b").symlink_to("a")
+
+        with pytest.raises(UnreadableFile, match=f"^cannot read {tmp_path / 'a'}: Too many"):
+            read_text(tmp_path / "a")
+
+    def test_errors_are_collector_errors(self) -> None:
+        """Callers that catch CollectorError keep catching both kinds."""
+        assert issubclass(UnreadableFile, CollectorError)
+        assert issubclass(GarbageFile, FileError)
+
+
+class TestOpenRegular:
+    def test_opens_a_regular_file(self, tmp_path: Path) -> None:
+        """A regular file comes back open for binary reading."""
+        (tmp_path / "stat").write_bytes(b"cpu0 1 2 3 4\n")
+
+        with open_regular(tmp_path / "stat") as handle:
+            assert b"cpu0 1 2 3 4\n" == handle.read()
+
+    def test_missing_file_raises_file_not_found(self, tmp_path: Path) -> None:
+        """Absence is left to the caller to judge: optional or the whole source gone."""
+        with pytest.raises(FileNotFoundError):
+            open_regular(tmp_path / "stat")
+
+
+class TestReadInt:
+    @pytest.mark.parametrize(
+        ("text", "base", "expected"),
+        [
+            ("42\n", 10, 42),
+            ("-1\n", 10, -1),
+            (f"{MAX_COUNTER}\n", 10, MAX_COUNTER),
+            ("0x10DE\n", 16, 0x10DE),
+            ("ff", 16, 255),
+        ],
+    )
+    def test_values(self, tmp_path: Path, text: str, base: int, expected: int) -> None:
+        """Decimal and hex attributes up to 64 bits read as integers."""
+        write_attribute(tmp_path / "value", text)
+
+        assert expected == read_int(tmp_path / "value", base=base)
+
+    @pytest.mark.parametrize(
+        "text",
+        [str(MAX_COUNTER + 1), "1" * 400, "lots", "1_000", "12 kB", "", "0x10"],
+    )
+    def test_garbage_and_overflow_are_refused(self, tmp_path: Path, text: str) -> None:
+        """Garbage and numbers beyond 64 bits (a 400-digit counter) are garbage."""
+        path = tmp_path / "value"
+        write_attribute(path, f"{text}\n")
+
+        with pytest.raises(GarbageFile, match=f"^{path}: not a 64-bit integer: ") as caught:
+            read_int(path)
+        assert GARBAGE == caught.value.label
+
+    def test_missing_is_none(self, tmp_path: Path) -> None:
+        """A missing attribute is None, like read_text."""
+        assert read_int(tmp_path / "value") is None
+
+
+class TestParseCpulist:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("0-3,8,10-11", (0, 1, 2, 3, 8, 10, 11)),
+            ("5", (5,)),
+            ("0-1,64-65\n", (0, 1, 64, 65)),
+            ("10-11,0-1", (0, 1, 10, 11)),
+            ("2-2", (2,)),
+            ("", ()),
+            ("\n", ()),
+            (f"0-{MAX_CPUS - 1}", tuple(range(MAX_CPUS))),
+        ],
+    )
+    def test_ranges_and_single_cpus(self, text: str, expected: tuple[int, ...]) -> None:
+        """Ranges and single CPUs are expanded and sorted; an empty list is no CPUs."""
+        assert expected == parse_cpulist(text)
+
+    @pytest.mark.parametrize("text", ["a", "3-1", "0-", "0,,1", "0-3:2/4", "-1", "0 1"])
+    def test_garbage_raises(self, text: str) -> None:
+        """Anything the kernel would not print is refused."""
+        with pytest.raises(ValueError, match="cpulist range"):
+            parse_cpulist(text)
+
+    @pytest.mark.parametrize(
+        ("text", "message"),
+        [
+            ("0-20000000", "not a cpulist range: '0-20000000'"),
+            ("0-200000", f"CPU 200000 beyond {MAX_CPUS} CPUs"),
+            (",".join([f"0-{MAX_CPUS - 1}"] * 4000), f"more than {MAX_CPUS} CPUs listed"),
+        ],
+    )
+    def test_huge_lists_are_refused_before_expanding(self, text: str, message: str) -> None:
+        """Ranges beyond MAX_CPUS, or repeated until they name more, are refused unexpanded."""
+        with pytest.raises(ValueError, match=message):
+            parse_cpulist(text)
+
+
+class TestNodeDirs:
+    def test_numbered_in_numeric_order(self, tmp_path: Path) -> None:
+        """nodeN directories come by number (node10 after node2); other entries are ignored."""
+        root = _node_root(tmp_path)
+        for name in ("node10", "node2", "node0", "power", "nodefoo"):
+            (root / name).mkdir(parents=True)
+        write_attribute(root / "online", "0,2,10\n")
+
+        expected = ((0, root / "node0"), (2, root / "node2"), (10, root / "node10"))
+        assert expected == node_dirs(tmp_path)
+
+    def test_captured_vm_has_one_node(self) -> None:
+        """The captured 2-vCPU VM has node0 only."""
+        expected = ((0, _node_root(CAPTURED / "sys") / "node0"),)
+        assert expected == node_dirs(CAPTURED / "sys")
+
+    def test_non_numa_kernel_has_none(self, tmp_path: Path) -> None:
+        """Without devices/system/node there are no nodes."""
+        assert () == node_dirs(tmp_path)
+
+    def test_unlistable_node_root_names_the_path(self, tmp_path: Path) -> None:
+        """A node root that is a link loop fails with its path."""
+        system = tmp_path / "devices" / "system"
+        system.mkdir(parents=True)
+        (system / "node").symlink_to("node")
+
+        with pytest.raises(CollectorError, match=f"cannot list {system / 'node'}"):
+            node_dirs(tmp_path)
+
+
+class TestNames:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("0000:af:00.1", True),
+            ("0000:AF:00.1", False),
+            ("af:00.1", False),
+            ("0000:af:00.8", False),
+            ("card0-0", False),
+        ],
+    )
+    def test_pci_address(self, text: str, expected: bool) -> None:
+        """Only the kernel's lower-case, domain-qualified form is a PCI address."""
+        assert expected == is_pci_address(text)
+
+    @pytest.mark.parametrize(
+        ("vendor_id", "expected"),
+        [
+            ("0x10de", "nvidia"),
+            ("0x1002\n", "amd"),
+            ("0x8086", "intel"),
+            ("0x15B3", "mellanox"),
+            ("0x1a03", "0x1a03"),
+            ("", None),
+            (None, None),
+        ],
+    )
+    def test_vendor_name(self, vendor_id: str | None, expected: str | None) -> None:
+        """Known vendors by name, others by their lower-case hex ID, unknown as None."""
+        assert expected == vendor_name(vendor_id)
