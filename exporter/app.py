@@ -47,6 +47,7 @@ def collector_context(config: Config) -> CollectorContext:
         procfs=config.procfs,
         kubelet_plugins=config.kubelet_plugins,
         cdi=config.cdi,
+        pod_logs=config.pod_logs,
     )
 
 
@@ -95,14 +96,19 @@ def demo_collectors(
     config: Config, node: SimulatedNode, *, clock: Callable[[], float] = time.monotonic
 ) -> list[Collector]:
     """The enabled collectors, with the simulated GPUs (on ``clock``) standing in for NVML."""
+    from exporter.collectors.gpu_processes import GpuProcessesCollector
     from exporter.collectors.nvml import NvmlCollector
     from exporter.sim.gpus import SimulatedNvmlSource
 
     context = collector_context(config)
-    collectors = build_collectors([n for n in config.collectors if n != "nvml"], context)
+    nvml_users = ("nvml", "gpu_processes")
+    collectors = build_collectors([n for n in config.collectors if n not in nvml_users], context)
     if "nvml" in config.collectors:
         source = SimulatedNvmlSource(node.scenario.hardware, clock=clock)
         collectors.insert(0, NvmlCollector(context, source=source))
+    if "gpu_processes" in config.collectors:
+        source = SimulatedNvmlSource(node.scenario.hardware, clock=clock)
+        collectors.append(GpuProcessesCollector(context, source=source))
     return collectors
 
 
@@ -134,6 +140,9 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
             procfs=sim_node.procfs,
             kubelet_plugins=sim_node.kubelet_plugins,
             cdi=(sim_node.cdi,),
+            pod_logs=sim_node.pod_logs,
+            # The demo shows per-process attribution, which is off by default elsewhere.
+            collectors=tuple(dict.fromkeys((*config.collectors, "gpu_processes"))),
         )
         collectors = demo_collectors(config, sim_node)
 

@@ -55,6 +55,7 @@ class Config:
     log_level: str
     log_format: str
     demo: bool
+    pod_logs: Path = Path("/var/log/pods")
 
     def as_log_fields(self) -> dict[str, Any]:
         """The effective configuration, for the start-up log line."""
@@ -71,6 +72,7 @@ class Config:
             "procfs": str(self.procfs),
             "kubelet_plugins": str(self.kubelet_plugins),
             "cdi": [str(p) for p in self.cdi],
+            "pod_logs": str(self.pod_logs),
             "collectors": list(self.collectors),
             "node_name": self.node_name,
             "demo": self.demo,
@@ -220,6 +222,14 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         metavar="PATHS",
         dest="cdi",
     )
+    add(
+        "--path.pod-logs",
+        help="the kubelet's pod-log directory: pod UID -> namespace/pod/container, for "
+        "--collector.gpu_processes",
+        default="/var/log/pods",
+        metavar="PATH",
+        dest="pod_logs",
+    )
     for registration in registrations():
         state = "on" if registration.enabled_by_default else "off"
         add(
@@ -327,6 +337,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         log_level=args.log_level,
         log_format=args.log_format,
         demo=args.demo,
+        pod_logs=Path(args.pod_logs),
     )
 
 

@@ -11,9 +11,11 @@ from exporter.model import (
     ContainerView,
     DeviceReading,
     DeviceView,
+    GpuDeviceProcesses,
     MemoryBlock,
     PodView,
     Snapshot,
+    ViewedProcess,
     numa_label,
 )
 
@@ -22,6 +24,8 @@ __all__ = ["FILTER_KEYS", "Filters", "render_json", "render_text"]
 FILTER_KEYS = ("namespace", "pod", "container", "resource", "device")
 
 JSON = dict[str, Any]
+# (resource, device_id) of every view of a device -> its attributed processes.
+_ProcessIndex = Mapping[tuple[str, str], GpuDeviceProcesses]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +105,8 @@ def _hardware(device: DeviceView) -> JSON:
     }
 
 
-def _device(device: DeviceView) -> JSON:
-    return {
+def _device(device: DeviceView, processes: _ProcessIndex | None = None) -> JSON:
+    found: JSON = {
         "resource": device.resource,
         "device_id": device.device_id,
         "numa_nodes": list(device.numa_nodes),
@@ -110,6 +114,39 @@ def _device(device: DeviceView) -> JSON:
         "hardware": _hardware(device),
         "telemetry": _telemetry(device.reading),
     }
+    # Only for devices whose processes were listed: a NIC has none to speak of.
+    listed = processes.get((device.resource, device.device_id)) if processes else None
+    if listed is not None:
+        found["processes"] = _processes(listed)
+    return found
+
+
+def _processes(device: GpuDeviceProcesses) -> list[JSON]:
+    """Each process on the device: PID, owner ("host" for no pod), memory, utilization."""
+    return [
+        {
+            "pid": viewed.process.pid,
+            "owner": _process_owner(viewed),
+            "kind": str(viewed.kind),
+            "memory_used_bytes": viewed.process.memory_used_bytes,
+            "sm_utilization_ratio": viewed.process.sm_utilization_ratio,
+        }
+        for viewed in device.processes
+    ]
+
+
+def _process_owner(viewed: ViewedProcess) -> str:
+    owner = viewed.owner
+    if owner.pod:
+        return "/".join((owner.namespace, owner.pod, owner.container))
+    origin = viewed.process.origin
+    return "host" if origin.pod_uid is None else f"unknown pod {origin.pod_uid or '?'}"
+
+
+def _process_index(snapshot: Snapshot) -> _ProcessIndex | None:
+    if snapshot.gpu_processes is None:
+        return None
+    return {view: device for device in snapshot.gpu_processes for view in device.views}
 
 
 def _claim_device_views(container: ContainerView) -> dict[tuple[str, str, str, str], DeviceView]:
@@ -128,11 +165,11 @@ def _memory(block: MemoryBlock) -> JSON:
     }
 
 
-def _container(container: ContainerView) -> JSON:
+def _container(container: ContainerView, processes: _ProcessIndex | None = None) -> JSON:
     claimed = _claim_device_views(container)
     return {
         "name": container.owner.container,
-        "devices": [_device(d) for d in container.devices],
+        "devices": [_device(d, processes) for d in container.devices],
         "cpu_ids": list(container.cpu_ids),
         "memory": [_memory(b) for b in container.memory],
         "dynamic_resources": [
@@ -149,7 +186,8 @@ def _container(container: ContainerView) -> JSON:
                         **_claim_device_detail(
                             claimed.get(
                                 (claim.claim_namespace, claim.claim_name, d.driver, d.device)
-                            )
+                            ),
+                            processes,
                         ),
                     }
                     for d in claim.devices
@@ -162,14 +200,18 @@ def _container(container: ContainerView) -> JSON:
     }
 
 
-def _claim_device_detail(view: DeviceView | None) -> JSON:
+def _claim_device_detail(view: DeviceView | None, processes: _ProcessIndex | None) -> JSON:
     if view is None:
         return {}
-    return {"hardware": _hardware(view), "telemetry": _telemetry(view.reading)}
+    detail: JSON = {"hardware": _hardware(view), "telemetry": _telemetry(view.reading)}
+    listed = processes.get((view.resource, view.device_id)) if processes else None
+    if listed is not None:
+        detail["processes"] = _processes(listed)
+    return detail
 
 
-def _pod(pod: PodView, filters: Filters) -> JSON | None:
-    containers = [_container(c) for c in pod.containers if filters.keeps_container(c)]
+def _pod(pod: PodView, filters: Filters, processes: _ProcessIndex | None = None) -> JSON | None:
+    containers = [_container(c, processes) for c in pod.containers if filters.keeps_container(c)]
     if not containers:
         return None
     return {
@@ -185,9 +227,14 @@ def render_json(
     snapshot: Snapshot, *, filters: Filters, now: float, source: str = "snapshot"
 ) -> JSON:
     """The snapshot as on-call reads it, always with its age."""
-    pods = [p for p in (_pod(pod, filters) for pod in snapshot.pods if filters.keeps_pod(pod)) if p]
+    processes = _process_index(snapshot)
+    pods = [
+        p
+        for p in (_pod(pod, filters, processes) for pod in snapshot.pods if filters.keeps_pod(pod))
+        if p
+    ]
     allocatable = snapshot.allocatable
-    return {
+    found = {
         "node": snapshot.node,
         "source": source,
         "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
@@ -222,6 +269,43 @@ def render_json(
         ],
         "pods": pods,
     }
+    if snapshot.gpu_processes is not None:
+        # Every device with processes, the unallocated ones no pod above shows included.
+        found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters)
+    return found
+
+
+def _gpu_processes(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> list[JSON]:
+    return [
+        {
+            "resource": device.resource,
+            "device_id": device.device_id,
+            "holders": ["/".join((h.namespace, h.pod, h.container)) for h in device.holders],
+            "foreign": dict(device.foreign),
+            "processes": _processes(device),
+        }
+        for device in devices
+        if device.processes and _keeps_processes(device, filters)
+    ]
+
+
+def _keeps_processes(device: GpuDeviceProcesses, filters: Filters) -> bool:
+    """A device is kept when it matches the device filters and, with owner filters, one
+    of its holders or process owners matches them."""
+    if filters.resource is not None and device.resource != filters.resource:
+        return False
+    if filters.device is not None and filters.device not in (
+        device.device_id,
+        *(view[1] for view in device.views),
+    ):
+        return False
+    owners = (*device.holders, *(p.owner for p in device.processes))
+    return any(
+        (filters.namespace is None or o.namespace == filters.namespace)
+        and (filters.pod is None or o.pod == filters.pod)
+        and (filters.container is None or o.container == filters.container)
+        for o in owners
+    ) or (filters.namespace is None and filters.pod is None and filters.container is None)
 
 
 def _cpu_ranges(cpus: tuple[int, ...]) -> str:
@@ -299,4 +383,32 @@ def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
         else "none: no kubelet data yet"
     )
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
-    return f"# node {snapshot.node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
+    text = f"# node {snapshot.node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
+    if snapshot.gpu_processes is not None:
+        text += _process_table(snapshot.gpu_processes, filters)
+    return text
+
+
+def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> str:
+    """One line per GPU process: which device, whose, how much."""
+    rows: list[tuple[str, ...]] = [("DEVICE", "PID", "OWNER", "KIND", "MEMORY_MIB", "SM")]
+    for entry in _gpu_processes(devices, filters):
+        for p in entry["processes"]:
+            memory = p["memory_used_bytes"]
+            ratio = p["sm_utilization_ratio"]
+            rows.append(
+                (
+                    entry["device_id"],
+                    str(p["pid"]),
+                    p["owner"],
+                    p["kind"],
+                    "-" if memory is None else str(memory // (1024 * 1024)),
+                    "-" if ratio is None else f"{ratio:.2f}",
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    return "# GPU processes\n" + "\n".join(lines) + "\n"

@@ -41,6 +41,7 @@ from exporter.model import (
     Snapshot,
     numa_label,
 )
+from exporter.process_metrics import process_families
 
 __all__ = [
     "OPENMETRICS_CONTENT_TYPE",
@@ -382,6 +383,7 @@ class _SnapshotCollector(Collector):
         yield from _inventory_families(self._snapshot)
         yield from _container_families(self._snapshot)
         yield from _telemetry_families(self._snapshot)
+        yield from process_families(self._snapshot)
 
 
 def render(snapshot: Snapshot) -> Exposition:

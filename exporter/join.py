@@ -36,6 +36,7 @@ from exporter.model import (
     ContainerView,
     CpuTimes,
     DeviceIdentity,
+    DeviceProcesses,
     DeviceReading,
     DeviceView,
     DraState,
@@ -53,6 +54,7 @@ from exporter.model import (
     Snapshot,
     numa_label,
 )
+from exporter.processes import attribute_processes
 from exporter.resolver import resolve_claim_device, resolve_device_id
 
 __all__ = [
@@ -75,6 +77,8 @@ class MergedReadings:
     pci: Mapping[str, PciDevice]
     cpu_times: Mapping[int, CpuTimes]
     node_samples: tuple[Sample, ...]
+    # GPU processes by device key; None when no collector lists them.
+    gpu_processes: Mapping[HardwareKey, DeviceProcesses] | None = None
 
 
 def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
@@ -84,8 +88,12 @@ def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
     pci: dict[str, PciDevice] = {}
     cpu_times: dict[int, CpuTimes] = {}
     node_samples: list[Sample] = []
+    gpu_processes: dict[HardwareKey, DeviceProcesses] | None = None
     for run in runs:
         readings = run.readings
+        if readings.gpu_processes is not None:
+            gpu_processes = gpu_processes or {}
+            gpu_processes.update((listed.key, listed) for listed in readings.gpu_processes)
         for reading in readings.devices:
             for key in dict.fromkeys(reading.keys):
                 by_key[key].append(reading)
@@ -102,6 +110,7 @@ def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
         pci,
         cpu_times,
         tuple(node_samples),
+        gpu_processes,
     )
 
 
@@ -481,13 +490,15 @@ def join_snapshot(
         ]
     )
 
+    devices = (*allocated, *claimed, *sorted(unallocated, key=_device_key), *discovered)
+    listed = matcher.readings.gpu_processes
     return Snapshot(
         node=node,
         collected_at=collected_at,
         kubelet=kubelet,
         allocatable=allocatable,
         pods=pod_views,
-        devices=(*allocated, *claimed, *sorted(unallocated, key=_device_key), *discovered),
+        devices=devices,
         allocatable_devices=_counts(allocatable_devices),
         allocated_devices=_counts(allocated_devices),
         allocatable_cpus=_counts({(k,): v for k, v in allocatable_cpus.items()}),
@@ -498,12 +509,13 @@ def join_snapshot(
         node_samples=matcher.readings.node_samples,
         cpu_numa=tuple(sorted(cpu_numa.items())),
         dra=dra,
+        gpu_processes=None if listed is None else attribute_processes(devices, listed),
     )
 
 
 def join_fresh_pod(snapshot: Snapshot, pod: PodResources, *, collected_at: float) -> Snapshot:
     """One pod as ``Get`` just returned it, joined with the snapshot's readings."""
-    return join_snapshot(
+    fresh = join_snapshot(
         node=snapshot.node,
         collected_at=collected_at,
         kubelet=snapshot.kubelet,
@@ -513,6 +525,9 @@ def join_fresh_pod(snapshot: Snapshot, pod: PodResources, *, collected_at: float
         dra=snapshot.dra,
         collector_runs=snapshot.collectors,
     )
+    # Processes were attributed knowing every pod; with one pod alone, the other holders
+    # of a shared GPU would look like foreign pods.
+    return replace(fresh, gpu_processes=snapshot.gpu_processes)
 
 
 def _device_key(device: DeviceView) -> tuple[str, str]:

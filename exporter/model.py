@@ -29,11 +29,15 @@ __all__ = [
     "CpuTimes",
     "DeviceGroup",
     "DeviceIdentity",
+    "DeviceProcesses",
     "DeviceReading",
     "DeviceView",
     "DraDevice",
     "DraState",
     "DynamicResource",
+    "GpuDeviceProcesses",
+    "GpuProcess",
+    "GpuProcessUse",
     "HardwareKey",
     "KeyKind",
     "KubeletStatus",
@@ -45,10 +49,13 @@ __all__ = [
     "PciDevice",
     "PodResources",
     "PodView",
+    "ProcessKind",
+    "ProcessOrigin",
     "Readings",
     "Resolution",
     "Sample",
     "Snapshot",
+    "ViewedProcess",
     "numa_label",
 ]
 
@@ -267,6 +274,51 @@ class CollectorIssue:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessOrigin:
+    """Where a GPU process runs, from ``/proc/<pid>/cgroup`` and the kubelet's pod-log dir.
+
+    ``pod_uid`` is None for a host process (its cgroup is no pod's), "" for a pod's
+    cgroup whose path does not say which pod. ``namespace`` and
+    ``pod`` are "" where no pod-log directory names the UID; ``container`` is "" where
+    the directory does not say which of the pod's containers has ``container_id``.
+    """
+
+    pod_uid: str | None = None
+    container_id: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One process NVML lists on a GPU or MIG device.
+
+    ``memory_used_bytes`` is None where NVML does not say (MIG without privileges);
+    ``sm_utilization_ratio`` is the mean of NVML's samples since the previous poll, 0
+    for a listed process without samples, None where the device gives none.
+    ``command`` is ``/proc/<pid>/comm`` ("" where unread): it tells an MPS server apart.
+    """
+
+    pid: int
+    origin: ProcessOrigin
+    memory_used_bytes: int | None = None
+    sm_utilization_ratio: float | None = None
+    command: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProcesses:
+    """The processes of one device, under the hardware key it is reported by
+    (``gpu_uuid`` or ``mig_uuid``); ``utilization_supported`` is False where the
+    device answers no per-process samples, so absent figures are not read as idle."""
+
+    key: HardwareKey
+    processes: tuple[GpuProcess, ...] = ()
+    utilization_supported: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Readings:
     """Everything one collector read in one poll, and the reads that failed."""
 
@@ -278,6 +330,8 @@ class Readings:
     # Node-level samples (NUMA memory): their labels are entirely the spec's own.
     node_samples: tuple[Sample, ...] = ()
     issues: tuple[CollectorIssue, ...] = ()
+    # None from collectors that do not list GPU processes; () when none run.
+    gpu_processes: tuple[DeviceProcesses, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +428,63 @@ class ContainerView:
     claim_devices: tuple[DeviceView, ...] = ()  # devices of its DRA claims
 
 
+class ProcessKind(enum.StrEnum):
+    """Whose a process on a device is, from the device's point of view."""
+
+    HOLDER = "holder"  # a container the device is allocated to
+    OTHER_POD = "other_pod"  # a container that does not hold the device
+    HOST = "host"  # no pod
+    UNKNOWN_POD = "unknown_pod"  # a pod's cgroup, but no pod-log dir names it
+    # The MPS server that runs the holders' MPS clients: sharing machinery, not a user.
+    MPS_SERVER = "mps_server"
+
+
+@dataclass(frozen=True, slots=True)
+class ViewedProcess:
+    """A GPU process as the join sees it: ``owner`` is the holder it is counted for,
+    the other pod's container, or ``UNALLOCATED`` (host, unknown pod)."""
+
+    process: GpuProcess
+    kind: ProcessKind
+    owner: Owner
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcessUse:
+    """One container's processes on one device, summed: a series of each figure.
+
+    ``resource``/``device_id`` are the holder's own view of the device (its replica
+    ID on a shared GPU); a non-holder's use is shown under the physical device.
+    A figure is None where no process of the container has it.
+    """
+
+    owner: Owner
+    resource: str
+    device_id: str
+    memory_used_bytes: int | None
+    sm_utilization_ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDeviceProcesses:
+    """The processes of one physical device (a GPU or MIG device), attributed.
+
+    ``resource``/``device_id`` name the physical device (a replica's ID without
+    ``::n``); ``views`` are every (resource, device_id) the kubelet knows it by.
+    ``foreign`` counts per kind: ``other_pod`` and ``host`` on a held device,
+    ``unallocated_device`` (every process) on a device no container holds.
+    """
+
+    resource: str
+    device_id: str
+    views: tuple[tuple[str, str], ...]
+    holders: tuple[Owner, ...]
+    processes: tuple[ViewedProcess, ...]
+    uses: tuple[GpuProcessUse, ...]
+    foreign: tuple[tuple[str, int], ...]
+    utilization_supported: bool
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
@@ -421,3 +532,5 @@ class Snapshot:
     dra: DraState = field(default_factory=DraState)  # what DRA driver files said
     poll_duration_seconds: float = 0.0
     kubelet_requests: KubeletRequestStats = field(default_factory=KubeletRequestStats)
+    # Per-process GPU use; None when the gpu_processes collector is off.
+    gpu_processes: tuple[GpuDeviceProcesses, ...] | None = None

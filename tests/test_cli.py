@@ -155,3 +155,24 @@ def test_help_documents_every_flag_and_variable() -> None:
     missing = [f for f in flags if f not in help_text]
     assert missing == []
     assert env_name("--kubelet.socket") in help_text
+
+
+def test_gpu_processes_is_opt_in_with_its_pod_log_path() -> None:
+    """gpu_processes is off unless asked for; --path.pod-logs defaults to the kubelet's
+    /var/log/pods and reads its environment variable; --help says what it needs."""
+    default = parse_config([], {})
+    chosen = parse_config(
+        ["--collector.gpu_processes"], {"PODRESOURCES_EXPORTER_PATH_POD_LOGS": "/host/var/log/pods"}
+    )
+    assert (False, Path("/var/log/pods"), True, Path("/host/var/log/pods")) == (
+        "gpu_processes" in default.collectors,
+        default.pod_logs,
+        "gpu_processes" in chosen.collectors,
+        chosen.pod_logs,
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "--help"], capture_output=True, text=True, timeout=60
+    )
+    help_text = " ".join(result.stdout.split())
+    assert "hostPID: true" in help_text
+    assert env_name("--path.pod-logs") in help_text

@@ -34,6 +34,7 @@ async def test_demo_exposition_matches_golden(sim_node: SimulatedNode) -> None:
             *sim_node.exporter_flags(),
             "--node-name",
             "demo-node",
+            "--collector.gpu_processes",  # as --demo turns it on
         ],
         {},
     )

@@ -15,7 +15,18 @@ from exporter.collectors.base import Collector, CollectorContext, Registration
 __all__ = ["MODULES", "build_collectors", "registrations"]
 
 # The order collectors run and are reported in.
-MODULES = ("nvml", "pci", "netdev", "infiniband", "drm", "cpu", "numa", "topology", "dra")
+MODULES = (
+    "nvml",
+    "pci",
+    "netdev",
+    "infiniband",
+    "drm",
+    "cpu",
+    "numa",
+    "topology",
+    "dra",
+    "gpu_processes",
+)
 
 
 def registrations() -> tuple[Registration, ...]:

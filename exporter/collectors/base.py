@@ -53,6 +53,7 @@ class CollectorContext:
     procfs: Path = Path("/proc")
     kubelet_plugins: Path = Path("/var/lib/kubelet/plugins")
     cdi: tuple[Path, ...] = (Path("/var/run/cdi"), Path("/etc/cdi"))
+    pod_logs: Path = Path("/var/log/pods")  # the kubelet's, for PID -> pod (gpu_processes)
 
 
 def issue(error: str, detail: str) -> CollectorIssue:

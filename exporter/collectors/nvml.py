@@ -67,6 +67,8 @@ __all__ = [
     "NvmlError",
     "NvmlHandle",
     "NvmlMemory",
+    "NvmlProcess",
+    "NvmlProcessSample",
     "NvmlSource",
     "PynvmlSource",
 ]
@@ -108,6 +110,23 @@ class NvmlMemory:
     used_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class NvmlProcess:
+    """A running process as NVML lists it; memory None where NVML cannot say."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlProcessSample:
+    """One per-process utilization sample; ``timestamp_us`` is NVML's CPU timestamp."""
+
+    pid: int
+    timestamp_us: int
+    sm_percent: int
+
+
 class NvmlSource(Protocol):
     """The NVML calls the collector makes, in NVML's units; each raises ``NvmlError``."""
 
@@ -132,6 +151,14 @@ class NvmlSource(Protocol):
     def temperature_celsius(self, handle: NvmlHandle) -> int: ...
     def sm_clock_mhz(self, handle: NvmlHandle) -> int: ...
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int: ...  # volatile
+    def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
+    def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
+    # Clients of an MPS server (its own process is among the compute processes).
+    def mps_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
+    # Samples newer than ``since_us`` (0: all NVML still holds); () when there are none.
+    def process_utilization(
+        self, handle: NvmlHandle, since_us: int
+    ) -> tuple[NvmlProcessSample, ...]: ...
 
 
 # --- The real library -----------------------------------------------------------------
@@ -153,6 +180,16 @@ class PynvmlSource(NvmlSource):
         # Newer APIs first; fall back once when the driver predates them.
         self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
+        # Running-process list versions, newest first; older ones drop out on
+        # FUNCTION_NOT_FOUND (a driver that predates them).
+        self._process_versions: dict[str, list[str]] = {
+            kind: [
+                f"nvmlDevice{kind}RunningProcesses{suffix}"
+                for suffix in ("_v3", "_v2")
+                if hasattr(pynvml, f"nvmlDevice{kind}RunningProcesses{suffix}")
+            ]
+            for kind in ("GetCompute", "GetGraphics", "GetMPSCompute")
+        }
 
     def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call pynvml; its NVMLError becomes NvmlError, named as in nvml.h."""
@@ -268,6 +305,53 @@ class PynvmlSource(NvmlSource):
                 nvml_type,
                 self._pynvml.NVML_VOLATILE_ECC,
             )
+        )
+
+    def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        return self._processes("GetCompute", handle)
+
+    def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        return self._processes("GetGraphics", handle)
+
+    def mps_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        return self._processes("GetMPSCompute", handle)
+
+    def _processes(self, kind: str, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        versions = self._process_versions[kind]
+        while versions:
+            try:
+                found = self._call(getattr(self._pynvml, versions[0]), handle)
+            except NvmlError as error:
+                if error.error_name != FUNCTION_NOT_FOUND or len(versions) == 1:
+                    raise
+                versions.pop(0)
+                continue
+            # pynvml turns NVML_VALUE_NOT_AVAILABLE into None already.
+            return tuple(
+                NvmlProcess(
+                    pid=int(p.pid),
+                    used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+                )
+                for p in found
+            )
+        raise NvmlError(FUNCTION_NOT_FOUND)
+
+    def process_utilization(
+        self, handle: NvmlHandle, since_us: int
+    ) -> tuple[NvmlProcessSample, ...]:
+        try:
+            found = self._call(self._pynvml.nvmlDeviceGetProcessUtilization, handle, since_us)
+        except NvmlError as error:
+            # NOT_FOUND: no sample since ``since_us``. pynvml raises even for SUCCESS,
+            # which NVML answers to the size query when it has nothing to report.
+            if error.error_name == NOT_FOUND or error.code == 0:
+                return ()
+            raise
+        return tuple(
+            NvmlProcessSample(
+                pid=int(s.pid), timestamp_us=int(s.timeStamp), sm_percent=int(s.smUtil)
+            )
+            for s in found
         )
 
 

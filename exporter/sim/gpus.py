@@ -12,7 +12,11 @@ fixed clock gives a fixed exposition:
 - temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle.
 
 Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization,
-and its MIG devices answer only identity and memory.
+and its MIG devices answer only identity, memory and their process lists.
+
+Processes (``SimHardware.gpu_processes``) are listed on their device as compute
+processes; each whole-GPU process has one utilization sample per poll, stamped with
+the clock (in NVML's microseconds), so a poll at the same clock sees none new.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.collectors.nvml import EccErrorType, NvmlError, NvmlHandle, NvmlMemory, NvmlSource
+from exporter.collectors.nvml import (
+    EccErrorType,
+    NvmlError,
+    NvmlHandle,
+    NvmlMemory,
+    NvmlProcess,
+    NvmlProcessSample,
+    NvmlSource,
+)
 from exporter.sim.hardware import SimGpu, SimHardware, SimMigDevice
 
 __all__ = ["MAX_MIG_DEVICES", "SimulatedNvmlSource"]
@@ -45,6 +57,7 @@ class SimulatedNvmlSource(NvmlSource):
 
     def __init__(self, hardware: SimHardware, *, clock: Callable[[], float]) -> None:
         self._gpus = hardware.gpus
+        self._processes = hardware.gpu_processes
         self._clock = clock
         self._initialized = False
 
@@ -128,6 +141,35 @@ class SimulatedNvmlSource(NvmlSource):
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
         _whole(handle)
         return 0
+
+    def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        uuid = self.uuid(handle)
+        return tuple(
+            NvmlProcess(p.pid, p.memory_used_bytes)
+            for p in self._processes
+            if p.device_uuid == uuid
+        )
+
+    def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        _unwrap(handle)
+        return ()
+
+    def mps_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        _unwrap(handle)
+        return ()
+
+    def process_utilization(
+        self, handle: NvmlHandle, since_us: int
+    ) -> tuple[NvmlProcessSample, ...]:
+        gpu = _whole(handle)  # MIG devices give no per-process samples
+        now_us = round((DRIVER_UPTIME_AT_ZERO_S + max(self._clock(), 0.0)) * 1e6)
+        if now_us <= since_us:
+            return ()
+        return tuple(
+            NvmlProcessSample(p.pid, now_us, p.sm_percent)
+            for p in self._processes
+            if p.device_uuid == gpu.uuid
+        )
 
     def _percent(self, gpu: SimGpu) -> int:
         phase = 2 * math.pi * (self._clock() / WOBBLE_PERIOD_S + gpu.index / 4)

@@ -8,6 +8,7 @@ time is a pure function of the description and a tick, so tests can predict it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 __all__ = [
@@ -16,10 +17,12 @@ __all__ = [
     "VIRTIO_NIC_ADDRESS",
     "SimDrmGpu",
     "SimGpu",
+    "SimGpuProcess",
     "SimHardware",
     "SimMigDevice",
     "SimNic",
     "SimNumaNode",
+    "SimPodContainer",
     "SimRdmaDevice",
     "demo_hardware",
 ]
@@ -106,12 +109,41 @@ class SimRdmaDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class SimPodContainer:
+    """The container a simulated process runs in, and the cgroup layout of its node.
+
+    ``layout`` picks how ``/proc/<pid>/cgroup`` reads (``exporter.sim.fixtures.processes``):
+    cgroup v1 or v2, systemd or cgroupfs driver, containerd or CRI-O naming.
+    """
+
+    namespace: str
+    pod: str
+    uid: str
+    container: str
+    container_id: str  # 64 hex digits
+    qos: str  # "guaranteed", "burstable" or "besteffort"
+    layout: str  # "v1-cgroupfs-containerd", "v2-systemd-crio", ...
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpuProcess:
+    """A process on a GPU or MIG device (``device_uuid``); no ``container``: the host's."""
+
+    pid: int
+    device_uuid: str
+    memory_used_bytes: int
+    sm_percent: int  # per-process SM utilization NVML samples (not on MIG devices)
+    container: SimPodContainer | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SimHardware:
     numa_nodes: tuple[SimNumaNode, ...]
     gpus: tuple[SimGpu, ...] = ()
     drm_gpus: tuple[SimDrmGpu, ...] = ()
     nics: tuple[SimNic, ...] = ()
     rdma_devices: tuple[SimRdmaDevice, ...] = ()
+    gpu_processes: tuple[SimGpuProcess, ...] = ()
 
     @property
     def cpus(self) -> tuple[int, ...]:
@@ -122,13 +154,84 @@ def _uuid(prefix: str, n: int) -> str:
     return f"{prefix}-{n:08x}-5e1f-4c2a-9d3b-{n:012x}"
 
 
+def _container_id(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def _demo_processes(gpus: tuple[SimGpu, ...]) -> tuple[SimGpuProcess, ...]:
+    """Who runs what on the demo's GPUs, each container on a different cgroup layout.
+
+    GPU 3 is shared by two notebooks, each with its own share; GPU 1, held by the
+    trainer, carries a leftover process of the embedder pod; GPU 4, allocated to
+    nobody, is busy with a host process.
+    """
+
+    def container(
+        namespace: str, pod: str, name: str, n: int, *, qos: str, layout: str
+    ) -> SimPodContainer:
+        uid = f"{n:08x}-7a1c-4e0b-9f3d-{n:012x}"
+        return SimPodContainer(
+            namespace, pod, uid, name, _container_id(f"{pod}/{name}"), qos, layout
+        )
+
+    trainer = container(
+        "ml-training",
+        "trainer-0",
+        "trainer",
+        0xA1,
+        qos="guaranteed",
+        layout="v1-cgroupfs-containerd",
+    )
+    llm = container(
+        "ml-inference",
+        "llm-server-7d9f8",
+        "server",
+        0xA2,
+        qos="guaranteed",
+        layout="v2-cgroupfs-crio",
+    )
+    embedder = container(
+        "ml-inference",
+        "embedder-0",
+        "embedder",
+        0xA3,
+        qos="guaranteed",
+        layout="v1-systemd-containerd",
+    )
+    alice = container(
+        "notebooks",
+        "jupyter-alice",
+        "notebook",
+        0xA4,
+        qos="besteffort",
+        layout="v2-systemd-containerd",
+    )
+    bob = container(
+        "notebooks", "jupyter-bob", "notebook", 0xA5, qos="burstable", layout="v2-systemd-crio"
+    )
+    dra = container(
+        "dra-demo", "llm-gpus-0", "main", 0xA6, qos="guaranteed", layout="v2-systemd-containerd"
+    )
+    gpu0, gpu1, mig_gpu, shared, dra_gpu, free = gpus
+    return (
+        SimGpuProcess(3101, gpu0.uuid, 60 * GIB, 85, trainer),
+        SimGpuProcess(3377, gpu1.uuid, 2 * GIB, 0, embedder),
+        SimGpuProcess(4242, mig_gpu.mig_devices[0].uuid, 30 * GIB, 0, llm),
+        SimGpuProcess(5150, shared.uuid, 12 * GIB, 25, alice),
+        SimGpuProcess(5151, shared.uuid, 6 * GIB, 15, bob),
+        SimGpuProcess(7001, free.uuid, 8 * GIB, 30),
+        SimGpuProcess(8080, dra_gpu.uuid, 40 * GIB, 70, dra),
+    )
+
+
 def demo_hardware() -> SimHardware:
     """A realistic two-socket GPU node.
 
     NUMA 0: CPUs 0-31, GPUs 0 and 1, Mellanox PF 0 with 4 VFs, mlx5_0, a virtio NIC
     (eth1, as a KVM guest sees one).
     NUMA 1: CPUs 32-63, GPU 2 (MIG: three instances), GPU 3 (time-sliced by the
-    scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU.
+    scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU, GPU 6
+    (allocated to nobody, busy with a host process: "free but busy").
     DRA (``exporter.sim.dra``): GPU 4 (NUMA 0), GPU 5 (NUMA 1, one MIG device) and AMD
     card 3 (NUMA 1).
     """
@@ -185,7 +288,24 @@ def demo_hardware() -> SimHardware:
         SimDrmGpu(2, "i915", "0000:e9:00.0", "0x8086", "0x0bd5", 1, 64 * GIB, 0.3),
         *_dra_drm_gpus(),
     )
-    return SimHardware(numa_nodes, gpus + _dra_gpus(), drm, tuple(nics), rdma)
+    free = _free_gpu()
+    dra_gpus = _dra_gpus()
+    processes = _demo_processes((*gpus, dra_gpus[0], free))
+    return SimHardware(numa_nodes, gpus + dra_gpus + (free,), drm, tuple(nics), rdma, processes)
+
+
+def _free_gpu() -> SimGpu:
+    """GPU 6: advertised by the device plugin, allocated to nobody, yet busy."""
+    return SimGpu(
+        index=6,
+        uuid=_uuid("GPU", 0x106),
+        pci_address="0000:da:00.0",
+        model="NVIDIA H100 80GB HBM3",
+        numa_node=1,
+        memory_total_bytes=80 * GIB,
+        power_limit_watts=700.0,
+        utilization=0.3,
+    )
 
 
 def _dra_gpus() -> tuple[SimGpu, ...]:

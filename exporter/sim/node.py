@@ -37,6 +37,7 @@ class SimulatedNode:
         # and --path.cdi.
         self.kubelet_plugins = self.root / "kubelet-plugins"
         self.cdi = self.root / "cdi"
+        self.pod_logs = self.root / "log" / "pods"
         self.socket_path = str(self.root / "kubelet.sock")
         self.kubelet = SimKubelet(socket_path=self.socket_path)
         self.tick = 0
@@ -55,6 +56,8 @@ class SimulatedNode:
             str(self.kubelet_plugins),
             "--path.cdi",
             str(self.cdi),
+            "--path.pod-logs",
+            str(self.pod_logs),
         ]
 
     def _write(self) -> None:
@@ -63,6 +66,7 @@ class SimulatedNode:
             procfs_root=self.procfs,
             hardware=self.scenario.hardware,
             tick=self.tick,
+            pod_logs=self.pod_logs,
         )
         dra_files.write(
             plugins=self.kubelet_plugins,

@@ -175,7 +175,7 @@ class DemoScenario:
 
     def pods(self, tick: int) -> tuple[PodResources, ...]:
         hw = self._plugin_hardware()
-        gpu0, gpu1, mig_gpu, shared = hw.gpus
+        gpu0, gpu1, mig_gpu, shared, _free = hw.gpus
         mig_a, mig_b, mig_c = mig_gpu.mig_devices
         pf0_vfs = [n.pci_address for n in hw.nics if n.physfn == hw.nics[0].pci_address]
         pf1 = next(n for n in hw.nics if n.physfn is None and n.numa_node == 1)

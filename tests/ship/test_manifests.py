@@ -77,9 +77,10 @@ def _validation_versions() -> list[str]:
 
 class TestRendering:
     def test_overlays_are_the_expected_ones(self) -> None:
-        """The base and the three documented overlays exist."""
+        """The base and the four documented overlays exist."""
         expected = ["manifests"] + [
-            f"manifests/overlays/{name}" for name in ("gpu-nodes", "grafana", "prometheus-operator")
+            f"manifests/overlays/{name}"
+            for name in ("gpu-nodes", "gpu-processes", "grafana", "prometheus-operator")
         ]
         assert expected == KUSTOMIZATIONS
 
@@ -95,7 +96,7 @@ class TestRendering:
                 assert doc["metadata"].get("namespace") == NAMESPACE, doc["metadata"]["name"]
 
     def test_components_combine(self, kubectl: str, tmp_path: Path) -> None:
-        """All three components applied together on the base render one consistent set."""
+        """All four components applied together on the base render one consistent set."""
 
         def rel(path: Path) -> str:
             return os.path.relpath(path, tmp_path)
@@ -110,7 +111,7 @@ class TestRendering:
                     "resources": [rel(MANIFESTS / "base")],
                     "components": [
                         rel(components / name)
-                        for name in ("gpu-nodes", "prometheus-operator", "grafana")
+                        for name in ("gpu-nodes", "gpu-processes", "prometheus-operator", "grafana")
                     ],
                 }
             )
@@ -291,6 +292,29 @@ class TestOverlays:
         ]
         keys = {e["key"] for term in terms for e in term["matchExpressions"]}
         assert {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"} <= keys
+        assert base == overlay
+
+    def test_gpu_processes_adds_host_pid_and_the_pod_log_tree_only(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """gpu-processes is the base plus hostPID, the collector's flags and the kubelet's
+        log directories mounted read-only; no capability or write access."""
+        base = _daemonset(rendered["manifests"])
+        overlay = copy.deepcopy(_daemonset(rendered["manifests/overlays/gpu-processes"]))
+        pod = overlay["spec"]["template"]["spec"]
+        assert pod.pop("hostPID") is True
+        (container,) = pod["containers"]
+        added_args = container["args"][len(_container(rendered["manifests"])["args"]) :]
+        assert ["--collector.gpu_processes", "--path.pod-logs=/host/var/log/pods"] == added_args
+        del container["args"][-2:]
+        mounts = container["volumeMounts"][-2:]
+        del container["volumeMounts"][-2:]
+        volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"][-2:]}
+        del pod["volumes"][-2:]
+        assert [
+            ("/host/var/log/pods", True, "/var/log/pods"),
+            ("/host/var/log/containers", True, "/var/log/containers"),
+        ] == [(m["mountPath"], m.get("readOnly"), volumes[m["name"]]) for m in mounts]
         assert base == overlay
 
     def test_service_monitor_scrapes_the_service_and_labels_the_node(

@@ -23,6 +23,13 @@
  *                            power energy temperature clock ecc gi ci
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
  *   lost_after N             the GPU is lost after N calls naming it
+ *   proc compute|graphics|mps PID MEMORY|na [PATH]
+ *                            a running process of the device (GPU or MIG) with its used
+ *                            memory (na: NVML_VALUE_NOT_AVAILABLE), listed while PATH
+ *                            exists when one is given
+ *   sample PID TIMESTAMP_US SM_PCT
+ *                            a process utilization sample of the device
+ *   (fail figures also: procs (both lists), procs_v3 (v3 lists only), proc_util)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,14 +94,50 @@ typedef struct {
 } nvmlTemperature_v1_t;
 #define NVML_TEMPERATURE_V1 0x0100000Cu
 
+/* pynvml: c_nvmlProcessInfo_v2_t (v3 has the same layout) */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* pynvml: c_nvmlProcessUtilizationSample_t */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+#define NVML_VALUE_NOT_AVAILABLE_ULL (~0ULL)
+
 enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
-    F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_COUNT
+    F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
+    F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
-    "energy", "temperature", "clock", "ecc", "gi", "ci",
+    "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
 };
+
+#define MAX_PROCS 16
+
+typedef struct {
+    int kind; /* 0: compute, 1: graphics, 2: MPS client */
+    unsigned int pid;
+    unsigned long long memory;
+    char alive_flag[256]; /* listed while this file exists; "" always */
+} fake_proc;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timestamp;
+    unsigned int sm;
+} fake_sample;
 
 #define MAX_GPUS 16
 #define MAX_MIGS 8
@@ -117,6 +160,10 @@ typedef struct fake_dev {
     char lost_flag[512];
     long lost_after; /* -1: never */
     long calls;
+    fake_proc procs[MAX_PROCS];
+    unsigned int proc_count;
+    fake_sample samples[MAX_PROCS];
+    unsigned int sample_count;
 } fake_dev;
 
 static fake_dev gpus[MAX_GPUS];
@@ -224,6 +271,29 @@ static nvmlReturn_t load_config(void) {
             if (ok) current->fail[figure] = code;
         } else if (strcmp(key, "lost_flag") == 0) {
             snprintf(current->lost_flag, sizeof current->lost_flag, "%s", rest);
+        } else if (strcmp(key, "proc") == 0) {
+            ok = current->proc_count < MAX_PROCS;
+            if (ok) {
+                char type[16] = "", memory[32] = "";
+                fake_proc *proc = &current->procs[current->proc_count];
+                proc->alive_flag[0] = '\0';
+                int fields = sscanf(rest, "%15s %u %31s %255s", type, &proc->pid, memory,
+                                    proc->alive_flag);
+                ok = fields >= 3;
+                proc->kind = strcmp(type, "graphics") == 0 ? 1 : strcmp(type, "mps") == 0 ? 2 : 0;
+                proc->memory = strcmp(memory, "na") == 0 ? NVML_VALUE_NOT_AVAILABLE_ULL
+                                                         : strtoull(memory, NULL, 10);
+                if (fields == 3) proc->alive_flag[0] = '\0';
+                if (ok) current->proc_count++;
+            }
+        } else if (strcmp(key, "sample") == 0) {
+            ok = current->sample_count < MAX_PROCS;
+            if (ok) {
+                fake_sample *sample = &current->samples[current->sample_count];
+                ok = sscanf(rest, "%u %llu %u", &sample->pid, &sample->timestamp,
+                            &sample->sm) == 3;
+                if (ok) current->sample_count++;
+            }
         } else if (strcmp(key, "lost_after") == 0) {
             ok = sscanf(rest, "%ld", &current->lost_after) == 1;
         } else {
@@ -318,6 +388,10 @@ long fakeNvmlStructSize(const char *name) {
     if (strcmp(name, "c_nvmlMemory_v2_t") == 0) return sizeof(nvmlMemory_v2_t);
     if (strcmp(name, "c_nvmlUtilization_t") == 0) return sizeof(nvmlUtilization_t);
     if (strcmp(name, "c_nvmlTemperature_v1_t") == 0) return sizeof(nvmlTemperature_v1_t);
+    if (strcmp(name, "c_nvmlProcessInfo_v2_t") == 0) return sizeof(nvmlProcessInfo_t);
+    if (strcmp(name, "c_nvmlProcessUtilizationSample_t") == 0) {
+        return sizeof(nvmlProcessUtilizationSample_t);
+    }
     return -1;
 }
 
@@ -496,5 +570,98 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
     unsigned long long volatile_count = error_type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
     /* A distinct aggregate figure, so a test notices the wrong counter type. */
     *count = counter_type == 0 ? volatile_count : volatile_count * 10 + 7;
+    return NVML_SUCCESS;
+}
+
+/* --- Processes --------------------------------------------------------------------------- */
+
+/* The running-process lists: the size query answers INSUFFICIENT_SIZE with the count
+ * (SUCCESS when there is none), as NVML does. */
+static nvmlReturn_t running_processes(nvmlDevice_t device, int kind, int v3,
+                                      unsigned int *count, nvmlProcessInfo_t *infos) {
+    ENTER(device, F_PROCS);
+    if (v3 && d->fail[F_PROCS_V3] != 0) return d->fail[F_PROCS_V3];
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int found = 0;
+    fake_proc *listed[MAX_PROCS];
+    for (unsigned int i = 0; i < d->proc_count; i++) {
+        fake_proc *proc = &d->procs[i];
+        if (proc->kind != kind) continue;
+        if (proc->alive_flag[0] != '\0' && access(proc->alive_flag, F_OK) != 0) continue;
+        listed[found++] = proc;
+    }
+    if (infos == NULL || *count < found) {
+        *count = found;
+        return found == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < found; i++) {
+        infos[i].pid = listed[i]->pid;
+        infos[i].usedGpuMemory = listed[i]->memory;
+        infos[i].gpuInstanceId = d->parent != NULL ? d->gi : 0xFFFFFFFFu;
+        infos[i].computeInstanceId = d->parent != NULL ? d->ci : 0xFFFFFFFFu;
+    }
+    *count = found;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    return running_processes(device, 0, 1, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    return running_processes(device, 0, 0, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    return running_processes(device, 1, 1, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    return running_processes(device, 1, 0, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                        unsigned int *count,
+                                                        nvmlProcessInfo_t *infos) {
+    return running_processes(device, 2, 1, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                        unsigned int *count,
+                                                        nvmlProcessInfo_t *infos) {
+    return running_processes(device, 2, 0, count, infos);
+}
+
+/* Samples newer than lastSeen; NOT_FOUND when there is none, as NVML answers. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *count,
+                                             unsigned long long lastSeen) {
+    ENTER(device, F_PROC_UTIL);
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int found = 0;
+    for (unsigned int i = 0; i < d->sample_count; i++) {
+        if (d->samples[i].timestamp > lastSeen) found++;
+    }
+    if (found == 0) return NVML_ERROR_NOT_FOUND;
+    if (utilization == NULL || *count < found) {
+        *count = found;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < d->sample_count; i++) {
+        fake_sample *sample = &d->samples[i];
+        if (sample->timestamp <= lastSeen) continue;
+        memset(&utilization[n], 0, sizeof utilization[n]);
+        utilization[n].pid = sample->pid;
+        utilization[n].timeStamp = sample->timestamp;
+        utilization[n].smUtil = sample->sm;
+        n++;
+    }
+    *count = n;
     return NVML_SUCCESS;
 }

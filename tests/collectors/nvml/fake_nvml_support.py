@@ -20,6 +20,8 @@ __all__ = [
     "FakeMig",
     "FakeNvml",
     "FakeNvmlLibrary",
+    "FakeProcess",
+    "FakeSample",
     "render_config",
 ]
 
@@ -34,7 +36,40 @@ FUNCTION_NOT_FOUND = 13
 UNKNOWN = 999
 
 # What NVML answers NOT_SUPPORTED for on a MIG device handle.
-MIG_UNSUPPORTED = ("util", "power", "energy", "temperature", "clock", "ecc")
+MIG_UNSUPPORTED = ("util", "power", "energy", "temperature", "clock", "ecc", "proc_util")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeProcess:
+    """A running process NVML lists; ``memory`` None: NVML_VALUE_NOT_AVAILABLE."""
+
+    pid: int
+    memory: int | None
+    graphics: bool = False
+    mps: bool = False  # an MPS client (nvmlDeviceGetMPSComputeRunningProcesses)
+    alive_flag: Path | None = None  # listed only while this file exists
+
+
+@dataclass(frozen=True, slots=True)
+class FakeSample:
+    """A per-process utilization sample."""
+
+    pid: int
+    timestamp_us: int
+    sm_percent: int
+
+
+def _process_lines(
+    processes: tuple[FakeProcess, ...], samples: tuple[FakeSample, ...]
+) -> list[str]:
+    lines = []
+    for p in processes:
+        memory = "na" if p.memory is None else str(p.memory)
+        flag = "" if p.alive_flag is None else f" {p.alive_flag}"
+        kind = "graphics" if p.graphics else "mps" if p.mps else "compute"
+        lines.append(f"proc {kind} {p.pid} {memory}{flag}")
+    lines += [f"sample {s.pid} {s.timestamp_us} {s.sm_percent}" for s in samples]
+    return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +81,7 @@ class FakeMig:
     name: str = "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
     memory: tuple[int, int, int] = (40 * GIB, 4 * GIB, 0)  # total, used, reserved
     fail: tuple[tuple[str, int], ...] = tuple((figure, NOT_SUPPORTED) for figure in MIG_UNSUPPORTED)
+    processes: tuple[FakeProcess, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +101,8 @@ class FakeGpu:
     migs: tuple[FakeMig, ...] = field(default=())
     lost_flag: Path | None = None  # lost while this file exists
     lost_after: int | None = None  # lost after this many calls naming it
+    processes: tuple[FakeProcess, ...] = ()
+    samples: tuple[FakeSample, ...] = ()
 
 
 def render_config(gpus: tuple[FakeGpu, ...], *, init_error: int | None = None) -> str:
@@ -87,6 +125,7 @@ def render_config(gpus: tuple[FakeGpu, ...], *, init_error: int | None = None) -
             f"sm_clock {gpu.sm_clock_mhz}",
             f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
+            *_process_lines(gpu.processes, gpu.samples),
         ]
         if gpu.lost_flag is not None:
             lines.append(f"lost_flag {gpu.lost_flag}")
@@ -103,6 +142,7 @@ def render_config(gpus: tuple[FakeGpu, ...], *, init_error: int | None = None) -
                 f"ci {mig.compute_instance}",
                 "memory {} {} {}".format(*mig.memory),
                 *(f"fail {figure} {code}" for figure, code in mig.fail),
+                *_process_lines(mig.processes, ()),
             ]
     return "\n".join(lines) + "\n"
 

@@ -29,7 +29,7 @@ from exporter.sim.hardware import GIB, demo_hardware
 
 HARDWARE = demo_hardware()
 GPU_0, GPU_1, GPU_2, GPU_3 = HARDWARE.gpus[:4]  # 4 and 5 are DRA's (exporter.sim.dra)
-DRA_GPU_4, DRA_GPU_5 = HARDWARE.gpus[4:]
+DRA_GPU_4, DRA_GPU_5, FREE_GPU_6 = HARDWARE.gpus[4:]  # 6: nobody's, busy (gpu_processes)
 MODEL = "NVIDIA H100 80GB HBM3"
 NO_ECC_ERRORS = (
     Sample(GPU_ECC_ERRORS, 0.0, ("corrected",)),
@@ -129,6 +129,7 @@ class TestWholeGpus:
             DRA_GPU_4.uuid,
             DRA_GPU_5.uuid,
             DRA_GPU_5.mig_devices[0].uuid,
+            FREE_GPU_6.uuid,
         ]
         expected = (expected_names, {True}, ())
         assert expected == (

@@ -1,0 +1,305 @@
+"""GpuProcessesCollector through the real pynvml bindings, against the fake libnvidia-ml.so.1,
+with fixture /proc/<pid>/cgroup files and a fixture pod-log tree."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_nvml_support import (
+    GIB,
+    NOT_SUPPORTED,
+    FakeGpu,
+    FakeMig,
+    FakeNvml,
+    FakeProcess,
+    FakeSample,
+)
+
+from exporter.collectors.base import CollectorContext
+from exporter.collectors.gpu_processes import GpuProcessesCollector
+from exporter.exposition import render
+from exporter.join import join_snapshot
+from exporter.model import (
+    AllocatableResources,
+    CollectorRun,
+    ContainerResources,
+    DeviceGroup,
+    DeviceProcesses,
+    GpuProcess,
+    HardwareKey,
+    KeyKind,
+    KubeletStatus,
+    PodResources,
+    ProcessOrigin,
+    Readings,
+)
+
+UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+MIG_UUID = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"
+UID = "5e2d3c1a-8b7f-4c6e-9a1d-2f3b4c5d6e7f"
+CID = "9ec39b91f3d70e1beff50a308f77067065ea6be0d91a3378375056cd4422cf3d"
+POD_CGROUP = (
+    "0::/kubepods.slice/kubepods-besteffort.slice/"
+    f"kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+)
+HOST_CGROUP = "0::/user.slice/user-1000.slice/session-3.scope\n"
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+
+NAMED = ProcessOrigin(UID, CID, "team-a", "trainer-0", "trainer")
+GPU_KEY = HardwareKey(KeyKind.GPU_UUID, UUID)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    """A host root: proc/ with PID 100 in team-a/trainer-0's container, PID 200 on the
+    host, and the kubelet's log/pods tree for that pod."""
+    write_cgroup(tmp_path, 100, POD_CGROUP)
+    write_cgroup(tmp_path, 200, HOST_CGROUP)
+    log = tmp_path / "log" / "pods" / f"team-a_trainer-0_{UID}" / "trainer" / "0.log"
+    log.parent.mkdir(parents=True)
+    log.touch()
+    return tmp_path
+
+
+def write_cgroup(root: Path, pid: int, text: str) -> None:
+    path = root / "proc" / str(pid) / "cgroup"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def collector(fake_nvml: FakeNvml, node: Path) -> Iterator[GpuProcessesCollector]:
+    context = CollectorContext(procfs=node / "proc", pod_logs=node / "log" / "pods")
+    found = GpuProcessesCollector(context)
+    yield found
+    found.close()
+
+
+TWO_PROCESSES = FakeGpu(
+    UUID,
+    processes=(FakeProcess(100, 4 * GIB), FakeProcess(200, None, graphics=True)),
+    samples=(FakeSample(100, 1_000, 40), FakeSample(100, 2_000, 60)),
+)
+
+
+class TestListing:
+    def test_processes_with_owner_memory_and_utilization(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """Compute and graphics processes, placed; SM utilization the mean of the samples;
+        a listed process without samples is idle (0), memory NVML cannot tell is None."""
+        fake_nvml.configure(TWO_PROCESSES)
+        expected = Readings(
+            gpu_processes=(
+                DeviceProcesses(
+                    GPU_KEY,
+                    (
+                        GpuProcess(100, NAMED, 4 * GIB, 0.5),
+                        GpuProcess(200, ProcessOrigin(), None, 0.0),
+                    ),
+                    utilization_supported=True,
+                ),
+            )
+        )
+        assert expected == collector.collect()
+
+    def test_next_poll_asks_for_newer_samples_only(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """The second poll passes the newest timestamp seen: old samples are not counted again."""
+        fake_nvml.configure(TWO_PROCESSES)
+        collector.collect()
+        second = collector.collect().gpu_processes
+        assert second is not None
+        assert [0.0, 0.0] == [p.sm_utilization_ratio for p in second[0].processes]
+
+    def test_utilization_not_supported(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """NOT_SUPPORTED samples: no utilization figure (None, not 0), and no error counted."""
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(100, GIB),), fail=(("proc_util", NOT_SUPPORTED),))
+        )
+        expected = Readings(
+            gpu_processes=(DeviceProcesses(GPU_KEY, (GpuProcess(100, NAMED, GIB, None),), False),)
+        )
+        assert expected == collector.collect()
+
+    def test_falls_back_to_v2_lists(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A driver without the _v3 process lists is asked for _v2, without an error."""
+        fake_nvml.configure(
+            FakeGpu(
+                UUID, processes=(FakeProcess(100, GIB),), fail=(("procs_v3", FUNCTION_NOT_FOUND),)
+            )
+        )
+        readings = collector.collect()
+        assert ((), [100]) == (
+            readings.issues,
+            [p.pid for d in readings.gpu_processes or () for p in d.processes],
+        )
+
+    def test_mps_clients_and_server(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
+    ) -> None:
+        """MPS clients come from their own list; the server is told apart by its comm."""
+        (node / "proc" / "200" / "comm").write_text("nvidia-cuda-mps-server\n")
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(200, 512 * 1024 * 1024), FakeProcess(100, GIB, mps=True)),
+                fail=(("proc_util", NOT_SUPPORTED),),
+            )
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert [(100, "", GIB), (200, "nvidia-cuda-mps-server", 512 * 1024 * 1024)] == [
+            (p.pid, p.command, p.memory_used_bytes) for p in readings.gpu_processes[0].processes
+        ]
+
+    def test_mig_devices_list_their_own(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """On a MIG GPU each MIG device reports its processes under its MIG UUID."""
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                fail=(("util", NOT_SUPPORTED),),
+                migs=(FakeMig(0, MIG_UUID, 1, 0, processes=(FakeProcess(100, 3 * GIB),)),),
+            )
+        )
+        key = HardwareKey(KeyKind.MIG_UUID, MIG_UUID)
+        expected = Readings(
+            gpu_processes=(DeviceProcesses(key, (GpuProcess(100, NAMED, 3 * GIB, None),), False),)
+        )
+        assert expected == collector.collect()
+
+
+class TestDegrading:
+    def test_process_exited_before_its_cgroup_was_read(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A PID gone from /proc is dropped and counted; the others stay."""
+        fake_nvml.configure(FakeGpu(UUID, processes=(FakeProcess(100, GIB), FakeProcess(300, GIB))))
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert [100] == [p.pid for p in readings.gpu_processes[0].processes]
+        assert ["process_exited"] == [i.error for i in readings.issues]
+
+    def test_unknown_cgroup_shape(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
+    ) -> None:
+        """A kubepods path we cannot read: the process stays, as a pod's we cannot name."""
+        write_cgroup(node, 300, "0::/kubepods.slice/kubepods-pod1234.slice/weird\n")
+        fake_nvml.configure(FakeGpu(UUID, processes=(FakeProcess(300, GIB),), samples=()))
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert ProcessOrigin(pod_uid="") == readings.gpu_processes[0].processes[0].origin
+        assert ["cgroup_unknown"] == [i.error for i in readings.issues]
+
+    def test_pod_log_tree_missing(
+        self, fake_nvml: FakeNvml, fake_nvml_library: object, node: Path
+    ) -> None:
+        """No pod-log tree: processes keep their UID and container ID, unnamed; counted once."""
+        context = CollectorContext(procfs=node / "proc", pod_logs=node / "missing")
+        collector = GpuProcessesCollector(context)
+        fake_nvml.configure(FakeGpu(UUID, processes=(FakeProcess(100, GIB),)))
+        try:
+            readings = collector.collect()
+        finally:
+            collector.close()
+        assert readings.gpu_processes is not None
+        assert ProcessOrigin(UID, CID) == readings.gpu_processes[0].processes[0].origin
+        assert ["pod_logs_missing"] == [i.error for i in readings.issues]
+
+    def test_failed_list_loses_the_device(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """One list failing: no figures for the device rather than half of them; counted."""
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB), FakeProcess(200, GIB, graphics=True)),
+                fail=(("procs_v3", 999),),
+            )
+        )
+        readings = collector.collect()
+        assert ((), ["UNKNOWN"]) == (readings.gpu_processes, [i.error for i in readings.issues])
+
+    def test_lost_gpu(self, fake_nvml: FakeNvml, collector: GpuProcessesCollector) -> None:
+        """GPU_IS_LOST on the list: that device has no figures, counted; the poll goes on."""
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(100, GIB),), fail=(("procs", GPU_IS_LOST),))
+        )
+        readings = collector.collect()
+        assert ((), ["GPU_IS_LOST"]) == (readings.gpu_processes, [i.error for i in readings.issues])
+
+
+def _exposition(readings: Readings) -> list[str]:
+    """The process series of /metrics for one poll with team-a/trainer-0 holding the GPU."""
+    pod = PodResources(
+        "team-a",
+        "trainer-0",
+        (ContainerResources("trainer", devices=(DeviceGroup("nvidia.com/gpu", (UUID,)),)),),
+    )
+    snapshot = join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="s", api=()),
+        pods=(pod,),
+        allocatable=AllocatableResources(devices=(DeviceGroup("nvidia.com/gpu", (UUID,)),)),
+        cpu_numa={},
+        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
+    )
+    text = render(snapshot).text.decode()
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(("podresources_gpu_process_", "podresources_gpu_foreign"))
+    ]
+
+
+class TestSeries:
+    def test_ended_process_disappears_at_next_poll(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
+    ) -> None:
+        """The host process's series are there while NVML lists it, gone the poll after."""
+        alive = node / "pid-200-alive"
+        alive.touch()
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB), FakeProcess(200, 2 * GIB, alive_flag=alive)),
+                samples=(FakeSample(100, 1_000, 40), FakeSample(200, 1_000, 20)),
+            )
+        )
+        labels = f'device_id="{UUID}",namespace="",pod="",resource="nvidia.com/gpu"'
+        holder = (
+            f'container="trainer",device_id="{UUID}",namespace="team-a",pod="trainer-0",'
+            'resource="nvidia.com/gpu"'
+        )
+        foreign = f'device_id="{UUID}",kind="host",resource="nvidia.com/gpu"'
+        first = _exposition(collector.collect())
+        assert [
+            f"podresources_gpu_process_memory_used_bytes{{{holder}}} 1.073741824e+09",
+            f'podresources_gpu_process_memory_used_bytes{{container="",{labels}}} 2.147483648e+09',
+            f"podresources_gpu_process_sm_utilization_ratio{{{holder}}} 0.4",
+            f'podresources_gpu_process_sm_utilization_ratio{{container="",{labels}}} 0.2',
+            f'podresources_gpu_foreign_processes{{device_id="{UUID}",kind="other_pod",'
+            'resource="nvidia.com/gpu"} 0.0',
+            f"podresources_gpu_foreign_processes{{{foreign}}} 1.0",
+        ] == first
+        os.unlink(alive)
+        second = _exposition(collector.collect())
+        assert [
+            f"podresources_gpu_process_memory_used_bytes{{{holder}}} 1.073741824e+09",
+            f"podresources_gpu_process_sm_utilization_ratio{{{holder}}} 0.0",
+            f'podresources_gpu_foreign_processes{{device_id="{UUID}",kind="other_pod",'
+            'resource="nvidia.com/gpu"} 0.0',
+            f"podresources_gpu_foreign_processes{{{foreign}}} 0.0",
+        ] == second

@@ -1,0 +1,127 @@
+"""/debug/allocations shows each device's processes while gpu_processes runs."""
+
+from __future__ import annotations
+
+from exporter.debugview import Filters, render_json
+from exporter.join import join_fresh_pod, join_snapshot
+from exporter.model import (
+    AllocatableResources,
+    CollectorRun,
+    ContainerResources,
+    DeviceGroup,
+    DeviceProcesses,
+    GpuProcess,
+    HardwareKey,
+    KeyKind,
+    KubeletStatus,
+    PodResources,
+    ProcessKind,
+    ProcessOrigin,
+    Readings,
+    Snapshot,
+)
+
+HELD = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+FREE = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+TRAINER = ProcessOrigin("u1", "c" * 64, "team-a", "trainer-0", "trainer")
+
+
+def snapshot(readings: Readings) -> Snapshot:
+    gpus = DeviceGroup("nvidia.com/gpu", (HELD, FREE))
+    pod = PodResources(
+        "team-a",
+        "trainer-0",
+        (ContainerResources("trainer", devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),),
+    )
+    return join_snapshot(
+        node="n",
+        collected_at=100.0,
+        kubelet=KubeletStatus(up=True, socket="s", api=()),
+        pods=(pod,),
+        allocatable=AllocatableResources(devices=(gpus,)),
+        cpu_numa={},
+        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
+    )
+
+
+READINGS = Readings(
+    gpu_processes=(
+        DeviceProcesses(
+            HardwareKey(KeyKind.GPU_UUID, HELD), (GpuProcess(100, TRAINER, 1024, 0.5),), True
+        ),
+        DeviceProcesses(
+            HardwareKey(KeyKind.GPU_UUID, FREE), (GpuProcess(7001, ProcessOrigin(), None, None),)
+        ),
+    )
+)
+
+
+class TestProcesses:
+    def test_per_device_and_unallocated(self) -> None:
+        """The holder's device lists its process with owner; the free GPU's host process
+        shows in gpu_processes, which no pod row would show."""
+        found = render_json(snapshot(READINGS), filters=Filters(), now=101.0)
+        device = found["pods"][0]["containers"][0]["devices"][0]
+        assert [
+            {
+                "pid": 100,
+                "owner": "team-a/trainer-0/trainer",
+                "kind": "holder",
+                "memory_used_bytes": 1024,
+                "sm_utilization_ratio": 0.5,
+            }
+        ] == device["processes"]
+        assert {
+            "resource": "nvidia.com/gpu",
+            "device_id": FREE,
+            "holders": [],
+            "foreign": {"unallocated_device": 1},
+            "processes": [
+                {
+                    "pid": 7001,
+                    "owner": "host",
+                    "kind": "host",
+                    "memory_used_bytes": None,
+                    "sm_utilization_ratio": None,
+                }
+            ],
+        } == found["gpu_processes"][1]
+
+    def test_absent_while_the_collector_is_off(self) -> None:
+        """Without the collector, no process keys: nothing claims 'no processes'."""
+        found = render_json(snapshot(Readings()), filters=Filters(), now=101.0)
+        device = found["pods"][0]["containers"][0]["devices"][0]
+        assert ("processes" in device, "gpu_processes" in found) == (False, False)
+
+    def test_owner_filters_keep_the_pods_devices(self) -> None:
+        """?pod= keeps the devices the pod holds or runs on, not the host's free GPU."""
+        found = render_json(snapshot(READINGS), filters=Filters(pod="trainer-0"), now=101.0)
+        assert [HELD] == [d["device_id"] for d in found["gpu_processes"]]
+
+
+def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
+    """A fresh look-up of one pod does not turn the other holder of a shared GPU foreign."""
+    shared = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::0", f"{HELD}::1"))
+
+    def holder(pod: str, replica: int) -> PodResources:
+        group = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::{replica}",))
+        return PodResources("nb", pod, (ContainerResources("c", devices=(group,)),))
+
+    bob = ProcessOrigin("u2", "d" * 64, "nb", "bob", "c")
+    readings = Readings(
+        gpu_processes=(
+            DeviceProcesses(HardwareKey(KeyKind.GPU_UUID, HELD), (GpuProcess(200, bob),)),
+        )
+    )
+    full = join_snapshot(
+        node="n",
+        collected_at=100.0,
+        kubelet=KubeletStatus(up=True, socket="s", api=()),
+        pods=(holder("alice", 0), holder("bob", 1)),
+        allocatable=AllocatableResources(devices=(shared,)),
+        cpu_numa={},
+        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
+    )
+    fresh = join_fresh_pod(full, holder("alice", 0), collected_at=101.0)
+    assert fresh.gpu_processes is not None
+    assert [ProcessKind.HOLDER] == [p.kind for p in fresh.gpu_processes[0].processes]

@@ -1,0 +1,186 @@
+"""exporter.processes: GPU processes attributed to the containers holding each device."""
+
+from __future__ import annotations
+
+from exporter.model import (
+    UNALLOCATED,
+    DeviceProcesses,
+    DeviceReading,
+    DeviceView,
+    GpuDeviceProcesses,
+    GpuProcess,
+    GpuProcessUse,
+    HardwareKey,
+    KeyKind,
+    Owner,
+    ProcessKind,
+    ProcessOrigin,
+    Resolution,
+    ViewedProcess,
+)
+from exporter.processes import attribute_processes
+from exporter.resolver import resolve_device_id
+
+GPU = "GPU-8f3c0000-1111-2222-3333-444444444444"
+KEY = HardwareKey(KeyKind.GPU_UUID, GPU)
+GIB = 1024**3
+ALICE = Owner("notebooks", "jupyter-alice", "notebook")
+BOB = Owner("notebooks", "jupyter-bob", "notebook")
+EVE = Owner("batch", "etl-0", "etl")
+
+
+def view(resource: str, device_id: str, owner: Owner, *, reading: bool = True) -> DeviceView:
+    """A device view resolved as the join resolves it; with the GPU's reading (all keys)."""
+    keys = (KEY, HardwareKey(KeyKind.NVIDIA_MINOR, "0"))
+    return DeviceView(
+        resource=resource,
+        device_id=device_id,
+        numa_nodes=(),
+        owner=owner,
+        allocatable=True,
+        resolution=resolve_device_id(device_id),
+        reading=DeviceReading(GPU, keys, standalone=True) if reading else None,
+    )
+
+
+def origin(owner: Owner | None, *, uid: str = "u") -> ProcessOrigin:
+    if owner is None:
+        return ProcessOrigin()
+    return ProcessOrigin(uid, "c" * 64, owner.namespace, owner.pod, owner.container)
+
+
+def process(pid: int, owner: Owner | None, memory: int | None, ratio: float | None) -> GpuProcess:
+    return GpuProcess(pid, origin(owner), memory, ratio)
+
+
+SHARED = (
+    view("nvidia.com/gpu.shared", f"{GPU}::0", ALICE),
+    view("nvidia.com/gpu.shared", f"{GPU}::1", BOB),
+    view("nvidia.com/gpu.shared", f"{GPU}::2", UNALLOCATED),
+)
+SHARED_VIEWS = tuple((v.resource, v.device_id) for v in SHARED)
+
+
+class TestSharedGpu:
+    def test_each_holder_gets_its_own_share(self) -> None:
+        """Two replica holders: each container's processes summed under its own replica ID."""
+        listed = DeviceProcesses(
+            KEY,
+            (
+                process(10, ALICE, 8 * GIB, 0.25),
+                process(11, ALICE, 4 * GIB, 0.1),
+                process(20, BOB, 6 * GIB, 0.15),
+            ),
+            utilization_supported=True,
+        )
+        expected = GpuDeviceProcesses(
+            resource="nvidia.com/gpu.shared",
+            device_id=GPU,
+            views=SHARED_VIEWS,
+            holders=(ALICE, BOB),
+            processes=(
+                ViewedProcess(listed.processes[0], ProcessKind.HOLDER, ALICE),
+                ViewedProcess(listed.processes[1], ProcessKind.HOLDER, ALICE),
+                ViewedProcess(listed.processes[2], ProcessKind.HOLDER, BOB),
+            ),
+            uses=(
+                GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", 12 * GIB, 0.35),
+                GpuProcessUse(BOB, "nvidia.com/gpu.shared", f"{GPU}::1", 6 * GIB, 0.15),
+            ),
+            foreign=(("other_pod", 0), ("host", 0)),
+            utilization_supported=True,
+        )
+        assert (expected,) == attribute_processes(SHARED, {KEY: listed})
+
+    def test_other_pod_and_host_are_foreign(self) -> None:
+        """A container not holding the device and a host process count as foreign, and
+        their use shows under the physical device with their own (or empty) owner."""
+        listed = DeviceProcesses(
+            KEY, (process(30, EVE, GIB, None), process(40, None, 2 * GIB, None)), False
+        )
+        (found,) = attribute_processes(SHARED, {KEY: listed})
+        assert (
+            (("other_pod", 1), ("host", 1)),
+            (
+                GpuProcessUse(EVE, "nvidia.com/gpu.shared", GPU, GIB, None),
+                GpuProcessUse(UNALLOCATED, "nvidia.com/gpu.shared", GPU, 2 * GIB, None),
+            ),
+        ) == (found.foreign, found.uses)
+
+    def test_unnamed_container_goes_to_the_pods_holder(self) -> None:
+        """The pod-log tree named the pod only: its one holding container gets the process."""
+        unnamed = GpuProcess(10, ProcessOrigin("u", "c" * 64, ALICE.namespace, ALICE.pod, ""))
+        listed = DeviceProcesses(KEY, (unnamed,), False)
+        (found,) = attribute_processes(SHARED, {KEY: listed})
+        assert (ViewedProcess(unnamed, ProcessKind.HOLDER, ALICE),) == found.processes
+
+    def test_mps_server_is_machinery_not_foreign(self) -> None:
+        """The MPS server (in the device plugin's pod) runs the holders' clients: it is
+        shown as mps_server, neither foreign nor summed into anyone's use."""
+        daemon = Owner("kube-system", "nvidia-device-plugin-mps-control-daemon", "mps")
+        server = GpuProcess(9, origin(daemon), GIB, None, "nvidia-cuda-mps-server")
+        client = process(10, ALICE, 2 * GIB, None)
+        listed = DeviceProcesses(KEY, (server, client), False)
+        (found,) = attribute_processes(SHARED, {KEY: listed})
+        assert (
+            (("other_pod", 0), ("host", 0)),
+            (GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", 2 * GIB, None),),
+            ViewedProcess(server, ProcessKind.MPS_SERVER, daemon),
+        ) == (found.foreign, found.uses, found.processes[0])
+
+    def test_unknown_pod_is_never_foreign(self) -> None:
+        """A pod's process we could not name may be the holder's: shown, not counted."""
+        unknown = GpuProcess(50, ProcessOrigin(pod_uid=""), GIB, None)
+        (found,) = attribute_processes(SHARED, {KEY: DeviceProcesses(KEY, (unknown,), False)})
+        assert ((("other_pod", 0), ("host", 0)), (), ProcessKind.UNKNOWN_POD) == (
+            found.foreign,
+            found.uses,
+            found.processes[0].kind,
+        )
+
+
+class TestUnallocatedDevice:
+    def test_every_process_counts(self) -> None:
+        """No container holds the GPU: each process, host or pod, is unallocated_device."""
+        free = (view("nvidia.com/gpu", GPU, UNALLOCATED),)
+        listed = DeviceProcesses(
+            KEY,
+            (
+                process(7001, None, 8 * GIB, 0.3),
+                GpuProcess(7002, ProcessOrigin(pod_uid=""), GIB, 0.0),
+            ),
+            True,
+        )
+        (found,) = attribute_processes(free, {KEY: listed})
+        assert (
+            (("unallocated_device", 2),),
+            (GpuProcessUse(UNALLOCATED, "nvidia.com/gpu", GPU, 8 * GIB, 0.3),),
+        ) == (found.foreign, found.uses)
+
+    def test_device_nothing_else_names(self) -> None:
+        """Processes of a device no view names are still reported, under its key."""
+        listed = DeviceProcesses(KEY, (process(1, None, None, None),), False)
+        (found,) = attribute_processes((), {KEY: listed})
+        assert ("", GPU, (("unallocated_device", 1),)) == (
+            found.resource,
+            found.device_id,
+            found.foreign,
+        )
+
+
+class TestKeys:
+    def test_gke_minor_id_finds_processes_through_its_reading(self) -> None:
+        """``nvidia0`` resolves to a minor number; its reading carries the GPU UUID."""
+        gke = (view("nvidia.com/gpu", "nvidia0", ALICE),)
+        listed = DeviceProcesses(KEY, (process(10, ALICE, GIB, None),), False)
+        (found,) = attribute_processes(gke, {KEY: listed})
+        assert (GpuProcessUse(ALICE, "nvidia.com/gpu", "nvidia0", GIB, None),) == found.uses
+
+    def test_no_keys_no_processes(self) -> None:
+        """An opaque device ID without telemetry is not matched to any process list."""
+        opaque = DeviceView(
+            "example.com/thing", "x", (), ALICE, True, Resolution("x"), reading=None
+        )
+        listed = DeviceProcesses(KEY, (process(10, ALICE, GIB, None),), False)
+        (found,) = attribute_processes((opaque,), {KEY: listed})
+        assert ((), "") == (found.holders, found.resource)
