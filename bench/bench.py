@@ -1,126 +1,645 @@
-"""Benchmark: poll time and /metrics latency on a dense simulated node.
+"""Benchmark: what a poll, a scrape and the process cost, each beside its floor.
 
-    make bench            # or: .venv/bin/python bench/bench.py --pods 250 --cpus 256
+    make bench            # or: .venv/bin/python bench/bench.py [--runs 5]
 
-A dense node (250 pods, 64 devices, 256 CPUs by default) is served by the simulated
-kubelet over a real unix socket with a fixture sysfs/procfs tree and simulated GPUs.
-Prints medians (and p90) of: one whole poll with every collector on, the same poll
-with no collectors (kubelet + join + render only), and /metrics served over loopback
-HTTP (plain and gzip). Figures only: no pass/fail, the machines are shared and noisy.
+Prints ONE table. Every figure is the median of ``--runs`` runs and stands beside a
+floor measured in the same run, on the same machine, at the same moment:
+
+- poll CPU (process CPU of the exporter's process per poll, all collectors on, the
+  simulated GPUs standing in for NVML) at 10 to 1,000 pods, steady (nothing changes) and
+  under churn (10% of pods replaced every poll); floor: decoding the same ``List`` and
+  ``GetAllocatableResources`` replies with protobuf and reading every field once.
+- idle CPU per second between polls (channel, worker threads); floor: this process
+  before the exporter exists.
+- /metrics p50/p99 under 10 concurrent scrapers, OpenMetrics and text, plain and gzip,
+  and the first scrape after a poll (the one that pays for lazy encoding); floor: a bare
+  aiohttp handler serving the same bytes.
+- kubelet calls per 1,000 scrapes (floor 0).
+- peak RSS and RSS slope of a fresh exporter process over 180 polls of churn (30 min at
+  the default interval), with the real collectors, unavailable ones included (NVML
+  without a driver: the old leak's case), with and without ``gc.freeze()``; floor: a
+  process that has only imported the same modules.
+
+The simulated kubelet and the scrapers run in their own processes, so their CPU is not
+counted. Figures only, no pass/fail: the machines are shared and noisy.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import json
+import multiprocessing
+import os
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
 
-import aiohttp
 import structlog
-from aiohttp import web
 
-from exporter.app import Exporter, demo_collectors
-from exporter.cli import parse_config
-from exporter.sim.node import SimulatedNode
-from exporter.sim.scenario import DenseScenario
-
-
-def _quantiles(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
-    return f"median {statistics.median(ordered) * 1000:8.2f} ms   p90 {p90 * 1000:8.2f} ms"
-
-
-async def _time(action: Callable[[], Awaitable[object]], *, runs: int) -> list[float]:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        await action()
-        samples.append(time.perf_counter() - start)
-    return samples
+POD_COUNTS = (10, 100, 250, 500, 1000)
+SCRAPE_PODS = 250
+MEMORY_PODS = 250
+CPUS = 256
+POLLS_PER_RUN = 8
+MEMORY_POLLS = 180  # 30 minutes at the default 10 s interval
+SCRAPERS = 10
+SCRAPES_PER_RUN = 400
+IDLE_S = 3.0
+DEFAULT_INTERVAL_S = 10.0
+VARIANTS = (
+    ("OpenMetrics", "application/openmetrics-text; version=1.0.0", "identity"),
+    ("OpenMetrics gzip", "application/openmetrics-text; version=1.0.0", "gzip"),
+    ("text", "text/plain", "identity"),
+    ("text gzip", "text/plain", "gzip"),
+)
 
 
-async def main(*, pods: int, cpus: int, runs: int) -> None:
+def _quiet() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    node = SimulatedNode(DenseScenario.create(pod_count=pods, cpus=cpus))
-    await node.start()
+
+
+# --- the simulated kubelet, in its own process --------------------------------------------
+
+
+def _kubelet_main(conn: Connection, socket_path: str) -> None:
+    _quiet()
+    asyncio.run(_serve_kubelet(conn, socket_path))
+
+
+async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
+    from exporter.sim.kubelet import SimKubelet
+    from exporter.sim.scenario import DenseScenario
+
+    sim = SimKubelet(socket_path=socket_path)
+    await sim.start()
+    scenario = DenseScenario.create(pod_count=1, cpus=CPUS)
+    loop = asyncio.get_running_loop()
+    while True:
+        command, value = await loop.run_in_executor(None, conn.recv)
+        if command == "pods":
+            scenario = DenseScenario.create(pod_count=value, cpus=CPUS)
+            value = 0
+        if command in ("pods", "tick"):
+            state = scenario.state_at(value)
+            sim.set_state(pods=state.pods, allocatable=state.allocatable)
+            conn.send(None)
+        elif command == "calls":
+            conn.send(sum(sim.calls.values()))
+        else:
+            break
+    await sim.stop()
+
+
+class _Kubelet:
+    def __init__(self, socket_path: str) -> None:
+        self._conn, child = multiprocessing.Pipe()
+        self._process = multiprocessing.Process(
+            target=_kubelet_main, args=(child, socket_path), daemon=True
+        )
+        self._process.start()
+        while not os.path.exists(socket_path):
+            time.sleep(0.05)
+
+    def ask(self, command: str, value: int = 0) -> Any:
+        self._conn.send((command, value))
+        return self._conn.recv()
+
+    def stop(self) -> None:
+        self._conn.send(("stop", 0))
+        self._process.join(timeout=10)
+
+
+# --- scrapers, in their own process --------------------------------------------------------
+
+
+def _scraper_main(conn: Connection) -> None:
+    asyncio.run(_scrape_forever(conn))
+
+
+async def _scrape_forever(conn: Connection) -> None:
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        while True:
+            job = await loop.run_in_executor(None, conn.recv)
+            if job is None:
+                return
+            url, accept, encoding, concurrency, total = job
+            headers = {"Accept": accept, "Accept-Encoding": encoding}
+            latencies: list[float] = []
+            await asyncio.gather(
+                *(
+                    _scrape(session, url, headers, count=total // concurrency, into=latencies)
+                    for _ in range(concurrency)
+                )
+            )
+            conn.send(latencies)
+
+
+async def _scrape(
+    session: Any, url: str, headers: dict[str, str], *, count: int, into: list[float]
+) -> None:
+    for _ in range(count):
+        started = time.perf_counter()
+        async with session.get(url, headers=headers) as response:
+            await response.read()
+        into.append(time.perf_counter() - started)
+
+
+class _Scrapers:
+    def __init__(self) -> None:
+        self._conn, child = multiprocessing.Pipe()
+        self._process = multiprocessing.Process(target=_scraper_main, args=(child,), daemon=True)
+        self._process.start()
+
+    def run(
+        self, url: str, *, accept: str, encoding: str, concurrency: int, total: int
+    ) -> list[float]:
+        self._conn.send((url, accept, encoding, concurrency, total))
+        latencies: list[float] = self._conn.recv()
+        return latencies
+
+    def stop(self) -> None:
+        self._conn.send(None)
+        self._process.join(timeout=10)
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    figure: str
+    value: str
+    floor: str
+    ratio: str
+    target: str
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def _ratio(value: float, floor: float) -> str:
+    return f"{value / floor:.1f}x" if floor > 0 else "-"
+
+
+def _print_table(rows: list[Row], *, header: str) -> None:
+    print(header)
+    columns = ("figure", "value", "floor", "ratio", "target")
+    cells = [columns, *((r.figure, r.value, r.floor, r.ratio, r.target) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    for index, cell in enumerate(cells):
+        print("| " + " | ".join(v.ljust(w) for v, w in zip(cell, widths, strict=True)) + " |")
+        if index == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+# --- the floor of a poll -------------------------------------------------------------------
+
+
+def _decode_floor(pods: int, *, repeat: int) -> float:
+    """Seconds of CPU to decode the kubelet's replies and read every field once."""
+    from exporter.kubelet.api.v1 import api_pb2 as v1
+    from exporter.kubelet.convert import allocatable_to_proto, list_response_to_proto
+    from exporter.sim.scenario import DenseScenario
+
+    state = DenseScenario.create(pod_count=pods, cpus=CPUS).state_at(0)
+    listed = list_response_to_proto(state.pods).SerializeToString()
+    allocatable = allocatable_to_proto(state.allocatable).SerializeToString()
+
+    def read(groups: Any) -> int:
+        n = 0
+        for group in groups:
+            n += len(group.resource_name) + len(group.device_ids) + len(group.topology.nodes)
+        return n
+
+    started = time.process_time()
+    for _ in range(repeat):
+        reply = v1.ListPodResourcesResponse.FromString(listed)
+        for pod in reply.pod_resources:
+            for container in pod.containers:
+                read(container.devices)
+                sum(container.cpu_ids)
+                for block in container.memory:
+                    block.size  # noqa: B018 - reading it is the point
+                len(container.dynamic_resources)
+        inventory = v1.AllocatableResourcesResponse.FromString(allocatable)
+        read(inventory.devices)
+        sum(inventory.cpu_ids)
+    return (time.process_time() - started) / repeat
+
+
+# --- the exporter under test, in this process ----------------------------------------------
+
+
+def _exporter(root: Path, socket_path: str, *, collectors: bool = True) -> Any:
+    from exporter.app import Exporter
+    from exporter.cli import parse_config
+    from exporter.collectors import build_collectors
+    from exporter.collectors.base import CollectorContext
+    from exporter.collectors.nvml import NvmlCollector
+    from exporter.sim.gpus import SimulatedNvmlSource
+    from exporter.sim.scenario import dense_hardware
+
+    flags = ["--kubelet.socket", socket_path, "--path.sysfs", str(root / "sys")]
+    flags += ["--path.procfs", str(root / "proc"), "--web.listen-address", "127.0.0.1:0"]
+    config = parse_config(flags, {})
+    if not collectors:
+        return Exporter(config, collectors=[])
+    context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
+    built = build_collectors([n for n in config.collectors if n != "nvml"], context)
+    source = SimulatedNvmlSource(dense_hardware(cpus=CPUS), clock=time.monotonic)
+    built.insert(0, NvmlCollector(context, source=source))
+    return Exporter(config, collectors=built)
+
+
+async def _poll_cpu(exporter: Any, kubelet: _Kubelet, *, churn: bool, tick: int) -> float:
+    """CPU seconds of this process per poll, over POLLS_PER_RUN polls."""
+    spent = 0.0
+    for _ in range(POLLS_PER_RUN):
+        if churn:
+            tick += 1
+            kubelet.ask("tick", tick)
+        started = time.process_time()
+        await exporter.poller.poll_once()
+        spent += time.process_time() - started
+    return spent / POLLS_PER_RUN
+
+
+async def _poll_rows(
+    root: Path, kubelet: _Kubelet, *, pods: int, runs: int, collectors: bool
+) -> list[Row]:
+    kubelet.ask("pods", pods)
+    exporter = _exporter(root, kubelet_socket(root), collectors=collectors)
     try:
-        await _measure(node, runs=runs)
+        for _ in range(3):  # warm-up: channel, caches, first join
+            await exporter.poller.poll_once()
+        steady, churn, floor = [], [], []
+        for run in range(runs):
+            steady.append(await _poll_cpu(exporter, kubelet, churn=False, tick=0))
+            churn.append(await _poll_cpu(exporter, kubelet, churn=True, tick=run * POLLS_PER_RUN))
+            kubelet.ask("tick", 0)
+            await exporter.poller.poll_once()
+            floor.append(_decode_floor(pods, repeat=POLLS_PER_RUN))
     finally:
-        await node.stop()
-
-
-async def _measure(node: SimulatedNode, *, runs: int) -> None:
-    base = [
-        *node.exporter_flags(),
-        "--web.listen-address",
-        "127.0.0.1:0",
+        await exporter.close()
+    f = _median(floor)
+    s, c = _median(steady), _median(churn)
+    millicores = s / DEFAULT_INTERVAL_S * 1000  # CPU ms per s of wall time
+    which = "" if collectors else ", collectors off"
+    return [
+        Row(
+            f"poll CPU, {pods} pods, steady{which}",
+            f"{_ms(s)} ({millicores:.1f} mcore @10s)",
+            _ms(f),
+            _ratio(s, f),
+            "<= 3x, < 5 mcore" if pods == SCRAPE_PODS and collectors else "linear",
+        ),
+        Row(
+            f"poll CPU, {pods} pods, 10% churn{which}",
+            _ms(c),
+            _ms(f),
+            _ratio(c, f),
+            "<= 6x" if pods == SCRAPE_PODS and collectors else "linear",
+        ),
     ]
-    full_config = parse_config(base, {})
-    bare_config = parse_config(
-        [*base, *(f"--no-collector.{n}" for n in full_config.collectors)], {}
-    )
-    full = Exporter(full_config, collectors=demo_collectors(full_config, node))
-    bare = Exporter(bare_config, collectors=[])
-    try:
-        state = node.scenario.state_at(0)
-        devices = sum(len(g.device_ids) for g in state.allocatable.devices)
-        print(
-            f"dense node: {len(state.pods)} pods, {devices} devices, "
-            f"{len(state.allocatable.cpu_ids)} allocatable CPUs, {runs} runs each"
-        )
-        await full.poller.poll_once()  # warm-up: channel, NVML handles, imports
-        await bare.poller.poll_once()
-        print(
-            f"poll, all collectors on : {_quantiles(await _time(full.poller.poll_once, runs=runs))}"
-        )
-        print(
-            f"poll, no collectors     : {_quantiles(await _time(bare.poller.poll_once, runs=runs))}"
-        )
-        published = full.store.current
-        assert published is not None
-        exposition = published.exposition
-        print(
-            f"/metrics: {exposition.series} series, {len(exposition.text) / 1024:.0f} KiB plain, "
-            f"{len(exposition.text_gzip) / 1024:.0f} KiB gzip"
-        )
 
-        runner = web.AppRunner(full.create_app(), access_log=None)
+
+async def _measure_polls(root: Path, kubelet: _Kubelet, *, runs: int) -> list[Row]:
+    rows: list[Row] = []
+    for pods in POD_COUNTS:
+        rows += await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=True)
+    # The exporter's own share (kubelet, join, render), without the sysfs/NVML readers.
+    for pods in (SCRAPE_PODS, POD_COUNTS[-1]):
+        rows += await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=False)
+    return rows
+
+
+def kubelet_socket(root: Path) -> str:
+    return str(root / "kubelet.sock")
+
+
+async def _idle_cpu_per_s(seconds: float) -> float:
+    started = time.process_time()
+    await asyncio.sleep(seconds)
+    return (time.process_time() - started) / seconds
+
+
+async def _measure_scrapes(
+    root: Path, kubelet: _Kubelet, *, runs: int, idle_floor: float
+) -> list[Row]:
+    from aiohttp import web
+
+    kubelet.ask("pods", SCRAPE_PODS)
+    exporter = _exporter(root, kubelet_socket(root))
+    scrapers = _Scrapers()
+    rows: list[Row] = []
+    runners: list[web.AppRunner] = []
+
+    async def listen(app: web.Application) -> str:
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
+        runners.append(runner)
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        url = f"http://127.0.0.1:{port}/metrics"
-        async with aiohttp.ClientSession(auto_decompress=False) as session:
+        return f"http://127.0.0.1:{port}/metrics"
 
-            async def scrape(encoding: str) -> None:
-                async with session.get(url, headers={"Accept-Encoding": encoding}) as response:
-                    await response.read()
+    try:
+        for _ in range(3):
+            await exporter.poller.poll_once()
+        idle = [await _idle_cpu_per_s(IDLE_S / runs) for _ in range(runs)]
+        rows.append(
+            Row(
+                "idle CPU between polls",
+                f"{_median(idle) * 1000:.2f} mcore",
+                f"{idle_floor * 1000:.2f} mcore",
+                "-",
+                "reported",
+            )
+        )
+        published = exporter.store.current
+        assert published is not None
+        pages = {
+            (accept, encoding): published.exposition.page(
+                openmetrics="openmetrics" in accept, gzipped=encoding == "gzip"
+            )
+            for _, accept, encoding in VARIANTS
+        }
 
-            for encoding in ("identity", "gzip"):
-                samples = await _time(lambda e=encoding: scrape(e), runs=runs * 5)
-                print(f"GET /metrics ({encoding:8}): {_quantiles(samples)}")
-            calls_before = dict(node.kubelet.calls)
-            await asyncio.gather(*(scrape("gzip") for _ in range(200)))
-            extra = sum(node.kubelet.calls.values()) - sum(calls_before.values())
-            print(f"200 concurrent scrapes  : {extra} extra kubelet calls")
-        await runner.cleanup()
-        rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"peak RSS of this process (exporter + simulated node): {rss_mib:.0f} MiB")
+        async def bare(request: web.Request) -> web.Response:
+            accept = request.headers.get("Accept", "")
+            encoding = request.headers.get("Accept-Encoding", "identity")
+            body = pages[(accept, encoding)]
+            headers = {"Content-Encoding": "gzip"} if encoding == "gzip" else {}
+            return web.Response(body=body, headers=headers)
+
+        bare_app = web.Application()
+        bare_app.router.add_get("/metrics", bare)
+        ours_url = await listen(exporter.create_app())
+        bare_url = await listen(bare_app)
+        loop = asyncio.get_running_loop()
+
+        async def scrape(
+            url: str, accept: str, encoding: str, *, concurrency: int, total: int
+        ) -> list[float]:
+            return await loop.run_in_executor(
+                None,
+                lambda: scrapers.run(
+                    url, accept=accept, encoding=encoding, concurrency=concurrency, total=total
+                ),
+            )
+
+        for name, accept, encoding in VARIANTS:
+            ours50, ours99, bare50, bare99 = [], [], [], []
+            for _ in range(runs):
+                ours = await scrape(
+                    ours_url, accept, encoding, concurrency=SCRAPERS, total=SCRAPES_PER_RUN
+                )
+                floor = await scrape(
+                    bare_url, accept, encoding, concurrency=SCRAPERS, total=SCRAPES_PER_RUN
+                )
+                ours50.append(_p(ours, 0.5))
+                ours99.append(_p(ours, 0.99))
+                bare50.append(_p(floor, 0.5))
+                bare99.append(_p(floor, 0.99))
+            rows.append(
+                Row(
+                    f"/metrics {name}, 10 scrapers, p50 / p99",
+                    f"{_ms(_median(ours50))} / {_ms(_median(ours99))}",
+                    f"{_ms(_median(bare50))} / {_ms(_median(bare99))}",
+                    f"{_ratio(_median(ours50), _median(bare50))} / "
+                    f"{_ratio(_median(ours99), _median(bare99))}",
+                    "p99 <= 1.3x",
+                )
+            )
+        for name, accept, encoding in VARIANTS:
+            first, floor_first = [], []
+            for _ in range(runs * 2):
+                await exporter.poller.poll_once()
+                first += await scrape(ours_url, accept, encoding, concurrency=1, total=1)
+                floor_first += await scrape(bare_url, accept, encoding, concurrency=1, total=1)
+            rows.append(
+                Row(
+                    f"/metrics {name}, first scrape after a poll",
+                    _ms(_median(first)),
+                    _ms(_median(floor_first)),
+                    _ratio(_median(first), _median(floor_first)),
+                    "reported",
+                )
+            )
+        before = kubelet.ask("calls")
+        await scrape(ours_url, VARIANTS[1][1], "gzip", concurrency=SCRAPERS, total=1000)
+        calls = kubelet.ask("calls") - before
+        rows.append(Row("kubelet calls per 1,000 scrapes", str(calls), "0", "-", "0"))
     finally:
-        await full.close()
-        await bare.close()
+        for runner in runners:
+            await runner.cleanup()
+        scrapers.stop()
+        await exporter.close()
+    return rows
+
+
+# --- memory: a fresh exporter process ------------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _memory_worker(root: str, freeze: bool) -> None:
+    """Polls whenever a line arrives on stdin; answers with RSS and the poll's CPU."""
+    _quiet()
+    from exporter.app import Exporter
+    from exporter.cli import parse_config
+
+    flags = ["--kubelet.socket", kubelet_socket(Path(root)), "--path.sysfs", f"{root}/sys"]
+    flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", "127.0.0.1:0"]
+    exporter = Exporter(parse_config(flags, {}))  # the real collectors: NVML absent here
+
+    async def main() -> None:
+        await exporter.poller.poll_once()
+        if freeze:
+            gc.freeze()  # what start-up made is never collected again
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            started = time.process_time()
+            await exporter.poller.poll_once()
+            spent = time.process_time() - started
+            print(json.dumps([_status_kib("VmRSS"), _status_kib("VmHWM"), spent]), flush=True)
+        await exporter.close()
+
+    asyncio.run(main())
+
+
+def _imports_rss_kib() -> int:
+    code = (
+        "import grpc, aiohttp, google.protobuf, prometheus_client, structlog\n"
+        "import exporter.app\n"
+        "from pathlib import Path\n"
+        "print([l.split()[1] for l in Path('/proc/self/status').read_text().splitlines()"
+        " if l.startswith('VmRSS:')][0])"
+    )
+    return int(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+
+
+def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> tuple[int, float, float]:
+    """(peak RSS KiB, RSS slope KiB per poll over the second half, median poll CPU s)."""
+    kubelet.ask("pods", MEMORY_PODS)
+    worker = subprocess.Popen(
+        [sys.executable, __file__, "--memory-worker", str(root), *(["--freeze"] if freeze else [])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdin is not None
+    assert worker.stdout is not None
+    rss: list[int] = []
+    cpu: list[float] = []
+    peak = 0
+    for tick in range(1, MEMORY_POLLS + 1):
+        kubelet.ask("tick", tick)
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        now, peak, spent = json.loads(worker.stdout.readline())
+        rss.append(now)
+        cpu.append(spent)
+    worker.stdin.close()
+    worker.wait(timeout=30)
+    half = rss[len(rss) // 2 :]
+    xs = list(range(len(half)))
+    slope = statistics.linear_regression(xs, half).slope
+    return peak, slope, _median(cpu)
+
+
+def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
+    """Memory rows; further RSS figures (a reply of N MiB) belong here, one row each."""
+    floor = _imports_rss_kib()
+    rows = []
+    for freeze in (False, True):
+        peak, slope, cpu = _memory_run(root, kubelet, freeze=freeze)
+        per_day = slope * 86400 / DEFAULT_INTERVAL_S / 1024
+        label = "gc.freeze()" if freeze else "no gc.freeze()"
+        rows.append(
+            Row(
+                f"peak RSS, {MEMORY_PODS} pods, 180 churn polls, {label}",
+                f"{peak / 1024:.1f} MiB",
+                f"{floor / 1024:.1f} MiB",
+                _ratio(peak, floor),
+                "< 64 MiB",
+            )
+        )
+        rows.append(
+            Row(
+                f"RSS slope over the 2nd half, {label}",
+                f"{slope:+.1f} KiB/poll ({per_day:+.1f} MiB/day)",
+                "0",
+                "-",
+                "flat",
+            )
+        )
+        rows.append(
+            Row(
+                f"poll CPU, real collectors, churn, {label}",
+                _ms(cpu),
+                "-",
+                "-",
+                "reported",
+            )
+        )
+    return rows
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def _machine() -> str:
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    load = os.getloadavg()
+    return (
+        f"{os.cpu_count()} CPUs ({model}), Python {sys.version.split()[0]}, "
+        f"load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+
+
+def _own_peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def _main(*, runs: int) -> None:
+    from exporter.sim.fixtures import write_tree
+    from exporter.sim.scenario import dense_hardware
+
+    _quiet()
+    machine = _machine()
+    started = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="prx-bench-"))
+    idle_floor = await _idle_cpu_per_s(1.0)
+    write_tree(
+        sysfs=root / "sys", procfs_root=root / "proc", hardware=dense_hardware(cpus=CPUS), tick=0
+    )
+    kubelet = _Kubelet(kubelet_socket(root))
+    try:
+        rows = await _measure_polls(root, kubelet, runs=runs)
+        rows += await _measure_scrapes(root, kubelet, runs=runs, idle_floor=idle_floor)
+        rows += _measure_memory(root, kubelet)
+    finally:
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    _print_table(
+        rows,
+        header=(
+            f"podresources-exporter bench: medians of {runs} runs; {machine}; "
+            f"took {time.monotonic() - started:.0f} s; "
+            f"peak RSS of the bench process {_own_peak_mib():.0f} MiB"
+        ),
+    )
+
+
+def main(argv: list[str] | None = None, *, run: Callable[..., Any] = asyncio.run) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--memory-worker", metavar="ROOT", help=argparse.SUPPRESS)
+    parser.add_argument("--freeze", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_worker:
+        _memory_worker(args.memory_worker, args.freeze)
+        return
+    run(_main(runs=args.runs))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=250)
-    parser.add_argument("--cpus", type=int, default=256)
-    parser.add_argument("--runs", type=int, default=20)
-    args = parser.parse_args()
-    asyncio.run(main(pods=args.pods, cpus=args.cpus, runs=args.runs))
-    sys.exit(0)
+    main()

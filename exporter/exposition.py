@@ -1,25 +1,26 @@
-"""Snapshot -> metric families -> bytes, once per poll.
+"""Snapshot -> metric families -> bytes: rendered once per poll, encoded on demand.
 
-Rendering costs microseconds per sample, so it happens once per poll in the poller's
-worker thread and every scrape is served the cached bytes (plain text and OpenMetrics,
-each also gzipped). Families are built fresh from the snapshot every time, so the
-series of a pod that is gone cannot survive it.
+The poller's worker thread renders each family's sample lines once per poll (our own
+writer, ``exporter.metricwriter``), re-using the escaped label-set prefixes and each
+unchanged container's allocation lines from the previous poll. A format (text or
+OpenMetrics) is joined and encoded only when a scraper first asks for it in this
+snapshot, gzip likewise, and both are then kept for every later scrape of it. The
+``process_*``/``python_*`` families are rendered at scrape time (at most once a second,
+shared by the scrapes of that second), so they are never a poll interval old.
+Families are built fresh from the snapshot every time, so the series of a pod that is
+gone cannot survive it.
 """
 
 from __future__ import annotations
 
-import gzip
 import platform
+import time
+import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
-from prometheus_client import (
-    GC_COLLECTOR,
-    PLATFORM_COLLECTOR,
-    PROCESS_COLLECTOR,
-    CollectorRegistry,
-)
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client import exposition as text_format
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -28,11 +29,21 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.openmetrics import exposition as openmetrics_format
-from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.collectors.base import COLLECTOR_ERRORS
+from exporter.metricwriter import (
+    OPENMETRICS_EOF,
+    FamilyText,
+    PrefixCache,
+    Rows,
+    format_value,
+    join_families,
+    label_prefix,
+    write_family,
+)
 from exporter.model import (
+    ContainerView,
     DeviceView,
     MetricKind,
     NodeCount,
@@ -44,31 +55,131 @@ from exporter.model import (
 from exporter.process_metrics import process_families
 
 __all__ = [
+    "GZIP_LEVEL",
     "OPENMETRICS_CONTENT_TYPE",
     "TEXT_CONTENT_TYPE",
     "Exposition",
+    "RenderCache",
     "render",
 ]
 
 TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
-# prometheus_client leaves the OpenMetrics writer unannotated; this gives it its real type.
-_generate_openmetrics: Callable[[CollectorRegistry], bytes] = openmetrics_format.generate_latest
-GZIP_LEVEL = 6  # gzip's own default: most of the gain for little CPU
+# Measured on the dense node's ~280 KiB page (docs/benchmarks.md): level 1 takes 0.7 ms
+# for 19.5 KiB, 3 takes 0.8 ms for 16 KiB, 6 (gzip's default) 2.2 ms for 13 KiB.
+# Level 3 is the knee: near 6's size for a third of its time, paid on the loop once.
+GZIP_LEVEL = 3
+_GZIP_WBITS = 31  # zlib's gzip container: header and CRC trailer written by zlib
 
 OWNER_LABELS = ("namespace", "pod", "container")
 DEVICE_LABELS = (*OWNER_LABELS, "resource", "device_id")
 
 
 @dataclass(frozen=True, slots=True)
-class Exposition:
-    """One poll's /metrics page in every encoding a scraper may ask for."""
+class RenderCache:
+    """What one render keeps for the next: exactly the prefixes and container lines it
+    used, so the cache follows the node's series and does not grow over churn."""
 
-    text: bytes
-    text_gzip: bytes
-    openmetrics: bytes
-    openmetrics_gzip: bytes
+    prefixes: PrefixCache = field(default_factory=dict)
+    containers: dict[Hashable, tuple[str, str, str, str, str]] = field(default_factory=dict)
+
+
+_LIVE_COLLECTORS = tuple(c for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR) if c)
+# Scrapes this close together share one rendering of the live families (~0.25 ms, half
+# a scrape's CPU): ten concurrent scrapers then pay it once, and no figure is older.
+LIVE_MAX_AGE_S = 1.0
+
+
+class _Live:
+    """The process families, rendered at most every LIVE_MAX_AGE_S; loop thread only."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._prefixes: PrefixCache = {}
+        self._rendered_at = -LIVE_MAX_AGE_S
+        self._texts: dict[bool, str] = {}
+
+    def text(self, *, openmetrics: bool) -> str:
+        now = self._clock()
+        if now - self._rendered_at >= LIVE_MAX_AGE_S:
+            prefixes: PrefixCache = {}
+            families = [
+                write_family(m, cache=prefixes, previous=self._prefixes)
+                for c in _LIVE_COLLECTORS
+                for m in c.collect()
+            ]
+            self._prefixes = prefixes
+            self._texts = {om: join_families(families, openmetrics=om) for om in (False, True)}
+            self._rendered_at = now
+        return self._texts[openmetrics]
+
+
+_LIVE = _Live()
+
+
+@dataclass(frozen=True, slots=True)
+class _Gzipped:
+    """A gzip stream of the static page, flushed to a byte boundary and left open, so a
+    scrape appends its live families and closes a copy instead of compressing it all."""
+
+    head: bytes
+    compressor: zlib._Compress
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """One poll's /metrics page: its families rendered, each encoding made on demand.
+
+    ``page()`` is called from the event loop only; the encodings it keeps in ``_pages``
+    are shared with a later Exposition whose families are the same.
+    """
+
+    families: tuple[FamilyText, ...]
     series: int
+    cache: RenderCache = field(default_factory=RenderCache, compare=False, repr=False)
+    _pages: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    _gzipped: dict[str, _Gzipped] = field(default_factory=dict, compare=False, repr=False)
+
+    def static(self, *, openmetrics: bool) -> bytes:
+        """The snapshot's families in one format, without live ones nor ``# EOF``."""
+        key = "openmetrics" if openmetrics else "text"
+        page = self._pages.get(key)
+        if page is None:
+            page = self._pages[key] = join_families(self.families, openmetrics=openmetrics).encode()
+        return page
+
+    def page(self, *, openmetrics: bool, gzipped: bool) -> bytes:
+        """The whole page as a scraper gets it, live process families included."""
+        live = _LIVE.text(openmetrics=openmetrics)
+        if openmetrics:
+            live += OPENMETRICS_EOF
+        if not gzipped:
+            return self.static(openmetrics=openmetrics) + live.encode()
+        key = "openmetrics" if openmetrics else "text"
+        found = self._gzipped.get(key)
+        if found is None:
+            compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
+            head = compressor.compress(self.static(openmetrics=openmetrics))
+            head += compressor.flush(zlib.Z_SYNC_FLUSH)
+            found = self._gzipped[key] = _Gzipped(head, compressor)
+        tail = found.compressor.copy()
+        return found.head + tail.compress(live.encode()) + tail.flush()
+
+    @property
+    def text(self) -> bytes:
+        return self.page(openmetrics=False, gzipped=False)
+
+    @property
+    def openmetrics(self) -> bytes:
+        return self.page(openmetrics=True, gzipped=False)
+
+    @property
+    def text_gzip(self) -> bytes:
+        return self.page(openmetrics=False, gzipped=True)
+
+    @property
+    def openmetrics_gzip(self) -> bytes:
+        return self.page(openmetrics=True, gzipped=True)
 
 
 def _gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
@@ -88,20 +199,23 @@ def _node_family(
     return family
 
 
-_Family = GaugeMetricFamily | CounterMetricFamily
-
-
 def _add_sample(
-    families: dict[str, _Family], sample: Sample, *, labels: Sequence[str], values: Sequence[str]
+    families: dict[str, Rows], sample: Sample, *, labels: Sequence[str], values: Sequence[str]
 ) -> None:
     """Add one collector sample to its family; ``labels``/``values`` come before its own."""
     spec = sample.spec
     family = families.get(spec.name)
     if family is None:
-        cls = CounterMetricFamily if spec.kind is MetricKind.COUNTER else GaugeMetricFamily
-        family = cls(spec.name, spec.help, labels=[*labels, *spec.labels])
+        counter = spec.kind is MetricKind.COUNTER
+        family = Rows(
+            spec.name.removesuffix("_total") if counter else spec.name,
+            "counter" if counter else "gauge",
+            spec.help,
+            (*labels, *spec.labels),
+            [],
+        )
         families[spec.name] = family
-    family.add_metric([*values, *sample.label_values], sample.value)
+    family.add((*values, *sample.label_values), sample.value)
 
 
 def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, str], DeviceView]:
@@ -124,8 +238,8 @@ def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, s
     return owned
 
 
-def _telemetry_families(snapshot: Snapshot) -> Iterator[Metric]:
-    families: dict[str, _Family] = {}
+def _telemetry_families(snapshot: Snapshot) -> Iterator[Metric | Rows]:
+    families: dict[str, Rows] = {}
     for (owner, resource, base), device in _telemetry_owners(snapshot.devices).items():
         assert device.reading is not None
         values = [*_owner_values(owner), resource, base]
@@ -234,69 +348,127 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
     yield unresolved
 
 
-def _container_families(snapshot: Snapshot) -> Iterator[Metric]:
-    device_info = _gauge(
+# The container families that follow from allocations alone, in page order: their
+# lines are kept per container and re-used while its allocation stays the same.
+_CONTAINER_FAMILIES = (
+    (
         "podresources_container_device_info",
         "A device allocated to a container.",
-        (*OWNER_LABELS, "resource", "device_id", "numa_node"),
-    )
-    cpus = _gauge(
+    ),
+    (
         "podresources_container_exclusive_cpus",
         "Exclusive CPUs allocated to a container, per NUMA node.",
-        (*OWNER_LABELS, "numa_node"),
-    )
-    memory = _gauge(
+    ),
+    (
         "podresources_container_memory_bytes",
         "Memory and hugepages allocated to a container by the memory manager, in bytes.",
-        (*OWNER_LABELS, "memory_type", "numa_node"),
-    )
-    claims = _gauge(
+    ),
+    (
         "podresources_container_dynamic_resource_info",
         "A device allocated to a container through a DRA resource claim.",
-        (*OWNER_LABELS, "claim_namespace", "claim_name", "driver", "pool", "device"),
-    )
-    aligned = _gauge(
+    ),
+    (
         "podresources_container_numa_aligned",
         "1 when the container's devices and memory sit on NUMA nodes of its exclusive CPUs.",
-        OWNER_LABELS,
+    ),
+)
+_ContainerLines = tuple[str, str, str, str, str]
+
+
+def _line(name: str, labels: Iterable[tuple[str, str]], value: float) -> str:
+    return f"{label_prefix(name, labels)} {format_value(value)}\n"
+
+
+def _container_key(container: ContainerView) -> Hashable:
+    """Everything the allocation families of one container are made of."""
+    return (
+        container.owner,
+        tuple((d.resource, d.device_id, d.numa_nodes) for d in container.devices),
+        container.cpus_by_numa,
+        container.memory,
+        container.dynamic_resources,
+        container.numa_aligned,
     )
-    cpu_seconds = CounterMetricFamily(
+
+
+def _container_lines(container: ContainerView) -> _ContainerLines:
+    owner = tuple(zip(OWNER_LABELS, _owner_values(container.owner), strict=True))
+    names = [name for name, _ in _CONTAINER_FAMILIES]
+    devices = "".join(
+        _line(
+            names[0],
+            (
+                *owner,
+                ("resource", d.resource),
+                ("device_id", d.device_id),
+                ("numa_node", numa_label(d.numa_nodes)),
+            ),
+            1,
+        )
+        for d in container.devices
+    )
+    cpus = "".join(
+        _line(names[1], (*owner, ("numa_node", node)), count)
+        for node, count in container.cpus_by_numa
+    )
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for block in container.memory:
+        totals[(block.memory_type, numa_label(block.numa_nodes))] += block.size_bytes
+    memory = "".join(
+        _line(names[2], (*owner, ("memory_type", kind), ("numa_node", node)), size)
+        for (kind, node), size in sorted(totals.items())
+    )
+    claims = "".join(
+        _line(
+            names[3],
+            (
+                *owner,
+                ("claim_namespace", claim.claim_namespace),
+                ("claim_name", claim.claim_name),
+                ("driver", claimed.driver),
+                ("pool", claimed.pool),
+                ("device", claimed.device),
+            ),
+            1,
+        )
+        for claim in container.dynamic_resources
+        for claimed in claim.devices
+    )
+    aligned = (
+        ""
+        if container.numa_aligned is None
+        else _line(names[4], owner, 1 if container.numa_aligned else 0)
+    )
+    return (devices, cpus, memory, claims, aligned)
+
+
+def _container_families(
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
+) -> Iterator[FamilyText | Rows]:
+    per_container: list[_ContainerLines] = []
+    cpu_seconds = Rows(
         "podresources_container_exclusive_cpu_seconds",
+        "counter",
         "Seconds the container's exclusive CPUs spent in each mode.",
-        labels=[*OWNER_LABELS, "mode"],
+        (*OWNER_LABELS, "mode"),
+        [],
     )
     for pod in snapshot.pods:
         for container in pod.containers:
-            owner = _owner_values(container.owner)
-            for device in container.devices:
-                device_info.add_metric(
-                    [*owner, device.resource, device.device_id, numa_label(device.numa_nodes)], 1
-                )
-            for node, count in container.cpus_by_numa:
-                cpus.add_metric([*owner, node], count)
-            totals: dict[tuple[str, str], int] = defaultdict(int)
-            for block in container.memory:
-                totals[(block.memory_type, numa_label(block.numa_nodes))] += block.size_bytes
-            for (memory_type, node), size in sorted(totals.items()):
-                memory.add_metric([*owner, memory_type, node], size)
-            for claim in container.dynamic_resources:
-                for claimed in claim.devices:
-                    claims.add_metric(
-                        [
-                            *owner,
-                            claim.claim_namespace,
-                            claim.claim_name,
-                            claimed.driver,
-                            claimed.pool,
-                            claimed.device,
-                        ],
-                        1,
-                    )
-            if container.numa_aligned is not None:
-                aligned.add_metric(owner, 1 if container.numa_aligned else 0)
-            for mode, seconds in container.cpu_seconds_by_mode:
-                cpu_seconds.add_metric([*owner, mode], seconds)
-    yield from (device_info, cpus, memory, claims, aligned, cpu_seconds)
+            key = _container_key(container)
+            lines = previous.containers.get(key)
+            if lines is None:
+                lines = _container_lines(container)
+            cache.containers[key] = lines
+            per_container.append(lines)
+            if container.cpu_seconds_by_mode:
+                owner = _owner_values(container.owner)
+                for mode, seconds in container.cpu_seconds_by_mode:
+                    cpu_seconds.add((*owner, mode), seconds)
+    for index, (name, documentation) in enumerate(_CONTAINER_FAMILIES):
+        body = "".join(lines[index] for lines in per_container)
+        yield FamilyText(name, "gauge", documentation, "", body, body.count("\n"))
+    yield cpu_seconds
 
 
 def _self_families(snapshot: Snapshot) -> Iterator[Metric]:
@@ -374,30 +546,28 @@ def _bound(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
 
 
-class _SnapshotCollector(Collector):
-    def __init__(self, snapshot: Snapshot) -> None:
-        self._snapshot = snapshot
+def render(snapshot: Snapshot, *, previous: Exposition | None = None) -> Exposition:
+    """The /metrics page of ``snapshot``; CPU-bound, for the poller's thread.
 
-    def collect(self) -> Iterator[Metric]:
-        yield from _self_families(self._snapshot)
-        yield from _inventory_families(self._snapshot)
-        yield from _container_families(self._snapshot)
-        yield from _telemetry_families(self._snapshot)
-        yield from process_families(self._snapshot)
-
-
-def render(snapshot: Snapshot) -> Exposition:
-    """The whole /metrics page for ``snapshot``, with process metrics; CPU-bound."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snapshot))
-    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-        registry.register(collector)
-    text = text_format.generate_latest(registry)
-    openmetrics = _generate_openmetrics(registry)
-    return Exposition(
-        text=text,
-        text_gzip=gzip.compress(text, compresslevel=GZIP_LEVEL),
-        openmetrics=openmetrics,
-        openmetrics_gzip=gzip.compress(openmetrics, compresslevel=GZIP_LEVEL),
-        series=sum(1 for line in text.splitlines() if not line.startswith(b"#")),
-    )
+    ``previous`` (the last poll's page) only saves work: the result is the same without.
+    """
+    seen = previous.cache if previous is not None else RenderCache()
+    cache = RenderCache()
+    families: list[FamilyText] = []
+    for family in (
+        *_self_families(snapshot),
+        *_inventory_families(snapshot),
+        *_container_families(snapshot, cache=cache, previous=seen),
+        *_telemetry_families(snapshot),
+        *process_families(snapshot),
+    ):
+        if isinstance(family, FamilyText):
+            families.append(family)
+        else:
+            families.append(write_family(family, cache=cache.prefixes, previous=seen.prefixes))
+    rendered = tuple(families)
+    series = sum(f.samples for f in rendered)
+    if previous is not None and previous.families == rendered:
+        # Nothing changed: keep the encodings already made, and the objects scrapers hold.
+        return Exposition(rendered, series, cache, previous._pages, previous._gzipped)
+    return Exposition(rendered, series, cache)

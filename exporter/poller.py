@@ -2,7 +2,13 @@
 
 One poll is one ``gather``: ``List``, ``GetAllocatableResources`` and every collector
 at once, so a slow collector never delays kubelet data and the worst case is the larger
-of the two timeouts, not their sum. The join runs after, off the event loop.
+of the two timeouts, not their sum. Converting replies, the join, the render and the
+allocation diff run off the event loop, so scrapes are not held up behind them.
+
+Most polls change nothing the kubelet says: byte-identical replies come back from the
+client as the very objects of the last poll, and then conversion, join and diff are
+skipped; only the readings are re-attached (``refresh_readings``), and the render
+re-uses the last poll's label prefixes and container lines.
 
 One poll makes at most one ``List`` and one ``GetAllocatableResources`` call, whatever
 the scrape load: HTTP handlers only read what was published last. When the kubelet
@@ -22,7 +28,13 @@ import structlog
 
 from exporter.collectors.runner import CollectorRunner
 from exporter.exposition import Exposition, render
-from exporter.join import diff_allocations, join_snapshot
+from exporter.join import (
+    AllocationChange,
+    JoinCache,
+    diff_allocations,
+    join_snapshot,
+    refresh_readings,
+)
 from exporter.kubelet.client import KubeletClient
 from exporter.kubelet.errors import KubeletError, MethodUnavailable
 from exporter.kubelet.stats import KubeletRequestStats
@@ -73,6 +85,9 @@ class Poller:
         self._dra = DraState()
         self._failed_collectors: dict[str, str] = {}
         self._get_probed_at: float | None = None
+        # What the published snapshot was joined from: (pods, allocatable, CPU map, DRA).
+        self._joined_from: tuple[object, ...] | None = None
+        self._join_cache = JoinCache()  # re-used for pods the kubelet reports unchanged
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
@@ -91,10 +106,9 @@ class Poller:
             self._poll_kubelet(), self._runner.run_all()
         )
         self._keep_node_state(runs)
-        previous = self._store.current
         # The request stats are copied here, on the loop, where the client records them;
-        # join and render are CPU-bound and run off the loop.
-        snapshot, exposition = await asyncio.to_thread(
+        # join, render and the allocation diff are CPU-bound and run off the loop.
+        snapshot, exposition, changes = await asyncio.to_thread(
             self._join_and_render,
             kubelet_data,
             kubelet_status,
@@ -103,7 +117,7 @@ class Poller:
             self._client.stats(),
         )
         self._note_judged_failures(snapshot.collectors)
-        for change in diff_allocations(previous.snapshot if previous else None, snapshot):
+        for change in changes:
             log.info(
                 "allocation_changed",
                 namespace=change.owner.namespace,
@@ -124,8 +138,10 @@ class Poller:
             if not run.success or run.unavailable is not None:
                 continue
             if run.name == "topology":
-                self._cpu_numa = dict(run.readings.cpu_numa)
-            elif run.name == "dra" and run.readings.dra is not None:
+                cpu_numa = dict(run.readings.cpu_numa)
+                if cpu_numa != self._cpu_numa:  # the same object while unchanged
+                    self._cpu_numa = cpu_numa
+            elif run.name == "dra" and run.readings.dra not in (None, self._dra):
                 self._dra = run.readings.dra
 
     def _note_judged_failures(self, runs: tuple[CollectorRun, ...]) -> None:
@@ -148,23 +164,53 @@ class Poller:
         runs: tuple[CollectorRun, ...],
         started: float,
         request_stats: KubeletRequestStats,
-    ) -> tuple[Snapshot, Exposition]:
-        snapshot = join_snapshot(
-            node=self._node,
-            collected_at=kubelet_data.collected_at,
-            kubelet=kubelet_status,
-            pods=kubelet_data.pods,
-            allocatable=kubelet_data.allocatable,
-            cpu_numa=self._cpu_numa,
-            dra=self._dra,
-            collector_runs=runs,
+    ) -> tuple[Snapshot, Exposition, tuple[AllocationChange, ...]]:
+        """Join (or, when nothing the join reads changed, only refresh the readings of
+        the last snapshot), render, and tell what changed hands."""
+        previous = self._store.current
+        joined_from = (kubelet_data.pods, kubelet_data.allocatable, self._cpu_numa, self._dra)
+        # Identity, not equality: the client hands back the same objects for
+        # byte-identical replies, and the CPU map and DRA state are kept while unchanged.
+        unchanged = (
+            previous is not None
+            and self._joined_from is not None
+            and all(a is b for a, b in zip(joined_from, self._joined_from, strict=True))
         )
+        if previous is not None and unchanged:
+            snapshot = refresh_readings(
+                previous.snapshot,
+                collected_at=kubelet_data.collected_at,
+                kubelet=kubelet_status,
+                pods=kubelet_data.pods,
+                allocatable=kubelet_data.allocatable,
+                collector_runs=runs,
+            )
+        else:
+            snapshot = join_snapshot(
+                node=self._node,
+                collected_at=kubelet_data.collected_at,
+                kubelet=kubelet_status,
+                pods=kubelet_data.pods,
+                allocatable=kubelet_data.allocatable,
+                cpu_numa=self._cpu_numa,
+                dra=self._dra,
+                collector_runs=runs,
+                cache=self._join_cache,
+            )
+        self._joined_from = joined_from
         snapshot = replace(
             snapshot,
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
         )
-        return snapshot, render(snapshot)
+        exposition = render(snapshot, previous=previous.exposition if previous else None)
+        if unchanged:
+            return snapshot, exposition, ()
+        return (
+            snapshot,
+            exposition,
+            diff_allocations(previous.snapshot if previous else None, snapshot),
+        )
 
     async def _probe_get(self) -> None:
         # Get serves only /debug look-ups, so its availability is probed rarely: at the

@@ -92,12 +92,10 @@ async def metrics(request: web.Request) -> web.Response:
     exposition = _published(request).exposition
     openmetrics = "application/openmetrics-text" in request.headers.get("Accept", "")
     gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
-    if openmetrics:
-        body = exposition.openmetrics_gzip if gzipped else exposition.openmetrics
-        content_type = OPENMETRICS_CONTENT_TYPE
-    else:
-        body = exposition.text_gzip if gzipped else exposition.text
-        content_type = TEXT_CONTENT_TYPE
+    # Encoded on the first ask for this format in this snapshot, then kept; only the
+    # live process families are rendered per scrape.
+    body = exposition.page(openmetrics=openmetrics, gzipped=gzipped)
+    content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
     headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"

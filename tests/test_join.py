@@ -454,3 +454,42 @@ class TestAllocationChanges:
             ("b", ("d1",), (), (1,), ()),
         ]
         assert diff_allocations(second, second) == ()
+
+
+class TestRefreshReadings:
+    def test_gpu_processes_are_attributed_again(self) -> None:
+        """The skip path for byte-identical kubelet replies re-attaches readings; GPU
+        processes change between such polls, so they must be attributed again too."""
+        from exporter.join import refresh_readings
+        from exporter.model import DeviceProcesses, GpuProcess, ProcessOrigin
+
+        gpu = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=10.0)
+        key = HardwareKey(KeyKind.GPU_UUID, "GPU-a")
+        pods = (
+            _pod(
+                "p", ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",)),))
+            ),
+        )
+
+        def runs(*pids: int) -> tuple[CollectorRun, ...]:
+            listed = DeviceProcesses(
+                key, tuple(GpuProcess(pid, ProcessOrigin(), 1024) for pid in pids)
+            )
+            return (
+                CollectorRun("nvml", True, 0.0, Readings(devices=(gpu,))),
+                CollectorRun("gpu_processes", True, 0.0, Readings(gpu_processes=(listed,))),
+            )
+
+        first = _join(pods, AllocatableResources(), runs(7))
+        refreshed = refresh_readings(
+            first,
+            collected_at=first.collected_at,
+            kubelet=STATUS,
+            pods=pods,
+            allocatable=AllocatableResources(),
+            collector_runs=runs(7, 8),
+        )
+        assert (
+            refreshed.gpu_processes == _join(pods, AllocatableResources(), runs(7, 8)).gpu_processes
+        )
+        assert refreshed.gpu_processes != first.gpu_processes

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NewType, ParamSpec, Protocol, TypeVar
@@ -88,6 +89,10 @@ NvmlHandle = NewType("NvmlHandle", object)
 """An opaque device handle; only the source that made it can use it."""
 
 EccErrorType = Literal["corrected", "uncorrected"]
+
+# nvmlInit retried after failing: first after this long, doubling up to the max.
+INIT_RETRY_INITIAL_S = 10.0
+INIT_RETRY_MAX_S = 300.0
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -457,11 +462,22 @@ class NvmlCollector(Collector):
     serves = ("nvidia.com/", "gpu.nvidia.com")
     known_errors = (GPU_IS_LOST,)
 
-    def __init__(self, context: CollectorContext, *, source: NvmlSource | None = None) -> None:
+    def __init__(
+        self,
+        context: CollectorContext,
+        *,
+        source: NvmlSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(context)
         self._source: NvmlSource = PynvmlSource() if source is None else source
         self._lock = threading.Lock()
         self._initialized = False
+        self._clock = clock
+        # After a failed init: the failure repeated until _init_retry_at (see below).
+        self._init_failure: tuple[type[CollectorError], str] | None = None
+        self._init_retry_at = 0.0
+        self._init_delay_s = INIT_RETRY_INITIAL_S
         self._gpus: dict[int, _Gpu] = {}
         self._issues: list[CollectorIssue] = []
         # The device being read, named in issue details: the runner logs each distinct
@@ -498,16 +514,31 @@ class NvmlCollector(Collector):
             self._lock.release()
 
     def _ensure_initialized(self) -> None:
-        # Retried every poll until it works: the driver may load after the exporter.
+        # The driver may load after the exporter, so init is retried -- but with back-off
+        # (doubling to INIT_RETRY_MAX_S): on a node without NVIDIA GPUs a failed init
+        # loads and probes libnvidia-ml every time, and the answer rarely changes.
         if self._initialized:
             return
+        now = self._clock()
+        if self._init_failure is not None and now < self._init_retry_at:
+            # A fresh exception each time: re-raising one would grow its traceback.
+            kind, message = self._init_failure
+            raise kind(message)
         try:
             self._source.init()
         except NvmlError as error:
             reason = _ABSENT.get(error.error_name)
-            if reason is not None:
-                raise CollectorUnavailable(reason) from error
-            raise CollectorError(f"nvmlInit failed: {error.error_name}") from error
+            failure: CollectorError = (
+                CollectorUnavailable(reason)
+                if reason is not None
+                else CollectorError(f"nvmlInit failed: {error.error_name}")
+            )
+            self._init_retry_at = now + self._init_delay_s
+            self._init_delay_s = min(self._init_delay_s * 2, INIT_RETRY_MAX_S)
+            self._init_failure = (type(failure), str(failure))
+            raise failure from error
+        self._init_failure = None
+        self._init_delay_s = INIT_RETRY_INITIAL_S
         self._initialized = True
 
     def _attempt(

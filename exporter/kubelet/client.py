@@ -17,10 +17,11 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
 import structlog
+from google.protobuf.message import DecodeError
 
 from exporter.kubelet.api.v1 import api_pb2 as v1
 from exporter.kubelet.api.v1 import api_pb2_grpc as v1_grpc
@@ -29,7 +30,7 @@ from exporter.kubelet.api.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.kubelet.convert import (
     allocatable_from_proto,
     pod_from_proto,
-    pods_from_list_response,
+    pods_from_list_response_reusing,
     pods_from_v1alpha1_list_response,
 )
 from exporter.kubelet.errors import (
@@ -88,6 +89,7 @@ _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 _BACKOFF_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
 
 _T = TypeVar("_T")
+_M = TypeVar("_M")
 
 _log = structlog.get_logger()
 
@@ -140,6 +142,38 @@ class _Backoff:
         self._error = None
 
 
+# --- Replies ------------------------------------------------------------------------------
+
+
+class _ReplyMemo(Generic[_T]):
+    """The last reply's raw bytes and what they converted to.
+
+    On a quiet node the kubelet answers the same bytes poll after poll; comparing them
+    (microseconds) skips decoding and conversion (milliseconds), and handing back the
+    very same object lets the poller skip the join too.
+    """
+
+    def __init__(self) -> None:
+        self._raw: bytes | None = None
+        self._value: _T | None = None
+
+    async def convert(self, raw: bytes, convert: Callable[[bytes], _T]) -> _T:
+        """The last value for the same bytes; else ``convert`` in a thread (1,000 pods
+        take ~20 ms, which would hold up scrapes on the event loop)."""
+        if raw == self._raw and self._value is not None:
+            return self._value
+        value = await asyncio.to_thread(convert, raw)
+        self._raw, self._value = raw, value
+        return value
+
+
+def _decode(method: str, parse: Callable[[bytes], _M], raw: bytes) -> _M:
+    try:
+        return parse(raw)
+    except DecodeError as error:
+        raise KubeletError(f"{method}: undecodable reply ({len(raw)} bytes): {error}") from error
+
+
 # --- Client ------------------------------------------------------------------------------
 
 
@@ -171,6 +205,12 @@ class KubeletClient:
         self._channel: grpc.aio.Channel | None = None  # opened on first use, inside the loop
         self._v1: Any = None
         self._v1alpha1: Any = None
+        # List and GetAllocatableResources fetched as raw bytes (see _ReplyMemo).
+        self._list_raw: Any = None
+        self._allocatable_raw: Any = None
+        self._pods_memo: _ReplyMemo[tuple[PodResources, ...]] = _ReplyMemo()
+        self._pods_by_bytes: dict[bytes, PodResources] = {}  # each pod of the last reply
+        self._allocatable_memo: _ReplyMemo[AllocatableResources] = _ReplyMemo()
         self._closed = False
 
     @property
@@ -182,16 +222,14 @@ class KubeletClient:
     async def list_pods(self) -> tuple[PodResources, ...]:
         """Every pod's resources: v1 List, or v1alpha1 List where the kubelet lacks v1."""
         try:
-            reply: v1.ListPodResourcesResponse = await self._call(
+            raw: bytes = await self._call(
                 METHOD_LIST,
-                lambda: self._stubs()[0].List(
-                    v1.ListPodResourcesRequest(), timeout=self._timeout_s
-                ),
+                lambda: self._raw_calls()[0](v1.ListPodResourcesRequest(), timeout=self._timeout_s),
             )
         except MethodUnavailable:
             pass
         else:
-            return pods_from_list_response(reply)
+            return await self._pods_memo.convert(raw, self._convert_pods)
         try:
             old: v1alpha1.ListPodResourcesResponse = await self._call(
                 METHOD_V1ALPHA1_LIST,
@@ -207,13 +245,16 @@ class KubeletClient:
 
     async def get_allocatable(self) -> AllocatableResources:
         """What the node can allocate; MethodUnavailable where unimplemented or disabled."""
-        reply: v1.AllocatableResourcesResponse = await self._call(
+        raw: bytes = await self._call(
             METHOD_GET_ALLOCATABLE,
-            lambda: self._stubs()[0].GetAllocatableResources(
-                v1.AllocatableResourcesRequest(), timeout=self._timeout_s
+            lambda: self._raw_calls()[1](v1.AllocatableResourcesRequest(), timeout=self._timeout_s),
+        )
+        return await self._allocatable_memo.convert(
+            raw,
+            lambda r: allocatable_from_proto(
+                _decode(METHOD_GET_ALLOCATABLE, v1.AllocatableResourcesResponse.FromString, r)
             ),
         )
-        return allocatable_from_proto(reply)
 
     async def get_pod(self, *, namespace: str, name: str) -> PodResources:
         """One pod's resources, fresh; PodNotFound, MethodUnavailable."""
@@ -289,8 +330,28 @@ class KubeletClient:
             self._v1 = v1_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
             v1alpha1_stub = v1alpha1_grpc.PodResourcesListerStub
             self._v1alpha1 = v1alpha1_stub(channel)  # type: ignore[no-untyped-call]
+            # No response deserializer: grpc hands back the reply's bytes as they came.
+            self._list_raw = channel.unary_unary(
+                "/v1.PodResourcesLister/List",
+                request_serializer=v1.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=None,
+            )
+            self._allocatable_raw = channel.unary_unary(
+                "/v1.PodResourcesLister/GetAllocatableResources",
+                request_serializer=v1.AllocatableResourcesRequest.SerializeToString,
+                response_deserializer=None,
+            )
             self._channel = channel
         return self._v1, self._v1alpha1
+
+    def _convert_pods(self, raw: bytes) -> tuple[PodResources, ...]:
+        reply = _decode(METHOD_LIST, v1.ListPodResourcesResponse.FromString, raw)
+        pods, self._pods_by_bytes = pods_from_list_response_reusing(reply, self._pods_by_bytes)
+        return pods
+
+    def _raw_calls(self) -> tuple[Any, Any]:
+        self._stubs()
+        return self._list_raw, self._allocatable_raw
 
     async def _call(
         self,

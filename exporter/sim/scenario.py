@@ -42,6 +42,7 @@ from exporter.sim.hardware import (
 
 __all__ = [
     "CHURN_PERIOD_TICKS",
+    "CHURN_SLOTS",
     "DemoScenario",
     "DenseScenario",
     "DraScenario",
@@ -52,6 +53,8 @@ __all__ = [
 
 # The demo's batch pod lives for this many ticks, then is gone for as many.
 CHURN_PERIOD_TICKS = 3
+# The dense node replaces the pods of one slot in this many each tick: 10%.
+CHURN_SLOTS = 10
 TIME_SLICE_REPLICAS = 4
 RESERVED_CPUS_PER_NODE = 2  # kubelet --reserved-cpus: the first two CPUs of each node
 INTEL_PLUGIN_NUMA = 0  # what the demo's Intel device plugin (wrongly) reports
@@ -417,7 +420,11 @@ def dense_hardware(*, cpus: int = 256, gpus: int = 8, vfs: int = 56) -> SimHardw
 
 @dataclass(frozen=True, slots=True)
 class DenseScenario:
-    """``pod_count`` pods packed on ``dense_hardware``: devices and CPUs spread round-robin."""
+    """``pod_count`` pods packed on ``dense_hardware``: devices and CPUs spread round-robin.
+
+    Each tick replaces one pod in ``CHURN_SLOTS`` (the pod in the same slot gets a new
+    name): the benchmark's churn. A fixed tick is a node where nothing changes.
+    """
 
     hardware: SimHardware
     pod_count: int = 250
@@ -458,7 +465,7 @@ class DenseScenario:
             pods.append(
                 PodResources(
                     f"team-{i % 10}",
-                    f"worker-{i}-{tick // 100}",
+                    f"worker-{i}-{(tick - i % CHURN_SLOTS + CHURN_SLOTS) // CHURN_SLOTS}",
                     (
                         ContainerResources("main", devices=devices, cpu_ids=cpus),
                         ContainerResources("sidecar"),

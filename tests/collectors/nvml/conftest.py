@@ -16,6 +16,7 @@ writes its own GPUs; with the variable unset the fake says "driver not loaded".
 from __future__ import annotations
 
 import ctypes
+import itertools
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -64,7 +65,11 @@ def fake_nvml(
 
 @pytest.fixture
 def collector(fake_nvml: FakeNvml) -> Iterator[NvmlCollector]:
-    """An NvmlCollector on the real pynvml source, closed after the test."""
-    nvml = NvmlCollector(CollectorContext())
+    """An NvmlCollector on the real pynvml source, closed after the test.
+
+    Its clock jumps past any init back-off between readings, so each collect() may
+    retry nvmlInit; the back-off has its own tests."""
+    hours = itertools.count(step=3600.0)
+    nvml = NvmlCollector(CollectorContext(), clock=lambda: float(next(hours)))
     yield nvml
     nvml.close()

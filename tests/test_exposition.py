@@ -1,0 +1,151 @@
+"""The /metrics page of a snapshot: every variant parses, caches change nothing written."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import replace
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+from test_metricwriter import HOSTILE, PROMTOOL, parse_openmetrics, promtool_problems
+
+from exporter.app import Exporter, demo_collectors
+from exporter.cli import parse_config
+from exporter.exposition import Exposition, render
+from exporter.join import join_snapshot
+from exporter.model import (
+    AllocatableResources,
+    ContainerResources,
+    DeviceGroup,
+    KubeletStatus,
+    PodResources,
+    Snapshot,
+)
+from exporter.sim.node import SimulatedNode
+
+VARIANTS = [(om, gz) for om in (False, True) for gz in (False, True)]
+VARIANT_IDS = ["text", "text-gzip", "openmetrics", "openmetrics-gzip"]
+_LIVE = re.compile(r"^(# (HELP|TYPE) )?(process_|python_)")
+
+
+async def _demo_snapshot(node: SimulatedNode) -> Snapshot:
+    config = parse_config([*node.exporter_flags(), "--node-name", "demo-node"], {})
+    exporter = Exporter(config, collectors=demo_collectors(config, node, clock=lambda: 0.0))
+    try:
+        return (await exporter.poller.poll_once()).snapshot
+    finally:
+        await exporter.close()
+
+
+def _page(exposition: Exposition, *, openmetrics: bool, gzipped: bool) -> str:
+    body = exposition.page(openmetrics=openmetrics, gzipped=gzipped)
+    return (gzip.decompress(body) if gzipped else body).decode()
+
+
+def _without_live(page: str) -> str:
+    return "".join(line + "\n" for line in page.splitlines() if not _LIVE.match(line))
+
+
+def _hostile_snapshot() -> Snapshot:
+    """Label values a kubelet could send that need escaping (resource and device IDs)."""
+    containers = tuple(
+        ContainerResources(
+            f"c{index}",
+            devices=(DeviceGroup(resource=f"example.com/{value}", device_ids=(value or "x",)),),
+        )
+        for index, value in enumerate(HOSTILE)
+    )
+    return join_snapshot(
+        node="node",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(PodResources("ns", "pod", containers),),
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+    )
+
+
+class TestVariants:
+    @pytest.mark.parametrize(("openmetrics", "gzipped"), VARIANTS, ids=VARIANT_IDS)
+    async def test_every_variant_parses_with_the_official_parser(
+        self, sim_node: SimulatedNode, openmetrics: bool, gzipped: bool
+    ) -> None:
+        """The demo page, in each format and encoding, parses and holds the same series."""
+        exposition = render(await _demo_snapshot(sim_node))
+        page = _page(exposition, openmetrics=openmetrics, gzipped=gzipped)
+        parse = parse_openmetrics if openmetrics else parse_text
+        names = {s.name for f in parse(page) for s in f.samples if not _LIVE.match(s.name)}
+        expected = {s.name for f in parse_text(exposition.text.decode()) for s in f.samples}
+        assert {n for n in expected if not _LIVE.match(n)} == names
+
+    @pytest.mark.skipif(PROMTOOL is None, reason="promtool not found: apt-get install prometheus")
+    @pytest.mark.parametrize(("openmetrics", "gzipped"), VARIANTS, ids=VARIANT_IDS)
+    async def test_promtool_accepts_every_variant(
+        self, sim_node: SimulatedNode, openmetrics: bool, gzipped: bool
+    ) -> None:
+        """`promtool check metrics` passes on each variant of the demo page."""
+        page = _page(
+            render(await _demo_snapshot(sim_node)), openmetrics=openmetrics, gzipped=gzipped
+        )
+        assert [] == promtool_problems(page, openmetrics=openmetrics)
+
+    @pytest.mark.parametrize(("openmetrics", "gzipped"), VARIANTS, ids=VARIANT_IDS)
+    def test_hostile_label_values_round_trip(self, openmetrics: bool, gzipped: bool) -> None:
+        """Quotes, backslashes, newlines and UTF-8 in kubelet IDs come back as they went in."""
+        page = _page(render(_hostile_snapshot()), openmetrics=openmetrics, gzipped=gzipped)
+        parse = parse_openmetrics if openmetrics else parse_text
+        families = {f.name: f for f in parse(page)}
+        device_ids = [
+            s.labels["device_id"] for s in families["podresources_container_device_info"].samples
+        ]
+        assert [v or "x" for v in HOSTILE] == device_ids
+
+    def test_gzip_holds_the_plain_page(self) -> None:
+        """The gzip body, live families and all, is the plain page compressed."""
+        exposition = render(_hostile_snapshot())
+        assert _without_live(exposition.openmetrics.decode()) == _without_live(
+            gzip.decompress(exposition.openmetrics_gzip).decode()
+        )
+
+
+class TestCaches:
+    async def test_a_changed_pod_re_renders(self, sim_node: SimulatedNode) -> None:
+        """A container whose allocation changed is rendered anew, not from the cache."""
+        before = await _demo_snapshot(sim_node)
+        pod = before.pods[0]
+        container = pod.containers[0]
+        changed_container = replace(
+            container, cpus_by_numa=(("7", 99),), numa_aligned=not container.numa_aligned
+        )
+        after = replace(
+            before,
+            pods=(
+                replace(pod, containers=(changed_container, *pod.containers[1:])),
+                *before.pods[1:],
+            ),
+        )
+        warm = render(after, previous=render(before)).static(openmetrics=False)
+        assert render(after).static(openmetrics=False) == warm
+        assert b'numa_node="7",pod="' + pod.name.encode() + b'"} 99.0' in warm
+
+    async def test_an_unchanged_snapshot_re_uses_its_bytes(self, sim_node: SimulatedNode) -> None:
+        """Each encoding is made once per snapshot, and kept when the next render is equal."""
+        snapshot = await _demo_snapshot(sim_node)
+        first = render(snapshot)
+        encoded = first.static(openmetrics=True)
+        again = render(snapshot, previous=first)
+        assert (encoded, encoded) == (
+            first.static(openmetrics=True),
+            again.static(openmetrics=True),
+        )
+        assert encoded is again.static(openmetrics=True)
+
+    async def test_caches_do_not_change_what_is_written(self, sim_node: SimulatedNode) -> None:
+        """A render from warm caches writes what a cold one writes, in both formats."""
+        snapshot = await _demo_snapshot(sim_node)
+        warm = render(snapshot, previous=render(_hostile_snapshot(), previous=render(snapshot)))
+        cold = render(snapshot)
+        assert [cold.static(openmetrics=om) for om in (False, True)] == [
+            warm.static(openmetrics=om) for om in (False, True)
+        ]

@@ -1,0 +1,75 @@
+"""join_snapshot with a JoinCache: pods reported again unchanged are not joined again."""
+
+from __future__ import annotations
+
+from exporter.collectors.gpu_metrics import GPU_UTILIZATION
+from exporter.join import JoinCache, join_snapshot
+from exporter.kubelet.convert import list_response_to_proto, pods_from_list_response_reusing
+from exporter.model import (
+    CollectorRun,
+    CpuTimes,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    KubeletStatus,
+    PodResources,
+    Readings,
+    Sample,
+    Snapshot,
+)
+from exporter.sim.scenario import DenseScenario
+
+SCENARIO = DenseScenario.create(pod_count=80, cpus=16)  # pods past 64 hold no device
+CPU_NUMA = {cpu: cpu // 8 for cpu in range(16)}
+KUBELET = KubeletStatus(up=True, socket="/s", api=())
+
+
+def _runs(value: float) -> tuple[CollectorRun, ...]:
+    """Readings that differ with ``value``: GPU utilization and CPU time."""
+    gpus = tuple(
+        DeviceReading(
+            name=gpu.uuid,
+            keys=(HardwareKey(KeyKind.GPU_UUID, gpu.uuid),),
+            samples=(Sample(GPU_UTILIZATION, value),),
+            standalone=True,
+        )
+        for gpu in SCENARIO.hardware.gpus
+    )
+    cpus = tuple(CpuTimes(cpu, (("user", value * cpu),)) for cpu in range(16))
+    return (CollectorRun("test", True, 0.0, Readings(devices=gpus, cpu_times=cpus)),)
+
+
+def _join(pods: tuple[PodResources, ...], value: float, cache: JoinCache | None) -> Snapshot:
+    return join_snapshot(
+        node="n",
+        collected_at=value,
+        kubelet=KUBELET,
+        pods=pods,
+        allocatable=ALLOCATABLE,
+        cpu_numa=CPU_NUMA,
+        collector_runs=_runs(value),
+        cache=cache,
+    )
+
+
+ALLOCATABLE = SCENARIO.allocatable()
+
+
+class TestJoinCache:
+    def test_churn_with_a_cache_joins_what_a_join_from_scratch_joins(self) -> None:
+        """One pod in ten replaced and every reading changed: the same snapshot as without
+        the cache, and the pods that hold nothing with readings are the last poll's views."""
+        before, known = pods_from_list_response_reusing(
+            list_response_to_proto(SCENARIO.state_at(0).pods), {}
+        )
+        after, _ = pods_from_list_response_reusing(
+            list_response_to_proto(SCENARIO.state_at(1).pods), known
+        )
+        cache = JoinCache()
+        first = _join(before, 1.0, cache)
+        cached = _join(after, 2.0, cache)
+
+        reused = [any(view is old for old in first.pods) for view in cached.pods]
+        assert _join(after, 2.0, None) == cached
+        assert any(reused)
+        assert not all(reused)

@@ -1,0 +1,101 @@
+"""A poll whose kubelet replies are byte-identical to the last skips conversion and join."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from structlog.testing import capture_logs
+
+from exporter.app import Exporter, demo_collectors
+from exporter.cli import parse_config
+from exporter.join import join_snapshot
+from exporter.kubelet.stats import KubeletRequestStats
+from exporter.model import Snapshot
+from exporter.poller import Poller
+from exporter.sim.node import SimulatedNode
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _comparable(snapshot: Snapshot) -> Snapshot:
+    return replace(snapshot, poll_duration_seconds=0.0, kubelet_requests=KubeletRequestStats())
+
+
+class TestByteIdenticalReplies:
+    async def test_skip_the_join_and_still_refresh_timestamps_and_telemetry(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """Same replies: no conversion, no join, no allocation log -- but the snapshot's
+        time and every reading are this poll's, exactly as a full join would have them."""
+        clock = Clock(1_000.0)
+        config = parse_config(
+            [*sim_node.exporter_flags(), "--node-name", "demo-node", "--collector.gpu_processes"],
+            {},
+        )
+        exporter = Exporter(config, collectors=demo_collectors(config, sim_node, clock=clock))
+        poller = Poller(
+            client=exporter.client,
+            runner=exporter.runner,
+            store=exporter.store,
+            node="demo-node",
+            interval_s=10.0,
+            clock=clock,
+        )
+        try:
+            first = (await poller.poll_once()).snapshot
+            clock.now += 10.0
+            with capture_logs() as logs:
+                second = (await poller.poll_once()).snapshot
+            pods = await exporter.client.list_pods()
+            converted_once = pods is await exporter.client.list_pods()
+            full = join_snapshot(
+                node="demo-node",
+                collected_at=second.collected_at,
+                kubelet=second.kubelet,
+                pods=pods,
+                allocatable=await exporter.client.get_allocatable(),
+                cpu_numa=dict(second.cpu_numa),
+                dra=second.dra,
+                collector_runs=second.collectors,
+            )
+        finally:
+            await exporter.close()
+
+        untouched = [  # containers without devices or CPUs: kept as they were, not re-joined
+            (a is b)
+            for pa, pb in zip(first.pods, second.pods, strict=True)
+            for a, b in zip(pa.containers, pb.containers, strict=True)
+            if not (a.devices or a.claim_devices or a.cpu_ids)
+        ]
+        readings = [[d.reading for d in s.devices if d.reading] for s in (first, second)]
+        assert converted_once
+        assert untouched
+        assert all(untouched)
+        assert [] == [e for e in logs if e["event"] == "allocation_changed"]
+        assert 10.0 == (second.collected_at or 0) - (first.collected_at or 0)
+        assert readings[0] != readings[1]
+        assert second.gpu_processes  # re-attributed too: processes come and go
+        assert _comparable(full) == _comparable(second)
+
+    async def test_a_changed_reply_is_joined_again(self, sim_node: SimulatedNode) -> None:
+        """A tick that changes the pods is converted and joined: its changes are logged."""
+        config = parse_config(
+            [*sim_node.exporter_flags(), "--node-name", "demo-node", "--collector.gpu_processes"],
+            {},
+        )
+        exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+        try:
+            await exporter.poller.poll_once()
+            for _ in range(3):  # the demo's batch pod goes away after CHURN_PERIOD_TICKS
+                await sim_node.advance()
+            with capture_logs() as logs:
+                await exporter.poller.poll_once()
+        finally:
+            await exporter.close()
+        assert [e for e in logs if e["event"] == "allocation_changed"]
