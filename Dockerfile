@@ -1,38 +1,55 @@
-# podresources-exporter container image. Needs BuildKit (the default since Docker 23) for
-# RUN --mount; no `# syntax=` line, so the built-in frontend is used and nothing is pulled
-# besides the base image.
+# podresources-exporter container image, reproducible: `make image` builds it with
+# whichever of podman, buildah or docker is there (docs/operations.md).
 #
-#   docker build -t podresources-exporter:dev .
-#
-# Where no registry is reachable, build FROM a Python 3.11+ image you already have
-# (and point pip at a mirror for the runtime dependencies):
-#
-#   docker build --build-arg BASE_IMAGE=registry.local/python:3.11-slim \
-#                --build-arg PIP_INDEX_URL=https://pypi.mirror.local/simple .
-#
-# Pin BASE_IMAGE by digest (python:3.11.14-slim-bookworm@sha256:...) in release builds.
-ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+# - The base is pinned by digest and is an argument: where Docker Hub cannot be reached,
+#   build FROM a Python 3.11+ image you have (`make base-image` makes one from Debian
+#   packages): BASE_IMAGE=localhost/debian-python:bookworm make image
+# - Every dependency comes from requirements.lock, pinned with hashes, as wheels
+#   (--only-binary: nothing is compiled); the build backend from requirements-build.lock.
+# - A private index, its credentials or a TLS-inspecting proxy's CA go in build secrets:
+#     buildah build --secret id=pip.conf,src=$HOME/.config/pip/pip.conf \
+#                   --secret id=ca.crt,src=/etc/ssl/certs/ca-certificates.crt .
+#   (a pip.conf saying `cert = /run/secrets/ca.crt` uses the second). They are mounted
+#   for the download step only: in no layer and in no history entry.
+# - The runtime stage gets a virtual environment without pip, and the base's pip,
+#   setuptools, wheel and ensurepip are removed: nothing in the image can install code.
+ARG BASE_IMAGE=docker.io/library/python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
-# ---- builder: turn the source tree into one wheel --------------------------------------
+# ---- builder: download the locked wheels, build ours, install into a venv --------------
 FROM ${BASE_IMAGE} AS builder
-ARG PIP_INDEX_URL
-ARG PIP_EXTRA_INDEX_URL
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# Only what the wheel is made of (see .dockerignore): a change to tests or docs does not
-# invalidate this layer.
+COPY requirements.lock requirements-build.lock ./
+RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
+    --mount=type=secret,id=ca.crt \
+    python3 -m venv /build \
+    && /build/bin/pip download --require-hashes --only-binary=:all: \
+       --dest /wheels -r requirements.lock \
+    && /build/bin/pip download --require-hashes --only-binary=:all: \
+       --dest /build-wheels -r requirements-build.lock
 COPY pyproject.toml README.md ./
 COPY exporter/ ./exporter/
-RUN pip wheel --no-deps --wheel-dir /wheels .
+# With SOURCE_DATE_EPOCH set, wheels get fixed timestamps and the .pyc files pip writes
+# are hash-checked rather than stamped with the install time: a rebuild is bit-identical.
+ARG SOURCE_DATE_EPOCH=0
+# From here on nothing is fetched: --no-index everywhere.
+RUN /build/bin/pip install --no-index --find-links /build-wheels --require-hashes \
+       -r requirements-build.lock \
+    && /build/bin/pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /wheels . \
+    && python3 -m venv --without-pip /opt/podresources-exporter \
+    && /build/bin/pip --python /opt/podresources-exporter/bin/python install --no-index \
+       --find-links /wheels --require-hashes -r requirements.lock \
+    && /build/bin/pip --python /opt/podresources-exporter/bin/python install --no-index \
+       --no-deps /wheels/podresources_exporter-*.whl \
+    && /opt/podresources-exporter/bin/podresources-exporter --help > /dev/null
 
-# ---- runtime: the wheel and its dependencies, nothing else --------------------------------
+# ---- runtime: the venv, and nothing that installs software ------------------------------
 FROM ${BASE_IMAGE}
 # Re-declared: an ARG before the first FROM is not visible inside a stage.
 ARG BASE_IMAGE
-ARG PIP_INDEX_URL
-ARG PIP_EXTRA_INDEX_URL
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
@@ -43,16 +60,24 @@ LABEL org.opencontainers.image.title="podresources-exporter" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_ROOT_USER_ACTION=ignore \
+ENV PATH=/opt/podresources-exporter/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-# The wheel comes in through a bind mount, so it is not left in any layer; pip installs
-# prebuilt wheels of the dependencies (no compiler in this image) and keeps no cache.
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir /wheels/podresources_exporter-*.whl \
-    && podresources-exporter --help > /dev/null
+# The python:*-slim base keeps pip, setuptools and wheel in /usr/local; a Debian-built
+# base in /usr/lib/python3 and /usr/share/python-wheels. Remove them wherever they are.
+RUN rm -rf /usr/local/bin/pip* /usr/bin/pip* /usr/share/python-wheels \
+      /usr/local/lib/python3*/ensurepip /usr/lib/python3*/ensurepip \
+      /usr/local/lib/python3*/site-packages/pip /usr/local/lib/python3*/site-packages/pip-* \
+      /usr/local/lib/python3*/site-packages/setuptools /usr/local/lib/python3*/site-packages/setuptools-* \
+      /usr/local/lib/python3*/site-packages/wheel /usr/local/lib/python3*/site-packages/wheel-* \
+      /usr/local/lib/python3*/site-packages/pkg_resources /usr/local/lib/python3*/site-packages/_distutils_hack \
+      /usr/local/lib/python3*/site-packages/distutils-precedence.pth \
+      /usr/lib/python3/dist-packages/pip /usr/lib/python3/dist-packages/pip-* \
+      /usr/lib/python3/dist-packages/setuptools /usr/lib/python3/dist-packages/setuptools-* \
+      /usr/lib/python3/dist-packages/wheel /usr/lib/python3/dist-packages/wheel-* \
+      /usr/lib/python3/dist-packages/pkg_resources /usr/lib/python3/dist-packages/_distutils_hack \
+      /usr/lib/python3/dist-packages/distutils-precedence.pth
+COPY --from=builder /opt/podresources-exporter /opt/podresources-exporter
 # Unprivileged by default (enough for --demo). The DaemonSet runs it as root only because
 # the kubelet's pod-resources socket is root-owned: see manifests/base/daemonset.yaml.
 USER 65534:65534

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DEMO_ADDRESS ?= 127.0.0.1:9410
 
-.PHONY: all venv demo test lint typecheck unit bench stubs tools clean
+.PHONY: all venv demo test lint typecheck unit bench stubs tools clean image base-image lock
 
 all: test
 
@@ -52,5 +52,24 @@ bench: $(STAMP)
 stubs: $(STAMP)
 	$(BIN)/python scripts/generate_stubs.py
 
+# The container image, with podman, buildah or docker (whichever is here); see the
+# Dockerfile's header and scripts/build-image.sh for IMAGE, BASE_IMAGE, PIP_CONF, PIP_CERT.
+image:
+	bash scripts/build-image.sh
+
+# A Python base image from Debian's packages, where no container registry can be reached.
+base-image:
+	bash scripts/build-base-image.sh
+
+# Re-pin requirements.lock and requirements-build.lock (with hashes) from pyproject.toml;
+# run `make test` and `make image` after.
+lock:
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet pip-tools
+	.venv-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+		--no-emit-index-url --output-file requirements.lock pyproject.toml
+	.venv-lock/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+		--no-emit-index-url --output-file requirements-build.lock requirements-build.in
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-lock build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -14,6 +14,12 @@ import structlog
 from aiohttp import web
 
 from exporter import __version__
+from exporter.auth import (
+    PasswordChecker,
+    access_middleware,
+    hide_server_version,
+    response_headers,
+)
 from exporter.cli import Config, ConfigError
 from exporter.collectors import build_collectors
 from exporter.collectors.base import Collector, CollectorContext
@@ -25,7 +31,7 @@ from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
 from exporter.web import WebSettings, create_app
-from exporter.webconfig import WebConfigError, basic_auth_middleware, load_web_config
+from exporter.webconfig import LiveWebConfig, WebConfigError
 
 if TYPE_CHECKING:  # the simulator is imported only when --demo asks for it
     from exporter.sim.node import SimulatedNode
@@ -112,18 +118,27 @@ def demo_collectors(
     return collectors
 
 
+def _live_web_configs(config: Config) -> tuple[LiveWebConfig | None, LiveWebConfig | None]:
+    """--web.config.file and --web.debug-auth.file, loaded and kept current."""
+    web_config = debug_users = None
+    if config.web_config_file is not None:
+        web_config = LiveWebConfig(config.web_config_file)
+    if config.debug_auth_file is not None:
+        debug_users = LiveWebConfig(config.debug_auth_file, users_only=True)
+    return web_config, debug_users
+
+
 async def serve(config: Config, *, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set; ConfigError when the set-up cannot work."""
-    middlewares: list[object] = []
-    ssl_context = None
-    if config.web_config_file is not None:
-        try:
-            web_config = load_web_config(config.web_config_file)
-        except WebConfigError as error:
-            raise ConfigError(str(error)) from None
-        ssl_context = web_config.ssl_context
-        if web_config.users:
-            middlewares.append(basic_auth_middleware(web_config.users))
+    try:
+        web_config, debug_users = _live_web_configs(config)
+    except WebConfigError as error:
+        raise ConfigError(str(error)) from None
+    ssl_context = web_config.ssl_context() if web_config is not None else None
+    checker = PasswordChecker()
+    middlewares = [
+        access_middleware(web_config=web_config, debug_users=debug_users, checker=checker)
+    ]
 
     sim_node = None
     collectors = None
@@ -148,10 +163,15 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
 
     log.info("starting", version=__version__, **config.as_log_fields())
     exporter = Exporter(config, collectors=collectors)
-    runner = web.AppRunner(exporter.create_app(middlewares=middlewares), access_log=None)
+    app = exporter.create_app(middlewares=middlewares)
+    app.on_response_prepare.append(response_headers(web_config))
+    hide_server_version()
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.listen_host, config.listen_port, ssl_context=ssl_context)
+        # Host "" (":9410"): every address of every family, as Go's net.Listen does.
+        host = config.listen_host or None
+        site = web.TCPSite(runner, host, config.listen_port, ssl_context=ssl_context)
         try:
             await site.start()
         except OSError as error:
@@ -172,6 +192,7 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     finally:
         await runner.cleanup()
         await exporter.close()
+        checker.close()
         if abandoned := exporter.runner.busy():
             log.warning("collectors_abandoned", collectors=list(abandoned))
         if sim_node is not None:

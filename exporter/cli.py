@@ -45,6 +45,7 @@ class Config:
     listen_host: str
     listen_port: int
     web_config_file: Path | None
+    debug_auth_file: Path | None
     enable_debug: bool
     sysfs: Path
     procfs: Path
@@ -67,6 +68,7 @@ class Config:
             "collector_timeout_s": self.collector_timeout_s,
             "listen_address": f"{self.listen_host}:{self.listen_port}",
             "web_config_file": str(self.web_config_file) if self.web_config_file else None,
+            "debug_auth_file": str(self.debug_auth_file) if self.debug_auth_file else None,
             "enable_debug": self.enable_debug,
             "sysfs": str(self.sysfs),
             "procfs": str(self.procfs),
@@ -106,12 +108,12 @@ def _boolean(text: str) -> bool:
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (every interface) or ``[IPv6]:PORT``."""
+    """``HOST:PORT``, ``:PORT`` (every address of every family: host "") or ``[IPv6]:PORT``."""
     host, separator, port_text = text.rpartition(":")
     if not separator or not port_text.isdigit() or int(port_text) > 65535:
         raise ConfigError(f"--web.listen-address {text!r}: expected HOST:PORT, e.g. :9410")
     host = host.removeprefix("[").removesuffix("]")
-    return host or "0.0.0.0", int(port_text)
+    return host, int(port_text)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -198,6 +200,14 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=None,
         metavar="PATH",
         dest="web_config_file",
+    )
+    add(
+        "--web.debug-auth.file",
+        help="basic_auth_users (exporter-toolkit format) that /debug/* requires instead of "
+        "--web.config.file's; re-read when it changes",
+        default=None,
+        metavar="PATH",
+        dest="debug_auth_file",
     )
     add(
         "--web.enable-debug",
@@ -305,6 +315,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     web_config = Path(args.web_config_file) if args.web_config_file else None
     if web_config is not None and not web_config.is_file():
         raise ConfigError(f"--web.config.file {web_config}: no such file")
+    debug_auth = Path(args.debug_auth_file) if args.debug_auth_file else None
+    if debug_auth is not None and not debug_auth.is_file():
+        raise ConfigError(f"--web.debug-auth.file {debug_auth}: no such file")
     for flag, path in (("--path.sysfs", args.sysfs), ("--path.procfs", args.procfs)):
         if not args.demo and not Path(path).is_dir():
             raise ConfigError(f"{flag} {path}: not a directory")
@@ -327,6 +340,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         listen_host=host,
         listen_port=port,
         web_config_file=web_config,
+        debug_auth_file=debug_auth,
         enable_debug=args.enable_debug,
         sysfs=Path(args.sysfs),
         procfs=Path(args.procfs),

@@ -1,142 +1,620 @@
-"""``--web.config.file``: TLS and basic auth, in the Prometheus exporter-toolkit format.
+"""``--web.config.file``: TLS and basic auth, in Prometheus exporter-toolkit's format.
 
-    tls_server_config:
-      cert_file: /etc/tls/tls.crt
-      key_file: /etc/tls/tls.key
-      client_ca_file: /etc/tls/ca.crt          # optional
-      client_auth_type: RequireAndVerifyClientCert  # optional
-      min_version: TLS12                        # optional, TLS12 or TLS13
-    basic_auth_users:
-      prometheus: $2y$10$...                    # bcrypt hash
+Every key and value of exporter-toolkit's ``docs/web-configuration.md`` is read with its
+meaning and its refusals: unknown keys and values, ``client_ca_file`` without a client
+auth type that verifies, header values outside the allowed ones, hashes that are not
+bcrypt. Each refusal is one line naming the file and the key.
 
-Unknown keys are refused so a typo cannot silently disable authentication.
+Where Python's ``ssl`` module cannot do what Go's ``crypto/tls`` does, the key is refused
+with the reason rather than silently weakened:
+
+- ``client_auth_type: RequestClientCert`` / ``RequireAnyClientCert``: OpenSSL through
+  Python verifies every client certificate it asks for; it cannot accept an unverified one.
+- ``curve_preferences`` with more than one curve: Python 3.11's ``ssl`` sets one curve.
+
+``RequireAndVerifyClientCert`` is enforced per request (``exporter.auth``), with the TLS
+layer verifying any certificate that is offered: so the kubelet's probes, which carry no
+client certificate, still reach ``/healthz`` and ``/readyz``.
+
+The file is re-read when it changes and the certificate, key and client CA files when
+they change (see ``LiveWebConfig``), so rotating any of them needs no restart; an edit
+that does not load keeps the last good configuration and logs why.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
-import hashlib
+import ipaddress
+import os
+import re
 import ssl
-from collections.abc import Mapping
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bcrypt
+import structlog
 import yaml
-from aiohttp import web
 
-__all__ = ["WebConfig", "WebConfigError", "basic_auth_middleware", "load_web_config"]
+__all__ = [
+    "HttpSettings",
+    "LiveWebConfig",
+    "RateLimit",
+    "TlsSettings",
+    "WebConfig",
+    "WebConfigError",
+    "build_ssl_context",
+    "normal_san",
+    "parse_web_config",
+    "read_web_config",
+]
 
-_TOP_KEYS = {"tls_server_config", "basic_auth_users", "http_server_config"}
-_TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version"}
-_CLIENT_AUTH = {
-    "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_OPTIONAL,
-    "RequireAnyClientCert": ssl.CERT_REQUIRED,
-    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+log = structlog.get_logger(__name__)
+
+_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
+_TLS_KEYS = (
+    "cert",
+    "key",
+    "client_ca",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+)
+_HTTP_KEYS = ("http2", "headers")
+_RATE_LIMIT_KEYS = ("interval", "burst")
+
+# exporter-toolkit's names (Go's tls.VersionTLS1x).
+TLS_VERSIONS: Mapping[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
 }
-_TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+# The client auth types exporter-toolkit knows; the value says what the TLS layer does.
+# "" is its default; RequireClientCert is its backward-compatible alias.
+_VERIFIES = ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+_CANNOT = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
+CLIENT_AUTH_TYPES = ("", "NoClientCert", *_CANNOT, *_VERIFIES)
+# Go's tls.CipherSuites() names, as OpenSSL calls them. The TLS 1.3 suites are accepted
+# and, as in Go, not configurable: they map to None.
+CIPHER_SUITES: Mapping[str, str | None] = {
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+CURVES: Mapping[str, str] = {
+    "CurveP256": "prime256v1",
+    "CurveP384": "secp384r1",
+    "CurveP521": "secp521r1",
+    "X25519": "X25519",
+}
+# exporter-toolkit's extraHTTPHeaders: the only headers it lets a config set, and the
+# values allowed where the header is an enumeration (empty: any value).
+HEADERS: Mapping[str, tuple[str, ...]] = {
+    "Strict-Transport-Security": (),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-XSS-Protection": (),
+    "Content-Security-Policy": (),
+}
+# bcrypt in the variants both Go's x/crypto/bcrypt and pyca/bcrypt check; cost 4-31.
+_BCRYPT = re.compile(r"^\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS_S = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 
 
 class WebConfigError(Exception):
-    """The web config file is unusable; the message is one line naming the file."""
+    """The web config file is unusable; the message is one line naming the file and key."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """``tls_server_config``; file paths are already joined with the config's folder."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    cert: str | None = None
+    key: str | None = None
+    client_ca_file: Path | None = None
+    client_ca: str | None = None
+    client_auth_type: str = "NoClientCert"
+    client_allowed_sans: tuple[str, ...] | None = None
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
+    openssl_ciphers: tuple[str, ...] = ()
+    prefer_server_cipher_suites: bool = True
+    curve: str | None = None
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files this reads: a change to any of them is a rotation."""
+        return tuple(p for p in (self.cert_file, self.key_file, self.client_ca_file) if p)
+
+    @property
+    def client_cert_required(self) -> bool:
+        return self.client_auth_type == "RequireAndVerifyClientCert"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """``http_server_config``: ``http2`` is read but aiohttp only speaks HTTP/1.1."""
+
+    http2: bool = True
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """``rate_limit``: one request per ``interval_s``, bursts of ``burst``."""
+
+    interval_s: float
+    burst: int
 
 
 @dataclass(frozen=True, slots=True)
 class WebConfig:
-    ssl_context: ssl.SSLContext | None = None
+    tls: TlsSettings | None = None
+    http: HttpSettings = HttpSettings()
     users: Mapping[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+    rate_limit: RateLimit | None = None
 
 
-def _mapping(value: Any, where: str, path: Path) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise WebConfigError(f"{path}: {where} must be a mapping")
-    return value
+class _Reader:
+    """Type-checked access to one YAML mapping; errors name the file and the key path."""
+
+    def __init__(self, value: Any, *, where: str, source: str) -> None:
+        self.where, self.source = where, source
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise self.error(where, "must be a mapping")
+        self.value: dict[Any, Any] = value
+
+    def error(self, key: str, message: str) -> WebConfigError:
+        return WebConfigError(f"{self.source}: {key}: {message}")
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def refuse_unknown(self, known: tuple[str, ...]) -> None:
+        unknown = sorted(str(k) for k in self.value if k not in known)
+        if unknown:
+            where = self.where or "the document"
+            raise self.error(
+                self.key(unknown[0]), f"unknown key in {where}; known: {', '.join(known)}"
+            )
+
+    def get(self, name: str, kind: type, default: Any = None) -> Any:
+        value = self.value.get(name)
+        if value is None:
+            return default
+        if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(self.key(name), f"expected {kind.__name__}, got {value!r:.60}")
+        return value
+
+    def strings(self, name: str) -> tuple[str, ...] | None:
+        value = self.value.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(self.key(name), "expected a list of strings")
+        return tuple(value)
+
+    def choice(self, name: str, choices: Mapping[str, Any], default: Any) -> Any:
+        value = self.get(name, str)
+        if value is None:
+            return default
+        if value not in choices:
+            raise self.error(
+                self.key(name), f"unknown value {value!r}; known: {', '.join(choices)}"
+            )
+        return choices[value]
 
 
-def _ssl_context(tls: Mapping[str, Any], path: Path) -> ssl.SSLContext:
-    unknown = set(tls) - _TLS_KEYS
-    if unknown:
-        raise WebConfigError(
-            f"{path}: unknown tls_server_config keys: {', '.join(sorted(unknown))}"
+def _path(reader: _Reader, name: str, base: Path) -> Path | None:
+    value = reader.get(name, str)
+    return base / value if value else None
+
+
+def _parse_tls(reader: _Reader, base: Path) -> TlsSettings | None:
+    """None where nothing that enables TLS is set (plain HTTP, as in exporter-toolkit);
+    every value is checked either way, as Go's strict unmarshalling does."""
+    reader.refuse_unknown(_TLS_KEYS)
+    cert_file, key_file = _path(reader, "cert_file", base), _path(reader, "key_file", base)
+    cert, key = reader.get("cert", str), reader.get("key", str)
+    client_ca_file, client_ca = _path(reader, "client_ca_file", base), reader.get("client_ca", str)
+    auth = reader.get("client_auth_type", str, "")
+    if auth not in CLIENT_AUTH_TYPES:
+        raise reader.error(
+            reader.key("client_auth_type"),
+            f"unknown value {auth!r}; known: {', '.join(filter(None, CLIENT_AUTH_TYPES))}",
         )
-    base = path.parent
-    cert, key = tls.get("cert_file"), tls.get("key_file")
-    if not cert or not key:
-        raise WebConfigError(f"{path}: tls_server_config needs cert_file and key_file")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = _TLS_VERSIONS.get(
-        str(tls.get("min_version", "TLS12")), ssl.TLSVersion.TLSv1_2
+    minimum = reader.choice("min_version", TLS_VERSIONS, ssl.TLSVersion.TLSv1_2)
+    maximum = reader.choice("max_version", TLS_VERSIONS, ssl.TLSVersion.TLSv1_3)
+    ciphers: list[str] = []
+    for name in reader.strings("cipher_suites") or ():
+        if name not in CIPHER_SUITES:
+            raise reader.error(reader.key("cipher_suites"), f"unknown cipher: {name}")
+        if (openssl_name := CIPHER_SUITES[name]) is not None:
+            ciphers.append(openssl_name)
+    curves = reader.strings("curve_preferences") or ()
+    for name in curves:
+        if name not in CURVES:
+            raise reader.error(reader.key("curve_preferences"), f"unknown curve: {name}")
+    sans = reader.strings("client_allowed_sans")
+    prefer_server = reader.get("prefer_server_cipher_suites", bool, True)
+    if not any((cert_file, key_file, cert, key, client_ca_file, client_ca, auth)):
+        return None
+    for file_key, text_key, file_value, text_value in (
+        ("cert_file", "cert", cert_file, cert),
+        ("key_file", "key", key_file, key),
+    ):
+        if file_value is None and not text_value:
+            raise reader.error(reader.key(file_key), f"missing one of {text_key} or {file_key}")
+        if file_value is not None and text_value:
+            raise reader.error(reader.key(text_key), f"give {text_key} or {file_key}, not both")
+    if auth in _CANNOT:
+        raise reader.error(
+            reader.key("client_auth_type"),
+            f"{auth} accepts client certificates without verifying them, which Python's ssl "
+            "cannot do; use VerifyClientCertIfGiven or RequireAndVerifyClientCert",
+        )
+    if (client_ca_file or client_ca) and auth not in _VERIFIES:
+        raise reader.error(
+            reader.key("client_auth_type"),
+            "client CA's have been configured without a client auth policy that verifies "
+            f"(set one of {', '.join(_VERIFIES)})",
+        )
+    if minimum > maximum:
+        raise reader.error(reader.key("min_version"), "is above max_version")
+    if len(curves) > 1:
+        raise reader.error(
+            reader.key("curve_preferences"),
+            "Python's ssl can restrict the handshake to one curve only; list one",
+        )
+    return TlsSettings(
+        cert_file=cert_file,
+        key_file=key_file,
+        cert=cert,
+        key=key,
+        client_ca_file=client_ca_file,
+        client_ca=client_ca,
+        client_auth_type=auth or "NoClientCert",
+        client_allowed_sans=None if sans is None else tuple(normal_san(s) for s in sans),
+        min_version=minimum,
+        max_version=maximum,
+        openssl_ciphers=tuple(ciphers),
+        prefer_server_cipher_suites=prefer_server,
+        curve=CURVES[curves[0]] if curves else None,
     )
+
+
+def normal_san(value: str) -> str:
+    """IP addresses compared in one spelling (Go prints them compressed, OpenSSL does not)."""
     try:
-        context.load_cert_chain(base / str(cert), base / str(key))
-        if tls.get("client_ca_file"):
-            context.load_verify_locations(base / str(tls["client_ca_file"]))
-    except (OSError, ssl.SSLError) as error:
-        raise WebConfigError(f"{path}: cannot load TLS files: {error}") from error
-    auth = str(tls.get("client_auth_type", "NoClientCert"))
-    if auth not in _CLIENT_AUTH:
-        raise WebConfigError(
-            f"{path}: client_auth_type {auth!r} is not one of {', '.join(_CLIENT_AUTH)}"
-        )
-    context.verify_mode = _CLIENT_AUTH[auth]
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return value
+
+
+def _parse_http(reader: _Reader) -> HttpSettings:
+    reader.refuse_unknown(_HTTP_KEYS)
+    headers = _Reader(
+        reader.value.get("headers"), where=reader.key("headers"), source=reader.source
+    )
+    pairs: list[tuple[str, str]] = []
+    for name, value in headers.value.items():
+        allowed = HEADERS.get(str(name))
+        if allowed is None:
+            raise headers.error(headers.key(str(name)), "HTTP header can not be configured")
+        value = headers.get(str(name), str, "")
+        if allowed and value not in allowed:
+            raise headers.error(
+                headers.key(str(name)), f"invalid value {value!r}; expected one of {allowed}"
+            )
+        if value:  # blank means unset
+            pairs.append((str(name), value))
+    return HttpSettings(http2=reader.get("http2", bool, True), headers=tuple(pairs))
+
+
+def parse_duration_s(text: str) -> float:
+    """Go's time.ParseDuration ("1s", "1m30s", "250ms", "0"); ValueError otherwise."""
+    text = text.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    if body == "0":
+        return 0.0
+    position, total = 0, 0.0
+    for match in _DURATION_PART.finditer(body):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
+        position = match.end()
+    if not body or position != len(body):
+        raise ValueError(f"invalid duration {text!r}")
+    return sign * total
+
+
+def _parse_rate_limit(reader: _Reader) -> RateLimit | None:
+    reader.refuse_unknown(_RATE_LIMIT_KEYS)
+    raw = reader.value.get("interval", 0)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        interval_s = raw * 1e-9  # a bare integer is nanoseconds, as for Go's time.Duration
+    elif isinstance(raw, str):
+        try:
+            interval_s = parse_duration_s(raw)
+        except ValueError as error:
+            raise reader.error(reader.key("interval"), str(error)) from None
+    else:
+        raise reader.error(reader.key("interval"), f"expected a duration, got {raw!r:.60}")
+    burst = reader.get("burst", int, 0)
+    if interval_s <= 0:
+        return None  # 0 disables the limiter
+    return RateLimit(interval_s=interval_s, burst=burst)
+
+
+def bcrypt_cost(hashed: str) -> int | None:
+    """The cost of a well-formed bcrypt hash that both Go and pyca/bcrypt accept, else None."""
+    match = _BCRYPT.match(hashed)
+    if match is None or not 4 <= int(match["cost"]) <= 31:
+        return None
+    return int(match["cost"])
+
+
+def parse_users(value: Any, *, where: str, source: str) -> dict[str, bytes]:
+    """``basic_auth_users``: every hash checked now, so a bad one cannot fail a login later."""
+    reader = _Reader(value, where=where, source=source)
+    users: dict[str, bytes] = {}
+    for user, hashed in reader.value.items():
+        if not isinstance(hashed, str) or bcrypt_cost(hashed) is None:
+            raise reader.error(
+                reader.key(str(user)),
+                "not a bcrypt hash ($2a$, $2b$ or $2y$, cost 4-31, 60 characters)",
+            )
+        users[str(user)] = hashed.encode()
+    return users
+
+
+def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS) -> WebConfig:
+    """The file's text, checked; WebConfigError with one line on any problem.
+
+    ``keys`` narrows the top-level keys: ``("basic_auth_users",)`` for a users-only file.
+    """
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise WebConfigError(f"{path}: {' '.join(str(error).split())}") from None
+    top = _Reader(document, where="", source=str(path))
+    top.refuse_unknown(keys)
+    source = str(path)
+    tls = _parse_tls(
+        _Reader(top.value.get("tls_server_config"), where="tls_server_config", source=source),
+        path.parent,
+    )
+    http = _parse_http(
+        _Reader(top.value.get("http_server_config"), where="http_server_config", source=source)
+    )
+    rate_limit = _parse_rate_limit(
+        _Reader(top.value.get("rate_limit"), where="rate_limit", source=source)
+    )
+    users = parse_users(top.value.get("basic_auth_users"), where="basic_auth_users", source=source)
+    return WebConfig(tls=tls, http=http, users=users, rate_limit=rate_limit)
+
+
+def read_web_config(path: Path, *, keys: tuple[str, ...] = _TOP_KEYS) -> WebConfig:
+    """Read and parse ``path``; with TLS on, its files are loaded once to check them."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise WebConfigError(f"{path}: cannot read: {error}") from None
+    config = parse_web_config(text, path=path, keys=keys)
+    if config.tls is not None:
+        build_ssl_context(config.tls, source=path)
+    return config
+
+
+def _load_pair(context: ssl.SSLContext, tls: TlsSettings, source: Path) -> None:
+    keys = "cert_file/key_file" if tls.cert_file and tls.key_file else "cert/key"
+    # Inline PEM goes through a private temporary file: OpenSSL loads keys from files only.
+    with tempfile.TemporaryDirectory(prefix="webconfig-") as scratch:
+        cert_path, key_path = tls.cert_file, tls.key_file
+        if cert_path is None:
+            cert_path = Path(scratch, "cert.pem")
+            cert_path.write_text(tls.cert or "")
+        if key_path is None:
+            key_path = Path(scratch, "key.pem")
+            with os.fdopen(os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
+                out.write(tls.key or "")
+        try:
+            context.load_cert_chain(cert_path, key_path)
+        except (OSError, ssl.SSLError) as error:
+            where = f" ({tls.cert_file}, {tls.key_file})" if keys == "cert_file/key_file" else ""
+            raise WebConfigError(
+                f"{source}: tls_server_config.{keys}{where}: {_reason(error)}"
+            ) from None
+
+
+def _reason(error: OSError | ssl.SSLError) -> str:
+    if isinstance(error, ssl.SSLError):
+        return error.reason or str(error)
+    return error.strerror or str(error)
+
+
+def build_ssl_context(tls: TlsSettings, *, source: Path) -> ssl.SSLContext:
+    """A server context from the settings, reading the files now."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with warnings.catch_warnings():  # TLS 1.0/1.1 are deprecated, and allowed if asked for
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = tls.min_version
+        context.maximum_version = tls.max_version
+    if tls.prefer_server_cipher_suites:
+        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    if tls.openssl_ciphers:
+        try:
+            context.set_ciphers(":".join(tls.openssl_ciphers))
+        except ssl.SSLError as error:
+            raise WebConfigError(
+                f"{source}: tls_server_config.cipher_suites: {_reason(error)}"
+            ) from None
+    if tls.curve is not None:
+        context.set_ecdh_curve(tls.curve)
+    _load_pair(context, tls, source)
+    if tls.client_auth_type in _VERIFIES:
+        # Verify any certificate offered; RequireAndVerifyClientCert's "required" is checked
+        # per request so that the probes, which have none, are let through.
+        context.verify_mode = ssl.CERT_OPTIONAL
+        try:
+            if tls.client_ca_file is not None:
+                context.load_verify_locations(cafile=tls.client_ca_file)
+            elif tls.client_ca:
+                context.load_verify_locations(cadata=tls.client_ca)
+            else:
+                context.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # Go: the host's roots
+        except (OSError, ssl.SSLError) as error:
+            raise WebConfigError(
+                f"{source}: tls_server_config.client_ca_file ({tls.client_ca_file}): "
+                f"{_reason(error)}"
+            ) from None
     return context
 
 
-def load_web_config(path: Path) -> WebConfig:
-    """Parse and check the file; WebConfigError with one line on any problem."""
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise WebConfigError(f"{path}: {str(error).splitlines()[0]}") from error
-    top = _mapping(document, "the document", path)
-    unknown = set(top) - _TOP_KEYS
-    if unknown:
-        raise WebConfigError(f"{path}: unknown keys: {', '.join(sorted(unknown))}")
-    tls = _mapping(top.get("tls_server_config"), "tls_server_config", path)
-    users: dict[str, bytes] = {}
-    for user, hashed in _mapping(top.get("basic_auth_users"), "basic_auth_users", path).items():
-        if not isinstance(hashed, str) or not hashed.startswith("$2"):
-            raise WebConfigError(f"{path}: basic_auth_users.{user} is not a bcrypt hash")
-        users[str(user)] = hashed.encode()
-    return WebConfig(ssl_context=_ssl_context(tls, path) if tls else None, users=users)
+def _signature(paths: tuple[Path, ...]) -> tuple[object, ...]:
+    """What changes when a file is replaced: a rename (Kubernetes secret), a write."""
+    parts: list[object] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError as error:
+            parts.append((str(path), error.errno))
+            continue
+        parts.append((str(path), stat.st_ino, stat.st_dev, stat.st_mtime_ns, stat.st_size))
+    return tuple(parts)
 
 
-def basic_auth_middleware(users: Mapping[str, bytes]) -> Any:
-    """Require one of ``users``; good credentials are remembered (bcrypt is slow by design)."""
-    verified: set[bytes] = set()
+class _ReloadingContext(ssl.SSLContext):
+    """The listener's context: each connection is wrapped by the current context."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-        header = request.headers.get("Authorization", "")
-        scheme, _, encoded = header.partition(" ")
-        if scheme.lower() == "basic":
-            try:
-                user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
-                user, password = "", ""
-            hashed = users.get(user)
-            if hashed is not None:
-                key = hashlib.sha256(
-                    b"\0".join((user.encode(), password.encode(), hashed))
-                ).digest()
-                if key in verified or await asyncio.to_thread(
-                    bcrypt.checkpw, password.encode(), hashed
-                ):
-                    verified.add(key)
-                    response: web.StreamResponse = await handler(request)
-                    return response
-        return web.Response(
-            status=401,
-            text='{"error": "authentication required"}\n',
-            content_type="application/json",
-            headers={"WWW-Authenticate": 'Basic realm="podresources-exporter"'},
+    current: Callable[[], ssl.SSLContext]
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        # asyncio creates each connection's SSLObject here: every setting of the current
+        # config (certificate, CA, versions, ciphers, client auth) applies to it.
+        return self.current().wrap_bio(
+            incoming,
+            outgoing,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            session=session,
         )
 
-    return middleware
+
+class LiveWebConfig:
+    """A web config file kept current: re-read when it or its TLS files change.
+
+    ``current()`` costs a few ``stat`` calls; it is called per request and per TLS
+    connection, as exporter-toolkit re-reads per request and per handshake. An edit that
+    does not load keeps the last good config and is logged once. Switching TLS on or off
+    needs a restart (the listener is either TLS or not), so such an edit is refused too.
+    """
+
+    def __init__(self, path: Path, *, users_only: bool = False) -> None:
+        self.path = path
+        self._keys = ("basic_auth_users",) if users_only else _TOP_KEYS
+        self._config = read_web_config(path, keys=self._keys)
+        self._context = self._build(self._config)
+        self._seen = self._signature_of(self._config)
+        self._failed: tuple[object, ...] | None = None
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self._config.tls is not None
+
+    def _signature_of(self, config: WebConfig) -> tuple[object, ...]:
+        return _signature((self.path, *(config.tls.files if config.tls else ())))
+
+    def _build(self, config: WebConfig) -> ssl.SSLContext | None:
+        if config.tls is None:
+            return None
+        return build_ssl_context(config.tls, source=self.path)
+
+    def current(self) -> WebConfig:
+        self._refresh()
+        return self._config
+
+    def _refresh(self) -> None:
+        seen = self._signature_of(self._config)
+        if seen == self._seen:
+            return
+        if seen == self._failed:
+            return  # already logged; keep serving the last good config
+        try:
+            config = read_web_config(self.path, keys=self._keys)
+            if (config.tls is None) != (self._config.tls is None):
+                raise WebConfigError(
+                    f"{self.path}: tls_server_config: turning TLS on or off needs a restart"
+                )
+            context = self._build(config)
+        except WebConfigError as error:
+            self._failed = seen
+            log.error("web_config_reload_failed", error=str(error), kept="last good config")
+            return
+        self._config, self._context = config, context
+        self._seen, self._failed = self._signature_of(config), None
+        log.info("web_config_reloaded", path=str(self.path), tls=config.tls is not None)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """For the listener: None without TLS, else a context that follows the file."""
+        if self._context is None:
+            return None
+        listener = _ReloadingContext(ssl.PROTOCOL_TLS_SERVER)
+
+        def current() -> ssl.SSLContext:
+            self._refresh()
+            assert self._context is not None  # TLS cannot be switched off by a reload
+            return self._context
+
+        listener.current = current
+        return listener

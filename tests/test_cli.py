@@ -30,7 +30,7 @@ def test_defaults(tmp_path: Path) -> None:
         16 * 1024 * 1024,
         10.0,
         5.0,
-        "0.0.0.0",
+        "",  # every address family
         9410,
         True,
         ("nvml", "pci", "netdev", "infiniband", "drm", "cpu", "numa", "topology", "dra"),

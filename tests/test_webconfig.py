@@ -1,163 +1,486 @@
-"""--web.config.file: basic auth and TLS in the exporter-toolkit format."""
+"""--web.config.file: every exporter-toolkit key, its refusals, and reloads, on real TLS."""
 
 from __future__ import annotations
 
-import base64
+import asyncio
+import os
 import shutil
 import ssl
 import subprocess
 from pathlib import Path
-from typing import Any
 
+import aiohttp
 import bcrypt
 import pytest
-from aiohttp import web
+from pki import Pki, client_context, issue, make_pki
+from structlog.testing import capture_logs
+from webserving import basic, served
 
-from exporter.webconfig import WebConfigError, basic_auth_middleware, load_web_config
+from exporter.webconfig import (
+    HttpSettings,
+    LiveWebConfig,
+    RateLimit,
+    TlsSettings,
+    WebConfig,
+    WebConfigError,
+    build_ssl_context,
+    parse_duration_s,
+    parse_web_config,
+    read_web_config,
+)
+
+HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
 
 
-def _auth(user: str, password: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture
-def certificate(tmp_path: Path) -> Path:
-    """A self-signed certificate for 127.0.0.1: tls.crt and tls.key in tmp_path."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not found to make a test certificate")
-    subprocess.run(
+def folder(tmp_path: Path, pki: Pki) -> Path:
+    """A config folder holding copies of the server's and the CA's files."""
+    for name in ("server.crt", "server.key", "ca.crt"):
+        shutil.copy(pki.folder / name, tmp_path / name)
+    return tmp_path
+
+
+def _parse(text: str) -> WebConfig:
+    return parse_web_config(text, path=Path("/etc/web/web.yml"))
+
+
+class TestKeys:
+    def test_every_key(self) -> None:
+        """Every documented key is read, with file paths relative to the config's folder."""
+        text = f"""
+tls_server_config:
+  cert_file: tls.crt
+  key_file: tls.key
+  client_auth_type: RequireAndVerifyClientCert
+  client_ca_file: ca.crt
+  client_allowed_sans: [prometheus.monitoring.svc, "2001:DB8:0:0:0:0:0:1"]
+  min_version: TLS12
+  max_version: TLS13
+  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_AES_128_GCM_SHA256]
+  prefer_server_cipher_suites: false
+  curve_preferences: [CurveP384]
+http_server_config:
+  http2: false
+  headers:
+    Content-Security-Policy: default-src 'none'
+    X-Frame-Options: deny
+    X-Content-Type-Options: nosniff
+    X-XSS-Protection: "0"
+    Strict-Transport-Security: max-age=31536000
+    Content-Security-Policy-Report-Only-Not: ""
+rate_limit:
+  interval: 1m30s
+  burst: 20
+basic_auth_users:
+  alice: {HASH}
+"""
+        with pytest.raises(WebConfigError, match="Content-Security-Policy-Report-Only-Not"):
+            _parse(text)
+        config = _parse(text.replace('    Content-Security-Policy-Report-Only-Not: ""\n', ""))
+        expected = WebConfig(
+            tls=TlsSettings(
+                cert_file=Path("/etc/web/tls.crt"),
+                key_file=Path("/etc/web/tls.key"),
+                client_auth_type="RequireAndVerifyClientCert",
+                client_ca_file=Path("/etc/web/ca.crt"),
+                client_allowed_sans=("prometheus.monitoring.svc", "2001:db8::1"),
+                min_version=ssl.TLSVersion.TLSv1_2,
+                max_version=ssl.TLSVersion.TLSv1_3,
+                openssl_ciphers=("ECDHE-ECDSA-AES128-GCM-SHA256",),
+                prefer_server_cipher_suites=False,
+                curve="secp384r1",
+            ),
+            http=HttpSettings(
+                http2=False,
+                headers=(
+                    ("Content-Security-Policy", "default-src 'none'"),
+                    ("X-Frame-Options", "deny"),
+                    ("X-Content-Type-Options", "nosniff"),
+                    ("X-XSS-Protection", "0"),
+                    ("Strict-Transport-Security", "max-age=31536000"),
+                ),
+            ),
+            rate_limit=RateLimit(interval_s=90.0, burst=20),
+            users={"alice": HASH.encode()},
+        )
+        assert expected == config
+
+    @pytest.mark.parametrize(
+        ("name", "version"),
         [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(tmp_path / "tls.key"),
-            "-out",
-            str(tmp_path / "tls.crt"),
+            ("TLS10", ssl.TLSVersion.TLSv1),
+            ("TLS11", ssl.TLSVersion.TLSv1_1),
+            ("TLS12", ssl.TLSVersion.TLSv1_2),
+            ("TLS13", ssl.TLSVersion.TLSv1_3),
         ],
-        check=True,
-        capture_output=True,
-        timeout=60,
     )
-    return tmp_path / "tls.crt"
+    def test_tls_version_names(self, name: str, version: ssl.TLSVersion) -> None:
+        """exporter-toolkit's four version names, for both bounds."""
+        config = _parse(f"{TLS}  min_version: {name}\n  max_version: {name}\n")
+        assert config.tls is not None
+        assert (version, version) == (config.tls.min_version, config.tls.max_version)
 
+    def test_defaults(self) -> None:
+        """No TLS keys: plain HTTP; TLS keys alone: TLS 1.2-1.3, no client certificates."""
+        assert WebConfig() == _parse("")
+        assert WebConfig() == _parse("tls_server_config: {}\nhttp_server_config:\n")
+        assert (
+            TlsSettings(cert_file=Path("/etc/web/server.crt"), key_file=Path("/etc/web/server.key"))
+            == _parse(TLS).tls
+        )
 
-async def _ok(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
+    def test_blank_header_is_unset(self) -> None:
+        """A blank header value means the header is not sent."""
+        config = _parse('http_server_config:\n  headers:\n    X-XSS-Protection: ""\n')
+        assert () == config.http.headers
 
+    def test_rate_limit_zero_interval_disables(self) -> None:
+        """interval 0 (or a bare 0) turns the limiter off."""
+        assert _parse("rate_limit:\n  interval: 0s\n  burst: 5\n").rate_limit is None
+        assert _parse("rate_limit:\n  interval: 0\n").rate_limit is None
+        assert (
+            RateLimit(interval_s=1.0, burst=0)
+            == _parse("rate_limit:\n  interval: 1000000000\n").rate_limit
+        )
 
-async def test_basic_auth(aiohttp_client: Any, tmp_path: Path) -> None:
-    """Right credentials pass; wrong or missing ones get 401 with a challenge."""
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    path = tmp_path / "web.yml"
-    path.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
-    config = load_web_config(path)
-    app = web.Application(middlewares=[basic_auth_middleware(config.users)])
-    app.router.add_get("/metrics", _ok)
-    client = await aiohttp_client(app)
-    assert (await client.get("/metrics", headers=_auth("prometheus", "s3cret"))).status == 200
-    assert (await client.get("/metrics", headers=_auth("prometheus", "s3cret"))).status == 200
-    wrong = await client.get("/metrics", headers=_auth("prometheus", "nope"))
-    assert wrong.status == 401
-    missing = await client.get("/metrics")
-    assert (missing.status, missing.headers["WWW-Authenticate"]) == (
-        401,
-        'Basic realm="podresources-exporter"',
+    @pytest.mark.parametrize(
+        ("text", "seconds"),
+        [("1s", 1.0), ("1m30s", 90.0), ("250ms", 0.25), ("1.5h", 5400.0), ("0", 0.0)],
     )
+    def test_go_durations(self, text: str, seconds: float) -> None:
+        """Durations are Go's time.ParseDuration strings."""
+        assert seconds == pytest.approx(parse_duration_s(text))
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("basic_auth_users:\n  a: plain\n", "not a bcrypt hash"),
-        ("basic_auth_user:\n  a: b\n", "unknown keys: basic_auth_user"),
-        ("tls_server_config:\n  cert_file: x.crt\n", "needs cert_file and key_file"),
-        ("tls_server_config:\n  cert_file: x.crt\n  key_file: x.key\n", "cannot load TLS files"),
-        ("[unclosed", "web.yml"),
-    ],
-)
-def test_bad_files_give_one_line(tmp_path: Path, text: str, message: str) -> None:
-    """A bad file is refused with one line naming it: a typo must not disable auth."""
-    path = tmp_path / "web.yml"
-    path.write_text(text)
-    with pytest.raises(WebConfigError, match=message) as caught:
-        load_web_config(path)
-    assert "\n" not in str(caught.value)
+REFUSALS = [
+    ("unknown: 1\n", "web.yml: unknown: unknown key in the document"),
+    (f"{TLS}  min_versions: TLS12\n", "tls_server_config.min_versions: unknown key"),
+    ("http_server_config:\n  http3: true\n", "http_server_config.http3: unknown key"),
+    ("rate_limit:\n  every: 1s\n", "rate_limit.every: unknown key"),
+    (f"{TLS}  min_version: tls13\n", "min_version: unknown value 'tls13'"),
+    (f"{TLS}  min_version: TLS1.3\n", "min_version: unknown value 'TLS1.3'"),
+    (f"{TLS}  max_version: TLS14\n", "max_version: unknown value 'TLS14'"),
+    (f"{TLS}  min_version: TLS13\n  max_version: TLS12\n", "min_version: is above max_version"),
+    (f"{TLS}  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "unknown cipher: TLS_RSA_WITH_RC4"),
+    (f"{TLS}  cipher_suites: TLS_AES_128_GCM_SHA256\n", "cipher_suites: expected a list"),
+    (f"{TLS}  curve_preferences: [P256]\n", "curve_preferences: unknown curve: P256"),
+    (f"{TLS}  curve_preferences: [X25519, CurveP256]\n", "curve_preferences: Python's ssl"),
+    (f"{TLS}  client_auth_type: RequireCert\n", "client_auth_type: unknown value"),
+    (f"{TLS}  client_auth_type: RequestClientCert\n", "without verifying them"),
+    (f"{TLS}  client_auth_type: RequireAnyClientCert\n", "without verifying them"),
+    (f"{TLS}  client_ca_file: ca.crt\n", "client CA's have been configured without"),
+    (
+        f"{TLS}  client_ca_file: ca.crt\n  client_auth_type: NoClientCert\n",
+        "client CA's have been configured without",
+    ),
+    ("tls_server_config:\n  cert_file: server.crt\n", "key_file: missing one of key or key_file"),
+    ("tls_server_config:\n  key_file: server.key\n", "cert_file: missing one of cert or cert_"),
+    (f"{TLS}  cert: x\n", "tls_server_config.cert: give cert or cert_file, not both"),
+    (f"{TLS}  prefer_server_cipher_suites: maybe\n", "prefer_server_cipher_suites: expected bool"),
+    ("http_server_config:\n  headers:\n    Server: x\n", "headers.Server: HTTP header can not"),
+    ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "X-Frame-Options: invalid"),
+    (
+        "http_server_config:\n  headers:\n    X-Content-Type-Options: sniff\n",
+        "X-Content-Type-Options: invalid",
+    ),
+    ("http_server_config:\n  http2: yes please\n", "http_server_config.http2: expected bool"),
+    ("rate_limit:\n  interval: soon\n", "rate_limit.interval: invalid duration 'soon'"),
+    ("rate_limit:\n  interval: 1s\n  burst: many\n", "rate_limit.burst: expected int"),
+    ("basic_auth_users:\n  a: plain\n", "basic_auth_users.a: not a bcrypt hash"),
+    (f"basic_auth_users:\n  a: '{HASH[:-1]}'\n", "basic_auth_users.a: not a bcrypt hash"),
+    (f"basic_auth_users:\n  a: '{HASH.replace('$04$', '$99$')}'\n", "a: not a bcrypt hash"),
+    (f"basic_auth_users:\n  a: '{HASH.replace('$2b$', '$2x$')}'\n", "a: not a bcrypt hash"),
+    ("basic_auth_users:\n  a: 12\n", "basic_auth_users.a: not a bcrypt hash"),
+    ("basic_auth_users: [a, b]\n", "basic_auth_users: must be a mapping"),
+    ("- a\n", "web.yml: : must be a mapping"),
+    ("[unclosed", "web.yml: while parsing"),
+]
 
 
-def test_tls_context_loads_certificate(tmp_path: Path, certificate: Path) -> None:
-    """cert_file and key_file, relative to the config file, give a server TLS context."""
-    path = tmp_path / "web.yml"
-    path.write_text(
-        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  min_version: TLS13\n"
-    )
-    context = load_web_config(path).ssl_context
-    assert context is not None
-    assert (context.minimum_version, context.verify_mode) == (ssl.TLSVersion.TLSv1_3, ssl.CERT_NONE)
+class TestRefusals:
+    @pytest.mark.parametrize(("text", "message"), REFUSALS)
+    def test_refused_with_one_line_naming_the_key(self, text: str, message: str) -> None:
+        """A bad file is refused with one line naming the file and key: a typo cannot
+        silently weaken TLS or disable authentication."""
+        with pytest.raises(WebConfigError) as caught:
+            _parse(text)
+        assert message in str(caught.value)
+        assert "\n" not in str(caught.value)
+
+    def test_unreadable_tls_files_are_named(self, folder: Path) -> None:
+        """A certificate that does not load names the key and both files."""
+        path = folder / "web.yml"
+        path.write_text("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n")
+        with pytest.raises(WebConfigError) as caught:
+            read_web_config(path)
+        assert f"tls_server_config.cert_file/key_file ({folder / 'missing.crt'}" in str(
+            caught.value
+        )
+        (folder / "bad-ca.crt").write_text("not a certificate\n")
+        path.write_text(
+            f"{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: bad-ca.crt\n"
+        )
+        with pytest.raises(WebConfigError, match=r"client_ca_file \(.*bad-ca.crt\)"):
+            read_web_config(path)
+
+    def test_serve_refuses_at_start_up(self, folder: Path) -> None:
+        """The exporter does not start on a refused file: one ConfigError line."""
+        from exporter.app import serve
+        from exporter.cli import ConfigError, parse_config
+
+        path = folder / "web.yml"
+        path.write_text(f"{TLS}  min_version: TLS1.3\n")
+        config = parse_config(["--demo", "--web.config.file", str(path)], {})
+        with pytest.raises(ConfigError, match=r"tls_server_config\.min_version: unknown value"):
+            asyncio.run(serve(config, stop=asyncio.Event()))
 
 
-async def test_served_over_tls_with_basic_auth(tmp_path: Path, certificate: Path) -> None:
-    """The real serve(): HTTPS with the configured certificate, 401 without credentials."""
-    import asyncio
-    import socket
+async def _get(
+    url: str, context: ssl.SSLContext | None = None, **headers: str
+) -> tuple[int, dict[str, str]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, ssl=context if context is not None else False, headers=headers) as r,
+    ):
+        await r.read()
+        return r.status, dict(r.headers)
 
-    import aiohttp
 
-    from exporter.app import serve
-    from exporter.cli import parse_config
-
-    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
-    web_config = tmp_path / "web.yml"
-    web_config.write_text(
-        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
-        f"basic_auth_users:\n  prometheus: '{hashed}'\n"
-    )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = parse_config(
-        [
-            "--demo",
-            "--poll.interval",
-            "1",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--web.config.file",
-            str(web_config),
-        ],
-        {},
-    )
-    stop = asyncio.Event()
-    server = asyncio.create_task(serve(config, stop=stop))
-    client_tls = ssl.create_default_context(cafile=str(certificate))
-    url = f"https://127.0.0.1:{port}/metrics"
+async def _peer(port: int, context: ssl.SSLContext) -> tuple[str | None, str, bytes]:
+    """TLS version, cipher and certificate the server answers a new connection with."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(100):
-                try:
-                    async with session.get(
-                        url, ssl=client_tls, headers=_auth("prometheus", "s3cret")
-                    ) as r:
-                        if r.status == 200:
-                            body = await r.text()
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail("the exporter never served /metrics over TLS")
-            assert "podresources_kubelet_up 1.0" in body
-            async with session.get(url, ssl=client_tls) as anonymous:
-                assert anonymous.status == 401
+        sslobj = writer.get_extra_info("ssl_object")
+        cipher = writer.get_extra_info("cipher")
+        return sslobj.version(), cipher[0], sslobj.getpeercert(binary_form=True)
     finally:
-        stop.set()
-        await asyncio.wait_for(server, timeout=10)
+        writer.close()
+        await writer.wait_closed()
+
+
+def _client(pki: Pki, *, client: str | None = None, maximum: str = "TLSv1_3") -> ssl.SSLContext:
+    context = client_context(pki, client=client)
+    context.maximum_version = ssl.TLSVersion[maximum]
+    return context
+
+
+def _live(folder: Path, text: str) -> LiveWebConfig:
+    path = folder / "web.yml"
+    path.write_text(text)
+    return LiveWebConfig(path)
+
+
+class TestServedTls:
+    async def test_min_version(self, folder: Path, pki: Pki) -> None:
+        """min_version TLS13 refuses a TLS 1.2 client."""
+        async with served(_live(folder, f"{TLS}  min_version: TLS13\n")) as server:
+            assert ("TLSv1.3", 200) == (
+                (await _peer(server.port, _client(pki)))[0],
+                (await _get(server.url("/metrics"), _client(pki)))[0],
+            )
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await _peer(server.port, _client(pki, maximum="TLSv1_2"))
+
+    async def test_max_version_and_cipher_suites(self, folder: Path, pki: Pki) -> None:
+        """max_version TLS12 and cipher_suites pick what is negotiated."""
+        text = (
+            f"{TLS}  max_version: TLS12\n"
+            "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]\n"
+        )
+        async with served(_live(folder, text)) as server:
+            version, cipher, _ = await _peer(server.port, _client(pki))
+        assert ("TLSv1.2", "ECDHE-ECDSA-AES256-GCM-SHA384") == (version, cipher)
+
+    @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary")
+    async def test_curve_preferences(self, folder: Path) -> None:
+        """curve_preferences [CurveP384]: a client offering only P-256 cannot connect.
+
+        (The client lists P-256 too where it must accept the server's P-256 ECDSA key.)"""
+
+        def handshake(port: int, group: str) -> int:
+            return subprocess.run(
+                ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-groups", group,
+                 "-tls1_2", "-brief"],
+                input=b"", capture_output=True, timeout=30, check=False,
+            ).returncode  # fmt: skip
+
+        async with served(_live(folder, f"{TLS}  curve_preferences: [CurveP384]\n")) as server:
+            results = await asyncio.gather(
+                asyncio.to_thread(handshake, server.port, "P-384:P-256"),
+                asyncio.to_thread(handshake, server.port, "P-256"),
+            )
+        assert 0 == results[0]
+        assert 0 != results[1]
+
+    def test_prefer_server_cipher_suites(self, folder: Path) -> None:
+        """prefer_server_cipher_suites sets or clears OpenSSL's server preference."""
+        for value, expected in (("true", True), ("false", False)):
+            config = _parse(f"{TLS}  prefer_server_cipher_suites: {value}\n")
+            assert config.tls is not None
+            tls = TlsSettings(
+                cert_file=folder / "server.crt",
+                key_file=folder / "server.key",
+                prefer_server_cipher_suites=config.tls.prefer_server_cipher_suites,
+            )
+            context = build_ssl_context(tls, source=folder / "web.yml")
+            assert expected == bool(context.options & ssl.OP_CIPHER_SERVER_PREFERENCE)
+
+    async def test_inline_cert_key_and_client_ca(self, folder: Path, pki: Pki) -> None:
+        """cert, key and client_ca may be given inline as PEM."""
+
+        def indented(path: Path) -> str:
+            return "".join(f"    {line}\n" for line in path.read_text().splitlines())
+
+        text = (
+            "tls_server_config:\n  cert: |\n" + indented(pki.cert("server"))
+            + "  key: |\n" + indented(pki.key("server"))
+            + "  client_ca: |\n" + indented(pki.ca)
+            + "  client_auth_type: RequireAndVerifyClientCert\n"
+        )  # fmt: skip
+        async with served(_live(folder, text)) as server:
+            assert 200 == (await _get(server.url("/metrics"), _client(pki, client="prometheus")))[0]
+            assert 401 == (await _get(server.url("/metrics"), _client(pki)))[0]
+
+    async def test_require_and_verify_client_cert(self, folder: Path, pki: Pki) -> None:
+        """RequireAndVerifyClientCert: a CA-signed client passes, no certificate is 401 except
+        on the probes, a certificate from another CA fails the handshake."""
+        text = f"{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+        async with served(_live(folder, text)) as server:
+            good = _client(pki, client="prometheus")
+            assert 200 == (await _get(server.url("/metrics"), good))[0]
+            assert 401 == (await _get(server.url("/metrics"), _client(pki)))[0]
+            assert 401 == (await _get(server.url("/debug/allocations"), _client(pki)))[0]
+            for probe in ("/healthz", "/readyz"):
+                assert 200 == (await _get(server.url(probe), _client(pki)))[0]
+            with pytest.raises(aiohttp.ClientError):
+                await _get(server.url("/healthz"), _client(pki, client="stranger"))
+
+    async def test_verify_client_cert_if_given(self, folder: Path, pki: Pki) -> None:
+        """VerifyClientCertIfGiven: no certificate passes, a foreign one does not."""
+        text = f"{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n"
+        async with served(_live(folder, text)) as server:
+            assert 200 == (await _get(server.url("/metrics"), _client(pki)))[0]
+            assert 200 == (await _get(server.url("/metrics"), _client(pki, client="intruder")))[0]
+            with pytest.raises(aiohttp.ClientError):
+                await _get(server.url("/metrics"), _client(pki, client="stranger"))
+
+    async def test_client_allowed_sans(self, folder: Path, pki: Pki) -> None:
+        """client_allowed_sans: a verified certificate needs one of the listed SANs (DNS or IP)."""
+        text = (
+            f"{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+            "  client_allowed_sans: [{san}]\n"
+        )
+        for san in ("prometheus.monitoring.svc", "10.0.0.7"):
+            async with served(_live(folder, text.format(san=san))) as server:
+                metrics = server.url("/metrics")
+                assert 200 == (await _get(metrics, _client(pki, client="prometheus")))[0]
+                assert 403 == (await _get(metrics, _client(pki, client="intruder")))[0]
+                probe = server.url("/readyz")
+                assert 200 == (await _get(probe, _client(pki, client="intruder")))[0]
+
+    async def test_headers_on_every_response(self, folder: Path, pki: Pki) -> None:
+        """http_server_config.headers are sent on every response, refusals and probes too."""
+        text = (
+            f"{TLS}http_server_config:\n  headers:\n    X-Frame-Options: deny\n"
+            "    Strict-Transport-Security: max-age=60\n"
+            f"basic_auth_users:\n  alice: {HASH}\n"
+        )
+        async with served(_live(folder, text)) as server:
+            for path, status in (("/metrics", 401), ("/healthz", 200), ("/nowhere", 401)):
+                got, headers = await _get(server.url(path), _client(pki))
+                assert (status, "deny", "max-age=60", "podresources-exporter") == (
+                    got,
+                    headers.get("X-Frame-Options"),
+                    headers.get("Strict-Transport-Security"),
+                    headers.get("Server"),
+                )
+
+    async def test_rate_limit(self, folder: Path) -> None:
+        """rate_limit: past the burst, 429; the probes are never limited."""
+        async with served(_live(folder, "rate_limit:\n  interval: 1h\n  burst: 2\n")) as server:
+            statuses = [(await _get(server.url("/metrics")))[0] for _ in range(3)]
+            assert [200, 200, 429] == statuses
+            assert 200 == (await _get(server.url("/healthz")))[0]
+
+
+def _replace(path: Path, text: str) -> None:
+    """Replace a file by rename, as a Kubernetes Secret volume does."""
+    scratch = path.with_name(f".{path.name}.new")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+class TestReload:
+    async def test_edited_file_applies_to_the_next_request(self, folder: Path) -> None:
+        """A new user and a new header apply without a restart."""
+        other = bcrypt.hashpw(b"other", bcrypt.gensalt(rounds=4)).decode()
+        live = _live(folder, f"basic_auth_users:\n  alice: {HASH}\n")
+        async with served(live) as server:
+            assert 401 == (await _get(server.url("/metrics"), **basic("bob", "other")))[0]
+            _replace(
+                live.path,
+                f"basic_auth_users:\n  alice: {HASH}\n  bob: {other}\n"
+                "http_server_config:\n  headers:\n    X-Frame-Options: deny\n",
+            )
+            status, headers = await _get(server.url("/metrics"), **basic("bob", "other"))
+            assert (200, "deny") == (status, headers.get("X-Frame-Options"))
+
+    async def test_broken_edit_keeps_the_last_good_config(self, folder: Path) -> None:
+        """An edit that does not load is logged once and the last good config stays."""
+        live = _live(folder, f"basic_auth_users:\n  alice: {HASH}\n")
+        async with served(live) as server:
+            _replace(live.path, "basic_auth_users:\n  alice: plaintext\n")
+            with capture_logs() as logs:
+                for _ in range(3):
+                    assert (
+                        200 == (await _get(server.url("/metrics"), **basic("alice", "s3cret")))[0]
+                    )
+                    assert 401 == (await _get(server.url("/metrics")))[0]
+            failures = [e for e in logs if e["event"] == "web_config_reload_failed"]
+            assert 1 == len(failures)
+            assert "basic_auth_users.alice: not a bcrypt hash" in failures[0]["error"]
+
+    async def test_turning_tls_off_is_refused(self, folder: Path, pki: Pki) -> None:
+        """Removing tls_server_config from a TLS listener keeps TLS and says a restart is needed."""
+        live = _live(folder, TLS)
+        async with served(live) as server:
+            _replace(live.path, "")
+            with capture_logs() as logs:
+                assert 200 == (await _get(server.url("/metrics"), _client(pki)))[0]
+            assert "needs a restart" in logs[0]["error"]
+
+    async def test_rotated_certificate_is_served_to_new_connections(
+        self, folder: Path, pki: Pki
+    ) -> None:
+        """A certificate and key replaced on disk are served from the next connection on."""
+        async with served(_live(folder, TLS)) as server:
+            before = (await _peer(server.port, _client(pki)))[2]
+            issue(pki, "server-next", san="IP:127.0.0.1")
+            _replace(folder / "server.key", pki.key("server-next").read_text())
+            _replace(folder / "server.crt", pki.cert("server-next").read_text())
+            after = (await _peer(server.port, _client(pki)))[2]
+        assert before == ssl.PEM_cert_to_DER_cert(pki.cert("server").read_text())
+        assert after == ssl.PEM_cert_to_DER_cert(pki.cert("server-next").read_text())
+
+    async def test_half_rotated_pair_keeps_the_old_one(self, folder: Path, pki: Pki) -> None:
+        """A new certificate whose key is not there yet keeps serving the old pair."""
+        async with served(_live(folder, TLS)) as server:
+            issue(pki, "server-half", san="IP:127.0.0.1")
+            with capture_logs() as logs:
+                _replace(folder / "server.crt", pki.cert("server-half").read_text())
+                served_cert = (await _peer(server.port, _client(pki)))[2]
+        assert served_cert == ssl.PEM_cert_to_DER_cert(pki.cert("server").read_text())
+        assert "web_config_reload_failed" in [e["event"] for e in logs]
+
+
+def test_tls_values_are_checked_even_without_a_certificate() -> None:
+    """A bad value under tls_server_config is refused even where TLS stays off."""
+    with pytest.raises(WebConfigError, match="min_version: unknown value 'tls13'"):
+        _parse("tls_server_config:\n  min_version: tls13\n")
+    assert _parse("tls_server_config:\n  min_version: TLS13\n").tls is None

@@ -121,35 +121,52 @@ def test_hadolint_is_clean(hadolint: str) -> None:
     assert result.stdout.strip() == ""
 
 
-def test_base_image_is_an_argument_with_a_pinned_default() -> None:
-    """`ARG BASE_IMAGE` comes first, defaults to a patch-pinned slim tag, and both stages use it."""
+def test_base_image_is_an_argument_pinned_by_digest() -> None:
+    """`ARG BASE_IMAGE` comes first, defaults to a fully qualified, patch-pinned slim tag
+    pinned by digest, and both stages use it."""
     instructions = _instructions()
     first_from = next(i for i, (name, _) in enumerate(instructions) if name == "FROM")
     args = [value for name, value in instructions[:first_from] if name == "ARG"]
     (base,) = [a.split("=", 1)[1] for a in args if a.startswith("BASE_IMAGE=")]
-    assert re.fullmatch(r"python:3\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", base), base
+    pattern = r"docker\.io/library/python:3\.\d+\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}"
+    assert re.fullmatch(pattern, base), base
     froms = [value.split()[0] for name, value in instructions if name == "FROM"]
     assert ["${BASE_IMAGE}", "${BASE_IMAGE}"] == froms
 
 
-def test_builder_builds_one_wheel_without_dependencies() -> None:
-    """The first stage is named builder and runs `pip wheel --no-deps` on the source tree."""
+def test_no_index_or_credential_reaches_an_argument() -> None:
+    """No ARG or ENV names an index (they land in the history); the download step takes
+    the pip.conf and CA as build secrets."""
+    for name, value in _instructions():
+        if name in ("ARG", "ENV"):
+            assert not re.search(r"INDEX|TRUSTED_HOST|CERT|PASSWORD|TOKEN", value, re.I), value
     builder, _ = _stages()
-    assert builder[0][1].split()[-2:] == ["AS", "builder"]
+    (download,) = [v for n, v in builder if n == "RUN" and "pip download" in v]
+    assert "--mount=type=secret,id=pip.conf,target=/etc/pip.conf" in download
+    assert "--mount=type=secret,id=ca.crt" in download
+
+
+def test_builder_downloads_locked_wheels_then_works_offline() -> None:
+    """Downloads are hash-checked wheels from the locks; everything after is --no-index."""
+    builder, _ = _stages()
     runs = [value for name, value in builder if name == "RUN"]
-    assert any(re.search(r"\bpip wheel --no-deps\b.* \.$", run) for run in runs), runs
+    download, install = runs
+    for lock in ("requirements.lock", "requirements-build.lock"):
+        assert re.search(rf"--require-hashes --only-binary=:all: .*-r {lock}", download), lock
+    for command in re.findall(r"pip (?:--python \S+ )?(?:install|wheel)[^&]*", install):
+        assert "--no-index" in command, command
+    assert re.search(r"pip wheel --no-index --no-deps --no-build-isolation .* \.", install)
 
 
-def test_final_stage_installs_only_the_wheel() -> None:
-    """The runtime stage copies no source and installs only the builder's wheel, without a cache."""
+def test_final_stage_copies_the_venv_and_removes_installers() -> None:
+    """The runtime stage copies only the builder's venv and removes pip and its kin."""
     _, final = _stages()
-    assert not [value for name, value in final if name in ("COPY", "ADD")]
-    runs = [value for name, value in final if name == "RUN"]
-    assert len(runs) == 1
-    (run,) = runs
-    assert "from=builder" in run
-    assert re.search(r"pip install --no-cache-dir \S+\.whl", run), run
-    for tool in ("apt-get", "apk", "gcc", "build-essential", "pip wheel"):
+    copies = [value for name, value in final if name in ("COPY", "ADD")]
+    assert ["--from=builder /opt/podresources-exporter /opt/podresources-exporter"] == copies
+    (run,) = [value for name, value in final if name == "RUN"]
+    for installer in ("pip", "setuptools", "wheel", "ensurepip", "python-wheels"):
+        assert installer in run
+    for tool in ("apt-get", "apk", "gcc", "build-essential", "pip install", "pip wheel"):
         assert tool not in run
 
 
@@ -188,13 +205,14 @@ def test_version_label_default_is_the_package_version() -> None:
     assert f"VERSION={version}" in [value for name, value in final if name == "ARG"]
 
 
-def test_context_holds_only_what_the_wheel_is_made_of() -> None:
+def test_context_holds_only_what_the_image_is_made_of() -> None:
     """.dockerignore keeps tests, docs, manifests, caches and VCS data out of the context."""
     files = _context_files()
     assert "pyproject.toml" in files
     assert "exporter/__main__.py" in files
+    top = ("pyproject.toml", "README.md", "requirements.lock", "requirements-build.lock")
     for path in files:
-        assert path == "pyproject.toml" or path == "README.md" or path.startswith("exporter/")
+        assert path in top or path.startswith("exporter/"), path
         assert "__pycache__" not in path
         assert not path.endswith(".pyc")
 
@@ -255,3 +273,29 @@ def test_builder_stage_builds_a_wheel_from_the_context(tmp_path: Path) -> None:
     assert "exporter/__main__.py" in names
     assert not [n for n in names if n.startswith("tests/") or fnmatch.fnmatch(n, "*.pyc")]
     assert re.search(r"^podresources-exporter = exporter\.cli:main$", scripts, re.MULTILINE)
+
+
+def _pins(lock: Path) -> dict[str, str]:
+    text = lock.read_text()
+    pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", text, re.MULTILINE)
+    blocks = re.split(r"^(?=[A-Za-z0-9_.-]+==)", text, flags=re.MULTILINE)[1:]
+    assert len(pins) == len(blocks)
+    for block in blocks:  # every pin carries at least one sha256, so pip runs in hash mode
+        assert "--hash=sha256:" in block, block.splitlines()[0]
+    return {name.lower().replace("_", "-"): version for name, version in pins}
+
+
+def test_lock_pins_every_dependency_within_pyproject_ranges() -> None:
+    """requirements.lock pins each runtime dependency inside pyproject's range, with
+    hashes; requirements-build.lock does the same for the build backend."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    for requires, lock in (
+        (project["project"]["dependencies"], "requirements.lock"),
+        (project["build-system"]["requires"], "requirements-build.lock"),
+    ):
+        pins = _pins(REPO / lock)
+        for text in requires:
+            requirement = Requirement(text)
+            name = requirement.name.lower().replace("_", "-")
+            assert name in pins, f"{lock}: {name} not pinned"
+            assert requirement.specifier.contains(pins[name]), f"{lock}: {name}=={pins[name]}"

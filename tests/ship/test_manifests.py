@@ -77,11 +77,17 @@ def _validation_versions() -> list[str]:
 
 class TestRendering:
     def test_overlays_are_the_expected_ones(self) -> None:
-        """The base and the four documented overlays exist."""
-        expected = ["manifests"] + [
-            f"manifests/overlays/{name}"
-            for name in ("gpu-nodes", "gpu-processes", "grafana", "prometheus-operator")
-        ]
+        """The base and the documented overlays exist."""
+        overlays = (
+            "gpu-nodes",
+            "gpu-processes",
+            "gpu-taints-only",
+            "grafana",
+            "non-root",
+            "prometheus-operator",
+            "web-config",
+        )
+        expected = ["manifests"] + [f"manifests/overlays/{name}" for name in overlays]
         assert expected == KUSTOMIZATIONS
 
     @pytest.mark.parametrize("name", KUSTOMIZATIONS)
@@ -123,6 +129,7 @@ class TestRendering:
                 "Namespace",
                 "ServiceAccount",
                 "Service",
+                "NetworkPolicy",
                 "DaemonSet",
                 "ServiceMonitor",
                 "PrometheusRule",
@@ -176,15 +183,23 @@ class TestBase:
         args = _container(docs)["args"]
         assert "--kubelet.socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
 
-    def test_sysfs_and_procfs_are_mounted_read_only_under_host(
-        self, rendered: dict[str, list[Doc]]
-    ) -> None:
-        """/sys and /proc are read-only at /host/sys and /host/proc and the flags point there."""
+    def test_only_the_sysfs_trees_read_are_mounted(self, rendered: dict[str, list[Doc]]) -> None:
+        """devices, bus and class are read-only under /host/sys (no submounts of /sys stay
+        writable), --path.sysfs points there; besides them only the socket's directory and
+        the DRA/CDI directories come from the host, and no host /proc."""
         docs = rendered["manifests"]
-        self._assert_host_mount(docs, "/sys", "/host/sys")
-        self._assert_host_mount(docs, "/proc", "/host/proc")
+        for tree in ("devices", "bus", "class"):
+            self._assert_host_mount(docs, f"/sys/{tree}", f"/host/sys/{tree}")
+        host_paths = {v["hostPath"]["path"] for v in _pod_spec(docs)["volumes"] if "hostPath" in v}
+        expected = {
+            "/var/lib/kubelet/pod-resources",
+            *("/sys/devices", "/sys/bus", "/sys/class"),
+            *("/var/lib/kubelet/plugins", "/var/run/cdi", "/etc/cdi"),
+        }
+        assert expected == host_paths
         args = _container(docs)["args"]
-        assert {"--path.sysfs=/host/sys", "--path.procfs=/host/proc"} <= set(args)
+        assert "--path.sysfs=/host/sys" in args
+        assert not [a for a in args if a.startswith("--path.procfs")]
 
     @staticmethod
     def _assert_host_mount(docs: list[Doc], host_path: str, mount_path: str) -> None:
@@ -256,13 +271,10 @@ class TestBase:
         assert "--web.listen-address=:9410" in container["args"]
 
     def test_scheduling_defaults(self, rendered: dict[str, list[Doc]]) -> None:
-        """Critical priority, GPU taints tolerated, no blanket toleration, no node selection."""
+        """Critical priority, every taint tolerated, no node selection."""
         pod = _pod_spec(rendered["manifests"])
         assert pod["priorityClassName"] == "system-node-critical"
-        tolerations = pod["tolerations"]
-        assert all(t["operator"] == "Exists" for t in tolerations)
-        assert all("key" in t for t in tolerations), "a keyless Exists tolerates every taint"
-        assert GPU_TAINTS == {t["key"] for t in tolerations}
+        assert [{"operator": "Exists"}] == pod["tolerations"]
         assert "nodeSelector" not in pod
         assert "affinity" not in pod
 
@@ -276,12 +288,86 @@ class TestBase:
         assert service["spec"]["selector"].items() <= pod_labels.items()
 
     def test_image_tag_is_the_package_version(self, rendered: dict[str, list[Doc]]) -> None:
-        """The image the base deploys is tagged with pyproject's version."""
+        """The image is fully qualified, on a reserved domain nobody can publish under, and
+        tagged with pyproject's version."""
         version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-        assert _container(rendered["manifests"])["image"] == f"podresources-exporter:{version}"
+        expected = f"registry.example.com/podresources-exporter:{version}"
+        assert expected == _container(rendered["manifests"])["image"]
+
+    def test_network_policy_admits_only_the_monitoring_namespace(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """Ingress to the metrics port from namespace monitoring only; no egress at all."""
+        docs = rendered["manifests"]
+        policy = _one(docs, "NetworkPolicy")["spec"]
+        pod_labels = _daemonset(docs)["spec"]["template"]["metadata"]["labels"]
+        assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+        assert ["Ingress", "Egress"] == policy["policyTypes"]
+        assert [
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                        }
+                    }
+                ],
+                "ports": [{"port": "metrics", "protocol": "TCP"}],
+            }
+        ] == policy["ingress"]
+        assert [] == policy["egress"]
+
+
+def _without(doc: Doc, *paths: tuple[str | int, ...]) -> Doc:
+    """A copy of ``doc`` with the values at ``paths`` removed."""
+    copied = copy.deepcopy(doc)
+    for path in paths:
+        parent = copied
+        for step in path[:-1]:
+            parent = parent[step]
+        del parent[path[-1]]
+    return copied
 
 
 class TestOverlays:
+    def test_gpu_taints_only_narrows_tolerations_and_nothing_else(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """gpu-taints-only tolerates the three GPU taints instead of every taint."""
+        base = _daemonset(rendered["manifests"])
+        overlay = _daemonset(rendered["manifests/overlays/gpu-taints-only"])
+        tolerations = overlay["spec"]["template"]["spec"]["tolerations"]
+        assert GPU_TAINTS == {t["key"] for t in tolerations}
+        assert all(t["operator"] == "Exists" for t in tolerations)
+        where = ("spec", "template", "spec", "tolerations")
+        assert _without(base, where) == _without(overlay, where)
+
+    def test_web_config_mounts_the_secret_and_probes_over_https(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """web-config: the Secret as a read-only directory, the flag, HTTPS probes."""
+        container = _container(rendered["manifests/overlays/web-config"])
+        assert "--web.config.file=/etc/podresources-exporter/web/web.yml" in container["args"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "web-config"]
+        assert {"name": "web-config", "mountPath": "/etc/podresources-exporter/web",
+                "readOnly": True} == mount  # fmt: skip
+        assert "subPath" not in mount, "a subPath mount never sees a rotated Secret"
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert "HTTPS" == container[probe]["httpGet"]["scheme"]
+
+    def test_non_root_runs_as_nobody(self, rendered: dict[str, list[Doc]]) -> None:
+        """non-root: uid and gid 65534, runAsNonRoot, one supplementary group, and fsGroup
+        so a mounted Secret (mode 0440) stays readable."""
+        docs = rendered["manifests/overlays/non-root"]
+        context = _container(docs)["securityContext"]
+        assert (65534, 65534, True) == (
+            context["runAsUser"],
+            context["runAsGroup"],
+            context["runAsNonRoot"],
+        )
+        pod_context = _pod_spec(docs)["securityContext"]
+        assert (1, 65534) == (len(pod_context["supplementalGroups"]), pod_context["fsGroup"])
+
     def test_gpu_nodes_only_adds_a_gpu_node_affinity(self, rendered: dict[str, list[Doc]]) -> None:
         """gpu-nodes is the base plus a required node affinity on GPU node labels."""
         base = _daemonset(rendered["manifests"])

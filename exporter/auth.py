@@ -1,0 +1,264 @@
+"""Who may see what: basic auth, client certificates, rate limit and response headers.
+
+One middleware answers for the whole HTTP surface, from the live web config:
+
+- ``/healthz`` and ``/readyz`` are never behind auth or the rate limit: the kubelet's
+  probes carry neither a password nor a client certificate.
+- ``/debug/*`` can require other users than ``/metrics`` (``--web.debug-auth.file``).
+- A wrong password costs the same whether the user exists or not (unknown users are
+  checked against a dummy hash of the same cost), and no credential makes a 500: over-long
+  passwords and undecodable headers are refused like wrong ones; hashes were checked
+  when the file was loaded.
+- bcrypt runs on its own one-thread executor with a short queue; past it, a request is
+  answered 429 at once. A recently verified credential is answered from a small
+  time-limited cache (keyed by a digest, never the password), so Prometheus' scrapes do
+  not queue behind a flood of wrong passwords, and neither do the poller's threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import enum
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import bcrypt
+import structlog
+from aiohttp import web, web_response
+
+from exporter.ratelimit import TokenBucket
+from exporter.webconfig import LiveWebConfig, RateLimit, TlsSettings, bcrypt_cost, normal_san
+
+__all__ = [
+    "OPEN_PATHS",
+    "SERVER_HEADER",
+    "PasswordChecker",
+    "Verdict",
+    "access_middleware",
+    "hide_server_version",
+    "response_headers",
+]
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+DEBUG_PREFIX = "/debug/"
+SERVER_HEADER = "podresources-exporter"  # no versions for a scanner to match
+# bcrypt reads at most 72 bytes; Go's bcrypt refuses longer passwords, and so do we.
+MAX_PASSWORD_BYTES = 72
+DEFAULT_COST = 10
+CACHE_SIZE = 1024
+CACHE_TTL_S = 60.0
+MAX_QUEUED_CHECKS = 8
+OVERLOAD_LOG_INTERVAL_S = 10.0  # a flood is one log line per interval, not one per request
+
+
+class Verdict(enum.Enum):
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    BUSY = "busy"
+
+
+def _digest(*parts: bytes) -> bytes:
+    """Length-prefixed, so (user "a:", password "b") and ("a", ":b") differ."""
+    return hashlib.sha256(b"".join(len(p).to_bytes(4, "big") + p for p in parts)).digest()
+
+
+class PasswordChecker:
+    """bcrypt on a bounded executor of its own, behind a short-lived result cache."""
+
+    def __init__(
+        self,
+        *,
+        max_queued: int = MAX_QUEUED_CHECKS,
+        cache_size: int = CACHE_SIZE,
+        cache_ttl_s: float = CACHE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
+        self._max_queued = max_queued
+        self._queued = 0
+        self._cache: OrderedDict[bytes, tuple[bool, float]] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_ttl_s = cache_ttl_s
+        self._clock = clock
+        self._dummies: dict[int, bytes] = {}
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _dummy(self, cost: int) -> bytes:
+        """A hash of nothing anyone knows, at ``cost``: an unknown user costs a real check."""
+        if cost not in self._dummies:
+            self._dummies[cost] = bcrypt.hashpw(b"\0unknown user", bcrypt.gensalt(rounds=cost))
+        return self._dummies[cost]
+
+    def _verify(self, password: bytes, hashed: bytes | None, cost: int) -> bool:
+        try:
+            ok = bcrypt.checkpw(password, hashed or self._dummy(cost))
+        except ValueError:  # a NUL byte, an odd hash: a failed login, never a 500
+            return False
+        return ok and hashed is not None
+
+    async def check(self, users: Mapping[str, bytes], user: str, password: bytes) -> Verdict:
+        hashed = users.get(user)
+        if len(password) > MAX_PASSWORD_BYTES:
+            return Verdict.DENIED
+        key = _digest(user.encode(), hashed or b"", password)
+        now = self._clock()
+        cached = self._cache.get(key)
+        if cached is not None and cached[1] > now:
+            return Verdict.ALLOWED if cached[0] else Verdict.DENIED
+        if self._queued >= self._max_queued:
+            return Verdict.BUSY
+        costs = [bcrypt_cost(h.decode()) or DEFAULT_COST for h in users.values()]
+        self._queued += 1
+        try:
+            loop = asyncio.get_running_loop()
+            ok = await loop.run_in_executor(
+                self._executor, self._verify, password, hashed, max(costs, default=DEFAULT_COST)
+            )
+        finally:
+            self._queued -= 1
+        self._cache[key] = (ok, now + self._cache_ttl_s)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return Verdict.ALLOWED if ok else Verdict.DENIED
+
+
+def parse_basic_auth(header: str) -> tuple[str, bytes] | None:
+    """User and password from an ``Authorization: Basic`` header; None if it is not one."""
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, colon, password = decoded.partition(b":")
+    if not colon:
+        return None
+    try:
+        return user.decode("utf-8"), password
+    except UnicodeDecodeError:
+        return None
+
+
+def _refusal(status: int, message: str, **headers: str) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps({"error": message}) + "\n",
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _unauthorized(message: str) -> web.Response:
+    return _refusal(401, message, **{"WWW-Authenticate": 'Basic realm="podresources-exporter"'})
+
+
+def _client_certificate_refusal(request: web.Request, tls: TlsSettings) -> web.Response | None:
+    """RequireAndVerifyClientCert and client_allowed_sans, checked on the verified peer."""
+    if not (tls.client_cert_required or tls.client_allowed_sans is not None):
+        return None
+    transport = request.transport
+    peer = transport.get_extra_info("peercert") if transport is not None else None
+    if not peer:
+        if tls.client_cert_required:
+            return _refusal(401, "a client certificate is required")
+        return None
+    if tls.client_allowed_sans is None:
+        return None
+    presented = {
+        str(value).strip() for _, value in peer.get("subjectAltName", ()) if isinstance(value, str)
+    }
+    if not {normal_san(v) for v in presented} & set(tls.client_allowed_sans):
+        return _refusal(403, "the client certificate has none of the allowed SANs")
+    return None
+
+
+class _RateLimiter:
+    """One bucket for the current ``rate_limit``; a changed setting starts a new one."""
+
+    def __init__(self) -> None:
+        self._setting: RateLimit | None = None
+        self._bucket: TokenBucket | None = None
+
+    def allow(self, setting: RateLimit | None) -> bool:
+        if setting is None:
+            return True
+        if setting != self._setting or self._bucket is None:
+            self._setting = setting
+            self._bucket = TokenBucket(rate_per_s=1 / setting.interval_s, burst=setting.burst)
+        return self._bucket.try_take()
+
+
+def access_middleware(
+    *,
+    web_config: LiveWebConfig | None,
+    debug_users: LiveWebConfig | None,
+    checker: PasswordChecker,
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """The middleware for the whole app; the config files are re-read when they change."""
+    limiter = _RateLimiter()
+    overload = {"logged_at": -OVERLOAD_LOG_INTERVAL_S, "refused": 0}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        config = web_config.current() if web_config is not None else None
+        if config is not None:
+            if not limiter.allow(config.rate_limit):
+                return _refusal(429, "rate limit exceeded", **{"Retry-After": "1"})
+            if config.tls is not None:
+                refusal = _client_certificate_refusal(request, config.tls)
+                if refusal is not None:
+                    return refusal
+        users: Mapping[str, bytes] = config.users if config is not None else {}
+        if debug_users is not None and request.path.startswith(DEBUG_PREFIX):
+            users = debug_users.current().users
+        if users:
+            credentials = parse_basic_auth(request.headers.get("Authorization", ""))
+            if credentials is None:
+                return _unauthorized("authentication required")
+            verdict = await checker.check(users, *credentials)
+            if verdict is Verdict.BUSY:
+                overload["refused"] += 1
+                if time.monotonic() - overload["logged_at"] >= OVERLOAD_LOG_INTERVAL_S:
+                    log.warning("basic_auth_overloaded", refused=overload["refused"])
+                    overload.update(logged_at=time.monotonic(), refused=0)
+                return _refusal(429, "too many password checks at once", **{"Retry-After": "1"})
+            if verdict is Verdict.DENIED:
+                return _unauthorized("wrong user name or password")
+        return await handler(request)
+
+    return middleware
+
+
+def response_headers(
+    web_config: LiveWebConfig | None,
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """An ``on_response_prepare`` hook: http_server_config.headers on every response."""
+
+    async def prepare(request: web.Request, response: web.StreamResponse) -> None:
+        if web_config is not None:
+            for name, value in web_config.current().http.headers:
+                response.headers[name] = value
+
+    return prepare
+
+
+def hide_server_version() -> None:
+    """No versions in ``Server`` on aiohttp's own answers either (a malformed request's 400
+    is made before any app hook runs): aiohttp fills in this module global as the default."""
+    web_response.SERVER_SOFTWARE = SERVER_HEADER  # type: ignore[attr-defined]

@@ -1,0 +1,258 @@
+"""Basic auth on a real listener: 401 never 500, no user enumeration, floods do not starve."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import aiohttp
+import bcrypt
+import pytest
+from webserving import basic, free_port, served
+
+from exporter.auth import PasswordChecker, Verdict, parse_basic_auth
+from exporter.webconfig import LiveWebConfig
+
+ROUNDS = 4  # the cheapest cost: these tests are about behaviour, not bcrypt's speed
+PASSWORD_72 = b"p" * 71 + b"!"
+
+
+def _hash(password: bytes, *, rounds: int = ROUNDS) -> str:
+    return bcrypt.hashpw(password, bcrypt.gensalt(rounds=rounds)).decode()
+
+
+def _users_file(folder: Path, users: dict[str, str], name: str = "web.yml") -> LiveWebConfig:
+    path = folder / name
+    path.write_text("basic_auth_users:\n" + "".join(f"  {u}: '{h}'\n" for u, h in users.items()))
+    return LiveWebConfig(path)
+
+
+async def _status(url: str, headers: dict[str, str] | None = None) -> int:
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as r:
+        await r.read()
+        return r.status
+
+
+class TestBasicAuth:
+    async def test_right_wrong_and_missing(self, tmp_path: Path) -> None:
+        """Right credentials pass; wrong or missing ones get 401 with a Basic challenge."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        async with served(live) as server, aiohttp.ClientSession() as session:
+            url = server.url("/metrics")
+            assert 200 == await _status(url, basic("prometheus", "s3cret"))
+            assert 401 == await _status(url, basic("prometheus", "S3cret"))
+            assert 401 == await _status(url, basic("nobody", "s3cret"))
+            async with session.get(url) as anonymous:
+                assert (401, 'Basic realm="podresources-exporter"') == (
+                    anonymous.status,
+                    anonymous.headers["WWW-Authenticate"],
+                )
+
+    @pytest.mark.parametrize(
+        ("header", "why"),
+        [
+            ({"Authorization": "Basic !!!"}, "not base64"),
+            ({"Authorization": "Basic " + "cHJvbWV0aGV1cw=="}, "no colon"),
+            ({"Authorization": "Bearer abc"}, "another scheme"),
+            ({"Authorization": "Basic"}, "nothing after the scheme"),
+            (basic(b"\xff\xfe", "s3cret"), "user name not UTF-8"),
+            (basic("prometheus", b"s3cret\0"), "NUL in the password"),
+            (basic("prometheus", b"\xff" * 300), "300-byte password"),
+        ],
+    )
+    async def test_odd_credentials_are_401(
+        self, tmp_path: Path, header: dict[str, str], why: str
+    ) -> None:
+        """Whatever arrives in Authorization, the answer is 401, never a 500."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        async with served(live) as server:
+            assert 401 == await _status(server.url("/metrics"), header), why
+
+    async def test_passwords_of_72_bytes_and_more(self, tmp_path: Path) -> None:
+        """72 bytes is bcrypt's limit: it works; one byte more is refused, as Go refuses it,
+        even though bcrypt alone would ignore the extra byte."""
+        live = _users_file(tmp_path, {"long": _hash(PASSWORD_72)})
+        async with served(live) as server:
+            url = server.url("/metrics")
+            assert 200 == await _status(url, basic("long", PASSWORD_72))
+            assert 401 == await _status(url, basic("long", PASSWORD_72 + b"x"))
+            assert 401 == await _status(url, basic("long", PASSWORD_72 * 3))
+
+    @pytest.mark.parametrize("prefix", ["$2a$", "$2b$", "$2y$"])
+    async def test_bcrypt_variants(self, tmp_path: Path, prefix: str) -> None:
+        """The variants htpasswd ($2y$) and Go ($2a$) write are accepted."""
+        hashed = prefix + _hash(b"s3cret")[4:]
+        live = _users_file(tmp_path, {"alice": hashed})
+        async with served(live) as server:
+            assert 200 == await _status(server.url("/metrics"), basic("alice", "s3cret"))
+
+    async def test_hash_bcrypt_cannot_decode_is_a_401(self, tmp_path: Path) -> None:
+        """A hash of the right shape whose salt bcrypt rejects (it raises ValueError) fails
+        the login with 401, for that user and for everyone else: never a 500."""
+        live = _users_file(tmp_path, {"odd": "$2b$04$" + "z" * 53, "alice": _hash(b"s3cret")})
+        async with served(live) as server:
+            url = server.url("/metrics")
+            assert 401 == await _status(url, basic("odd", "anything"))
+            assert 401 == await _status(url, basic("nobody", "anything"))
+            assert 200 == await _status(url, basic("alice", "s3cret"))
+
+    async def test_password_with_colons(self, tmp_path: Path) -> None:
+        """The user name ends at the first colon; the password may hold more."""
+        live = _users_file(tmp_path, {"alice": _hash(b"a:b:c")})
+        async with served(live) as server:
+            assert 200 == await _status(server.url("/metrics"), basic("alice", "a:b:c"))
+
+    async def test_probes_are_open(self, tmp_path: Path) -> None:
+        """/healthz and /readyz answer without credentials; everything else needs them."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        async with served(live) as server:
+            assert [200, 200, 401, 401] == [
+                await _status(server.url(p))
+                for p in ("/healthz", "/readyz", "/metrics", "/debug/allocations")
+            ]
+
+
+class TestDebugUsers:
+    async def test_debug_needs_its_own_credentials(self, tmp_path: Path) -> None:
+        """With --web.debug-auth.file, /debug takes its users and /metrics keeps its own."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"scrape")})
+        debug = _users_file(tmp_path, {"oncall": _hash(b"pager")}, name="debug.yml")
+        async with served(live, debug_users=debug) as server:
+            metrics, allocations = server.url("/metrics"), server.url("/debug/allocations")
+            assert 200 == await _status(metrics, basic("prometheus", "scrape"))
+            assert 401 == await _status(metrics, basic("oncall", "pager"))
+            assert 401 == await _status(allocations, basic("prometheus", "scrape"))
+            assert 200 == await _status(allocations, basic("oncall", "pager"))
+
+    async def test_debug_users_without_web_config(self, tmp_path: Path) -> None:
+        """/debug can be locked while /metrics stays open."""
+        debug = _users_file(tmp_path, {"oncall": _hash(b"pager")}, name="debug.yml")
+        async with served(None, debug_users=debug) as server:
+            assert 200 == await _status(server.url("/metrics"))
+            assert 401 == await _status(server.url("/debug/allocations"))
+
+    def test_debug_file_holds_users_only(self, tmp_path: Path) -> None:
+        """Anything but basic_auth_users in the debug file is refused, naming the key."""
+        from exporter.webconfig import WebConfigError
+
+        path = tmp_path / "debug.yml"
+        path.write_text("tls_server_config: {}\n")
+        with pytest.raises(WebConfigError, match="tls_server_config: unknown key"):
+            LiveWebConfig(path, users_only=True)
+
+
+class TestChecker:
+    async def test_unknown_users_cost_a_bcrypt_check(self) -> None:
+        """An unknown user queues for bcrypt like a known one (against a dummy hash), so the
+        answer takes as long; only over-long passwords are refused without one."""
+        checker = PasswordChecker(max_queued=0)  # every check that needs bcrypt: BUSY
+        users = {"alice": _hash(b"s3cret").encode()}
+        try:
+            assert [Verdict.BUSY, Verdict.BUSY, Verdict.DENIED] == [
+                await checker.check(users, "alice", b"wrong"),
+                await checker.check(users, "mallory", b"wrong"),
+                await checker.check(users, "mallory", b"x" * 73),
+            ]
+        finally:
+            checker.close()
+
+    async def test_verified_credentials_are_cached(self) -> None:
+        """A credential checked once is answered from the cache, without bcrypt."""
+        checker = PasswordChecker(max_queued=1)
+        users = {"alice": _hash(b"s3cret").encode()}
+        try:
+            assert Verdict.ALLOWED == await checker.check(users, "alice", b"s3cret")
+            assert Verdict.DENIED == await checker.check(users, "alice", b"wrong")
+            checker._max_queued = 0  # from here on, anything that needs bcrypt is BUSY
+            assert [Verdict.ALLOWED, Verdict.DENIED, Verdict.BUSY] == [
+                await checker.check(users, "alice", b"s3cret"),
+                await checker.check(users, "alice", b"wrong"),
+                await checker.check(users, "alice", b"other"),
+            ]
+            changed = {"alice": _hash(b"s3cret").encode()}  # a new hash: a new cache key
+            assert Verdict.BUSY == await checker.check(changed, "alice", b"s3cret")
+        finally:
+            checker.close()
+
+    def test_parse_basic_auth(self) -> None:
+        """User name and raw password bytes; None for anything that is not Basic."""
+        assert ("a", b"b:c") == parse_basic_auth(basic("a", "b:c")["Authorization"])
+        assert parse_basic_auth("Digest x") is None
+
+
+async def test_wrong_password_flood_does_not_stop_polling(tmp_path: Path) -> None:
+    """64 clients sending wrong passwords (each new, so never cached) to the real exporter:
+    polls keep completing (the pod stays ready: /readyz wants a snapshot younger than three
+    poll intervals), the already-verified scraper keeps getting fresh /metrics, and the
+    flood gets 401 or 429, never a 500."""
+    from exporter.app import serve
+    from exporter.cli import parse_config
+
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  prometheus: '{_hash(b's3cret', rounds=10)}'\n")
+    port = free_port()
+    config = parse_config(
+        [
+            *("--demo", "--poll.interval", "1", "--web.listen-address", f"127.0.0.1:{port}"),
+            *("--web.config.file", str(web)),
+        ],
+        {},
+    )
+    stop = asyncio.Event()
+    server = asyncio.create_task(serve(config, stop=stop))
+    url = f"http://127.0.0.1:{port}/metrics"
+    flooding = asyncio.Event()
+    statuses: dict[int, int] = {}
+    readiness: list[int] = []
+
+    async def flood(session: aiohttp.ClientSession) -> None:
+        while not flooding.is_set():
+            headers = basic("prometheus", os.urandom(12).hex())
+            try:
+                async with session.get(url, headers=headers) as r:
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.05)
+
+    async def snapshot_time(session: aiohttp.ClientSession) -> str | None:
+        try:
+            async with session.get(url, headers=basic("prometheus", "s3cret")) as r:
+                text = await r.text()
+        except aiohttp.ClientConnectionError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("podresources_snapshot_timestamp_seconds "):
+                return line
+        return None
+
+    try:
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+            aiohttp.ClientSession() as scraper,
+        ):
+            for _ in range(200):  # the exporter is up and the scraper's password verified
+                if await snapshot_time(scraper) is not None:
+                    break
+                await asyncio.sleep(0.1)
+            flooders = [asyncio.create_task(flood(session)) for _ in range(64)]
+            seen: set[str] = set()
+            try:
+                for _ in range(600):  # a generous bound, not a timing assertion
+                    if (line := await snapshot_time(scraper)) is not None:
+                        seen.add(line)
+                    async with scraper.get(f"http://127.0.0.1:{port}/readyz") as ready:
+                        readiness.append(ready.status)
+                    if len(seen) >= 4 and statuses.get(401):
+                        break
+                    await asyncio.sleep(0.1)
+            finally:
+                flooding.set()
+                await asyncio.gather(*flooders)
+        assert len(seen) >= 4, f"polls stalled under the flood: {seen}"
+        assert {200} == set(readiness), "the pod went unready under the flood"
+        assert set(statuses) <= {401, 429}, statuses
+        assert statuses.get(401), "the flood never reached bcrypt"
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, timeout=30)

@@ -1,0 +1,126 @@
+"""--web.listen-address as the Prometheus ecosystem means it, and a Server header without
+versions, on the real serve()."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from exporter.app import serve
+from exporter.cli import parse_config
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+IPV6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+
+
+def _free_port() -> int:
+    """A port free on both families (binding IPv6 without V6ONLY also claims IPv4)."""
+    for _ in range(20):
+        with socket.socket() as v4:
+            v4.bind(("127.0.0.1", 0))
+            port: int = v4.getsockname()[1]
+            if not _has_ipv6_loopback():
+                return port
+            try:
+                with socket.socket(socket.AF_INET6) as v6:
+                    v6.bind(("::1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no port free on both families")
+
+
+@contextlib.asynccontextmanager
+async def _serving(address: str) -> AsyncIterator[None]:
+    config = parse_config(["--demo", "--web.listen-address", address], {})
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(config, stop=stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+
+async def _exchange(host: str, port: int, request: bytes) -> bytes:
+    """Send raw bytes once the listener is up; return the whole answer."""
+    for _ in range(100):
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.write(request)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=30)
+        writer.close()
+        return answer
+    raise AssertionError(f"nothing listens on {host}:{port}")
+
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+async def _healthy(host: str, port: int) -> bool:
+    return (await _exchange(host, port, HEALTHZ)).startswith(b"HTTP/1.1 200")
+
+
+class TestListenAddress:
+    @IPV6
+    async def test_port_only_binds_every_family(self) -> None:
+        """':PORT' answers on IPv4 and IPv6, as Go's net.Listen does."""
+        port = _free_port()
+        async with _serving(f":{port}"):
+            assert [True, True] == [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
+
+    @IPV6
+    async def test_ipv6_wildcard(self) -> None:
+        """'[::]:PORT' listens on IPv6."""
+        port = _free_port()
+        async with _serving(f"[::]:{port}"):
+            assert await _healthy("::1", port)
+
+    async def test_ipv4_wildcard(self) -> None:
+        """'0.0.0.0:PORT' listens on IPv4."""
+        port = _free_port()
+        async with _serving(f"0.0.0.0:{port}"):
+            assert await _healthy("127.0.0.1", port)
+
+    async def test_host_name(self) -> None:
+        """A host name is resolved and listened on."""
+        port = _free_port()
+        async with _serving(f"localhost:{port}"):
+            assert await _healthy("127.0.0.1", port)
+
+
+class TestServerHeader:
+    @pytest.mark.parametrize(
+        "request_bytes",
+        [
+            HEALTHZ,
+            b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"GARBAGE\r\n\r\n",
+        ],
+        ids=["healthz", "not-found", "malformed"],
+    )
+    async def test_no_versions(self, request_bytes: bytes) -> None:
+        """Whatever the answer, even aiohttp's own 400, Server names no software version."""
+        port = _free_port()
+        async with _serving(f"127.0.0.1:{port}"):
+            answer = await _exchange("127.0.0.1", port, request_bytes)
+        head = answer.split(b"\r\n\r\n")[0].decode()
+        servers = [line for line in head.split("\r\n") if line.lower().startswith("server:")]
+        assert ["Server: podresources-exporter"] == servers

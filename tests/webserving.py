@@ -1,0 +1,83 @@
+"""A real aiohttp listener on loopback behind the exporter's access middleware."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from exporter.auth import (
+    PasswordChecker,
+    access_middleware,
+    hide_server_version,
+    response_headers,
+)
+from exporter.webconfig import LiveWebConfig
+
+__all__ = ["Served", "basic", "free_port", "served"]
+
+
+def basic(user: str | bytes, password: str | bytes) -> dict[str, str]:
+    """An Authorization header; bytes go on the wire as they are."""
+    raw_user = user.encode() if isinstance(user, str) else user
+    raw_password = password.encode() if isinstance(password, str) else password
+    token = base64.b64encode(raw_user + b":" + raw_password).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for servers that take a fixed address)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    port: int
+    tls: bool
+
+    def url(self, path: str) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{path}"
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+@contextlib.asynccontextmanager
+async def served(
+    web_config: LiveWebConfig | None,
+    *,
+    debug_users: LiveWebConfig | None = None,
+    checker: PasswordChecker | None = None,
+) -> AsyncIterator[Served]:
+    """/metrics, /healthz, /readyz and /debug/allocations answering "ok", behind the auth."""
+    owned = checker is None
+    checker = checker or PasswordChecker()
+    app = web.Application(
+        middlewares=[
+            access_middleware(web_config=web_config, debug_users=debug_users, checker=checker)
+        ]
+    )
+    app.on_response_prepare.append(response_headers(web_config))
+    hide_server_version()
+    for path in ("/metrics", "/healthz", "/readyz", "/debug/allocations"):
+        app.router.add_get(path, _ok)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    ssl_context = web_config.ssl_context() if web_config is not None else None
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield Served(port=port, tls=ssl_context is not None)
+    finally:
+        await runner.cleanup()
+        if owned:
+            checker.close()
