@@ -30,9 +30,11 @@ __all__ = [
     "VANISHED",
     "FileError",
     "GarbageFile",
+    "KeptFiles",
     "UnreadableFile",
     "is_pci_address",
     "list_source",
+    "list_source_inodes",
     "node_dirs",
     "open_regular",
     "parse_cpulist",
@@ -113,10 +115,11 @@ def vendor_name(vendor_id: str | None) -> str | None:
 
 MAX_ATTRIBUTE_BYTES = 64 * 1024
 _MAX_DIGITS = 40  # a 64-bit number needs 20 decimal digits, 0x plus 16 hex
+_COUNTER_DIGITS = 20
 _INTEGER = {10: re.compile(r"^[+-]?[0-9]+$"), 16: re.compile(r"^[+-]?(0[xX])?[0-9a-fA-F]+$")}
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_regular(path: Path | str) -> BinaryIO:
     """``path`` opened for binary reading, or FileNotFoundError/NotADirectoryError.
 
     Opened with O_NONBLOCK, then refused unless it is a regular file: a plain open of a
@@ -124,6 +127,11 @@ def open_regular(path: Path) -> BinaryIO:
     sysfs attributes and procfs files are regular files. Raises UnreadableFile naming
     the path for anything else that fails.
     """
+    return os.fdopen(_open_regular_fd(path), "rb")
+
+
+def _open_regular_fd(path: Path | str) -> int:
+    """open_regular's file descriptor: the caller closes it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -138,27 +146,32 @@ def open_regular(path: Path) -> BinaryIO:
             raise UnreadableFile(f"cannot read {path}: {cause.strerror}") from cause
         if not stat.S_ISREG(mode):
             raise UnreadableFile(f"cannot read {path}: not a regular file")
-        return os.fdopen(fd, "rb")
+        return fd
     except BaseException:
         os.close(fd)
         raise
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: Path | str) -> str | None:
     """The stripped contents of a small attribute file, or None when it does not exist.
 
     Raises UnreadableFile or GarbageFile (binary or longer than
     ``MAX_ATTRIBUTE_BYTES``) naming the path.
     """
     try:
-        with open_regular(path) as handle:
-            data = handle.read(MAX_ATTRIBUTE_BYTES + 1)
+        fd = _open_regular_fd(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except FileError:
-        raise
+    try:
+        data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
     except OSError as error:
         raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+    finally:
+        os.close(fd)
+    return _attribute_text(data, path)
+
+
+def _attribute_text(data: bytes, path: Path | str) -> str:
     if len(data) > MAX_ATTRIBUTE_BYTES:
         raise GarbageFile(f"{path}: longer than {MAX_ATTRIBUTE_BYTES} bytes")
     # Some drivers end a string with its NUL terminator; a NUL inside is binary data.
@@ -168,15 +181,17 @@ def read_text(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace").strip()
 
 
-def read_int(path: Path, *, base: int = 10) -> int | None:
+def read_int(path: Path | str, *, base: int = 10) -> int | None:
     """An integer attribute (base 10 or 16), or None when the file does not exist.
 
     Raises GarbageFile naming the path for garbage or a number beyond 64 bits, and
     UnreadableFile where read_text does.
     """
     text = read_text(path)
-    if text is None:
-        return None
+    return None if text is None else _attribute_int(text, path, base=base)
+
+
+def _attribute_int(text: str, path: Path | str, *, base: int) -> int:
     # int() alone would take "1_000" and cost quadratic time on thousands of digits.
     if len(text) > _MAX_DIGITS or not _INTEGER[base].match(text):
         raise GarbageFile(f"{path}: not a 64-bit integer: {text[:_MAX_DIGITS]!r}")
@@ -184,6 +199,95 @@ def read_int(path: Path, *, base: int = 10) -> int | None:
     if abs(value) > MAX_COUNTER:
         raise GarbageFile(f"{path}: not a 64-bit integer: {text[:_MAX_DIGITS]!r}")
     return value
+
+
+# Each kept sysfs file holds a kernel page (its seq_file buffer) and a descriptor: the
+# budget bounds both on nodes with hundreds of NICs; files beyond it are opened per read.
+DEFAULT_MAX_KEPT_FILES = 512
+
+
+class KeptFiles:
+    """Attribute files kept open between polls and re-read with ``pread`` from offset 0.
+
+    Opening a sysfs file costs ~10x what re-reading an open one does; sysfs runs the
+    attribute's show() again on every read from offset 0, so a kept descriptor gives
+    fresh values. A file is opened as ``read_text`` opens it (non-blocking, regular
+    files only: a FIFO is refused before it is kept). A kept file that was unlinked or
+    replaced (``st_nlink`` 0: fixture trees replace files, sysfs never does) is
+    reopened; one whose device is gone (sysfs answers ENODEV) reads as absent. Files
+    not read since the last ``sweep()`` are closed then, so a device that disappears
+    takes its descriptors with it. Not thread-safe: one collector's thread owns it.
+    """
+
+    def __init__(self, *, max_open: int = DEFAULT_MAX_KEPT_FILES) -> None:
+        self._max_open = max_open
+        self._fds: dict[str, int] = {}
+        self._read_paths: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read_text(self, path: str) -> str | None:
+        """What module-level ``read_text`` gives for ``path``, through a kept descriptor."""
+        data = self._read(path)
+        return None if data is None else _attribute_text(data, path)
+
+    def read_int(self, path: str, *, base: int = 10) -> int | None:
+        """What module-level ``read_int`` gives for ``path``, through a kept descriptor."""
+        data = self._read(path)
+        if data is None:
+            return None
+        digits = data.rstrip(b"\n")
+        # A counter as the kernel prints it, checked on the bytes (isdigit is ASCII-only
+        # for bytes); anything else takes read_int's way, with its messages.
+        if base == 10 and len(digits) <= _COUNTER_DIGITS and digits.isdigit():
+            value = int(digits)
+            if value <= MAX_COUNTER:
+                return value
+        return _attribute_int(_attribute_text(data, path), path, base=base)
+
+    def _read(self, path: str) -> bytes | None:
+        self._read_paths.add(path)
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_nlink > 0:
+                    return os.pread(fd, MAX_ATTRIBUTE_BYTES + 1, 0)
+                self._forget(path)  # replaced or unlinked: reopen below
+            except OSError as error:
+                self._forget(path)
+                if error.errno in (errno.ENODEV, errno.ENOENT):
+                    return None  # sysfs drained the file: its device is gone
+                raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+        try:
+            fd = _open_regular_fd(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            data = os.pread(fd, MAX_ATTRIBUTE_BYTES + 1, 0)
+        except OSError as error:
+            os.close(fd)
+            raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+        if len(self._fds) < self._max_open:
+            self._fds[path] = fd
+        else:
+            os.close(fd)
+        return data
+
+    def sweep(self) -> None:
+        """Close the files not read since the last sweep (their devices are gone)."""
+        for path in [p for p in self._fds if p not in self._read_paths]:
+            self._forget(path)
+        self._read_paths.clear()
+
+    def close(self) -> None:
+        """Close every kept file."""
+        for path in list(self._fds):
+            self._forget(path)
+        self._read_paths.clear()
+
+    def _forget(self, path: str) -> None:
+        os.close(self._fds.pop(path))
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
@@ -254,6 +358,22 @@ def list_source(directory: Path, *, absent: str) -> list[str]:
     """
     try:
         return sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError) as error:
+        raise CollectorUnavailable(absent) from error
+    except OSError as error:
+        raise CollectorError(f"cannot list {directory}: {error.strerror or error}") from error
+
+
+def list_source_inodes(directory: str, *, absent: str) -> list[tuple[str, int]]:
+    """``(name, inode)`` of each entry of a source directory, sorted by name.
+
+    The inode comes with the listing at no extra cost; sysfs gives a re-created device
+    (same name, new kernel object) a new one, so it tells a cached entry still stands.
+    Raises like ``list_source``.
+    """
+    try:
+        with os.scandir(directory) as entries:
+            return sorted((entry.name, entry.inode()) for entry in entries)
     except (FileNotFoundError, NotADirectoryError) as error:
         raise CollectorUnavailable(absent) from error
     except OSError as error:

@@ -18,6 +18,7 @@ from exporter.sysfs import (
     UNREADABLE,
     FileError,
     GarbageFile,
+    KeptFiles,
     UnreadableFile,
     is_pci_address,
     node_dirs,
@@ -183,6 +184,93 @@ class TestReadInt:
     def test_missing_is_none(self, tmp_path: Path) -> None:
         """A missing attribute is None, like read_text."""
         assert read_int(tmp_path / "value") is None
+
+
+class TestKeptFiles:
+    def test_rewritten_in_place_is_read_afresh(self, tmp_path: Path) -> None:
+        """A kept file is re-read from offset 0: a value written in place is seen."""
+        path = tmp_path / "rx_bytes"
+        path.write_text("1\n")
+        files = KeptFiles()
+        first = files.read_int(str(path))
+        path.write_text("22\n")
+
+        assert (1, 22, 1) == (first, files.read_int(str(path)), len(files))
+
+    def test_replaced_file_is_reopened(self, tmp_path: Path) -> None:
+        """A file replaced by rename (as fixture trees do) is reopened, not read stale."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        files = KeptFiles()
+        files.read_int(str(path))
+        write_attribute(path, "2\n")
+
+        assert 2 == files.read_int(str(path))
+
+    def test_removed_file_is_none_and_closed(self, tmp_path: Path) -> None:
+        """A kept file that is gone reads as absent and its descriptor is closed."""
+        path = tmp_path / "rx_bytes"
+        path.write_text("1\n")
+        files = KeptFiles()
+        files.read_int(str(path))
+        path.unlink()
+
+        assert (None, 0) == (files.read_int(str(path)), len(files))
+
+    def test_fifo_is_refused_and_not_kept(self, tmp_path: Path) -> None:
+        """A FIFO is refused at open (O_NONBLOCK, then S_ISREG), as read_text refuses it."""
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+        files = KeptFiles()
+
+        with pytest.raises(UnreadableFile, match="not a regular file"):
+            files.read_text(str(path))
+        assert 0 == len(files)
+
+    def test_garbage_is_refused_like_read_int(self, tmp_path: Path) -> None:
+        """The same bounds and checks as read_int: a value beyond 64 bits is garbage."""
+        path = tmp_path / "rx_bytes"
+        path.write_text(f"{MAX_COUNTER + 1}\n")
+
+        with pytest.raises(GarbageFile, match=f"^{path}: not a 64-bit integer"):
+            KeptFiles().read_int(str(path))
+
+    def test_sweep_closes_files_not_read_since(self, tmp_path: Path) -> None:
+        """sweep() keeps what was read since the last sweep and closes the rest."""
+        for name in ("a", "b"):
+            (tmp_path / name).write_text("1\n")
+        files = KeptFiles()
+        files.read_int(str(tmp_path / "a"))
+        files.read_int(str(tmp_path / "b"))
+        files.sweep()
+        files.read_int(str(tmp_path / "a"))
+        files.sweep()
+
+        assert 1 == len(files)
+
+    def test_beyond_the_budget_files_are_read_but_not_kept(self, tmp_path: Path) -> None:
+        """Past ``max_open`` a file is opened per read: the values still come."""
+        for name in ("a", "b"):
+            (tmp_path / name).write_text(f"{len(name) + ord(name)}\n")
+        files = KeptFiles(max_open=1)
+        values = [files.read_int(str(tmp_path / n)) for n in ("a", "b", "b")]
+
+        assert ([98, 99, 99], 1) == (values, len(files))
+
+    def test_real_sysfs_attribute_rereads(self) -> None:
+        """On this kernel's sysfs, pread from 0 on a kept attribute gives its value again."""
+        path = "/sys/class/net/lo/statistics/rx_bytes"
+        if not os.path.exists(path):
+            pytest.skip(f"{path} does not exist here")
+        files = KeptFiles()
+        first = files.read_int(path)
+        second = files.read_int(path)
+
+        assert (True, True, 1) == (
+            first is not None and first >= 0,
+            second is not None and first is not None and second >= first,
+            len(files),
+        )
 
 
 class TestParseCpulist:

@@ -12,8 +12,10 @@ fails only when ``/proc/stat`` cannot be read or gives no CPU at all.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
+from itertools import repeat
 from pathlib import Path
 
 from exporter.collectors.base import (
@@ -36,6 +38,7 @@ MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 _MIN_COLUMNS = 4
 _CPU_NAME = re.compile(r"^cpu(\d{1,6})$")
 _COUNTER = re.compile(r"^[0-9]{1,20}$")  # 2**64 - 1 has 20 digits
+_UNIFORM_MAX_DIGITS = 19  # below 2**64 whatever the digits: no range check needed
 # /proc/stat puts the cpu lines first; a 1,024-CPU node prints ~100 KiB of them.
 _MAX_STAT_BYTES = 4 * 1024 * 1024
 
@@ -50,6 +53,9 @@ def parse_proc_stat(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], t
     """
     if user_hz <= 0:
         raise ValueError(f"USER_HZ must be positive, not {user_hz}")
+    uniform = _parse_uniform(text, user_hz=user_hz)
+    if uniform is not None:
+        return uniform, ()
     by_cpu: dict[int, CpuTimes] = {}
     problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -80,6 +86,45 @@ def parse_proc_stat(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], t
         if seconds:
             by_cpu[cpu] = CpuTimes(cpu, tuple(seconds))
     return tuple(by_cpu[cpu] for cpu in sorted(by_cpu)), tuple(problems)
+
+
+def _parse_uniform(text: str, *, user_hz: int) -> tuple[CpuTimes, ...] | None:
+    """parse_proc_stat's result for the kernel's usual output, else None.
+
+    Usual: only cpu lines, all with the same number of columns, every counter plain
+    digits short enough to be 64-bit, no CPU twice. Checked for the whole text at once,
+    so 256 CPUs cost a few C-level passes instead of a check per counter; anything
+    else goes through the per-line parser, which says what is wrong.
+    """
+    tokens = text.split()
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if not tokens or len(tokens) % lines:
+        return None
+    width = len(tokens) // lines
+    names = tokens[::width]
+    del tokens[::width]  # the counters are left
+    joined = "".join(tokens)
+    if width <= _MIN_COLUMNS or not (joined.isascii() and joined.isdigit()):
+        return None
+    if max(map(len, tokens)) > _UNIFORM_MAX_DIGITS:
+        return None
+    total = names[0] == "cpu"
+    cpus = []
+    for name in names[total:]:
+        if _CPU_NAME.match(name) is None:
+            return None
+        cpus.append(int(name[3:]))
+    if len(set(cpus)) != len(cpus):
+        return None
+    counters = width - 1
+    seconds = list(map(operator.truediv, map(int, tokens[counters * total :]), repeat(user_hz)))
+    kept = min(counters, len(MODES))
+    found = [
+        CpuTimes(cpu, tuple(zip(MODES, seconds[i * counters : i * counters + kept], strict=False)))
+        for i, cpu in enumerate(cpus)
+    ]
+    found.sort(key=lambda times: times.cpu)
+    return tuple(found)
 
 
 def read_proc_stat(path: Path) -> str:

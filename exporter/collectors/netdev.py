@@ -32,6 +32,7 @@ from pathlib import Path
 
 from exporter.collectors.base import (
     Collector,
+    CollectorContext,
     CollectorError,
     Registration,
     issue,
@@ -52,10 +53,10 @@ from exporter.sysfs import (
     MAX_ATTRIBUTE_BYTES,
     MAX_COUNTER,
     UNREADABLE,
+    KeptFiles,
     file_issue,
     is_pci_address,
-    list_source,
-    read_int,
+    list_source_inodes,
     read_text,
     vendor_name,
 )
@@ -185,13 +186,13 @@ def pci_function(device: Path) -> Path | None:
     return None
 
 
-def _resolve(link: Path) -> Path | None:
+def _resolve(link: str) -> str | None:
     """Where a sysfs link leads, or None when it (or its target) does not exist.
 
     Raises CollectorError for anything else (a symlink loop, permissions).
     """
     try:
-        return Path(os.path.realpath(link, strict=True))
+        return os.path.realpath(link, strict=True)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
@@ -200,182 +201,280 @@ def _resolve(link: Path) -> Path | None:
 
 @dataclass(frozen=True, slots=True)
 class _Interface:
-    """A host netdev backed by a device; ``function`` is its PCI function, if any."""
+    """A host netdev backed by a device, as resolved when it was first seen.
+
+    None of it changes while the netdev exists: its ``device`` link, its function's
+    ``physfn`` link and vendor are fixed when the kernel creates them.
+    """
 
     name: str
-    path: Path  # <sysfs>/class/net/<name>, as on-call engineers know it
-    function: Path | None
+    path: str  # <sysfs>/class/net/<name>, as on-call engineers know it
+    function: str | None  # its PCI function's resolved folder
+    physfn: str | None  # the function's PF's resolved folder, for a VF
+    vendor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Vf:
+    """A PF's ``virtfn<n>`` link, resolved when first seen."""
+
+    index: int
+    function: str  # the VF's resolved folder
+    vendor: str | None
+    stats: str  # <pf>/sriov/<n>/stats
+    stats_is_dir: bool | None  # None: absent when first seen (the driver may add it later)
 
 
 class NetdevCollector(Collector):
-    """Traffic counters of every device-backed NIC, and of SR-IOV VFs through their PF."""
+    """Traffic counters of every device-backed NIC, and of SR-IOV VFs through their PF.
+
+    What a netdev's and a PF's links resolve to is kept between polls, checked against
+    each poll's listing by name and inode (a re-created device has a new inode), and
+    dropped with the entry; counter files are kept open (``KeptFiles``) and re-read.
+    """
 
     name = "netdev"
     # NIC resources have no fixed name prefix (SR-IOV, host-device and virtio plugins
     # name them freely): an absent class/net is never judged a failure by the kubelet.
     known_errors = (UNREADABLE, GARBAGE)
 
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        # class/net entry name -> (inode, the netdev, None for a virtual one)
+        self._interfaces: dict[str, tuple[int, _Interface | None]] = {}
+        # PF folder -> its virtfn<n> entries: name -> (inode, the VF, None if not a VF)
+        self._vf_links: dict[str, dict[str, tuple[int, _Vf | None]]] = {}
+        self._files = KeptFiles()
+
     def collect(self) -> Readings:
-        class_dir = self.context.sysfs / "class" / "net"
-        names = list_source(class_dir, absent=f"no network devices: {class_dir} does not exist")
+        class_dir = str(self.context.sysfs / "class" / "net")
+        listed = list_source_inodes(
+            class_dir, absent=f"no network devices: {class_dir} does not exist"
+        )
         issues: list[CollectorIssue] = []
-        interfaces = [i for n in names if (i := _interface(class_dir / n, issues)) is not None]
-        vf_links = _VfLinks(issues)
-        readings = [_read_interface(i, vf_links, issues) for i in interfaces]
-        readings += _read_moved_vfs(interfaces, vf_links, issues)
+        interfaces = self._interfaces_of(class_dir, listed, issues)
+        vfs_of = self._vfs_of_pfs(interfaces, issues)
+        readings = [self._read_interface(i, vfs_of, issues) for i in interfaces]
+        readings += self._read_moved_vfs(interfaces, vfs_of, issues)
+        self._files.sweep()
         return Readings(devices=tuple(readings), issues=tuple(issues))
 
+    def close(self) -> None:
+        self._files.close()
 
-def _interface(path: Path, issues: list[CollectorIssue]) -> _Interface | None:
+    def _interfaces_of(
+        self, class_dir: str, listed: list[tuple[str, int]], issues: list[CollectorIssue]
+    ) -> list[_Interface]:
+        """The device-backed netdevs listed, from the cache where name and inode match."""
+        kept: dict[str, tuple[int, _Interface | None]] = {}
+        found: list[_Interface] = []
+        for name, inode in listed:
+            cached = self._interfaces.get(name)
+            if cached is not None and cached[0] == inode:
+                interface = cached[1]
+            else:
+                before = len(issues)
+                interface = _interface(f"{class_dir}/{name}", name, issues)
+                if len(issues) > before:
+                    if interface is not None:
+                        found.append(interface)
+                    continue  # a failed read is retried, and reported, next poll
+            kept[name] = (inode, interface)
+            if interface is not None:
+                found.append(interface)
+        self._interfaces = kept  # entries no longer listed are dropped here
+        return found
+
+    def _vfs_of_pfs(
+        self, interfaces: list[_Interface], issues: list[CollectorIssue]
+    ) -> dict[str, tuple[_Vf, ...]]:
+        """Every PF's VFs this poll, by PF folder: the PFs of host functions and of VFs."""
+        # A VF has no VFs of its own: its folder is not listed.
+        pfs = {i.function for i in interfaces if i.function is not None and i.physfn is None}
+        pfs.update(i.physfn for i in interfaces if i.physfn is not None)
+        cache: dict[str, dict[str, tuple[int, _Vf | None]]] = {}
+        vfs_of: dict[str, tuple[_Vf, ...]] = {}
+        for pf in sorted(p for p in pfs if p is not None):
+            links, vfs = _list_vfs(pf, self._vf_links.get(pf, {}), issues)
+            cache[pf] = links
+            vfs_of[pf] = vfs
+        self._vf_links = cache
+        return vfs_of
+
+    def _read_interface(
+        self,
+        interface: _Interface,
+        vfs_of: Mapping[str, tuple[_Vf, ...]],
+        issues: list[CollectorIssue],
+    ) -> DeviceReading:
+        keys = [HardwareKey(KeyKind.NETDEV, interface.name)]
+        identity = DeviceIdentity()
+        function = interface.function
+        if function is not None:
+            address = os.path.basename(function)
+            keys.append(HardwareKey(KeyKind.PCI, address))
+            if interface.physfn is not None:
+                keys.extend(_key_of_vf(function, interface.physfn, vfs_of))
+            identity = DeviceIdentity(pci_address=address, vendor=interface.vendor)
+        counters = self._read_counter_files(f"{interface.path}/statistics", issues)
+        return DeviceReading(
+            name=interface.name,
+            keys=tuple(keys),
+            identity=identity,
+            samples=net_samples(counters, interface=interface.name),
+        )
+
+    def _read_moved_vfs(
+        self,
+        interfaces: list[_Interface],
+        vfs_of: Mapping[str, tuple[_Vf, ...]],
+        issues: list[CollectorIssue],
+    ) -> list[DeviceReading]:
+        """VFs of the host's PFs that have no host netdev, read through the PF's counters."""
+        on_host = {i.function for i in interfaces if i.function is not None}
+        pf_names: dict[str, str] = {}  # each PF's first netdev, for the samples' label
+        for interface in interfaces:
+            if interface.function is not None:
+                pf_names.setdefault(interface.function, interface.name)
+        readings: list[DeviceReading] = []
+        for pf, pf_name in pf_names.items():
+            pf_address = os.path.basename(pf)
+            for vf in vfs_of.get(pf, ()):
+                if vf.function in on_host:
+                    continue
+                address = os.path.basename(vf.function)
+                counters = self._read_vf_counters(vf, issues)
+                readings.append(
+                    DeviceReading(
+                        name=address,
+                        keys=(
+                            HardwareKey(KeyKind.PCI, address),
+                            HardwareKey(KeyKind.SRIOV_VF, f"{pf_address}/{vf.index}"),
+                        ),
+                        identity=DeviceIdentity(pci_address=address, vendor=vf.vendor),
+                        samples=net_samples(counters, interface=f"{pf_name}/vf{vf.index}"),
+                    )
+                )
+        return readings
+
+    def _read_counter_files(self, directory: str, issues: list[CollectorIssue]) -> dict[str, int]:
+        """The counters of ``directory/<kernel name>`` that exist; a bad file loses its figure."""
+        counters: dict[str, int] = {}
+        for name, _ in _COUNTERS:
+            try:
+                value = self._files.read_int(f"{directory}/{name}")
+            except CollectorError as error:
+                issues.append(file_issue(error))
+                continue
+            if value is not None:
+                counters[name] = value
+        return counters
+
+    def _read_vf_counters(self, vf: _Vf, issues: list[CollectorIssue]) -> dict[str, int]:
+        """A PF's counters of one VF: a ``name : value`` file or a folder of files; {} if absent."""
+        is_dir = vf.stats_is_dir
+        if is_dir is None:
+            is_dir = os.path.isdir(vf.stats)
+        if is_dir:
+            return self._read_counter_files(vf.stats, issues)
+        try:
+            text = self._files.read_text(vf.stats)
+        except CollectorError as error:
+            issues.append(file_issue(error))
+            return {}
+        if text is None:
+            return {}  # the PF keeps no per-VF counters (most drivers but mlx5)
+        if len(text) >= MAX_ATTRIBUTE_BYTES:
+            # Cut at the read bound, its last value may be cut too: no kernel writes this much.
+            issues.append(issue(GARBAGE, f"{vf.stats}: longer than {MAX_ATTRIBUTE_BYTES} bytes"))
+            return {}
+        counters, bad_lines = parse_vf_stats(text)
+        issues.extend(
+            issue(GARBAGE, f"{vf.stats}: not a 'name : value' line: {b!r}") for b in bad_lines
+        )
+        return {name: value for name, value in counters.items() if name in _COUNTER_NAMES}
+
+
+def _interface(path: str, name: str, issues: list[CollectorIssue]) -> _Interface | None:
     """The netdev at ``class/net/<name>``, or None for a virtual or vanished one."""
     try:
-        device = _resolve(path / "device")
+        device = _resolve(f"{path}/device")
     except CollectorError as error:
         issues.append(file_issue(error))
         return None
     if device is None:
         return None  # no device link: lo, veth, bridges, ifb, tunnels
-    return _Interface(path.name, path, pci_function(device))
-
-
-def _read_interface(
-    interface: _Interface, vf_links: _VfLinks, issues: list[CollectorIssue]
-) -> DeviceReading:
-    keys = [HardwareKey(KeyKind.NETDEV, interface.name)]
-    identity = DeviceIdentity()
-    if interface.function is not None:
-        keys.append(HardwareKey(KeyKind.PCI, interface.function.name))
-        keys.extend(vf_links.key_of_vf(interface.function))
-        identity = _identity(interface.function, issues)
-    counters = _read_counter_files(interface.path / "statistics", issues)
-    return DeviceReading(
-        name=interface.name,
-        keys=tuple(keys),
-        identity=identity,
-        samples=net_samples(counters, interface=interface.name),
-    )
-
-
-def _read_moved_vfs(
-    interfaces: list[_Interface], vf_links: _VfLinks, issues: list[CollectorIssue]
-) -> list[DeviceReading]:
-    """VFs of the host's PFs that have no host netdev, read through the PF's counters."""
-    on_host = {i.function for i in interfaces if i.function is not None}
-    pf_names: dict[Path, str] = {}  # each PF's first netdev, for the samples' label
-    for interface in interfaces:
-        if interface.function is not None:
-            pf_names.setdefault(interface.function, interface.name)
-    readings: list[DeviceReading] = []
-    for pf, pf_name in pf_names.items():
-        for index, vf in vf_links.of_pf(pf):
-            if vf in on_host:
-                continue
-            counters = _read_vf_counters(pf / "sriov" / str(index) / "stats", issues)
-            readings.append(
-                DeviceReading(
-                    name=vf.name,
-                    keys=(
-                        HardwareKey(KeyKind.PCI, vf.name),
-                        HardwareKey(KeyKind.SRIOV_VF, f"{pf.name}/{index}"),
-                    ),
-                    identity=_identity(vf, issues),
-                    samples=net_samples(counters, interface=f"{pf_name}/vf{index}"),
-                )
-            )
-    return readings
-
-
-class _VfLinks:
-    """The ``virtfn<n>`` links of PFs, each PF's listed once per poll."""
-
-    def __init__(self, issues: list[CollectorIssue]) -> None:
-        self._issues = issues
-        self._by_pf: dict[Path, tuple[tuple[int, Path], ...]] = {}
-
-    def of_pf(self, pf: Path) -> tuple[tuple[int, Path], ...]:
-        """``(n, VF function)`` for each ``virtfn<n>`` of ``pf``, by n; () for a non-PF."""
-        if pf not in self._by_pf:
-            self._by_pf[pf] = self._list(pf)
-        return self._by_pf[pf]
-
-    def key_of_vf(self, function: Path) -> tuple[HardwareKey, ...]:
-        """``SRIOV_VF <pf>/<n>`` for a VF function; () for anything else."""
-        try:
-            pf = _resolve(function / "physfn")
-        except CollectorError as error:
-            self._issues.append(file_issue(error))
-            return ()
-        if pf is None:
-            return ()  # not a VF
-        for index, vf in self.of_pf(pf):
-            if vf == function:
-                return (HardwareKey(KeyKind.SRIOV_VF, f"{pf.name}/{index}"),)
-        return ()  # the VF is being destroyed: its PF no longer links to it
-
-    def _list(self, pf: Path) -> tuple[tuple[int, Path], ...]:
-        try:
-            entries = os.listdir(pf)
-        except (FileNotFoundError, NotADirectoryError):
-            return ()
-        except OSError as error:
-            self._issues.append(issue(UNREADABLE, f"cannot list {pf}: {error.strerror or error}"))
-            return ()
-        found: list[tuple[int, Path]] = []
-        for entry in entries:
-            match = _VIRTFN.match(entry)
-            if match is None:
-                continue
-            try:
-                vf = _resolve(pf / entry)
-            except CollectorError as error:
-                self._issues.append(file_issue(error))
-                continue
-            if vf is not None and is_pci_address(vf.name):
-                found.append((int(match.group(1)), vf))
-        return tuple(sorted(found))
-
-
-def _identity(function: Path, issues: list[CollectorIssue]) -> DeviceIdentity:
+    function = pci_function(Path(device))
+    if function is None:
+        return _Interface(name, path, None, None, None)
     try:
-        vendor = vendor_name(read_text(function / "vendor"))
+        physfn = _resolve(f"{function}/physfn")
     except CollectorError as error:
         issues.append(file_issue(error))
-        vendor = None
-    return DeviceIdentity(pci_address=function.name, vendor=vendor)
+        physfn = None
+    vendor = _identity(str(function), issues).vendor
+    return _Interface(name, path, str(function), physfn, vendor)
 
 
-def _read_counter_files(directory: Path, issues: list[CollectorIssue]) -> dict[str, int]:
-    """The counters of ``directory/<kernel name>`` that exist; a bad file loses its figure."""
-    counters: dict[str, int] = {}
-    for name, _ in _COUNTERS:
+def _key_of_vf(
+    function: str, pf: str, vfs_of: Mapping[str, tuple[_Vf, ...]]
+) -> tuple[HardwareKey, ...]:
+    """``SRIOV_VF <pf>/<n>`` for a VF function; () while its PF no longer links to it."""
+    for vf in vfs_of.get(pf, ()):
+        if vf.function == function:
+            return (HardwareKey(KeyKind.SRIOV_VF, f"{os.path.basename(pf)}/{vf.index}"),)
+    return ()  # the VF is being destroyed: its PF no longer links to it
+
+
+def _list_vfs(
+    pf: str, cached: Mapping[str, tuple[int, _Vf | None]], issues: list[CollectorIssue]
+) -> tuple[dict[str, tuple[int, _Vf | None]], tuple[_Vf, ...]]:
+    """The ``virtfn<n>`` links of ``pf`` (entries to cache, VFs by n); resolved links
+    whose name and inode are unchanged are taken from ``cached``."""
+    try:
+        with os.scandir(pf) as entries:
+            listed = [(e.name, e.inode()) for e in entries if _VIRTFN.match(e.name)]
+    except (FileNotFoundError, NotADirectoryError):
+        return {}, ()
+    except OSError as error:
+        issues.append(issue(UNREADABLE, f"cannot list {pf}: {error.strerror or error}"))
+        return {}, ()
+    links: dict[str, tuple[int, _Vf | None]] = {}
+    for entry, inode in listed:
+        hit = cached.get(entry)
+        if hit is not None and hit[0] == inode:
+            links[entry] = hit
+            continue
         try:
-            value = read_int(directory / name)
+            target = _resolve(f"{pf}/{entry}")
         except CollectorError as error:
             issues.append(file_issue(error))
             continue
-        if value is not None:
-            counters[name] = value
-    return counters
+        if target is None:
+            continue  # a dangling link may be a VF being created: look again next poll
+        vf = None
+        if is_pci_address(os.path.basename(target)):
+            before = len(issues)
+            vendor = _identity(target, issues).vendor
+            index = int(entry[len("virtfn") :])
+            stats = f"{pf}/sriov/{index}/stats"
+            kind = os.path.isdir(stats) if os.path.lexists(stats) else None
+            vf = _Vf(index, target, vendor, stats, kind)
+            if len(issues) > before:  # report the vendor again next poll, read it again
+                links[entry] = (-1, vf)
+                continue
+        links[entry] = (inode, vf)
+    vfs = sorted((v for _, v in links.values() if v is not None), key=lambda v: v.index)
+    return links, tuple(vfs)
 
 
-def _read_vf_counters(stats: Path, issues: list[CollectorIssue]) -> dict[str, int]:
-    """A PF's counters of one VF: a ``name : value`` file or a folder of files; {} if absent."""
-    if stats.is_dir():
-        return _read_counter_files(stats, issues)
+def _identity(function: str, issues: list[CollectorIssue]) -> DeviceIdentity:
     try:
-        text = read_text(stats)
+        vendor = vendor_name(read_text(f"{function}/vendor"))
     except CollectorError as error:
         issues.append(file_issue(error))
-        return {}
-    if text is None:
-        return {}  # the PF keeps no per-VF counters (most drivers but mlx5)
-    if len(text) >= MAX_ATTRIBUTE_BYTES:
-        # Cut at the read bound, its last value may be cut too: no kernel writes this much.
-        issues.append(issue(GARBAGE, f"{stats}: longer than {MAX_ATTRIBUTE_BYTES} bytes"))
-        return {}
-    counters, bad_lines = parse_vf_stats(text)
-    issues.extend(issue(GARBAGE, f"{stats}: not a 'name : value' line: {b!r}") for b in bad_lines)
-    return {name: value for name, value in counters.items() if name in _COUNTER_NAMES}
+        vendor = None
+    return DeviceIdentity(pci_address=os.path.basename(function), vendor=vendor)
 
 
 REGISTRATION = Registration(

@@ -18,11 +18,13 @@ failed.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from exporter.collectors.base import (
     Collector,
+    CollectorContext,
     CollectorError,
     CollectorUnavailable,
     Registration,
@@ -35,9 +37,8 @@ from exporter.sysfs import (
     UNREADABLE,
     VANISHED,
     FileError,
+    KeptFiles,
     node_dirs,
-    read_int,
-    read_text,
 )
 
 __all__ = [
@@ -125,10 +126,17 @@ def hugepages_memory_type(page_size_kib: int) -> str:
 
 
 class NumaCollector(Collector):
-    """Memory and hugepages per NUMA node."""
+    """Memory and hugepages per NUMA node; the files read are kept open between polls."""
 
     name = "numa"
     known_errors = (UNREADABLE, GARBAGE, VANISHED)
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self._files = KeptFiles()
+
+    def close(self) -> None:
+        self._files.close()
 
     def collect(self) -> Readings:
         """Read every node's memory and hugepages once."""
@@ -139,19 +147,24 @@ class NumaCollector(Collector):
             )
         issues: list[CollectorIssue] = []
         samples: list[Sample] = []
-        for node, directory in nodes:
-            samples.extend(_memory_samples(str(node), directory, issues))
-            samples.extend(_hugepages_samples(str(node), directory, issues))
+        try:
+            for node, directory in nodes:
+                samples.extend(_memory_samples(str(node), directory, self._files, issues))
+                samples.extend(_hugepages_samples(str(node), directory, self._files, issues))
+        finally:
+            self._files.sweep()  # a node gone (memory hot-unplug) takes its files along
         if issues and not samples:
             # Nothing readable at all: a failure of the source, not a gap in it.
             raise CollectorError(issues[0].detail)
         return Readings(node_samples=tuple(samples), issues=tuple(issues))
 
 
-def _memory_samples(node: str, directory: Path, issues: list[CollectorIssue]) -> list[Sample]:
-    path = directory / "meminfo"
+def _memory_samples(
+    node: str, directory: Path, files: KeptFiles, issues: list[CollectorIssue]
+) -> list[Sample]:
+    path = f"{directory}/meminfo"
     try:
-        text = read_text(path)
+        text = files.read_text(path)
     except FileError as error:
         issues.append(issue(error.label, str(error)))
         return []
@@ -167,10 +180,12 @@ def _memory_samples(node: str, directory: Path, issues: list[CollectorIssue]) ->
     return samples
 
 
-def _hugepages_samples(node: str, directory: Path, issues: list[CollectorIssue]) -> list[Sample]:
-    root = directory / "hugepages"
+def _hugepages_samples(
+    node: str, directory: Path, files: KeptFiles, issues: list[CollectorIssue]
+) -> list[Sample]:
+    root = f"{directory}/hugepages"
     try:
-        names = [entry.name for entry in root.iterdir()]
+        names = os.listdir(root)
     except (FileNotFoundError, NotADirectoryError):
         return []  # a kernel without hugetlbfs support
     except OSError as error:
@@ -179,15 +194,15 @@ def _hugepages_samples(node: str, directory: Path, issues: list[CollectorIssue])
     sizes = sorted(int(m.group(1)) for m in map(_HUGEPAGES_DIR.match, names) if m is not None)
     samples = []
     for size_kib in sizes:
-        size_dir = root / f"hugepages-{size_kib}kB"
+        size_dir = f"{root}/hugepages-{size_kib}kB"
         labels = (node, hugepages_memory_type(size_kib))
         for spec, file in (
             (NUMA_HUGEPAGES_TOTAL, "nr_hugepages"),
             (NUMA_HUGEPAGES_FREE, "free_hugepages"),
         ):
-            path = size_dir / file
+            path = f"{size_dir}/{file}"
             try:
-                pages = read_int(path)
+                pages = files.read_int(path)
             except FileError as error:
                 issues.append(issue(error.label, str(error)))
                 continue

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from exporter.collectors.base import (
     Collector,
+    CollectorContext,
     Registration,
     issue,
 )
@@ -27,7 +28,7 @@ from exporter.sysfs import (
     VANISHED,
     FileError,
     is_pci_address,
-    list_source,
+    list_source_inodes,
     read_text,
 )
 
@@ -134,21 +135,45 @@ def _read_numa_node(path: Path, issues: list[CollectorIssue]) -> int | None:
 
 
 class PciCollector(Collector):
-    """Vendor, device, class and NUMA node of GPUs, accelerators and NICs."""
+    """Vendor, device, class and NUMA node of GPUs, accelerators and NICs.
+
+    A function's files are read when its address is first listed and kept while the
+    bus lists it under the same inode: vendor, device and class are fixed for the
+    life of a function, and so is its NUMA node (set at enumeration). A hot-unplugged
+    or re-created function (a new sysfs entry: a new inode) is dropped or read anew;
+    a function whose read failed is read, and reported, again next poll.
+    """
 
     name = "pci"
     known_errors = (UNREADABLE, GARBAGE, VANISHED)
 
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        # address -> (inode of its bus entry, the function; None for an unreported class)
+        self._functions: dict[str, tuple[int, PciDevice | None]] = {}
+
     def collect(self) -> Readings:
-        """Read every function of a reported class once."""
+        """Every function of a reported class."""
         devices_dir = self.context.sysfs / "bus" / "pci" / "devices"
-        listed = list_source(devices_dir, absent=f"no PCI bus at {devices_dir}")
+        listed = list_source_inodes(str(devices_dir), absent=f"no PCI bus at {devices_dir}")
         found: list[PciDevice] = []
         issues: list[CollectorIssue] = []
-        for address in sorted(entry for entry in listed if is_pci_address(entry)):
-            device = read_pci_device(devices_dir / address, address=address, issues=issues)
+        kept: dict[str, tuple[int, PciDevice | None]] = {}
+        for address, inode in listed:
+            if not is_pci_address(address):
+                continue
+            cached = self._functions.get(address)
+            if cached is not None and cached[0] == inode:
+                device = cached[1]
+                kept[address] = cached
+            else:
+                before = len(issues)
+                device = read_pci_device(devices_dir / address, address=address, issues=issues)
+                if len(issues) == before:
+                    kept[address] = (inode, device)
             if device is not None:
                 found.append(device)
+        self._functions = kept  # functions no longer listed are dropped here
         return Readings(pci_devices=tuple(found), issues=tuple(issues))
 
 

@@ -110,6 +110,20 @@ class TestParseProcStat:
         )
         assert expected == parse_proc_stat(text, user_hz=100)
 
+    def test_usual_output_parses_as_line_by_line(self) -> None:
+        """The whole-text path for the kernel's usual output gives what the per-line
+        parser gives (forced here by a trailing non-cpu line), 19-digit counters included."""
+        lines = [f"cpu  {' '.join(['7'] * 10)}"]
+        for cpu in (*range(1, 64), 0):  # out of order, as no kernel prints but may
+            counters = [cpu * 1000 + mode * 7 for mode in range(10)]
+            counters[3] = 10**18 + cpu  # idle: 19 digits
+            lines.append(f"cpu{cpu} {' '.join(map(str, counters))}")
+        text = "\n".join(lines) + "\n"
+
+        usual = parse_proc_stat(text, user_hz=100)
+        line_by_line = parse_proc_stat(text + "intr 1 2 3\n", user_hz=100)
+        assert (line_by_line, 64) == (usual, len(usual[0]))
+
     def test_user_hz_must_be_positive(self) -> None:
         """A zero USER_HZ is refused rather than dividing by it."""
         with pytest.raises(ValueError, match="USER_HZ must be positive"):

@@ -518,3 +518,94 @@ class TestPartialFailures:
             ("unreadable",),
         )
         assert expected == (readings.devices[2].identity, tuple(i.error for i in readings.issues))
+
+
+def _open_paths() -> list[str]:
+    """Where this process's open file descriptors lead."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return found
+
+
+class TestBetweenPolls:
+    """One collector polled again and again: what it keeps must follow the tree."""
+
+    def test_counters_advance_for_one_collector(self, tmp_path: Path) -> None:
+        """Files the fixture replaced between polls are read anew, direct and via the PF."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path, tick=1)))
+        collector.collect()
+        _tree(tmp_path, tick=2)
+
+        assert Readings(devices=_expected_tree(tick=2)) == collector.collect()
+
+    def test_removed_netdev_is_dropped_and_its_files_closed(self, tmp_path: Path) -> None:
+        """A netdev unplugged between polls is gone from the next one, with its descriptors."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        interface_dir = net_fixture.netdev_parent(tmp_path, VIRTIO) / "net" / "eth0"
+        shutil.rmtree(interface_dir)
+        (tmp_path / "class" / "net" / "eth0").unlink()
+
+        readings = collector.collect()
+        still_open = [p for p in _open_paths() if p.startswith(str(interface_dir))]
+        assert (_without(_expected_tree(tick=0), "eth0"), []) == (
+            readings.devices,
+            still_open,
+        )
+
+    def test_added_netdev_is_found(self, tmp_path: Path) -> None:
+        """A netdev that appears between polls is in the next poll."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        extra = SimNic("0000:4c:00.0", "ens2f0np0", 0, "0x15b3", "0x101d")
+        hardware = SimHardware(HARDWARE.numa_nodes, HARDWARE.gpus, nics=(*HARDWARE.nics, extra))
+        pci_fixture.write(tmp_path, hardware, tick=0)
+        net_fixture.write(tmp_path, hardware, tick=0)
+
+        devices = _expected_tree(tick=0)
+        expected = (*devices[:2], _host_reading(extra, tick=0), *devices[2:])
+        assert Readings(devices=expected) == collector.collect()
+
+    def test_netdev_recreated_on_another_function(self, tmp_path: Path) -> None:
+        """A name re-created on another device (a new class entry) gets that device's keys."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        moved = SimNic("0000:4c:00.0", VIRTIO.netdev, 0, "0x15b3", "0x101d")
+        pci_fixture.write(tmp_path, SimHardware(HARDWARE.numa_nodes, (), nics=(moved,)), tick=0)
+        shutil.rmtree(net_fixture.netdev_parent(tmp_path, VIRTIO) / "net" / "eth0")
+        net_fixture.write(tmp_path, SimHardware(HARDWARE.numa_nodes, (), nics=(moved,)), tick=0)
+
+        devices = _expected_tree(tick=0)
+        expected = (*devices[:2], _host_reading(moved, tick=0), devices[3])
+        assert Readings(devices=expected) == collector.collect()
+
+    def test_vf_recreated_on_another_function(self, tmp_path: Path) -> None:
+        """A PF's virtfn link re-pointed (VFs re-created) names the new VF next poll."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        new_vf0 = SimNic(
+            "0000:4b:00.6", "ens1f0v0", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=0
+        )
+        pci_fixture.write(tmp_path, SimHardware(HARDWARE.numa_nodes, (), nics=(new_vf0,)), tick=0)
+        pf_dir = pci_device_dir(tmp_path, PF.pci_address)
+        replace_symlink(pf_dir / "virtfn0", pci_device_dir(tmp_path, new_vf0.pci_address))
+
+        moved = DeviceReading(
+            name=new_vf0.pci_address,
+            keys=(_pci(new_vf0.pci_address), _vf(PF.pci_address, 0)),
+            identity=DeviceIdentity(pci_address=new_vf0.pci_address, vendor="mellanox"),
+            samples=_moved_vf_reading(VF0, tick=0, pf_netdev=PF.netdev).samples,
+        )
+        assert (*_expected_tree(tick=0)[:3], moved) == collector.collect().devices
+
+    def test_close_releases_every_file(self, tmp_path: Path) -> None:
+        """close() leaves no descriptor of the tree open."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        collector.close()
+
+        assert [] == [p for p in _open_paths() if p.startswith(str(tmp_path))]

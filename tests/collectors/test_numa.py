@@ -278,6 +278,38 @@ class TestNumaCollector:
             _collect(tmp_path)
 
 
+class TestBetweenPolls:
+    """One collector polled again and again: what it keeps open must follow the tree."""
+
+    def test_changed_figures_are_read_anew(self, tmp_path: Path) -> None:
+        """Hugepages reserved between polls (the fixture replaces the file) are seen."""
+        root = _tree(tmp_path)
+        collector = NumaCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        write_attribute(root / "node1" / "hugepages" / "hugepages-2048kB" / "nr_hugepages", "3\n")
+
+        changed = (*NODE1[:2], *_hugepages("1", "hugepages-2Mi", 3 * 2.0 * MIB, 0.0), *NODE1[4:])
+        assert Readings(node_samples=NODE0 + changed) == collector.collect()
+
+    def test_removed_node_is_dropped_and_its_files_closed(self, tmp_path: Path) -> None:
+        """A node gone between polls is gone from the next one, with its descriptors."""
+        root = _tree(tmp_path)
+        collector = NumaCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        shutil.rmtree(root / "node1")
+
+        readings = collector.collect()
+        still_open = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue  # the listing's own descriptor, closed by now
+            if target.startswith(str(root / "node1")):
+                still_open.append(target)
+        assert (Readings(node_samples=NODE0), []) == (readings, still_open)
+
+
 class TestRegistration:
     def test_registration(self) -> None:
         """The module registers the numa collector, on by default, serving no resource,

@@ -250,6 +250,57 @@ class TestPciCollector:
             _collect(tmp_path)
 
 
+class TestBetweenPolls:
+    """One collector polled again and again: what it keeps must follow the bus."""
+
+    def test_unplugged_function_is_dropped(self, tmp_path: Path) -> None:
+        """A function gone from the bus between polls is gone from the next poll."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        _function_dir(tmp_path, VF.pci_address).unlink()
+
+        expected = Readings(pci_devices=(GPU_17, PF_4B, HCA_C1, AMD_E1))
+        assert expected == collector.collect()
+
+    def test_plugged_function_is_found(self, tmp_path: Path) -> None:
+        """A function that appears between polls is in the next poll."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        _add_function(tmp_path, "0000:02:00.0", class_id="0x120000")
+
+        accelerator = PciDevice("0000:02:00.0", "0x8086", "0x1234", "0x120000", 0)
+        expected = Readings(pci_devices=(accelerator, GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1))
+        assert expected == collector.collect()
+
+    def test_recreated_function_is_read_anew(self, tmp_path: Path) -> None:
+        """A VF re-created at its address as another device (a new bus entry) is re-read."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        new_dir = tmp_path / "devices" / "pci0000:4b" / "recreated" / VF.pci_address
+        write_attribute(new_dir / "vendor", "0x8086\n")
+        write_attribute(new_dir / "device", "0x1889\n")
+        write_attribute(new_dir / "class", "0x020000\n")
+        write_attribute(new_dir / "numa_node", "1\n")
+        replace_symlink(_function_dir(tmp_path, VF.pci_address), new_dir)
+
+        recreated = PciDevice(VF.pci_address, "0x8086", "0x1889", "0x020000", 1)
+        expected = Readings(pci_devices=(GPU_17, PF_4B, recreated, HCA_C1, AMD_E1))
+        assert expected == collector.collect()
+
+    def test_failed_read_is_retried_and_reported_again(self, tmp_path: Path) -> None:
+        """A read that failed is not kept: each poll reports it until the file is good."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        numa_path = _function_dir(tmp_path, PF.pci_address) / "numa_node"
+        write_attribute(numa_path, "abc\n")
+        first = collector.collect().issues
+        second = collector.collect().issues
+        write_attribute(numa_path, "0\n")
+
+        garbage = (issue("garbage", f"{numa_path}: not a NUMA node: 'abc'"),)
+        expected = (garbage, garbage, Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1)))
+        assert expected == (first, second, collector.collect())
+
+
 class TestRegistration:
     def test_registration(self) -> None:
         """The module registers the pci collector, on by default, serving no resource,
