@@ -19,6 +19,10 @@ floor measured in the same run, on the same machine, at the same moment:
   the default interval), with the real collectors, unavailable ones included (NVML
   without a driver: the old leak's case), with and without ``gc.freeze()``; floor: a
   process that has only imported the same modules.
+- peak RSS of a fresh exporter process (``python -m exporter``) through start-up and its
+  first poll of a kubelet ``List`` reply of N MiB (``REPLY_MIB``: padding pods of 500
+  device IDs of 200 bytes, a busy node's shape, each ID a series to join and render), and
+  its RSS once settled; floor: the same process with no reply to speak of.
 
 The simulated kubelet and the scrapers run in their own processes, so their CPU is not
 counted. Figures only, no pass/fail: the machines are shared and noisy.
@@ -34,6 +38,8 @@ import multiprocessing
 import os
 import resource
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +63,7 @@ SCRAPERS = 10
 SCRAPES_PER_RUN = 400
 IDLE_S = 3.0
 DEFAULT_INTERVAL_S = 10.0
+REPLY_MIB = (4, 8, 15)  # 15: just under the default --kubelet.max-message-bytes
 VARIANTS = (
     ("OpenMetrics", "application/openmetrics-text; version=1.0.0", "identity"),
     ("OpenMetrics gzip", "application/openmetrics-text; version=1.0.0", "gzip"),
@@ -96,6 +103,9 @@ async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
             conn.send(None)
         elif command == "calls":
             conn.send(sum(sim.calls.values()))
+        elif command == "padding":  # List replies grow by this many bytes
+            sim.padding_bytes = value
+            conn.send(None)
         else:
             break
     await sim.stop()
@@ -465,8 +475,8 @@ async def _measure_scrapes(
 # --- memory: a fresh exporter process ------------------------------------------------------
 
 
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _status_kib(field: str, status: Path = Path("/proc/self/status")) -> int:
+    for line in status.read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
@@ -579,6 +589,67 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
     return rows
 
 
+async def _large_reply_run(root: Path) -> tuple[int, int, float]:
+    """(peak RSS KiB through the first poll, settled RSS KiB, first poll s) of a fresh
+    exporter process against the kubelet as it now answers."""
+    import aiohttp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    flags = ["--kubelet.socket", kubelet_socket(root), "--path.sysfs", f"{root}/sys"]
+    flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", f"127.0.0.1:{port}"]
+    flags += ["--poll.interval=300", "--kubelet.timeout=60", "--log.level=error"]  # one poll
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "exporter",
+        *flags,
+        env=dict(os.environ, GRPC_VERBOSITY="ERROR"),
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    started = time.monotonic()
+    try:
+        async with aiohttp.ClientSession() as session:
+            while True:  # /readyz answers 200 once the first poll has published
+                await asyncio.sleep(0.2)
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+        took = time.monotonic() - started
+        status = Path(f"/proc/{process.pid}/status")
+        peak = _status_kib("VmHWM", status)
+        await asyncio.sleep(2)
+        return peak, _status_kib("VmRSS", status), took
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await process.wait()
+
+
+async def _measure_large_replies(root: Path, kubelet: _Kubelet) -> list[Row]:
+    """One row per reply size: peak and settled RSS of a fresh process, its first poll."""
+    kubelet.ask("pods", 1)
+    floor, _, _ = await _large_reply_run(root)
+    rows = []
+    for mib in REPLY_MIB:
+        kubelet.ask("padding", mib * 1024 * 1024)
+        peak, settled, took = await _large_reply_run(root)
+        rows.append(
+            Row(
+                f"peak RSS, first poll of a {mib} MiB List reply (settled, poll)",
+                f"{peak / 1024:.0f} MiB ({settled / 1024:.0f} MiB, {took:.1f} s)",
+                f"{floor / 1024:.0f} MiB",
+                _ratio(peak, floor),
+                "reported",
+            )
+        )
+    kubelet.ask("padding", 0)
+    return rows
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -616,6 +687,7 @@ async def _main(*, runs: int) -> None:
         rows = await _measure_polls(root, kubelet, runs=runs)
         rows += await _measure_scrapes(root, kubelet, runs=runs, idle_floor=idle_floor)
         rows += _measure_memory(root, kubelet)
+        rows += await _measure_large_replies(root, kubelet)
     finally:
         kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)

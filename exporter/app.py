@@ -8,7 +8,7 @@ import dataclasses
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -20,17 +20,19 @@ from exporter.auth import (
     hide_server_version,
     response_headers,
 )
-from exporter.cli import Config, ConfigError
 from exporter.collectors import build_collectors
 from exporter.collectors.base import Collector, CollectorContext
 from exporter.collectors.runner import CollectorRunner
+from exporter.config import Config, ConfigError
 from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
 from exporter.lookup import CoalescingLookup
+from exporter.memory import tune_allocator
+from exporter.outage import Throttle
 from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
-from exporter.web import WebSettings, create_app
+from exporter.web import WebSettings, create_app, make_runner
 from exporter.webconfig import LiveWebConfig, WebConfigError
 
 if TYPE_CHECKING:  # the simulator is imported only when --demo asks for it
@@ -44,6 +46,8 @@ log = structlog.get_logger(__name__)
 # the number of curls, so the kubelet's shared 100 QPS budget stays with the kubelet.
 LOOKUP_RATE_PER_S = 2.0
 LOOKUP_BURST = 5
+# A process out of file descriptors fails every accept(); say so once a minute.
+ACCEPT_ERROR_LOG_INTERVAL_S = 60.0
 
 
 def collector_context(config: Config) -> CollectorContext:
@@ -68,6 +72,9 @@ class Exporter:
             socket_path=config.kubelet_socket,
             max_message_bytes=config.kubelet_max_message_bytes,
             timeout_s=config.kubelet_timeout_s,
+            # Never longer than half a poll: the poller's own calls are never refused, so
+            # data returns at the first poll after the kubelet does.
+            backoff_max_s=config.poll_interval_s / 2,
         )
         self.runner = CollectorRunner(collectors, timeout_s=config.collector_timeout_s)
         self.store = SnapshotStore()
@@ -166,7 +173,7 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     app = exporter.create_app(middlewares=middlewares)
     app.on_response_prepare.append(response_headers(web_config))
     hide_server_version()
-    runner = web.AppRunner(app, access_log=None)
+    runner = make_runner(app)
     await runner.setup()
     try:
         # Host "" (":9410"): every address of every family, as Go's net.Listen does.
@@ -185,7 +192,6 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
         )
         polling = asyncio.create_task(exporter.poller.run())
         await stop.wait()
-        log.info("stopping")
         polling.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await polling
@@ -199,15 +205,73 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
             await sim_node.stop()
 
 
+class _Signals:
+    """SIGTERM/SIGINT stop once (a repeat is logged, not fatal); SIGHUP is logged and ignored."""
+
+    def __init__(self, stop: asyncio.Event, *, on_reload: Callable[[], None] | None = None) -> None:
+        self._stop = stop
+        # The hook a web-config reload would plug into; until then SIGHUP only says so.
+        self._on_reload = on_reload
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_stop, signum)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
+
+    def _on_stop(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self._stop.is_set():
+            log.info("stop_already_requested", signal=name)
+            return
+        log.info("stopping", signal=name)
+        self._stop.set()
+
+    def _on_hangup(self) -> None:
+        if self._on_reload is None:
+            log.info(
+                "sighup_ignored",
+                reason="the web config is re-read when its files change; restart for flags",
+            )
+        else:
+            self._on_reload()
+
+
+class _LoopErrors:
+    """The event loop's exception handler: one JSON line per error, no traceback, and
+    accept() failing for want of file descriptors once per interval, not per attempt."""
+
+    def __init__(self, *, interval_s: float = ACCEPT_ERROR_LOG_INTERVAL_S) -> None:
+        self._accept = Throttle("accept_failed", interval_s=interval_s)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        message = str(context.get("message", ""))
+        if isinstance(error, OSError) and "accept" in message:
+            self._accept.warning(
+                error=error.strerror or str(error),
+                errno=error.errno,
+                hint="raise the open-files limit or find who holds the connections",
+            )
+            return
+        log.error(
+            "event_loop_error",
+            message=message,
+            error=f"{type(error).__name__}: {error}" if error is not None else None,
+        )
+
+
 def run(config: Config) -> None:
     """Configure logging and serve until SIGTERM or SIGINT."""
     configure_logging(level=config.log_level, fmt=config.log_format)
+    if not tune_allocator():
+        log.info("allocator_not_tuned", reason="not glibc: freed memory may stay resident")
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+        loop.set_exception_handler(_LoopErrors())
+        _Signals(stop).install(loop)
         await serve(config, stop=stop)
+        log.info("stopped")
 
     asyncio.run(main())

@@ -8,94 +8,84 @@ command line wins. Bad values end the process at start with one line and exit co
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.collectors import registrations
+from exporter.config import (
+    DEFAULT_CDI,
+    DEFAULT_COLLECTOR_TIMEOUT_S,
+    DEFAULT_KUBELET_PLUGINS,
+    DEFAULT_KUBELET_TIMEOUT_S,
+    DEFAULT_LISTEN_ADDRESS,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_SOCKET,
+    Config,
+    ConfigError,
+)
 from exporter.logs import LOG_FORMATS, LOG_LEVELS
 
-__all__ = ["Config", "ConfigError", "main", "parse_config"]
+__all__ = ["env_name", "main", "parse_config", "parse_listen_address"]
 
 ENV_PREFIX = "PODRESOURCES_EXPORTER_"
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-DEFAULT_LISTEN_ADDRESS = ":9410"
-DEFAULT_COLLECTOR_TIMEOUT_S = 5.0
-DEFAULT_KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
-DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
-
-
-class ConfigError(Exception):
-    """A flag or environment value is unusable; the message is one line."""
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    kubelet_socket: str
-    kubelet_max_message_bytes: int
-    kubelet_timeout_s: float
-    poll_interval_s: float
-    collector_timeout_s: float
-    listen_host: str
-    listen_port: int
-    web_config_file: Path | None
-    debug_auth_file: Path | None
-    enable_debug: bool
-    sysfs: Path
-    procfs: Path
-    kubelet_plugins: Path
-    cdi: tuple[Path, ...]  # CDI spec directories, the first listed wins a duplicate name
-    collectors: tuple[str, ...]  # enabled, in registry order
-    node_name: str
-    log_level: str
-    log_format: str
-    demo: bool
-    pod_logs: Path = Path("/var/log/pods")
-
-    def as_log_fields(self) -> dict[str, Any]:
-        """The effective configuration, for the start-up log line."""
-        return {
-            "kubelet_socket": self.kubelet_socket,
-            "kubelet_max_message_bytes": self.kubelet_max_message_bytes,
-            "kubelet_timeout_s": self.kubelet_timeout_s,
-            "poll_interval_s": self.poll_interval_s,
-            "collector_timeout_s": self.collector_timeout_s,
-            "listen_address": f"{self.listen_host}:{self.listen_port}",
-            "web_config_file": str(self.web_config_file) if self.web_config_file else None,
-            "debug_auth_file": str(self.debug_auth_file) if self.debug_auth_file else None,
-            "enable_debug": self.enable_debug,
-            "sysfs": str(self.sysfs),
-            "procfs": str(self.procfs),
-            "kubelet_plugins": str(self.kubelet_plugins),
-            "cdi": [str(p) for p in self.cdi],
-            "pod_logs": str(self.pod_logs),
-            "collectors": list(self.collectors),
-            "node_name": self.node_name,
-            "demo": self.demo,
-        }
+# Ranges every numeric flag is held to: a poll below 1 s would spend the kubelet's
+# node-wide 100 QPS budget; gRPC's message limits are signed 32-bit.
+MIN_POLL_INTERVAL_S = 1.0
+MIN_MAX_MESSAGE_BYTES = 4096
+MAX_MAX_MESSAGE_BYTES = 2**31 - 1
+MAX_SOCKET_PATH_BYTES = 107
 
 
 def env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
-def _positive(kind: Callable[[str], float | int], what: str) -> Callable[[str], Any]:
+def _number(
+    kind: Callable[[str], float | int],
+    flag: str,
+    *,
+    minimum: float,
+    maximum: float = math.inf,
+    exclusive_minimum: bool = False,
+) -> Callable[[str], Any]:
+    """A finite number within [minimum, maximum] (or (minimum, maximum]): nan and inf fail."""
+    low = f"greater than {minimum:g}" if exclusive_minimum else f"at least {minimum:g}"
+
     def convert(text: str) -> float | int:
         try:
             value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be greater than 0, not {text!r}")
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{flag} must be a number, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{flag} must be a finite number, not {text!r}")
+        if value < minimum or (exclusive_minimum and value == minimum):
+            raise argparse.ArgumentTypeError(f"{flag} must be {low}, not {text!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{flag} must be at most {maximum:g}, not {text!r}")
         return value
 
     return convert
+
+
+def _socket_path(text: str) -> str:
+    # sockaddr_un.sun_path holds 108 bytes with the terminating NUL: a longer path can
+    # never be connected to, and gRPC would only say UNAVAILABLE on every poll.
+    if not text:
+        raise argparse.ArgumentTypeError("--kubelet.socket must not be empty")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"--kubelet.socket is {size} bytes long; a unix socket path holds at most "
+            f"{MAX_SOCKET_PATH_BYTES}"
+        )
+    return text
 
 
 def _boolean(text: str) -> bool:
@@ -144,13 +134,14 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     def add(flag: str, *, help: str, **kwargs: Any) -> None:
         variable = env_name(flag)
         if variable in environ and "default" in kwargs:
-            kwargs["default"] = environ[variable]
+            kwargs["default"] = _from_env(variable, environ[variable], kwargs)
         parser.add_argument(flag, help=f"{help} [env {variable}]", **kwargs)
 
     add(
         "--kubelet.socket",
         help="kubelet PodResources socket",
         default=DEFAULT_SOCKET,
+        type=_socket_path,
         metavar="PATH",
         dest="kubelet_socket",
     )
@@ -158,23 +149,29 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--kubelet.max-message-bytes",
         help="largest kubelet reply accepted, in bytes",
         default=DEFAULT_MAX_MESSAGE_BYTES,
-        type=_positive(int, "--kubelet.max-message-bytes"),
+        type=_number(
+            int,
+            "--kubelet.max-message-bytes",
+            minimum=MIN_MAX_MESSAGE_BYTES,
+            maximum=MAX_MAX_MESSAGE_BYTES,
+        ),
         metavar="N",
         dest="kubelet_max_message_bytes",
     )
     add(
         "--kubelet.timeout",
-        help="deadline of every kubelet call, in seconds",
-        default=5.0,
-        type=_positive(float, "--kubelet.timeout"),
+        help="deadline of every kubelet call, in seconds "
+        f"(default: {DEFAULT_KUBELET_TIMEOUT_S:g}, or the poll interval when shorter)",
+        default=None,
+        type=_number(float, "--kubelet.timeout", minimum=0, exclusive_minimum=True),
         metavar="SECONDS",
         dest="kubelet_timeout",
     )
     add(
         "--poll.interval",
         help="seconds between polls of the kubelet and the collectors",
-        default=10.0,
-        type=_positive(float, "--poll.interval"),
+        default=DEFAULT_POLL_INTERVAL_S,
+        type=_number(float, "--poll.interval", minimum=MIN_POLL_INTERVAL_S),
         metavar="SECONDS",
         dest="poll_interval",
     )
@@ -183,7 +180,7 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="how long one collector may take in a poll, in seconds "
         f"(default: {DEFAULT_COLLECTOR_TIMEOUT_S:g}, or the poll interval when shorter)",
         default=None,
-        type=_positive(float, "--collector.timeout"),
+        type=_number(float, "--collector.timeout", minimum=0, exclusive_minimum=True),
         metavar="SECONDS",
         dest="collector_timeout",
     )
@@ -281,35 +278,33 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
-def _coerce_env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
-    """Environment values arrive as text: convert them as the flag would, or fail."""
-    for action in parser._actions:
-        if not action.option_strings or action.dest in ("help", "version"):
-            continue
-        flag = next(s for s in action.option_strings if not s.startswith("--no-"))
-        text = environ.get(env_name(flag))
-        if text is None:
-            continue
-        try:
-            if isinstance(action, argparse.BooleanOptionalAction):
-                value: Any = _boolean(text)
-            elif action.type is not None and callable(action.type):
-                value = action.type(text)
-            else:
-                value = text
-        except argparse.ArgumentTypeError as error:
-            raise ConfigError(f"{env_name(flag)}: {error}") from None
-        if action.choices is not None and value not in action.choices:
-            raise ConfigError(
-                f"{env_name(flag)}: {value!r} is not one of {', '.join(map(str, action.choices))}"
-            )
-        action.default = value
+def _from_env(variable: str, text: str, spec: Mapping[str, Any]) -> Any:
+    """An environment value, converted and checked as the flag's own value would be."""
+    try:
+        if spec.get("action") is argparse.BooleanOptionalAction:
+            value: Any = _boolean(text)
+        else:
+            value = spec["type"](text) if "type" in spec else text
+    except argparse.ArgumentTypeError as error:
+        raise ConfigError(f"{variable}: {error}") from None
+    choices = spec.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{variable}: {value!r} is not one of {', '.join(map(str, choices))}")
+    return value
+
+
+def _within_interval(flag: str, given: float | None, default: float, interval: float) -> float:
+    """A timeout in (0, interval]: a poll must end before the next one starts."""
+    if given is None:
+        return min(default, interval)
+    if given > interval:
+        raise ConfigError(f"{flag} {given:g}s is longer than --poll.interval {interval:g}s")
+    return float(given)
 
 
 def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags and environment -> Config; ConfigError or SystemExit(2) on bad values."""
     parser = _build_parser(environ)
-    _coerce_env_defaults(parser, environ)
     args = parser.parse_args(list(argv))
     host, port = parse_listen_address(args.listen_address)
     web_config = Path(args.web_config_file) if args.web_config_file else None
@@ -321,20 +316,17 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     for flag, path in (("--path.sysfs", args.sysfs), ("--path.procfs", args.procfs)):
         if not args.demo and not Path(path).is_dir():
             raise ConfigError(f"{flag} {path}: not a directory")
-    collector_timeout = args.collector_timeout or min(
-        DEFAULT_COLLECTOR_TIMEOUT_S, args.poll_interval
+    interval = args.poll_interval
+    collector_timeout = _within_interval(
+        "--collector.timeout", args.collector_timeout, DEFAULT_COLLECTOR_TIMEOUT_S, interval
     )
-    if collector_timeout > args.poll_interval:
-        raise ConfigError(
-            f"--collector.timeout {collector_timeout:g}s is longer than "
-            f"--poll.interval {args.poll_interval:g}s"
-        )
-    if args.kubelet_max_message_bytes < 4096:
-        raise ConfigError("--kubelet.max-message-bytes must be at least 4096")
+    kubelet_timeout = _within_interval(
+        "--kubelet.timeout", args.kubelet_timeout, DEFAULT_KUBELET_TIMEOUT_S, interval
+    )
     return Config(
         kubelet_socket=args.kubelet_socket,
         kubelet_max_message_bytes=args.kubelet_max_message_bytes,
-        kubelet_timeout_s=args.kubelet_timeout,
+        kubelet_timeout_s=kubelet_timeout,
         poll_interval_s=args.poll_interval,
         collector_timeout_s=collector_timeout,
         listen_host=host,

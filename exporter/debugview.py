@@ -1,8 +1,13 @@
-"""The /debug/allocations views of a snapshot: filtered JSON and a text table. Pure."""
+"""The /debug/allocations views of a snapshot: filtered JSON and a text table. Pure.
+
+``encode_json`` and ``encode_text`` give a view as bytes split where the age goes, so a
+view is encoded once per snapshot and each request only splices in its own age.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +24,24 @@ from exporter.model import (
     numa_label,
 )
 
-__all__ = ["FILTER_KEYS", "Filters", "render_json", "render_text"]
+__all__ = [
+    "FILTER_KEYS",
+    "MAX_CELL_CHARS",
+    "EncodedView",
+    "Filters",
+    "encode_json",
+    "encode_text",
+    "render_json",
+    "render_text",
+]
 
 FILTER_KEYS = ("namespace", "pod", "container", "resource", "device")
+
+# A table cell longer than this is cut: one 4 KB device ID padded every row to 4 KB.
+MAX_CELL_CHARS = 64
+# Stands where the age goes while a view is encoded; NUL is escaped wherever it could
+# come from data (JSON strings, table cells), so only the placeholder itself matches.
+_AGE_MARK = "\x00age\x00"
 
 JSON = dict[str, Any]
 # (resource, device_id) of every view of a device -> its attributed processes.
@@ -335,8 +355,30 @@ def _hardware_cell(device: DeviceView | None) -> str:
     return "-"
 
 
+def _escape(char: str) -> str:
+    return "\\\\" if char == "\\" else char.encode("unicode_escape").decode("ascii")
+
+
+def _cell(text: str) -> str:
+    """Control characters escaped (a newline in an ID cannot inject a row), length capped."""
+    text = _escape_line(text)
+    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+
+
+def _text_age(snapshot: Snapshot, now: float) -> str:
+    return (
+        f"{now - snapshot.collected_at:.1f}s"
+        if snapshot.collected_at
+        else "none: no kubelet data yet"
+    )
+
+
 def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
     """One line per container device (or per container when it holds none)."""
+    return _render_text(snapshot, filters=filters, age=_text_age(snapshot, now))
+
+
+def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
     header = (
         "NAMESPACE",
         "POD",
@@ -372,18 +414,15 @@ def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
                         _hardware_cell(device),
                     )
                 )
+    rows = [tuple(_cell(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
-    age = (
-        f"{now - snapshot.collected_at:.1f}s"
-        if snapshot.collected_at
-        else "none: no kubelet data yet"
-    )
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
-    text = f"# node {snapshot.node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
+    node, kubelet = _escape_line(snapshot.node), _escape_line(kubelet)
+    text = f"# node {node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
     if snapshot.gpu_processes is not None:
         text += _process_table(snapshot.gpu_processes, filters)
     return text
@@ -406,9 +445,62 @@ def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) ->
                     "-" if ratio is None else f"{ratio:.2f}",
                 )
             )
+    rows = [tuple(_cell(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
     return "# GPU processes\n" + "\n".join(lines) + "\n"
+
+
+def _escape_line(text: str) -> str:
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedView:
+    """A view as UTF-8 bytes, cut where the age goes: ``head + age + tail``."""
+
+    head: bytes
+    tail: bytes
+    collected_at: float
+    text_age: bool  # the table's "3.6s", else JSON's 3.612
+
+    def parts(self, now: float) -> tuple[bytes, bytes, bytes]:
+        if not self.tail:
+            return self.head, b"", b""
+        age = now - self.collected_at
+        text = f"{age:.1f}s" if self.text_age else repr(round(age, 3))
+        return self.head, text.encode(), self.tail
+
+    @property
+    def size(self) -> int:
+        """Bytes in the body, give or take the age's few digits."""
+        return len(self.head) + len(self.tail)
+
+
+def _split(text: str, mark: str, *, collected_at: float, text_age: bool) -> EncodedView:
+    head, found, tail = text.partition(mark)
+    if not found:  # no age to splice in: the snapshot has no kubelet data yet
+        return EncodedView(text.encode(), b"", collected_at, text_age)
+    return EncodedView(head.encode(), tail.encode(), collected_at, text_age)
+
+
+def encode_json(snapshot: Snapshot, *, filters: Filters, source: str = "snapshot") -> EncodedView:
+    """render_json as indented JSON bytes, with the age left to splice in."""
+    body = render_json(snapshot, filters=filters, now=0.0, source=source)
+    if body["age_seconds"] is not None:
+        body["age_seconds"] = _AGE_MARK
+    mark = json.dumps(_AGE_MARK)
+    text = json.dumps(body, indent=2) + "\n"
+    return _split(text, mark, collected_at=snapshot.collected_at or 0.0, text_age=False)
+
+
+def encode_text(snapshot: Snapshot, *, filters: Filters) -> EncodedView:
+    """render_text as bytes, with the age left to splice in."""
+    age = _AGE_MARK if snapshot.collected_at else _text_age(snapshot, 0.0)
+    text = _render_text(snapshot, filters=filters, age=age)
+    return _split(text, _AGE_MARK, collected_at=snapshot.collected_at or 0.0, text_age=True)

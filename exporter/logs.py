@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
@@ -32,9 +33,27 @@ def configure_logging(*, level: str, fmt: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    # Libraries log through stdlib logging; keep their warnings, in one line each.
+    # Libraries log through stdlib logging; keep their warnings, one JSON line each.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineJson())
     logging.basicConfig(
         level=max(logging.getLevelName(level.upper()), logging.WARNING),
-        stream=sys.stderr,
-        format='{"level": "%(levelname)s", "logger": "%(name)s", "event": "%(message)s"}',
+        handlers=[handler],
+        force=True,
     )
+
+
+class _OneLineJson(logging.Formatter):
+    """A stdlib record as one JSON line: an exception is named, its traceback left out
+    (a multi-line traceback is many log events to a collector, and says nothing to on-call)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            line["error"] = f"{type(error).__name__}: {error}"
+        return json.dumps(line)

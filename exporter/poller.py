@@ -46,6 +46,7 @@ from exporter.model import (
     PodResources,
     Snapshot,
 )
+from exporter.outage import OutageLog
 from exporter.store import Published, SnapshotStore
 
 __all__ = ["Poller"]
@@ -88,6 +89,7 @@ class Poller:
         # What the published snapshot was joined from: (pods, allocatable, CPU map, DRA).
         self._joined_from: tuple[object, ...] | None = None
         self._join_cache = JoinCache()  # re-used for pods the kubelet reports unchanged
+        self._outage = OutageLog("kubelet")
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
@@ -233,18 +235,18 @@ class Poller:
         )
         now = self._clock()
         previous = self._last_good
-        error: str | None = None
+        error: KubeletError | None = None
         if isinstance(pods_result, BaseException):
             if not isinstance(pods_result, KubeletError):
                 raise pods_result
-            error = str(pods_result)
+            error = pods_result
         if isinstance(allocatable_result, MethodUnavailable):
             allocatable = AllocatableResources()  # an old or restricted kubelet: no inventory
         elif isinstance(allocatable_result, BaseException):
             if not isinstance(allocatable_result, KubeletError):
                 raise allocatable_result
             allocatable = previous.allocatable if previous else AllocatableResources()
-            error = error or str(allocatable_result)
+            error = error or allocatable_result
         else:
             allocatable = allocatable_result
 
@@ -253,7 +255,7 @@ class Poller:
         else:
             data = _KubeletData(pods_result, allocatable, now)
             self._last_good = data
-        self._note_error(error, served_from=data.collected_at if error else None)
+        self._note_error(error, served_from=data.collected_at)
         status = KubeletStatus(
             up=not isinstance(pods_result, BaseException),
             socket=self._client.socket_path,
@@ -262,17 +264,17 @@ class Poller:
         )
         return data, status
 
-    def _note_error(self, error: str | None, *, served_from: float | None) -> None:
-        if error == self._last_error:
-            return
+    def _note_error(self, error: KubeletError | None, *, served_from: float | None) -> None:
+        socket = self._client.socket_path
         if error is None:
-            log.info("kubelet_recovered", socket=self._client.socket_path)
-        else:
-            age = None if not served_from else round(self._clock() - served_from, 1)
-            log.warning(
-                "kubelet_poll_failed",
-                socket=self._client.socket_path,
-                error=error,
-                serving_snapshot_age_seconds=age,
-            )
-        self._last_error = error
+            self._outage.succeeded(socket=socket)
+            self._last_error = None
+            return
+        age = None if not served_from else round(self._clock() - served_from, 1)
+        self._outage.failed(
+            kind=type(error).__name__,
+            error=str(error),
+            socket=socket,
+            serving_snapshot_age_seconds=age,
+        )
+        self._last_error = str(error)

@@ -3,24 +3,33 @@
 Handlers only read the published snapshot; the one exception,
 ``/debug/allocations/{namespace}/{pod}``, asks the kubelet's ``Get`` through the
 rate-limited, coalescing look-up and falls back to the snapshot. Bad input gets a 4xx
-with a one-line JSON error; an unexpected failure is logged and answered 500 with one
-line, never a stack trace.
+with a one-line JSON error, whether the route or aiohttp's HTTP parser refused it; an
+unexpected failure is logged and answered 500 with one line, never a stack trace.
+
+``/debug/allocations`` costs bounded work and memory whatever the load: the unfiltered
+views are encoded once per snapshot (off the event loop), filtered ones are rendered off
+the loop a few at a time, bodies go out in chunks that wait for the client, and beyond
+``DEBUG_MAX_IN_FLIGHT`` requests the answer is 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
-from exporter.debugview import FILTER_KEYS, Filters, render_json, render_text
+from exporter.debugview import FILTER_KEYS, EncodedView, Filters, encode_json, encode_text
 from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from exporter.join import join_fresh_pod
 from exporter.kubelet.errors import KubeletError, PodNotFound
@@ -28,13 +37,42 @@ from exporter.lookup import CoalescingLookup, LookupRefused
 from exporter.model import Snapshot
 from exporter.store import Published, SnapshotStore
 
-__all__ = ["STORE", "WebSettings", "create_app"]
+__all__ = [
+    "DEBUG_MAX_IN_FLIGHT",
+    "KEEPALIVE_TIMEOUT_S",
+    "LINGERING_TIME_S",
+    "SHUTDOWN_TIMEOUT_S",
+    "STORE",
+    "WebSettings",
+    "create_app",
+    "make_runner",
+]
 
 log = structlog.get_logger(__name__)
 
 MAX_QUERY_VALUE_LENGTH = 512
 # Kubernetes object names: DNS-1123 subdomains (namespaces are labels, a subset).
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+# Connections: an idle keep-alive connection, or one that has not sent a whole request
+# head since it opened or since its last answer, is closed after KEEPALIVE_TIMEOUT_S
+# (Prometheus scrapes every 15-30 s and reconnects at no cost). No handler reads a body:
+# what a client sends after its head is drained for at most LINGERING_TIME_S, then the
+# connection closes. On SIGTERM, requests in flight get SHUTDOWN_TIMEOUT_S, well inside
+# the DaemonSet's 10 s grace period.
+KEEPALIVE_TIMEOUT_S = 20.0
+LINGERING_TIME_S = 2.0
+SHUTDOWN_TIMEOUT_S = 3.0
+
+# /debug/allocations requests served at once, from handler entry to the last byte sent;
+# more get 503. Filtered views rendered at once, in threads, and the bytes that rendered
+# filtered views may hold while they are sent (the unfiltered one is shared, so free);
+# a view that would pass that budget gets 503 too.
+DEBUG_MAX_IN_FLIGHT = 64
+DEBUG_MAX_RENDERS = 2
+DEBUG_MAX_HELD_BYTES = 32 * 1024 * 1024
+DEBUG_RETRY_AFTER_S = 1
+_CHUNK_BYTES = 64 * 1024  # a slow client holds at most about this much unsent
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -43,9 +81,75 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class WebSettings:
     poll_interval_s: float
     enable_debug: bool = True
+    debug_max_in_flight: int = DEBUG_MAX_IN_FLIGHT
+
+
+class _DebugViews:
+    """Per-snapshot encodings of /debug/allocations and the bound on requests in flight."""
+
+    def __init__(self, *, max_in_flight: int, max_renders: int, max_held_bytes: int) -> None:
+        self._max_in_flight = max_in_flight
+        self._max_held_bytes = max_held_bytes
+        self.in_flight = 0
+        self.held_bytes = 0
+        self._renders = asyncio.Semaphore(max_renders)
+        self._snapshot: Snapshot | None = None
+        self._full: dict[str, asyncio.Future[EncodedView]] = {}
+
+    def try_enter(self) -> bool:
+        if self.in_flight >= self._max_in_flight:
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+    @contextlib.asynccontextmanager
+    async def view(
+        self, snapshot: Snapshot, *, filters: Filters, output: str, source: str = "snapshot"
+    ) -> AsyncIterator[EncodedView]:
+        """The encoded view, held (and counted against the budget) while in the block."""
+        if filters == Filters() and source == "snapshot":
+            yield await self._full_view(snapshot, output)
+            return
+        async with self._renders:
+            view = await asyncio.to_thread(_encode, snapshot, filters, output, source)
+        if self.held_bytes and self.held_bytes + view.size > self._max_held_bytes:
+            raise _busy()
+        self.held_bytes += view.size
+        try:
+            yield view
+        finally:
+            self.held_bytes -= view.size
+
+    async def _full_view(self, snapshot: Snapshot, output: str) -> EncodedView:
+        if snapshot is not self._snapshot:  # a new poll: the old encodings go
+            self._snapshot, self._full = snapshot, {}
+        pending = self._full.get(output)
+        if pending is None:
+            # One encoding per snapshot and format, shared by every request that wants it.
+            pending = asyncio.ensure_future(
+                asyncio.to_thread(_encode, snapshot, Filters(), output, "snapshot")
+            )
+            self._full[output] = pending
+            # A failed encoding is not kept: the next request tries again.
+            pending.add_done_callback(lambda done: self._forget_failed(output, done))
+        return await asyncio.shield(pending)
+
+    def _forget_failed(self, output: str, done: asyncio.Future[EncodedView]) -> None:
+        if (done.cancelled() or done.exception() is not None) and self._full.get(output) is done:
+            del self._full[output]
+
+
+def _encode(snapshot: Snapshot, filters: Filters, output: str, source: str) -> EncodedView:
+    if output == "text":
+        return encode_text(snapshot, filters=filters)
+    return encode_json(snapshot, filters=filters, source=source)
 
 
 STORE = web.AppKey("store", SnapshotStore)
+DEBUG_VIEWS = web.AppKey("debug_views", _DebugViews)
 SETTINGS = web.AppKey("settings", WebSettings)
 LOOKUP = web.AppKey("lookup", CoalescingLookup)
 
@@ -54,11 +158,14 @@ class BadRequest(Exception):
     """Client error: answered 400 with this message."""
 
 
-def _json_error(status: int, message: str) -> web.Response:
+def _json_error(
+    status: int, message: str, *, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.Response(
         status=status,
         text=json.dumps({"error": message}) + "\n",
         content_type="application/json",
+        headers=headers,
     )
 
 
@@ -68,10 +175,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except BadRequest as error:
         return _json_error(400, str(error))
+    except ConnectionResetError:
+        # The client went (reset, or half-closed so aiohttp closed): nothing to answer,
+        # nothing broken on our side.
+        log.debug("http_client_gone", path=request.path)
+        raise
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        return _json_error(error.status, error.reason)
+        # 405 says what is allowed; 503 says when to come back.
+        kept = {k: v for k, v in error.headers.items() if k in ("Allow", "Retry-After")}
+        return _json_error(error.status, error.reason, headers=kept)
     except Exception as error:
         log.exception("http_handler_failed", path=request.path)
         return _json_error(500, f"internal error: {type(error).__name__}")
@@ -88,10 +202,44 @@ def _current(request: web.Request) -> Snapshot:
     return _published(request).snapshot
 
 
+def _qualities(header: str) -> dict[str, float]:
+    """``Accept``-style header -> {lower-cased value: q}; unparsable q counts as 0."""
+    found: dict[str, float] = {}
+    for item in header.split(","):
+        value, *params = (part.strip() for part in item.split(";"))
+        if not value:
+            continue
+        q = 1.0
+        for param in params:
+            name, _, text = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(text)
+                except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0:  # nan and out-of-range values say nothing usable
+                    q = 0.0
+        value = value.lower()
+        found[value] = max(q, found.get(value, 0.0))
+    return found
+
+
+def _wants_openmetrics(accept: str) -> bool:
+    """OpenMetrics when asked for with q > 0 and preferred at least as much as text."""
+    qualities = _qualities(accept)
+    openmetrics = qualities.get("application/openmetrics-text", 0.0)
+    return openmetrics > 0 and openmetrics >= qualities.get("text/plain", 0.0)
+
+
+def _wants_gzip(accept_encoding: str) -> bool:
+    qualities = _qualities(accept_encoding)
+    return qualities.get("gzip", 0.0 if "gzip" in qualities else qualities.get("*", 0.0)) > 0
+
+
 async def metrics(request: web.Request) -> web.Response:
     exposition = _published(request).exposition
-    openmetrics = "application/openmetrics-text" in request.headers.get("Accept", "")
-    gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
+    openmetrics = _wants_openmetrics(request.headers.get("Accept", ""))
+    gzipped = _wants_gzip(request.headers.get("Accept-Encoding", ""))
     # Encoded on the first ask for this format in this snapshot, then kept; only the
     # live process families are rendered per scrape.
     body = exposition.page(openmetrics=openmetrics, gzipped=gzipped)
@@ -118,24 +266,75 @@ def _query(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
     return values
 
 
-def _respond(
-    snapshot: Snapshot, *, filters: Filters, output: str, source: str = "snapshot"
-) -> web.Response:
-    now = time.time()
-    if output == "text":
-        return web.Response(text=render_text(snapshot, filters=filters, now=now))
-    body = render_json(snapshot, filters=filters, now=now, source=source)
-    return web.Response(text=json.dumps(body, indent=2) + "\n", content_type="application/json")
+async def _respond(
+    request: web.Request,
+    snapshot: Snapshot,
+    *,
+    filters: Filters,
+    output: str,
+    source: str = "snapshot",
+) -> web.StreamResponse:
+    async with request.app[DEBUG_VIEWS].view(
+        snapshot, filters=filters, output=output, source=source
+    ) as view:
+        return await _send(request, view.parts(time.time()), output=output)
 
 
-async def allocations(request: web.Request) -> web.Response:
-    query = _query(request, (*FILTER_KEYS, "format"))
-    return _respond(
-        _current(request), filters=Filters.from_query(query), output=query.get("format", "json")
+async def _send(
+    request: web.Request, parts: tuple[bytes, ...], *, output: str
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/plain; charset=utf-8"
+            if output == "text"
+            else "application/json; charset=utf-8"
+        }
+    )
+    response.content_length = sum(len(p) for p in parts)
+    await response.prepare(request)
+    for part in parts:
+        # Chunks: each write waits until the client has taken the one before, so a slow
+        # reader holds one chunk, not a copy of the whole body.
+        data = memoryview(part)
+        for offset in range(0, len(data), _CHUNK_BYTES):
+            await response.write(data[offset : offset + _CHUNK_BYTES])
+    await response.write_eof()
+    return response
+
+
+def _busy() -> web.HTTPServiceUnavailable:
+    return web.HTTPServiceUnavailable(
+        reason="too many /debug/allocations requests at once; retry shortly",
+        headers={"Retry-After": str(DEBUG_RETRY_AFTER_S)},
     )
 
 
-async def pod_allocations(request: web.Request) -> web.Response:
+def _debug_bounded(handler: Handler) -> Handler:
+    """At most DEBUG_MAX_IN_FLIGHT at once; beyond, 503 with Retry-After, at no cost."""
+
+    async def bounded(request: web.Request) -> web.StreamResponse:
+        views = request.app[DEBUG_VIEWS]
+        if not views.try_enter():
+            raise _busy()
+        try:
+            return await handler(request)
+        finally:
+            views.leave()
+
+    return bounded
+
+
+async def allocations(request: web.Request) -> web.StreamResponse:
+    query = _query(request, (*FILTER_KEYS, "format"))
+    return await _respond(
+        request,
+        _current(request),
+        filters=Filters.from_query(query),
+        output=query.get("format", "json"),
+    )
+
+
+async def pod_allocations(request: web.Request) -> web.StreamResponse:
     query = _query(request, ("format",))
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
     for what, value in (("namespace", namespace), ("pod", name)):
@@ -152,10 +351,10 @@ async def pod_allocations(request: web.Request) -> web.Response:
         source = f"snapshot ({error})"
     else:
         joined = join_fresh_pod(snapshot, fresh, collected_at=time.time())
-        return _respond(joined, filters=filters, output=output, source="kubelet Get")
+        return await _respond(request, joined, filters=filters, output=output, source="kubelet Get")
     if not any(filters.keeps_pod(p) for p in snapshot.pods):
         raise web.HTTPNotFound(reason=f"pod {namespace}/{name} not in the last snapshot")
-    return _respond(snapshot, filters=filters, output=output, source=source)
+    return await _respond(request, snapshot, filters=filters, output=output, source=source)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -213,11 +412,89 @@ def create_app(
     app[STORE] = store
     app[SETTINGS] = settings
     app[LOOKUP] = lookup
+    app[DEBUG_VIEWS] = _DebugViews(
+        max_in_flight=settings.debug_max_in_flight,
+        max_renders=DEBUG_MAX_RENDERS,
+        max_held_bytes=DEBUG_MAX_HELD_BYTES,
+    )
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if settings.enable_debug:
-        app.router.add_get("/debug/allocations", allocations)
-        app.router.add_get("/debug/allocations/{namespace}/{pod}", pod_allocations)
+        app.router.add_get("/debug/allocations", _debug_bounded(allocations))
+        app.router.add_get("/debug/allocations/{namespace}/{pod}", _debug_bounded(pod_allocations))
     return app
+
+
+class _JsonErrorRequestHandler(RequestHandler):
+    """aiohttp's connection handler, but a request its parser refuses gets one line of
+    JSON and one log line, not a text page echoing the request and a traceback."""
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: an answer is already on its way
+            raise ConnectionError("response already sent, cannot send the error")
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        what = type(exc).__name__ if exc is not None else "error"
+        if isinstance(exc, ConnectionResetError):
+            log.debug("http_client_gone", status=status, error=what)
+        elif status >= 500:
+            log.error("http_connection_failed", status=status, error=what)
+        else:
+            log.debug("http_request_unparsable", status=status, error=what)
+        response = _json_error(status, f"{reason}: {what}" if reason else what)
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    def __init__(self, *args: Any, handler_options: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handler_options = handler_options
+
+    def __call__(self) -> RequestHandler:
+        loop = asyncio.get_running_loop()
+        return _JsonErrorRequestHandler(self, loop=loop, **self._handler_options)
+
+
+class _Runner(web.AppRunner):
+    """AppRunner whose connections answer parser errors in JSON, with our timeouts."""
+
+    def __init__(self, app: web.Application, *, handler_options: dict[str, Any]) -> None:
+        super().__init__(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        self._handler_options = handler_options
+
+    async def _make_server(self) -> web.Server:
+        made = await super()._make_server()  # runs the app's start-up and freezes it
+        return _JsonErrorServer(
+            made.request_handler,
+            request_factory=made.request_factory,
+            handler_cancellation=made.handler_cancellation,
+            handler_options=self._handler_options,
+        )
+
+
+def make_runner(
+    app: web.Application,
+    *,
+    keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
+    lingering_time_s: float = LINGERING_TIME_S,
+) -> web.AppRunner:
+    """The runner to serve ``app`` with: connection timeouts and JSON parser errors."""
+    return _Runner(
+        app,
+        handler_options={
+            "keepalive_timeout": keepalive_timeout_s,
+            "lingering_time": lingering_time_s,
+            "access_log": None,
+        },
+    )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from exporter.cli import ConfigError, env_name, parse_config
+from exporter.cli import env_name, parse_config
+from exporter.config import ConfigError
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -110,6 +112,7 @@ def test_bad_values_raise_config_error(
     "argv",
     [
         ["--poll.interval", "-1"],
+        ["--poll.interval", "nan"],
         ["--kubelet.timeout", "abc"],
         ["--no-such-flag"],
         ["--web.listen-address", "host:99999"],
@@ -124,6 +127,68 @@ def test_process_exits_2_with_one_line(argv: list[str]) -> None:
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("podresources-exporter: error: ")
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--poll.interval", "nan"], "--poll.interval must be a finite number"),
+        (["--poll.interval", "inf"], "--poll.interval must be a finite number"),
+        (["--poll.interval", "1e-9"], "--poll.interval must be at least 1"),
+        (["--poll.interval", "0.5"], "--poll.interval must be at least 1"),
+        (["--kubelet.timeout", "nan"], "--kubelet.timeout must be a finite number"),
+        (["--kubelet.timeout", "inf"], "--kubelet.timeout must be a finite number"),
+        (["--kubelet.timeout", "0"], "--kubelet.timeout must be greater than 0"),
+        (["--collector.timeout=-inf"], "--collector.timeout must be a finite number"),
+        (["--kubelet.max-message-bytes", "2147483648"], "must be at most 2.14748e\\+09"),
+        (["--kubelet.max-message-bytes", "1e6"], "must be a number"),
+        (["--kubelet.max-message-bytes", "100"], "must be at least 4096"),
+        (["--kubelet.socket", ""], "--kubelet.socket must not be empty"),
+        (["--kubelet.socket", "/" + "s" * 107], "108 bytes long"),
+    ],
+)
+def test_out_of_range_flags_exit_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Non-finite and out-of-range numbers and unusable socket paths stop the start."""
+    with pytest.raises(SystemExit) as stopped:
+        parse_config(argv, {})
+    err = capsys.readouterr().err
+    assert (2, 1) == (stopped.value.code, err.count("\n"))
+    assert re.search(message, err), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kubelet.timeout", "11"], "--kubelet.timeout 11s is longer than --poll.interval 10s"),
+        (["--poll.interval", "1", "--collector.timeout", "1.5"], "--collector.timeout 1.5s is"),
+    ],
+)
+def test_timeouts_longer_than_the_interval_are_refused(argv: list[str], message: str) -> None:
+    """Timeouts lie within (0, poll interval]: a poll must end before the next begins."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(argv, {})
+
+
+def test_edges_of_the_ranges_are_accepted() -> None:
+    """1 s polls, a timeout equal to the interval, 2 GiB - 1 and a 107-byte path all work."""
+    config = parse_config(
+        [
+            "--poll.interval=1",
+            "--kubelet.timeout=1",
+            "--kubelet.max-message-bytes=2147483647",
+            "--kubelet.socket=/" + "s" * 106,
+        ],
+        {},
+    )
+    assert (1.0, 1.0, 1.0, 2**31 - 1, 107) == (
+        config.poll_interval_s,
+        config.kubelet_timeout_s,
+        config.collector_timeout_s,
+        config.kubelet_max_message_bytes,
+        len(config.kubelet_socket),
+    )
 
 
 def test_help_documents_every_flag_and_variable() -> None:
@@ -176,3 +241,12 @@ def test_gpu_processes_is_opt_in_with_its_pod_log_path() -> None:
     help_text = " ".join(result.stdout.split())
     assert "hostPID: true" in help_text
     assert env_name("--path.pod-logs") in help_text
+
+
+def test_app_does_not_import_cli() -> None:
+    """Arrows point one way: the app runs a Config without importing the flag parser."""
+    code = "import sys, exporter.app; print('exporter.cli' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "False" == result.stdout.strip()

@@ -232,7 +232,8 @@ class TestRefusals:
     def test_serve_refuses_at_start_up(self, folder: Path) -> None:
         """The exporter does not start on a refused file: one ConfigError line."""
         from exporter.app import serve
-        from exporter.cli import ConfigError, parse_config
+        from exporter.cli import parse_config
+        from exporter.config import ConfigError
 
         path = folder / "web.yml"
         path.write_text(f"{TLS}  min_version: TLS1.3\n")

@@ -7,7 +7,11 @@ counted in ``stats()``, and fails with an ``exporter.kubelet.errors`` exception.
 Two things keep load off the kubelet, whose socket is rate-limited for every client on
 the node: a method found missing or disabled is not asked again for
 ``capability_recheck_s``, and after RESOURCE_EXHAUSTED, UNAVAILABLE or a deadline every
-call is refused locally for a jittered window that doubles up to ``backoff_max_s``.
+call is refused locally for a jittered window that doubles up to ``backoff_max_s``,
+counted from the start of the failed call, and a successful call closes it. The exporter
+sets ``backoff_max_s`` to half the poll interval: the poller's own calls, one set per
+interval, are never refused, so data returns at the first poll after the kubelet does;
+only the extra calls (fresh ``Get`` look-ups) are held back.
 """
 
 from __future__ import annotations
@@ -21,12 +25,10 @@ from typing import Any, Generic, TypeVar
 
 import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
 import structlog
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from exporter.kubelet.api.v1 import api_pb2 as v1
-from exporter.kubelet.api.v1 import api_pb2_grpc as v1_grpc
 from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
-from exporter.kubelet.api.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from exporter.kubelet.convert import (
     allocatable_from_proto,
     pod_from_proto,
@@ -40,6 +42,7 @@ from exporter.kubelet.errors import (
     MessageTooLarge,
     MethodUnavailable,
     PodNotFound,
+    ReplyUndecodable,
 )
 from exporter.kubelet.stats import KubeletRequestStats, StatsRecorder
 from exporter.model import AllocatableResources, PodResources
@@ -48,8 +51,6 @@ __all__ = [
     "DEFAULT_BACKOFF_INITIAL_S",
     "DEFAULT_BACKOFF_MAX_S",
     "DEFAULT_CAPABILITY_RECHECK_S",
-    "DEFAULT_MAX_MESSAGE_BYTES",
-    "DEFAULT_TIMEOUT_S",
     "METHOD_GET",
     "METHOD_GET_ALLOCATABLE",
     "METHOD_LIST",
@@ -59,17 +60,16 @@ __all__ = [
     "KubeletClient",
 ]
 
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # what the reference client uses; gRPC's is 4 MiB
-DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_CAPABILITY_RECHECK_S = 300.0
 DEFAULT_BACKOFF_INITIAL_S = 1.0
 DEFAULT_BACKOFF_MAX_S = 60.0
 
 # gRPC's own reconnect backoff once the socket is gone (defaults: 1 s growing to 120 s).
-# Capped low so a restarted kubelet is seen within a few seconds, i.e. inside one poll
-# interval; a failed connect on a local unix socket costs nearly nothing.
+# Capped at the shortest poll interval allowed (1 s): a call made while the channel waits
+# out its backoff fails without trying, so a longer cap let the first poll after the
+# kubelet's return fail too. A failed connect on a local unix socket costs nearly nothing.
 RECONNECT_BACKOFF_INITIAL_MS = 100
-RECONNECT_BACKOFF_MAX_MS = 5_000
+RECONNECT_BACKOFF_MAX_MS = 1_000
 
 # Method names used in stats(), api_status() and logs: the v1 RPC names, and the v1alpha1
 # List (the fallback for kubelets without v1) spelled out.
@@ -85,11 +85,43 @@ _PROBE_NAME = "-probe-"
 
 _NOT_FOUND = re.compile(r"^pod \S* in namespace \S* not found")
 _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
+_SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")  # gRPC: "larger than max (20971780 vs. 16777216)"
+
+_RPC_PATHS = {
+    METHOD_LIST: "/v1.PodResourcesLister/List",
+    METHOD_GET_ALLOCATABLE: "/v1.PodResourcesLister/GetAllocatableResources",
+    METHOD_GET: "/v1.PodResourcesLister/Get",
+    METHOD_V1ALPHA1_LIST: "/v1alpha1.PodResourcesLister/List",
+}
 
 _BACKOFF_CODES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
 
 _T = TypeVar("_T")
-_M = TypeVar("_M")
+_Reply = TypeVar("_Reply", bound=Message)
+
+
+def _serialize(request: Message) -> bytes:
+    return request.SerializeToString()
+
+
+def _decoded(parse: Callable[[bytes], _T]) -> Callable[[bytes], Awaitable[_T]]:
+    """A small reply's decoding, done on the spot (List and GetAllocatableResources,
+    the big ones, are decoded in a thread by _ReplyMemo)."""
+
+    async def decode(raw: bytes) -> _T:
+        return parse(raw)
+
+    return decode
+
+
+def _parse(reply_type: type[_Reply], raw: bytes) -> _Reply:
+    try:
+        return reply_type.FromString(raw)
+    except DecodeError as err:
+        raise ReplyUndecodable(
+            f"undecodable reply of {len(raw)} bytes, not a {reply_type.DESCRIPTOR.name}: {err}"
+        ) from err
+
 
 _log = structlog.get_logger()
 
@@ -103,11 +135,11 @@ class _Backoff:
     def __init__(
         self, *, initial_s: float, max_s: float, clock: Callable[[], float], rng: random.Random
     ) -> None:
-        self._initial_s = initial_s
+        self._initial_s = min(initial_s, max_s)
         self._max_s = max_s
         self._clock = clock
         self._rng = rng
-        self._delay_s = initial_s
+        self._delay_s = self._initial_s
         self._until: float | None = None
         self._error: KubeletRateLimited | KubeletUnavailable | None = None
 
@@ -118,25 +150,26 @@ class _Backoff:
         remaining = self._until - self._clock()
         if remaining <= 0:
             return None
-        return type(self._error)(
-            f"{self._error.message} (backing off, not asking the kubelet for {remaining:.1f} s)"
-        )
+        # No remaining time in the text: an outage's message stays the same from poll to
+        # poll, so whoever logs changes of it logs the outage once.
+        return type(self._error)(f"{self._error.message} (backing off)")
 
-    def failed(self, error: KubeletRateLimited | KubeletUnavailable) -> None:
-        now = self._clock()
-        if self._until is not None and now < self._until:
+    def failed(self, error: KubeletRateLimited | KubeletUnavailable, *, started: float) -> None:
+        """``started``: when the failed call began; the window counts from there, so a
+        call that ran to its deadline does not push the window past the next poll."""
+        if self._until is not None and self._clock() < self._until:
             return  # a concurrent call of the same outage: the window is already open
         if self._error is None:
-            _log.warning("kubelet_backoff_started", reason=error.message)
+            _log.debug("kubelet_backoff_started", reason=error.message)
         # "Equal jitter": the window lies in [delay/2, delay], so it never passes the cap.
         window = self._delay_s / 2 + self._rng.uniform(0, self._delay_s / 2)
-        self._until = now + window
+        self._until = started + window
         self._error = error
         self._delay_s = min(self._delay_s * 2, self._max_s)
 
     def answered(self) -> None:
         if self._error is not None:
-            _log.info("kubelet_backoff_ended")
+            _log.debug("kubelet_backoff_ended")
         self._delay_s = self._initial_s
         self._until = None
         self._error = None
@@ -165,13 +198,6 @@ class _ReplyMemo(Generic[_T]):
         value = await asyncio.to_thread(convert, raw)
         self._raw, self._value = raw, value
         return value
-
-
-def _decode(method: str, parse: Callable[[bytes], _M], raw: bytes) -> _M:
-    try:
-        return parse(raw)
-    except DecodeError as error:
-        raise KubeletError(f"{method}: undecodable reply ({len(raw)} bytes): {error}") from error
 
 
 # --- Client ------------------------------------------------------------------------------
@@ -203,11 +229,7 @@ class KubeletClient:
         # method -> (clock time it was found unavailable, why)
         self._unavailable: dict[str, tuple[float, str]] = {}
         self._channel: grpc.aio.Channel | None = None  # opened on first use, inside the loop
-        self._v1: Any = None
-        self._v1alpha1: Any = None
-        # List and GetAllocatableResources fetched as raw bytes (see _ReplyMemo).
-        self._list_raw: Any = None
-        self._allocatable_raw: Any = None
+        self._rpcs: dict[str, Any] = {}
         self._pods_memo: _ReplyMemo[tuple[PodResources, ...]] = _ReplyMemo()
         self._pods_by_bytes: dict[bytes, PodResources] = {}  # each pod of the last reply
         self._allocatable_memo: _ReplyMemo[AllocatableResources] = _ReplyMemo()
@@ -222,46 +244,46 @@ class KubeletClient:
     async def list_pods(self) -> tuple[PodResources, ...]:
         """Every pod's resources: v1 List, or v1alpha1 List where the kubelet lacks v1."""
         try:
-            raw: bytes = await self._call(
+            return await self._call(
                 METHOD_LIST,
-                lambda: self._raw_calls()[0](v1.ListPodResourcesRequest(), timeout=self._timeout_s),
+                v1.ListPodResourcesRequest(),
+                lambda raw: self._pods_memo.convert(raw, self._convert_pods),
             )
         except MethodUnavailable:
             pass
-        else:
-            return await self._pods_memo.convert(raw, self._convert_pods)
         try:
-            old: v1alpha1.ListPodResourcesResponse = await self._call(
+            return await self._call(
                 METHOD_V1ALPHA1_LIST,
-                lambda: self._stubs()[1].List(
-                    v1alpha1.ListPodResourcesRequest(), timeout=self._timeout_s
+                v1alpha1.ListPodResourcesRequest(),
+                _decoded(
+                    lambda raw: pods_from_v1alpha1_list_response(
+                        _parse(v1alpha1.ListPodResourcesResponse, raw)
+                    )
                 ),
             )
         except MethodUnavailable as err:
             raise MethodUnavailable(
                 f"List: neither v1 nor v1alpha1 available: {err.message}", method=METHOD_LIST
             ) from err
-        return pods_from_v1alpha1_list_response(old)
 
     async def get_allocatable(self) -> AllocatableResources:
         """What the node can allocate; MethodUnavailable where unimplemented or disabled."""
-        raw: bytes = await self._call(
+        return await self._call(
             METHOD_GET_ALLOCATABLE,
-            lambda: self._raw_calls()[1](v1.AllocatableResourcesRequest(), timeout=self._timeout_s),
-        )
-        return await self._allocatable_memo.convert(
-            raw,
-            lambda r: allocatable_from_proto(
-                _decode(METHOD_GET_ALLOCATABLE, v1.AllocatableResourcesResponse.FromString, r)
+            v1.AllocatableResourcesRequest(),
+            lambda raw: self._allocatable_memo.convert(
+                raw,
+                lambda r: allocatable_from_proto(_parse(v1.AllocatableResourcesResponse, r)),
             ),
         )
 
     async def get_pod(self, *, namespace: str, name: str) -> PodResources:
         """One pod's resources, fresh; PodNotFound, MethodUnavailable."""
         request = v1.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
-        reply: v1.GetPodResourcesResponse = await self._call(
+        reply = await self._call(
             METHOD_GET,
-            lambda: self._stubs()[0].Get(request, timeout=self._timeout_s),
+            request,
+            _decoded(lambda raw: _parse(v1.GetPodResourcesResponse, raw)),
             pod=(namespace, name),
         )
         if not reply.HasField("pod_resources"):
@@ -310,14 +332,19 @@ class KubeletClient:
 
     # --- internals ---
 
-    def _stubs(self) -> tuple[Any, Any]:
+    def _rpc(self, method: str) -> Any:
+        """The method's callable on the one channel, opened on first use (inside the loop).
+
+        Replies come back as bytes and are parsed here, not by grpc.aio: its deserializer
+        turns a parse error into a None reply and a logged traceback.
+        """
         if self._channel is None:
             target = (
                 f"unix://{self._socket_path}"
                 if self._socket_path.startswith("/")
                 else f"unix:{self._socket_path}"
             )
-            channel = grpc.aio.insecure_channel(
+            self._channel = grpc.aio.insecure_channel(
                 target,
                 options=[
                     ("grpc.max_receive_message_length", self._max_message_bytes),
@@ -326,43 +353,35 @@ class KubeletClient:
                     ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
                 ],
             )
-            # Generated gRPC modules carry no annotations.
-            self._v1 = v1_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
-            v1alpha1_stub = v1alpha1_grpc.PodResourcesListerStub
-            self._v1alpha1 = v1alpha1_stub(channel)  # type: ignore[no-untyped-call]
-            # No response deserializer: grpc hands back the reply's bytes as they came.
-            self._list_raw = channel.unary_unary(
-                "/v1.PodResourcesLister/List",
-                request_serializer=v1.ListPodResourcesRequest.SerializeToString,
+            self._rpcs = {}
+        rpc = self._rpcs.get(method)
+        if rpc is None:
+            rpc = self._channel.unary_unary(
+                _RPC_PATHS[method],
+                request_serializer=_serialize,
                 response_deserializer=None,
             )
-            self._allocatable_raw = channel.unary_unary(
-                "/v1.PodResourcesLister/GetAllocatableResources",
-                request_serializer=v1.AllocatableResourcesRequest.SerializeToString,
-                response_deserializer=None,
-            )
-            self._channel = channel
-        return self._v1, self._v1alpha1
+            self._rpcs[method] = rpc
+        return rpc
 
     def _convert_pods(self, raw: bytes) -> tuple[PodResources, ...]:
-        reply = _decode(METHOD_LIST, v1.ListPodResourcesResponse.FromString, raw)
+        reply = _parse(v1.ListPodResourcesResponse, raw)
         pods, self._pods_by_bytes = pods_from_list_response_reusing(reply, self._pods_by_bytes)
         return pods
-
-    def _raw_calls(self) -> tuple[Any, Any]:
-        self._stubs()
-        return self._list_raw, self._allocatable_raw
 
     async def _call(
         self,
         method: str,
-        invoke: Callable[[], Awaitable[_T]],
+        request: Message,
+        decode: Callable[[bytes], Awaitable[_T]],
         *,
         pod: tuple[str, str] | None = None,
     ) -> _T:
         """One RPC: local refusals first, then the call, its stats and error translation.
 
-        ``pod`` is the (namespace, name) a Get asks for, to tell "not found" apart.
+        ``decode`` turns the reply's bytes into the result (ReplyUndecodable when they are
+        not the message). ``pod`` is the (namespace, name) a Get asks for, to tell "not
+        found" apart.
         """
         if self._closed:
             raise KubeletError(f"{method}: kubelet client is closed")
@@ -371,24 +390,43 @@ class KubeletClient:
         if refusal is not None:
             raise refusal
         started = time.perf_counter()
+        started_clock = self._clock()
         try:
-            reply = await invoke()
+            raw = await self._rpc(method)(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
             code: str = err.code().name
             self._stats.record(method=method, code=code, seconds=time.perf_counter() - started)
-            raise self._translate(method, code=code, details=err.details() or "", pod=pod) from err
+            raise self._translate(
+                method, code=code, details=err.details() or "", pod=pod, started=started_clock
+            ) from err
         except asyncio.CancelledError:
             self._stats.record(
                 method=method, code="CANCELLED", seconds=time.perf_counter() - started
             )
             raise
-        self._stats.record(method=method, code="OK", seconds=time.perf_counter() - started)
-        self._backoff.answered()
+        seconds = time.perf_counter() - started
+        self._backoff.answered()  # the kubelet answered, whatever the bytes say
+        try:
+            if not isinstance(raw, bytes):
+                raise ReplyUndecodable(f"undecodable reply: got {type(raw).__name__}, not bytes")
+            result = await decode(raw)
+        except ReplyUndecodable as err:
+            # INTERNAL, as gRPC's own clients in other languages say for a reply they
+            # cannot unmarshal: never counted OK.
+            self._stats.record(method=method, code="INTERNAL", seconds=seconds)
+            raise ReplyUndecodable(f"{method}: {err.message}") from err
+        self._stats.record(method=method, code="OK", seconds=seconds)
         self._mark_available(method)
-        return reply
+        return result
 
     def _translate(
-        self, method: str, *, code: str, details: str, pod: tuple[str, str] | None
+        self,
+        method: str,
+        *,
+        code: str,
+        details: str,
+        pod: tuple[str, str] | None,
+        started: float,
     ) -> KubeletError:
         message = f"{method}: {code}: {details}"
         too_large = code == "RESOURCE_EXHAUSTED" and _TOO_LARGE.search(details) is not None
@@ -396,17 +434,19 @@ class KubeletClient:
             # The kubelet answered (or our own size limit struck): it is reachable.
             self._backoff.answered()
         if too_large:
+            sizes = _SIZES.search(details)
+            size = f"of {sizes.group(1)} bytes " if sizes else ""
             return MessageTooLarge(
-                f"{method}: reply larger than max_message_bytes={self._max_message_bytes}: "
-                f"{details}"
+                f"{method}: reply {size}is larger than --kubelet.max-message-bytes="
+                f"{self._max_message_bytes}; raise the flag to accept it"
             )
         if code == "RESOURCE_EXHAUSTED":
             rate_limited = KubeletRateLimited(message)
-            self._backoff.failed(rate_limited)
+            self._backoff.failed(rate_limited, started=started)
             return rate_limited
         if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             unavailable = KubeletUnavailable(f"{message} (socket {self._socket_path})")
-            self._backoff.failed(unavailable)
+            self._backoff.failed(unavailable, started=started)
             return unavailable
         if code == "UNIMPLEMENTED" or (code == "UNKNOWN" and "disabled" in details):
             self._mark_unavailable(method, reason=f"{code}: {details}")
@@ -428,7 +468,7 @@ class KubeletClient:
         wait_s = since + self._capability_recheck_s - self._clock()
         if wait_s > 0:
             raise MethodUnavailable(
-                f"{method}: {reason} (not asked again for {wait_s:.0f} s)", method=method
+                f"{method}: {reason} (not asked again until the recheck)", method=method
             )
 
     def _mark_unavailable(self, method: str, *, reason: str) -> None:

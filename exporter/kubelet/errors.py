@@ -12,6 +12,7 @@ __all__ = [
     "MessageTooLarge",
     "MethodUnavailable",
     "PodNotFound",
+    "ReplyUndecodable",
 ]
 
 
@@ -40,6 +41,10 @@ class KubeletRateLimited(KubeletError):
 
 class MessageTooLarge(KubeletError):
     """A reply exceeded the client's max_message_bytes."""
+
+
+class ReplyUndecodable(KubeletError):
+    """The kubelet answered with bytes that are not the expected protobuf message."""
 
 
 class MethodUnavailable(KubeletError):

@@ -2,7 +2,8 @@
 
 It serves v1 (List, GetAllocatableResources, Get) and v1alpha1 (List) from model objects,
 answers like the real kubelet (same codes, same messages) and can be made to misbehave:
-hang, lack or disable methods, rate-limit, fail every call, or send huge replies.
+hang, lack or disable methods, rate-limit, fail every call, send huge replies or send
+bytes that are no protobuf message at all.
 Method names everywhere are qualified by API version, as in ``calls``: "v1.List".
 """
 
@@ -12,7 +13,7 @@ import asyncio
 import os
 import pathlib
 from collections import Counter
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
 
@@ -36,6 +37,7 @@ __all__ = [
     "METHODS",
     "PADDING_NAMESPACE",
     "RATE_LIMIT_MESSAGE",
+    "UNDECODABLE_REPLY",
     "V1ALPHA1_LIST",
     "V1_GET",
     "V1_GET_ALLOCATABLE",
@@ -58,21 +60,33 @@ RATE_LIMIT_MESSAGE = "rejected by rate limit"
 KUBELET_RATE_LIMIT_QPS = 100.0  # the real kubelet's limit for the whole socket
 KUBELET_RATE_LIMIT_BURST = 10
 
+# A length-delimited field 1 claiming 127 bytes, followed by none: truncated, so no
+# protobuf parser accepts it, whatever message it expects.
+UNDECODABLE_REPLY = b"\x0a\x7f"
+
+_V1_REQUESTS: dict[str, Any] = {
+    "List": v1.ListPodResourcesRequest,
+    "GetAllocatableResources": v1.AllocatableResourcesRequest,
+    "Get": v1.GetPodResourcesRequest,
+}
+_V1ALPHA1_REQUESTS: dict[str, Any] = {"List": v1alpha1.ListPodResourcesRequest}
+
 PADDING_NAMESPACE = "sim-padding"  # synthetic pods that only make List replies bigger
 _PADDING_RESOURCE = "sim.example.com/padding"
 _PADDING_ID_BYTES = 200
 _PADDING_IDS_PER_POD = 500
 
+_Reply = TypeVar("_Reply")
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
-def _padding_pods(padding_bytes: int) -> tuple[PodResources, ...]:
+def _padding_pods(padding_bytes: int, id_bytes: int) -> tuple[PodResources, ...]:
     # Long device IDs in pods of a bounded size: the reply grows by at least padding_bytes.
-    count = -(-padding_bytes // _PADDING_ID_BYTES)
+    count = -(-padding_bytes // id_bytes)
     pods = []
     for first in range(0, count, _PADDING_IDS_PER_POD):
         ids = tuple(
-            f"pad-{i:012d}-".ljust(_PADDING_ID_BYTES, "x")
+            f"pad-{i:012d}-".ljust(id_bytes, "x")
             for i in range(first, min(first + _PADDING_IDS_PER_POD, count))
         )
         pods.append(
@@ -101,12 +115,16 @@ class SimKubelet:
         self.disabled: set[str] = set()  # answer UNKNOWN "... disabled" (feature gate off)
         self.force_code: grpc.StatusCode | None = None  # fail every call with this code
         self.padding_bytes = 0  # List replies grow by at least this much
+        # ... in device IDs this long: many short ones (a busy node) or few long ones (a
+        # big reply that stays cheap to join and render).
+        self.padding_id_bytes = _PADDING_ID_BYTES
+        self.undecodable: set[str] = set()  # answer OK with bytes no client can parse
         self._hang = False
         self._release = asyncio.Event()
         self._bucket: TokenBucket | None = None
         self._pods: tuple[PodResources, ...] = ()
         self._allocatable = AllocatableResources()
-        self._padding: tuple[int, tuple[PodResources, ...]] = (0, ())
+        self._padding: tuple[tuple[int, int], tuple[PodResources, ...]] = ((0, 0), ())
         self._server: grpc.aio.Server | None = None
 
     # --- knobs ---
@@ -160,11 +178,10 @@ class SimKubelet:
                 ("grpc.max_receive_message_length", -1),
             ]
         )
-        # Generated gRPC modules carry no annotations.
-        add_v1 = v1_grpc.add_PodResourcesListerServicer_to_server
-        add_v1alpha1 = v1alpha1_grpc.add_PodResourcesListerServicer_to_server
-        add_v1(_V1Servicer(self), server)  # type: ignore[no-untyped-call]
-        add_v1alpha1(_V1alpha1Servicer(self), server)  # type: ignore[no-untyped-call]
+        _add_service(server, "v1.PodResourcesLister", _V1Servicer(self), _V1_REQUESTS)
+        _add_service(
+            server, "v1alpha1.PodResourcesLister", _V1alpha1Servicer(self), _V1ALPHA1_REQUESTS
+        )
         if server.add_insecure_port(self._target) == 0:
             raise RuntimeError(f"cannot listen on unix socket {self.socket_path}")
         await server.start()
@@ -214,12 +231,17 @@ class SimKubelet:
                 DISABLED_MESSAGES.get(method, f"PodResources API {rpc} disabled"),
             )
 
+    def reply(self, method: str, message: _Reply) -> _Reply | bytes:
+        """``message``, or undecodable bytes where the ``undecodable`` knob names ``method``."""
+        return UNDECODABLE_REPLY if method in self.undecodable else message
+
     def listed_pods(self) -> tuple[PodResources, ...]:
         """The pods List answers with: the state plus any padding pods."""
         if self.padding_bytes <= 0:
             return self._pods
-        if self._padding[0] != self.padding_bytes:
-            self._padding = (self.padding_bytes, _padding_pods(self.padding_bytes))
+        shape = (self.padding_bytes, self.padding_id_bytes)
+        if self._padding[0] != shape:
+            self._padding = (shape, _padding_pods(*shape))
         return self._pods + self._padding[1]
 
     def allocatable(self) -> AllocatableResources:
@@ -235,19 +257,19 @@ class _V1Servicer(v1_grpc.PodResourcesListerServicer):
 
     async def List(  # noqa: N802 - gRPC method name
         self, request: v1.ListPodResourcesRequest, context: _Context
-    ) -> v1.ListPodResourcesResponse:
+    ) -> v1.ListPodResourcesResponse | bytes:
         await self._sim.admit(V1_LIST, context)
-        return list_response_to_proto(self._sim.listed_pods())
+        return self._sim.reply(V1_LIST, list_response_to_proto(self._sim.listed_pods()))
 
     async def GetAllocatableResources(  # noqa: N802 - gRPC method name
         self, request: v1.AllocatableResourcesRequest, context: _Context
-    ) -> v1.AllocatableResourcesResponse:
+    ) -> v1.AllocatableResourcesResponse | bytes:
         await self._sim.admit(V1_GET_ALLOCATABLE, context)
-        return allocatable_to_proto(self._sim.allocatable())
+        return self._sim.reply(V1_GET_ALLOCATABLE, allocatable_to_proto(self._sim.allocatable()))
 
     async def Get(  # noqa: N802 - gRPC method name
         self, request: v1.GetPodResourcesRequest, context: _Context
-    ) -> v1.GetPodResourcesResponse:
+    ) -> v1.GetPodResourcesResponse | bytes:
         await self._sim.admit(V1_GET, context)
         pod = self._sim.find_pod(namespace=request.pod_namespace, name=request.pod_name)
         if pod is None:
@@ -256,7 +278,7 @@ class _V1Servicer(v1_grpc.PodResourcesListerServicer):
                 grpc.StatusCode.UNKNOWN,
                 f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
             )
-        return get_response_to_proto(pod)
+        return self._sim.reply(V1_GET, get_response_to_proto(pod))
 
 
 class _V1alpha1Servicer(v1alpha1_grpc.PodResourcesListerServicer):
@@ -265,9 +287,31 @@ class _V1alpha1Servicer(v1alpha1_grpc.PodResourcesListerServicer):
 
     async def List(  # noqa: N802 - gRPC method name
         self, request: v1alpha1.ListPodResourcesRequest, context: _Context
-    ) -> v1alpha1.ListPodResourcesResponse:
+    ) -> v1alpha1.ListPodResourcesResponse | bytes:
         await self._sim.admit(V1ALPHA1_LIST, context)
-        return v1alpha1_list_response_to_proto(self._sim.listed_pods())
+        return self._sim.reply(
+            V1ALPHA1_LIST, v1alpha1_list_response_to_proto(self._sim.listed_pods())
+        )
+
+
+def _serialize(reply: Any) -> bytes:
+    # Raw bytes pass as they are: that is how the undecodable knob reaches the wire.
+    return reply if isinstance(reply, bytes) else bytes(reply.SerializeToString())
+
+
+def _add_service(
+    server: grpc.aio.Server, service: str, servicer: Any, requests: dict[str, Any]
+) -> None:
+    """Register like the generated add_*_to_server, but with a serializer that lets bytes by."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=request_type.FromString,
+            response_serializer=_serialize,
+        )
+        for name, request_type in requests.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
 
 
 async def _abort(context: _Context, code: grpc.StatusCode, details: str) -> NoReturn:

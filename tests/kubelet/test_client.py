@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,6 +20,7 @@ from exporter.kubelet.errors import (
     MessageTooLarge,
     MethodUnavailable,
     PodNotFound,
+    ReplyUndecodable,
 )
 from exporter.kubelet.stats import LATENCY_BUCKETS_S, RequestCount
 from exporter.model import (
@@ -390,6 +392,83 @@ class TestBackoff:
             clock.advance(2.0)
         assert sim.calls[V1_LIST] == 6
 
+    async def test_window_counts_from_the_start_of_the_failed_call(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A call that ran to its deadline does not push the window past the next poll."""
+        client = make_client(clock=time.monotonic, timeout_s=0.3, backoff_max_s=0.2)
+        sim.hang = True
+        with pytest.raises(KubeletUnavailable):
+            await client.list_pods()
+        sim.hang = False
+        # The window (<= 0.2 s from the start) closed before the 0.3 s deadline struck.
+        assert (await client.list_pods(), sim.calls[V1_LIST]) == (PODS, 2)
+
+    async def test_refusals_say_the_same_thing_each_time(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """A refusal's message holds no countdown, so an outage reads the same every poll."""
+        sim.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        messages = []
+        for step in (0.0, 0.1, 0.3):
+            clock.advance(step)
+            with pytest.raises(KubeletRateLimited) as caught:
+                await client.list_pods()
+            messages.append(caught.value.message)
+        assert [messages[0] + " (backing off)"] * 2 == messages[1:]
+
+
+class TestUndecodable:
+    async def test_undecodable_reply_is_a_kubelet_error(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Bytes that are no ListPodResourcesResponse raise ReplyUndecodable saying so."""
+        sim.undecodable = {V1_LIST}
+        with pytest.raises(ReplyUndecodable) as caught:
+            await client.list_pods()
+        assert caught.value.message.startswith(
+            "List: undecodable reply of 2 bytes, not a ListPodResourcesResponse: "
+        )
+
+    async def test_undecodable_reply_is_counted_internal(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """The call is counted with code INTERNAL, not OK, for every method."""
+        sim.undecodable = {V1_LIST, V1_GET_ALLOCATABLE, V1_GET}
+        for call in (
+            client.list_pods(),
+            client.get_allocatable(),
+            client.get_pod(namespace="ml", name="trainer-0"),
+        ):
+            with pytest.raises(ReplyUndecodable):
+                await call
+        stats = client.stats()
+        counts = {(r.method, r.code): r.count for r in stats.requests}
+        assert {
+            ("List", "INTERNAL"): 1,
+            ("GetAllocatableResources", "INTERNAL"): 1,
+            ("Get", "INTERNAL"): 1,
+        } == counts
+
+    async def test_undecodable_reply_logs_no_traceback(
+        self, sim: SimKubelet, client: KubeletClient, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """grpc.aio's own parser would log a traceback and return None: ours logs nothing."""
+        sim.undecodable = {V1_LIST}
+        with pytest.raises(ReplyUndecodable):
+            await client.list_pods()
+        assert [] == [r.getMessage() for r in caplog.records]
+
+    async def test_good_replies_follow_undecodable_ones(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """The kubelet answered: no back-off, the next good reply is read."""
+        sim.undecodable = {V1_LIST}
+        with pytest.raises(ReplyUndecodable):
+            await client.list_pods()
+        sim.undecodable = set()
+        assert PODS == await client.list_pods()
+
 
 class TestUnavailable:
     async def test_stopped_kubelet_raises_unavailable_quickly(
@@ -414,6 +493,23 @@ class TestUnavailable:
             await client.list_pods()
         await sim.start()
         assert await list_when_up(client) == PODS
+
+    async def test_first_poll_after_a_long_outage_gets_data(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """After 6 s of failed polls (1 s apart, as the shortest interval allowed), the
+        first poll one interval after the kubelet is back has data: neither gRPC's
+        reconnect back-off nor ours has grown past the interval."""
+        client = make_client(clock=time.monotonic, backoff_max_s=0.5)
+        await client.list_pods()
+        await sim.stop()
+        for _ in range(6):
+            with pytest.raises(KubeletUnavailable):
+                await client.list_pods()
+            await asyncio.sleep(1.0)
+        await sim.start()
+        await asyncio.sleep(1.0)
+        assert PODS == await client.list_pods()
 
     async def test_client_waits_for_kubelet_not_yet_up(
         self, socket_path: str, make_client: Callable[..., KubeletClient]
@@ -452,15 +548,18 @@ class TestMessageSize:
     async def test_reply_over_limit_raises_clear_error(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
     ) -> None:
-        """A reply past max_message_bytes raises MessageTooLarge naming the limit."""
+        """A reply past the limit raises MessageTooLarge naming the flag and both sizes."""
         client = make_client(max_message_bytes=4 * MIB)
         sim.padding_bytes = 5 * MIB
         with pytest.raises(MessageTooLarge) as caught:
             await client.list_pods()
-        assert (
-            isinstance(caught.value, KubeletError),
-            "max_message_bytes=4194304" in caught.value.message,
-        ) == (True, True)
+        assert re.fullmatch(
+            r"List: reply of (\d+) bytes is larger than --kubelet.max-message-bytes=4194304; "
+            r"raise the flag to accept it",
+            caught.value.message,
+        ), caught.value.message
+        size = int(caught.value.message.split()[3])
+        assert 5 * MIB < size < 6 * MIB
 
     async def test_reply_over_limit_does_not_back_off(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]

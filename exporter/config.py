@@ -1,0 +1,83 @@
+"""The exporter's effective configuration: one frozen Config, and the defaults behind it.
+
+A leaf module: ``cli.py`` builds a Config from flags, ``app.py`` runs one; neither
+imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_CDI",
+    "DEFAULT_COLLECTOR_TIMEOUT_S",
+    "DEFAULT_KUBELET_PLUGINS",
+    "DEFAULT_KUBELET_TIMEOUT_S",
+    "DEFAULT_LISTEN_ADDRESS",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_POLL_INTERVAL_S",
+    "DEFAULT_SOCKET",
+    "Config",
+    "ConfigError",
+]
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # what the reference client uses; gRPC's is 4 MiB
+DEFAULT_KUBELET_TIMEOUT_S = 5.0
+DEFAULT_POLL_INTERVAL_S = 10.0
+DEFAULT_LISTEN_ADDRESS = ":9410"
+DEFAULT_COLLECTOR_TIMEOUT_S = 5.0
+DEFAULT_KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
+DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
+
+
+class ConfigError(Exception):
+    """A flag or environment value is unusable; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    kubelet_socket: str
+    kubelet_max_message_bytes: int
+    kubelet_timeout_s: float
+    poll_interval_s: float
+    collector_timeout_s: float
+    listen_host: str
+    listen_port: int
+    web_config_file: Path | None
+    debug_auth_file: Path | None
+    enable_debug: bool
+    sysfs: Path
+    procfs: Path
+    kubelet_plugins: Path
+    cdi: tuple[Path, ...]  # CDI spec directories, the first listed wins a duplicate name
+    collectors: tuple[str, ...]  # enabled, in registry order
+    node_name: str
+    log_level: str
+    log_format: str
+    demo: bool
+    pod_logs: Path = Path("/var/log/pods")
+
+    def as_log_fields(self) -> dict[str, Any]:
+        """The effective configuration, for the start-up log line."""
+        return {
+            "kubelet_socket": self.kubelet_socket,
+            "kubelet_max_message_bytes": self.kubelet_max_message_bytes,
+            "kubelet_timeout_s": self.kubelet_timeout_s,
+            "poll_interval_s": self.poll_interval_s,
+            "collector_timeout_s": self.collector_timeout_s,
+            "listen_address": f"{self.listen_host}:{self.listen_port}",
+            "web_config_file": str(self.web_config_file) if self.web_config_file else None,
+            "debug_auth_file": str(self.debug_auth_file) if self.debug_auth_file else None,
+            "enable_debug": self.enable_debug,
+            "sysfs": str(self.sysfs),
+            "procfs": str(self.procfs),
+            "kubelet_plugins": str(self.kubelet_plugins),
+            "cdi": [str(p) for p in self.cdi],
+            "pod_logs": str(self.pod_logs),
+            "collectors": list(self.collectors),
+            "node_name": self.node_name,
+            "demo": self.demo,
+        }

@@ -1,0 +1,49 @@
+"""Give freed memory back to the OS: one big kubelet reply must not raise RSS for good.
+
+glibc raises its mmap threshold each time a large block is freed, so after one big
+reply the next big strings come from the heap and stay resident: RSS stayed at three
+times its level after a 15 MiB reply. ``tune_allocator`` (once, at start) fixes the
+threshold so large blocks live in mmap and are returned on free, and caps the arenas
+the render threads spread over; ``trim`` hands back what the heap still holds free.
+Both do nothing where the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+__all__ = ["MALLOC_ARENAS", "MMAP_THRESHOLD_BYTES", "trim", "tune_allocator"]
+
+# glibc's mallopt parameters (malloc.h).
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+MMAP_THRESHOLD_BYTES = 128 * 1024
+MALLOC_ARENAS = 2
+
+
+def _glibc() -> Any:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt  # noqa: B018 - glibc has it; musl's libc.so.6 does not exist
+        libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def tune_allocator() -> bool:
+    """Fix the mmap threshold and cap the arenas; False where not glibc."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    return bool(
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        and libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
+    )
+
+
+def trim() -> bool:
+    """Return free heap memory to the OS (glibc malloc_trim); True when some was."""
+    libc = _glibc()
+    return bool(libc is not None and libc.malloc_trim(0))

@@ -1,0 +1,125 @@
+"""/debug/allocations views: encoded once with the age spliced in, hostile text made safe."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from exporter.debugview import (
+    MAX_CELL_CHARS,
+    Filters,
+    encode_json,
+    encode_text,
+    render_json,
+    render_text,
+)
+from exporter.join import join_snapshot
+from exporter.model import (
+    AllocatableResources,
+    ContainerResources,
+    DeviceGroup,
+    KubeletStatus,
+    PodResources,
+    Snapshot,
+)
+
+COLLECTED_AT = 1_700_000_000.0
+
+
+def snapshot(
+    *device_ids: str, name: str = "trainer-0", collected_at: float = COLLECTED_AT
+) -> Snapshot:
+    pod = PodResources(
+        namespace="ml",
+        name="trainer-0",
+        containers=(
+            ContainerResources(
+                name="main",
+                devices=(DeviceGroup(resource="example.com/dev", device_ids=device_ids),),
+            ),
+        ),
+    )
+    return join_snapshot(
+        node="node-1",
+        collected_at=collected_at,
+        kubelet=KubeletStatus(up=True, socket="/s", api=(), last_error=None),
+        pods=(pod,),
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+        collector_runs=(),
+    )
+
+
+class TestEncodedJson:
+    @pytest.mark.parametrize("filters", [Filters(), Filters(pod="trainer-0"), Filters(pod="x")])
+    def test_same_as_rendering_per_request(self, filters: Filters) -> None:
+        """Encoded once and spliced, the body is what rendering at that moment would give."""
+        view = snapshot("dev-0", "dev-1")
+        now = COLLECTED_AT + 12.3456
+        encoded = encode_json(view, filters=filters)
+        assert render_json(view, filters=filters, now=now) == json.loads(
+            b"".join(encoded.parts(now))
+        )
+
+    def test_age_moves_with_the_clock(self) -> None:
+        """One encoding answers later requests with their own age."""
+        encoded = encode_json(snapshot("dev-0"), filters=Filters())
+        ages = [
+            json.loads(b"".join(encoded.parts(COLLECTED_AT + s)))["age_seconds"] for s in (1, 60)
+        ]
+        assert [1.0, 60.0] == ages
+
+    def test_hostile_ids_cannot_move_the_age(self) -> None:
+        """A device ID spelling the placeholder or the key stays data; the age lands once."""
+        hostile = ('"age_seconds": "\x00age\x00"', "\x00age\x00", "\\", '"\n')
+        view = snapshot(*hostile)
+        body = json.loads(b"".join(encode_json(view, filters=Filters()).parts(COLLECTED_AT + 2)))
+        devices = body["pods"][0]["containers"][0]["devices"]
+        assert (2.0, sorted(hostile)) == (
+            body["age_seconds"],
+            sorted(d["device_id"] for d in devices),
+        )
+
+    def test_no_kubelet_data_has_no_age(self) -> None:
+        """Before the kubelet ever answered there is no age to splice: null."""
+        view = snapshot("dev-0", collected_at=0.0)
+        body = json.loads(b"".join(encode_json(view, filters=Filters()).parts(COLLECTED_AT)))
+        assert (None, None) == (body["age_seconds"], body["collected_at"])
+
+
+class TestEncodedText:
+    def test_same_as_rendering_per_request(self) -> None:
+        """For ordinary names the encoded table is the rendered one."""
+        view = snapshot("dev-0", "dev-1")
+        now = COLLECTED_AT + 3.21
+        assert render_text(view, filters=Filters(), now=now).encode() == b"".join(
+            encode_text(view, filters=Filters()).parts(now)
+        )
+
+    def test_newline_in_an_id_cannot_inject_a_row(self) -> None:
+        """Control characters are escaped: one device, one line, whatever its ID holds."""
+        view = snapshot("dev-0\nml  fake-pod  main  x  y", "tab\there\x1b[31m", "back\\slash")
+        text = render_text(view, filters=Filters(), now=COLLECTED_AT)
+        lines = text.splitlines()
+        assert 2 + 3 == len(lines)  # header line, column heads, three devices
+        assert all(char.isprintable() for line in lines for char in line)
+        assert (True, True, True) == (
+            "dev-0\\nml  fake-pod  main  x  y" in lines[2],
+            "tab\\there\\x1b[31m" in lines[3],
+            "back\\\\slash" in lines[4],
+        )
+
+    def test_long_cells_are_cut(self) -> None:
+        """A 5,000-character ID is cut to the cap, so one ID cannot widen every row."""
+        view = snapshot("d" * 5000, "short")
+        lines = render_text(view, filters=Filters(), now=COLLECTED_AT).splitlines()
+        assert max(len(line) for line in lines) < 8 * (MAX_CELL_CHARS + 2)
+        assert ("d" * (MAX_CELL_CHARS - 1) + "…") in lines[2] + lines[3]
+
+    def test_utf8_names_stay_readable(self) -> None:
+        """Printable non-ASCII text is shown as it is, not escaped."""
+        view = replace(snapshot("gpu-ü-0"), node="nœud-1")
+        text = render_text(view, filters=Filters(), now=COLLECTED_AT)
+        assert ("gpu-ü-0" in text, text.startswith("# node nœud-1,")) == (True, True)

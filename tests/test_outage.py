@@ -1,0 +1,89 @@
+"""OutageLog and Throttle: one line per start, change and end; one per interval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from exporter.outage import OutageLog, Throttle
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def events(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["event"], e["log_level"]) for e in logs]
+
+
+class TestOutageLog:
+    def test_repeats_of_one_failure_log_once(self) -> None:
+        """A hundred identical failures are one warning."""
+        outage = OutageLog("kubelet", clock=Clock())
+        with capture_logs() as logs:
+            for _ in range(100):
+                outage.failed(kind="KubeletUnavailable", error="List: UNAVAILABLE")
+        assert [("kubelet_failed", "warning")] == events(logs)
+        assert ("KubeletUnavailable", "List: UNAVAILABLE") == (logs[0]["kind"], logs[0]["error"])
+
+    def test_a_change_of_kind_is_logged(self) -> None:
+        """A failure of another kind is a new line, naming the previous kind and the count."""
+        outage = OutageLog("kubelet", clock=Clock())
+        with capture_logs() as logs:
+            outage.failed(kind="KubeletUnavailable", error="a")
+            outage.failed(kind="KubeletUnavailable", error="a")
+            outage.failed(kind="KubeletRateLimited", error="b")
+            outage.failed(kind="KubeletRateLimited", error="b")
+        assert [("kubelet_failed", "warning"), ("kubelet_failure_changed", "warning")] == events(
+            logs
+        )
+        assert ("KubeletRateLimited", "KubeletUnavailable", 3) == (
+            logs[1]["kind"],
+            logs[1]["previous_kind"],
+            logs[1]["failures"],
+        )
+
+    def test_the_end_is_logged_with_count_and_duration(self) -> None:
+        """Recovery says how many failures there were and for how long."""
+        clock = Clock()
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            outage.succeeded()
+            for _ in range(7):
+                outage.failed(kind="KubeletUnavailable", error="a")
+                clock.now += 10
+            outage.succeeded(socket="/s")
+            outage.succeeded()
+        assert [("kubelet_failed", "warning"), ("kubelet_recovered", "info")] == events(logs)
+        assert {"failures": 7, "duration_seconds": 70.0, "last_kind": "KubeletUnavailable"} == {
+            k: logs[1][k] for k in ("failures", "duration_seconds", "last_kind")
+        }
+
+    def test_a_new_outage_starts_afresh(self) -> None:
+        """After a recovery the next failure is logged again, counted from one."""
+        outage = OutageLog("kubelet", clock=Clock())
+        with capture_logs() as logs:
+            outage.failed(kind="A", error="a")
+            outage.succeeded()
+            outage.failed(kind="A", error="a")
+            outage.succeeded()
+        assert ["kubelet_failed", "kubelet_recovered"] * 2 == [e["event"] for e in logs]
+        assert [1, 1] == [e["failures"] for e in logs if e["event"] == "kubelet_recovered"]
+
+
+class TestThrottle:
+    def test_one_line_per_interval_with_the_count_held_back(self) -> None:
+        """Within an interval only the first call logs; the next one says how many were held."""
+        clock = Clock()
+        throttle = Throttle("accept_failed", interval_s=10.0, clock=clock)
+        with capture_logs() as logs:
+            for _ in range(1000):
+                throttle.warning(error="EMFILE")
+            clock.now += 10
+            throttle.warning(error="EMFILE")
+        assert [0, 999] == [e["suppressed_since_last"] for e in logs]

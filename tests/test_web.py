@@ -1,0 +1,234 @@
+"""HTTP edge behaviour on the real runner: bounds, negotiation, parser errors, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from exporter.app import Exporter, demo_collectors
+from exporter.cli import parse_config
+from exporter.sim.node import SimulatedNode
+from exporter.web import WebSettings, create_app, make_runner
+
+
+def config_for(node: SimulatedNode) -> Any:
+    return parse_config(
+        [*node.exporter_flags(), "--kubelet.timeout=1", "--poll.interval=1", "--node-name=n1"],
+        {},
+    )
+
+
+@pytest.fixture
+async def exporter(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
+    config = config_for(sim_node)
+    exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+    await exporter.poller.poll_once()
+    yield exporter
+    await exporter.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application, **runner_options: float) -> AsyncIterator[int]:
+    """``app`` on the real runner on a free loopback port; yields the port."""
+    runner = make_runner(app, **runner_options)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert isinstance(server, asyncio.base_events.Server)
+    try:
+        yield int(server.sockets[0].getsockname()[1])
+    finally:
+        await runner.cleanup()
+
+
+async def raw_exchange(port: int, request: bytes, *, read_timeout_s: float = 5.0) -> bytes:
+    """Send bytes as they are; read until the server closes (or the timeout)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        chunks = []
+        async with asyncio.timeout(read_timeout_s):
+            while chunk := await reader.read(65536):
+                chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        writer.close()
+
+
+def split_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), headers, body
+
+
+class TestParserErrors:
+    @pytest.mark.parametrize(
+        "request_bytes",
+        [
+            b"GARBAGE\r\n\r\n",
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+            b"GET /metrics HTTP/9.9\r\n\r\n",
+            b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n",
+            b"GET /metrics HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS client hello
+        ],
+    )
+    async def test_answered_with_one_line_of_json(
+        self, exporter: Exporter, request_bytes: bytes, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """What aiohttp's parser refuses is a 4xx with one JSON line, and no traceback logged."""
+        async with serving(exporter.create_app()) as port:
+            raw = await raw_exchange(port, request_bytes)
+        status, headers, body = split_response(raw)
+        assert (True, "application/json; charset=utf-8", 1) == (
+            400 <= status < 500,
+            headers["content-type"],
+            body.count(b"\n"),
+        )
+        assert set(json.loads(body)) == {"error"}
+        assert [] == [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+class TestMethodsAndNegotiation:
+    async def test_405_says_what_is_allowed(self, exporter: Exporter, aiohttp_client: Any) -> None:
+        """POST /metrics: 405 with Allow and a JSON error."""
+        client = await aiohttp_client(exporter.create_app())
+        response = await client.post("/metrics", data=b"x")
+        body = await response.json()
+        allow = response.headers.get("Allow", "")
+        assert (405, {"GET", "HEAD"}) == (response.status, set(allow.replace(" ", "").split(",")))
+        assert set(body) == {"error"}
+
+    @pytest.mark.parametrize(
+        ("accept", "encoding", "expected_type", "gzipped"),
+        [
+            ("", "gzip", "text/plain", True),
+            ("", "gzip;q=0", "text/plain", False),
+            ("", "gzip;q=0, *;q=1", "text/plain", False),
+            ("", "*", "text/plain", True),
+            ("", "identity, gzip;q=0.5", "text/plain", True),
+            ("application/openmetrics-text;version=1.0.0", "", "application/openmetrics", False),
+            ("application/openmetrics-text;q=0", "", "text/plain", False),
+            ("application/openmetrics-text;q=0.2,text/plain;q=0.9", "", "text/plain", False),
+            ("application/openmetrics-text;q=nan", "", "text/plain", False),
+        ],
+    )
+    async def test_q_values_are_honoured(
+        self,
+        exporter: Exporter,
+        aiohttp_client: Any,
+        accept: str,
+        encoding: str,
+        expected_type: str,
+        gzipped: bool,
+    ) -> None:
+        """q=0 refuses a format or an encoding; the higher q wins between text and OpenMetrics."""
+        client = await aiohttp_client(exporter.create_app(), auto_decompress=False)
+        response = await client.get(
+            "/metrics", headers={"Accept": accept, "Accept-Encoding": encoding}
+        )
+        assert (200, True, gzipped) == (
+            response.status,
+            response.headers["Content-Type"].startswith(expected_type),
+            response.headers.get("Content-Encoding") == "gzip",
+        )
+
+
+class TestDebugBound:
+    async def test_beyond_the_bound_503_with_retry_after(
+        self, exporter: Exporter, sim_node: SimulatedNode, aiohttp_client: Any
+    ) -> None:
+        """Requests past the bound get 503 + Retry-After at once; others still answer."""
+        app = create_app(
+            store=exporter.store,
+            settings=WebSettings(poll_interval_s=1, debug_max_in_flight=2),
+            lookup=exporter.lookup,
+        )
+        client = await aiohttp_client(app)
+        sim_node.kubelet.hang = True  # two fresh look-ups hold both places
+        held = [
+            asyncio.ensure_future(client.get(f"/debug/allocations/ml-training/trainer-{i}"))
+            for i in range(2)
+        ]
+        for _ in range(250):
+            if sim_node.kubelet.calls["v1.Get"] >= 2:
+                break
+            await asyncio.sleep(0.02)
+        refused = await client.get("/debug/allocations")
+        metrics = await client.get("/metrics")
+        sim_node.kubelet.hang = False
+        statuses = [r.status for r in await asyncio.gather(*held)]
+        assert (503, "1", {"error"}) == (
+            refused.status,
+            refused.headers.get("Retry-After"),
+            set(await refused.json()),
+        )
+        assert (200, [200, 404]) == (metrics.status, sorted(statuses))
+        after = await client.get("/debug/allocations")
+        assert 200 == after.status
+
+    async def test_one_encoding_per_snapshot(self, exporter: Exporter, aiohttp_client: Any) -> None:
+        """Concurrent unfiltered requests share one encoding; the next poll makes a new one."""
+        client = await aiohttp_client(exporter.create_app())
+        bodies = await asyncio.gather(*(client.get("/debug/allocations") for _ in range(20)))
+        first = {json.dumps(json.loads(await r.read()) | {"age_seconds": 0}) for r in bodies}
+        await exporter.poller.poll_once()
+        later = json.loads(await (await client.get("/debug/allocations")).read())
+        assert 1 == len(first)
+        assert json.loads(next(iter(first)))["collected_at"] != later["collected_at"]
+
+
+class TestConnectionTimeouts:
+    async def test_idle_connection_is_closed(self, exporter: Exporter) -> None:
+        """A connection that sends nothing is closed after the keep-alive timeout."""
+        async with serving(exporter.create_app(), keepalive_timeout_s=0.3) as port:
+            assert b"" == await raw_exchange(port, b"", read_timeout_s=5)
+
+    async def test_2000_idle_connections_are_all_closed(self, exporter: Exporter) -> None:
+        """2,000 connections that send nothing are all closed by the server, while it answers."""
+        async with serving(exporter.create_app(), keepalive_timeout_s=1.0) as port:
+            opened = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2000)]
+            try:
+                answer = await raw_exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                async with asyncio.timeout(30):
+                    ends = await asyncio.gather(*(reader.read(1) for reader, _ in opened))
+            finally:
+                for _, writer in opened:
+                    writer.close()
+        assert (200, {b""}) == (split_response(answer)[0], set(ends))
+
+    async def test_half_sent_head_is_closed(self, exporter: Exporter) -> None:
+        """A request head that never ends does not hold the connection."""
+        async with serving(exporter.create_app(), keepalive_timeout_s=0.3) as port:
+            raw = await raw_exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow:")
+        assert b"" == raw
+
+    async def test_keep_alive_connection_is_closed_after_its_answer(
+        self, exporter: Exporter
+    ) -> None:
+        """After an answer, an idle keep-alive connection is closed too."""
+        async with serving(exporter.create_app(), keepalive_timeout_s=0.3) as port:
+            raw = await raw_exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert 200 == split_response(raw)[0]
+
+    async def test_held_body_is_given_up(self, exporter: Exporter) -> None:
+        """A body announced and never sent: answered, then the connection is dropped."""
+        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc"
+        async with serving(
+            exporter.create_app(), keepalive_timeout_s=30, lingering_time_s=0.3
+        ) as port:
+            raw = await raw_exchange(port, request)
+        assert 200 == split_response(raw)[0]
