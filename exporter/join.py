@@ -420,6 +420,27 @@ def _advertised(pods: Iterable[PodResources], allocatable: AllocatableResources)
     return names
 
 
+def _discovered(matcher: _Matcher) -> list[DeviceView]:
+    """Devices only a collector knows (a GPU no device plugin advertises), shown with
+    empty owner labels; call after every allocation has been matched."""
+    return [
+        DeviceView(
+            resource="",
+            device_id=reading.name,
+            numa_nodes=(),
+            owner=UNALLOCATED,
+            allocatable=False,
+            resolution=Resolution(
+                physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
+            ),
+            reading=reading,
+            pci=matcher.readings.pci.get(reading.identity.pci_address or ""),
+        )
+        for reading in sorted(matcher.readings.standalone, key=lambda r: r.name)
+        if id(reading) not in matcher.used
+    ]
+
+
 def join_snapshot(
     *,
     node: str,
@@ -501,22 +522,7 @@ def join_snapshot(
         if device_id not in allocated_ids
     ]
     # Devices only a collector knows (a GPU no device plugin advertises) still show up.
-    discovered = [
-        DeviceView(
-            resource="",
-            device_id=reading.name,
-            numa_nodes=(),
-            owner=UNALLOCATED,
-            allocatable=False,
-            resolution=Resolution(
-                physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
-            ),
-            reading=reading,
-            pci=matcher.readings.pci.get(reading.identity.pci_address or ""),
-        )
-        for reading in sorted(matcher.readings.standalone, key=lambda r: r.name)
-        if id(reading) not in matcher.used
-    ]
+    discovered = _discovered(matcher)
 
     allocatable_devices: Counter[tuple[str, ...]] = Counter(
         (allocatable_resource[d], numa_label(t)) for d, t in allocatable_topology.items()
@@ -642,22 +648,7 @@ def refresh_readings(
         for d in previous.devices
         if not (d.resource == "" and d.resolution.source == DISCOVERED_SOURCE)
     ]
-    discovered = [
-        DeviceView(
-            resource="",
-            device_id=reading.name,
-            numa_nodes=(),
-            owner=UNALLOCATED,
-            allocatable=False,
-            resolution=Resolution(
-                physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
-            ),
-            reading=reading,
-            pci=matcher.readings.pci.get(reading.identity.pci_address or ""),
-        )
-        for reading in sorted(matcher.readings.standalone, key=lambda r: r.name)
-        if id(reading) not in matcher.used
-    ]
+    discovered = _discovered(matcher)
     devices = (*known, *discovered)
     listed = matcher.readings.gpu_processes  # processes come and go between polls
     return replace(
