@@ -27,22 +27,19 @@ exited) and counts one issue; the poll goes on.
 from __future__ import annotations
 
 import re
-import threading
+import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.collectors.base import (
     Collector,
     CollectorContext,
-    CollectorError,
-    CollectorUnavailable,
     Registration,
     issue,
 )
 from exporter.collectors.nvml import (
-    _ABSENT,
     FUNCTION_NOT_FOUND,
     NOT_FOUND,
     NOT_SUPPORTED,
@@ -50,6 +47,7 @@ from exporter.collectors.nvml import (
     NvmlHandle,
     NvmlProcess,
     NvmlProcessSample,
+    NvmlSession,
     NvmlSource,
     PynvmlSource,
 )
@@ -264,52 +262,32 @@ class GpuProcessesCollector(Collector):
         CONTAINER_UNKNOWN,
     )
 
-    def __init__(self, context: CollectorContext, *, source: NvmlSource | None = None) -> None:
+    def __init__(
+        self,
+        context: CollectorContext,
+        *,
+        source: NvmlSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(context)
-        self._source: NvmlSource = PynvmlSource() if source is None else source
-        self._lock = threading.Lock()
-        self._initialized = False
+        self._session = NvmlSession(PynvmlSource() if source is None else source, clock=clock)
+        self._source = self._session.source
         # Per device UUID: the newest sample timestamp seen, so each poll asks NVML
         # for the samples since the previous one.
         self._last_sample_us: dict[str, int] = {}
         self._issues: list[CollectorIssue] = []
 
     def collect(self) -> Readings:
-        with self._lock:
+        with self._session.lock:
             self._issues = []
-            self._ensure_initialized()
-            try:
-                count = self._source.device_count()
-            except NvmlError as error:
-                raise CollectorError(f"nvmlDeviceGetCount failed: {error.error_name}") from error
+            count = self._session.device_count()
             listed: list[_Listed] = []
             for index in range(count):
                 listed.extend(self._list_gpu(index))
             return Readings(gpu_processes=self._place(listed), issues=tuple(self._issues))
 
     def close(self) -> None:
-        if not self._lock.acquire(blocking=False):
-            return  # a collect wedged in the driver; process exit cleans up
-        try:
-            if self._initialized:
-                self._initialized = False
-                self._source.shutdown()
-        except NvmlError as error:
-            raise CollectorError(f"nvmlShutdown failed: {error.error_name}") from error
-        finally:
-            self._lock.release()
-
-    def _ensure_initialized(self) -> None:
-        if self._initialized:
-            return
-        try:
-            self._source.init()
-        except NvmlError as error:
-            reason = _ABSENT.get(error.error_name)
-            if reason is not None:
-                raise CollectorUnavailable(reason) from error
-            raise CollectorError(f"nvmlInit failed: {error.error_name}") from error
-        self._initialized = True
+        self._session.close()
 
     def _count(self, error: NvmlError, call: str) -> None:
         self._issues.append(issue(error.error_name, f"{call}: NVML {error.error_name}"))

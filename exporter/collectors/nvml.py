@@ -70,6 +70,7 @@ __all__ = [
     "NvmlMemory",
     "NvmlProcess",
     "NvmlProcessSample",
+    "NvmlSession",
     "NvmlSource",
     "PynvmlSource",
 ]
@@ -455,6 +456,80 @@ class _Mig:
     reading: DeviceReading
 
 
+class NvmlSession:
+    """One collector's use of NVML: its lock, nvmlInit retried with back-off, shutdown.
+
+    Shared by every collector that calls NVML (nvml, gpu_processes), so each gets the
+    same retry policy: the driver may load after the exporter, but on a node without
+    NVIDIA GPUs a failed init loads and probes libnvidia-ml each time, and the answer
+    rarely changes -- so after a failure the same answer is given until the next try,
+    INIT_RETRY_INITIAL_S later, doubling to INIT_RETRY_MAX_S.
+    """
+
+    def __init__(self, source: NvmlSource, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.lock = threading.Lock()
+        self._clock = clock
+        self._initialized = False
+        # After a failed init: the failure repeated until _retry_at.
+        self._failure: tuple[type[CollectorError], str] | None = None
+        self._retry_at = 0.0
+        self._delay_s = INIT_RETRY_INITIAL_S
+
+    def device_count(self) -> int:
+        """NVML initialised if it was not, then its GPU count; call holding ``lock``.
+
+        Raises CollectorUnavailable without a driver, CollectorError when NVML fails.
+        """
+        self._ensure_initialized()
+        try:
+            return self.source.device_count()
+        except NvmlError as error:
+            raise CollectorError(f"nvmlDeviceGetCount failed: {error.error_name}") from error
+
+    def close(self, *, forget: Callable[[], None] = lambda: None) -> None:
+        """Shut NVML down (``forget`` drops handles first); a wedged call keeps the lock,
+        and process exit cleans up then."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            if not self._initialized:
+                return
+            self._initialized = False
+            forget()
+            try:
+                self.source.shutdown()
+            except NvmlError as error:
+                raise CollectorError(f"nvmlShutdown failed: {error.error_name}") from error
+        finally:
+            self.lock.release()
+
+    def _ensure_initialized(self) -> None:
+        if self._initialized:
+            return
+        now = self._clock()
+        if self._failure is not None and now < self._retry_at:
+            # A fresh exception each time: re-raising one would grow its traceback.
+            kind, message = self._failure
+            raise kind(message)
+        try:
+            self.source.init()
+        except NvmlError as error:
+            reason = _ABSENT.get(error.error_name)
+            failure: CollectorError = (
+                CollectorUnavailable(reason)
+                if reason is not None
+                else CollectorError(f"nvmlInit failed: {error.error_name}")
+            )
+            self._retry_at = now + self._delay_s
+            self._delay_s = min(self._delay_s * 2, INIT_RETRY_MAX_S)
+            self._failure = (type(failure), str(failure))
+            raise failure from error
+        self._failure = None
+        self._delay_s = INIT_RETRY_INITIAL_S
+        self._initialized = True
+
+
 class NvmlCollector(Collector):
     """NVIDIA GPU and MIG device telemetry from NVML."""
 
@@ -470,14 +545,8 @@ class NvmlCollector(Collector):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(context)
-        self._source: NvmlSource = PynvmlSource() if source is None else source
-        self._lock = threading.Lock()
-        self._initialized = False
-        self._clock = clock
-        # After a failed init: the failure repeated until _init_retry_at (see below).
-        self._init_failure: tuple[type[CollectorError], str] | None = None
-        self._init_retry_at = 0.0
-        self._init_delay_s = INIT_RETRY_INITIAL_S
+        self._session = NvmlSession(PynvmlSource() if source is None else source, clock=clock)
+        self._source = self._session.source
         self._gpus: dict[int, _Gpu] = {}
         self._issues: list[CollectorIssue] = []
         # The device being read, named in issue details: the runner logs each distinct
@@ -485,61 +554,16 @@ class NvmlCollector(Collector):
         self._reading = ""
 
     def collect(self) -> Readings:
-        with self._lock:
+        with self._session.lock:
             self._issues = []
-            self._ensure_initialized()
-            try:
-                count = self._source.device_count()
-            except NvmlError as error:
-                raise CollectorError(f"nvmlDeviceGetCount failed: {error.error_name}") from error
+            count = self._session.device_count()
             devices: list[DeviceReading] = []
             for index in range(count):
                 devices.extend(self._read_gpu(index))
             return Readings(devices=tuple(devices), issues=tuple(self._issues))
 
     def close(self) -> None:
-        # A collect wedged in a driver call holds the lock; process exit cleans up then.
-        if not self._lock.acquire(blocking=False):
-            return
-        try:
-            if not self._initialized:
-                return
-            self._initialized = False
-            self._gpus.clear()
-            try:
-                self._source.shutdown()
-            except NvmlError as error:
-                raise CollectorError(f"nvmlShutdown failed: {error.error_name}") from error
-        finally:
-            self._lock.release()
-
-    def _ensure_initialized(self) -> None:
-        # The driver may load after the exporter, so init is retried -- but with back-off
-        # (doubling to INIT_RETRY_MAX_S): on a node without NVIDIA GPUs a failed init
-        # loads and probes libnvidia-ml every time, and the answer rarely changes.
-        if self._initialized:
-            return
-        now = self._clock()
-        if self._init_failure is not None and now < self._init_retry_at:
-            # A fresh exception each time: re-raising one would grow its traceback.
-            kind, message = self._init_failure
-            raise kind(message)
-        try:
-            self._source.init()
-        except NvmlError as error:
-            reason = _ABSENT.get(error.error_name)
-            failure: CollectorError = (
-                CollectorUnavailable(reason)
-                if reason is not None
-                else CollectorError(f"nvmlInit failed: {error.error_name}")
-            )
-            self._init_retry_at = now + self._init_delay_s
-            self._init_delay_s = min(self._init_delay_s * 2, INIT_RETRY_MAX_S)
-            self._init_failure = (type(failure), str(failure))
-            raise failure from error
-        self._init_failure = None
-        self._init_delay_s = INIT_RETRY_INITIAL_S
-        self._initialized = True
+        self._session.close(forget=self._gpus.clear)
 
     def _attempt(
         self,
