@@ -22,12 +22,6 @@ from dataclasses import dataclass, field
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client import exposition as text_format
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
 from prometheus_client.openmetrics import exposition as openmetrics_format
 
 from exporter import __version__
@@ -40,12 +34,14 @@ from exporter.metricwriter import (
     format_value,
     join_families,
     label_prefix,
+    sample_line,
     write_family,
 )
 from exporter.model import (
     ContainerView,
     DeviceView,
     MetricKind,
+    MetricSpec,
     NodeCount,
     Owner,
     Sample,
@@ -75,13 +71,25 @@ OWNER_LABELS = ("namespace", "pod", "container")
 DEVICE_LABELS = (*OWNER_LABELS, "resource", "device_id")
 
 
-@dataclass(frozen=True, slots=True)
+_ContainerLines = tuple[str, str, str, str, str]
+# A telemetry device's samples by (family, label values): what its prefixes follow from.
+_Shape = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+@dataclass(slots=True)
 class RenderCache:
     """What one render keeps for the next: exactly the prefixes and container lines it
-    used, so the cache follows the node's series and does not grow over churn."""
+    used, so the cache follows the node's series and does not grow over churn. Filled
+    by the render that made it, then only read."""
 
     prefixes: PrefixCache = field(default_factory=dict)
-    containers: dict[Hashable, tuple[str, str, str, str, str]] = field(default_factory=dict)
+    containers: dict[Hashable, _ContainerLines] = field(default_factory=dict)
+    # The allocation families' bodies, and the container lines they were joined from.
+    container_bodies: tuple[list[_ContainerLines], tuple[FamilyText, ...]] | None = None
+    # Escaped "name{labels} " of each exclusive-CPU mode, by owner: (modes, prefixes).
+    cpu_prefixes: dict[Owner, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    # Escaped "name{labels} " of each sample of a telemetry series owner, by shape.
+    telemetry: dict[tuple[Hashable, _Shape], tuple[str, ...]] = field(default_factory=dict)
 
 
 _LIVE_COLLECTORS = tuple(c for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR) if c)
@@ -139,6 +147,10 @@ class Exposition:
     cache: RenderCache = field(default_factory=RenderCache, compare=False, repr=False)
     _pages: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
     _gzipped: dict[str, _Gzipped] = field(default_factory=dict, compare=False, repr=False)
+    # Each variant's last whole page, by the live families' text it was made with.
+    _served: dict[tuple[bool, bool], tuple[str, bytes]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def static(self, *, openmetrics: bool) -> bytes:
         """The snapshot's families in one format, without live ones nor ``# EOF``."""
@@ -149,8 +161,17 @@ class Exposition:
         return page
 
     def page(self, *, openmetrics: bool, gzipped: bool) -> bytes:
-        """The whole page as a scraper gets it, live process families included."""
+        """The whole page as a scraper gets it, live process families included; the
+        scrapes of one second share it, as they share the live families' rendering."""
         live = _LIVE.text(openmetrics=openmetrics)
+        served = self._served.get((openmetrics, gzipped))
+        if served is not None and served[0] is live:
+            return served[1]
+        body = self._assemble(live, openmetrics=openmetrics, gzipped=gzipped)
+        self._served[(openmetrics, gzipped)] = (live, body)
+        return body
+
+    def _assemble(self, live: str, *, openmetrics: bool, gzipped: bool) -> bytes:
         if openmetrics:
             live += OPENMETRICS_EOF
         if not gzipped:
@@ -182,8 +203,13 @@ class Exposition:
         return self.page(openmetrics=True, gzipped=True)
 
 
-def _gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, labels=list(labels))
+def _gauge(name: str, documentation: str, labels: Sequence[str]) -> Rows:
+    return Rows(name, "gauge", documentation, tuple(labels), [])
+
+
+def _counter(name: str, documentation: str, labels: Sequence[str]) -> Rows:
+    """A counter family; its samples are ``<name>_total`` (given with or without it)."""
+    return Rows(name.removesuffix("_total"), "counter", documentation, tuple(labels), [])
 
 
 def _owner_values(owner: Owner) -> list[str]:
@@ -192,30 +218,26 @@ def _owner_values(owner: Owner) -> list[str]:
 
 def _node_family(
     name: str, documentation: str, labels: Sequence[str], counts: Iterable[NodeCount]
-) -> GaugeMetricFamily:
+) -> Rows:
     family = _gauge(name, documentation, labels)
     for count in counts:
-        family.add_metric(list(count.label_values), count.value)
+        family.add(count.label_values, count.value)
     return family
 
 
-def _add_sample(
-    families: dict[str, Rows], sample: Sample, *, labels: Sequence[str], values: Sequence[str]
-) -> None:
-    """Add one collector sample to its family; ``labels``/``values`` come before its own."""
-    spec = sample.spec
-    family = families.get(spec.name)
-    if family is None:
-        counter = spec.kind is MetricKind.COUNTER
-        family = Rows(
-            spec.name.removesuffix("_total") if counter else spec.name,
-            "counter" if counter else "gauge",
-            spec.help,
-            (*labels, *spec.labels),
-            [],
-        )
-        families[spec.name] = family
-    family.add((*values, *sample.label_values), sample.value)
+def _family_text(spec: MetricSpec, lines: list[str]) -> FamilyText:
+    """A collector family's text: a counter's family name is its samples' less ``_total``."""
+    counter = spec.kind is MetricKind.COUNTER
+    name = spec.name.removesuffix("_total") if counter else spec.name
+    return FamilyText(
+        name, "counter" if counter else "gauge", spec.help, "", "".join(lines), len(lines)
+    )
+
+
+def _sample_name(spec: MetricSpec) -> str:
+    if spec.kind is MetricKind.COUNTER:
+        return spec.name.removesuffix("_total") + "_total"
+    return spec.name
 
 
 def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, str], DeviceView]:
@@ -238,26 +260,51 @@ def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, s
     return owned
 
 
-def _telemetry_families(snapshot: Snapshot) -> Iterator[Metric | Rows]:
-    families: dict[str, Rows] = {}
-    for (owner, resource, base), device in _telemetry_owners(snapshot.devices).items():
-        assert device.reading is not None
-        values = [*_owner_values(owner), resource, base]
-        for sample in device.reading.samples:
-            _add_sample(families, sample, labels=DEVICE_LABELS, values=values)
-    for sample in snapshot.node_samples:
-        _add_sample(families, sample, labels=(), values=())
-    yield from families.values()
-    errors = CounterMetricFamily(
-        COLLECTOR_ERRORS.name, COLLECTOR_ERRORS.help, labels=list(COLLECTOR_ERRORS.labels)
-    )
+def _telemetry_families(
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
+) -> Iterator[FamilyText | Rows]:
+    """Collector samples, per series owner and for the node. A series owner's escaped
+    prefixes are kept while its samples keep their families and labels, so a poll
+    formats only the values."""
+    bodies: dict[str, tuple[MetricSpec, list[str]]] = {}
+    owners: list[tuple[Hashable, tuple[str, ...], tuple[str, ...], tuple[Sample, ...]]] = [
+        (key, DEVICE_LABELS, (*_owner_values(key[0]), key[1], key[2]), device.reading.samples)
+        for key, device in _telemetry_owners(snapshot.devices).items()
+        if device.reading is not None
+    ]
+    owners.append((None, (), (), snapshot.node_samples))
+    for key, labels, values, samples in owners:
+        shape = tuple([(s.spec.name, s.label_values) for s in samples])
+        prefixes = previous.telemetry.get((key, shape))
+        if prefixes is None:
+            prefixes = tuple(
+                label_prefix(
+                    _sample_name(sample.spec),
+                    zip(
+                        (*labels, *sample.spec.labels),
+                        (*values, *sample.label_values),
+                        strict=True,
+                    ),
+                )
+                + " "
+                for sample in samples
+            )
+        cache.telemetry[(key, shape)] = prefixes
+        for prefix, sample in zip(prefixes, samples, strict=True):
+            found = bodies.get(sample.spec.name)
+            if found is None:
+                found = bodies[sample.spec.name] = (sample.spec, [])
+            found[1].append(f"{prefix}{format_value(sample.value)}\n")
+    for spec, lines in bodies.values():
+        yield _family_text(spec, lines)
+    errors = _counter(COLLECTOR_ERRORS.name, COLLECTOR_ERRORS.help, COLLECTOR_ERRORS.labels)
     for run in snapshot.collectors:
         for error, count in run.error_counts:
-            errors.add_metric([run.name, error], count)
+            errors.add((run.name, error), count)
     yield errors
 
 
-def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
+def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
     yield _node_family(
         "podresources_node_allocatable_devices",
         "Device IDs the kubelet can allocate (each replica ID is one unit).",
@@ -314,8 +361,8 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
         pci_address = (identity.pci_address if identity else None) or (
             device.pci.address if device.pci else ""
         )
-        device_info.add_metric(
-            [
+        device_info.add(
+            (
                 device.resource,
                 device.device_id,
                 numa_label(device.numa_nodes),
@@ -323,13 +370,13 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
                 pci_address or "",
                 (identity.model if identity else None) or "",
                 (identity.vendor if identity else None) or "",
-            ],
+            ),
             1,
         )
         sysfs_node = device.pci.numa_node if device.pci else None
         if device.numa_nodes and sysfs_node is not None and sysfs_node not in device.numa_nodes:
-            mismatch.add_metric(
-                [device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)],
+            mismatch.add(
+                (device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)),
                 1,
             )
     unresolved = _gauge(
@@ -342,7 +389,7 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Metric]:
         if device.claim is not None and not device.resolution.keys:
             unresolved_devices[device.resource].add((device.claim.pool, device.device_id))
     for driver, found in sorted(unresolved_devices.items()):
-        unresolved.add_metric([driver], len(found))
+        unresolved.add((driver,), len(found))
     yield device_info
     yield mismatch
     yield unresolved
@@ -372,7 +419,6 @@ _CONTAINER_FAMILIES = (
         "1 when the container's devices and memory sit on NUMA nodes of its exclusive CPUs.",
     ),
 )
-_ContainerLines = tuple[str, str, str, str, str]
 
 
 def _line(name: str, labels: Iterable[tuple[str, str]], value: float) -> str:
@@ -442,17 +488,33 @@ def _container_lines(container: ContainerView) -> _ContainerLines:
     return (devices, cpus, memory, claims, aligned)
 
 
+def _cpu_seconds_lines(
+    container: ContainerView, *, cache: RenderCache, previous: RenderCache
+) -> Iterator[str]:
+    pairs = container.cpu_seconds_by_mode
+    modes = tuple([mode for mode, _ in pairs])
+    found = previous.cpu_prefixes.get(container.owner)
+    if found is None or found[0] != modes:
+        owner = tuple(zip(OWNER_LABELS, _owner_values(container.owner), strict=True))
+        found = (
+            modes,
+            tuple(label_prefix(_CPU_SECONDS, (*owner, ("mode", m))) + " " for m in modes),
+        )
+    cache.cpu_prefixes[container.owner] = found
+    return (
+        f"{prefix}{format_value(seconds)}\n"
+        for prefix, (_, seconds) in zip(found[1], pairs, strict=True)
+    )
+
+
+_CPU_SECONDS = "podresources_container_exclusive_cpu_seconds_total"
+
+
 def _container_families(
     snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
-) -> Iterator[FamilyText | Rows]:
+) -> Iterator[FamilyText]:
     per_container: list[_ContainerLines] = []
-    cpu_seconds = Rows(
-        "podresources_container_exclusive_cpu_seconds",
-        "counter",
-        "Seconds the container's exclusive CPUs spent in each mode.",
-        (*OWNER_LABELS, "mode"),
-        [],
-    )
+    cpu_seconds: list[str] = []
     for pod in snapshot.pods:
         for container in pod.containers:
             key = _container_key(container)
@@ -462,26 +524,41 @@ def _container_families(
             cache.containers[key] = lines
             per_container.append(lines)
             if container.cpu_seconds_by_mode:
-                owner = _owner_values(container.owner)
-                for mode, seconds in container.cpu_seconds_by_mode:
-                    cpu_seconds.add((*owner, mode), seconds)
-    for index, (name, documentation) in enumerate(_CONTAINER_FAMILIES):
-        body = "".join(lines[index] for lines in per_container)
-        yield FamilyText(name, "gauge", documentation, "", body, body.count("\n"))
-    yield cpu_seconds
+                cpu_seconds.extend(_cpu_seconds_lines(container, cache=cache, previous=previous))
+    kept = previous.container_bodies
+    if kept is not None and kept[0] == per_container:  # the same line objects: identity
+        bodies = kept[1]
+    else:
+        bodies = tuple(
+            FamilyText(name, "gauge", documentation, "", body, body.count("\n"))
+            for index, (name, documentation) in enumerate(_CONTAINER_FAMILIES)
+            for body in ("".join([lines[index] for lines in per_container]),)
+        )
+    cache.container_bodies = (per_container, bodies)
+    yield from bodies
+    yield FamilyText(
+        _CPU_SECONDS.removesuffix("_total"),
+        "counter",
+        "Seconds the container's exclusive CPUs spent in each mode.",
+        "",
+        "".join(cpu_seconds),
+        len(cpu_seconds),
+    )
 
 
-def _self_families(snapshot: Snapshot) -> Iterator[Metric]:
+def _self_families(
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
+) -> Iterator[FamilyText | Rows]:
     request_stats = snapshot.kubelet_requests
     build = _gauge(
         "podresources_exporter_build_info",
         "Always 1; the exporter's version and Python version.",
         ("version", "python_version"),
     )
-    build.add_metric([__version__, platform.python_version()], 1)
+    build.add((__version__, platform.python_version()), 1)
     yield build
     up = _gauge("podresources_kubelet_up", "1 when the last kubelet List call succeeded.", ())
-    up.add_metric([], 1 if snapshot.kubelet.up else 0)
+    up.add((), 1 if snapshot.kubelet.up else 0)
     yield up
     api = _gauge(
         "podresources_kubelet_api_available",
@@ -489,40 +566,50 @@ def _self_families(snapshot: Snapshot) -> Iterator[Metric]:
         ("method",),
     )
     for method, available in snapshot.kubelet.api:
-        api.add_metric([method], 1 if available else 0)
+        api.add((method,), 1 if available else 0)
     yield api
-    requests = CounterMetricFamily(
+    requests = _counter(
         "podresources_kubelet_requests",
         "PodResources calls made to the kubelet, by method and gRPC status code.",
-        labels=["method", "code"],
+        ("method", "code"),
     )
     for request in request_stats.requests:
-        requests.add_metric([request.method, request.code], request.count)
+        requests.add((request.method, request.code), request.count)
     yield requests
-    latency = HistogramMetricFamily(
-        "podresources_kubelet_request_duration_seconds",
-        "Latency of PodResources calls to the kubelet, in seconds.",
-        labels=["method"],
-    )
+    latency = "podresources_kubelet_request_duration_seconds"
+
+    def line(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str:
+        return sample_line(name, labels, value, cache=cache.prefixes, previous=previous.prefixes)
+
+    lines = []
     for histogram in request_stats.durations:
-        latency.add_metric(
-            [histogram.method],
-            [(_bound(bound), count) for bound, count in histogram.buckets],
-            histogram.sum_seconds,
-        )
-    yield latency
+        by_method = ("method", histogram.method)
+        observed = 0
+        for bound, observed in histogram.buckets:
+            lines.append(line(f"{latency}_bucket", (("le", _bound(bound)), by_method), observed))
+        # As prometheus_client writes a histogram: _count is the +Inf bucket's count.
+        lines.append(line(f"{latency}_count", (by_method,), observed))
+        lines.append(line(f"{latency}_sum", (by_method,), histogram.sum_seconds))
+    yield FamilyText(
+        latency,
+        "histogram",
+        "Latency of PodResources calls to the kubelet, in seconds.",
+        "",
+        "".join(lines),
+        len(lines),
+    )
     timestamp = _gauge(
         "podresources_snapshot_timestamp_seconds",
         "Unix time the kubelet data being served was collected; stale when far behind time().",
         (),
     )
     if snapshot.collected_at is not None:  # absent until the kubelet first answers
-        timestamp.add_metric([], snapshot.collected_at)
+        timestamp.add((), snapshot.collected_at)
     yield timestamp
     poll = _gauge(
         "podresources_poll_duration_seconds", "How long the last poll took, in seconds.", ()
     )
-    poll.add_metric([], snapshot.poll_duration_seconds)
+    poll.add((), snapshot.poll_duration_seconds)
     yield poll
     success = _gauge(
         "podresources_collector_success",
@@ -536,8 +623,8 @@ def _self_families(snapshot: Snapshot) -> Iterator[Metric]:
         ("collector",),
     )
     for run in snapshot.collectors:
-        success.add_metric([run.name], 1 if run.success else 0)
-        duration.add_metric([run.name], run.duration_seconds)
+        success.add((run.name,), 1 if run.success else 0)
+        duration.add((run.name,), run.duration_seconds)
     yield success
     yield duration
 
@@ -555,10 +642,10 @@ def render(snapshot: Snapshot, *, previous: Exposition | None = None) -> Exposit
     cache = RenderCache()
     families: list[FamilyText] = []
     for family in (
-        *_self_families(snapshot),
+        *_self_families(snapshot, cache=cache, previous=seen),
         *_inventory_families(snapshot),
         *_container_families(snapshot, cache=cache, previous=seen),
-        *_telemetry_families(snapshot),
+        *_telemetry_families(snapshot, cache=cache, previous=seen),
         *process_families(snapshot),
     ):
         if isinstance(family, FamilyText):
@@ -569,5 +656,7 @@ def render(snapshot: Snapshot, *, previous: Exposition | None = None) -> Exposit
     series = sum(f.samples for f in rendered)
     if previous is not None and previous.families == rendered:
         # Nothing changed: keep the encodings already made, and the objects scrapers hold.
-        return Exposition(rendered, series, cache, previous._pages, previous._gzipped)
+        return Exposition(
+            rendered, series, cache, previous._pages, previous._gzipped, previous._served
+        )
     return Exposition(rendered, series, cache)

@@ -238,6 +238,10 @@ def _numa_aligned(
 def _cpu_seconds(
     cpu_ids: tuple[int, ...], cpu_times: Mapping[int, CpuTimes]
 ) -> tuple[tuple[str, float], ...]:
+    if len(cpu_ids) == 1:
+        # Most containers hold one CPU: its own figures, as the collector made them.
+        times = cpu_times.get(cpu_ids[0])
+        return () if times is None else times.seconds_by_mode
     if not cpu_ids or any(c not in cpu_times for c in cpu_ids):
         return ()  # a partial sum would look like a counter reset
     totals: dict[str, float] = defaultdict(float)
@@ -247,7 +251,7 @@ def _cpu_seconds(
             totals[mode] += seconds
             seen[mode] += 1
     # A mode one CPU's line lost (a garbage figure) is left out for the same reason.
-    # /proc/stat counts in USER_HZ ticks: rounding drops float noise, not information.
+    # /proc/stat counts in USER_HZ ticks: rounding drops the float noise of summing.
     return tuple(
         (mode, round(seconds, 6)) for mode, seconds in totals.items() if seen[mode] == len(cpu_ids)
     )
@@ -457,7 +461,8 @@ def join_snapshot(
 
     ``cache`` only saves work (see ``JoinCache``): the result is the same without.
     """
-    collector_runs = judge_collectors(collector_runs, advertised=_advertised(pods, allocatable))
+    advertised = frozenset(_advertised(pods, allocatable))
+    collector_runs = judge_collectors(collector_runs, advertised=advertised)
     matcher = _Matcher(merge_readings(collector_runs))
     pods = _unique_pods(pods)
     allocatable_topology = {
@@ -567,6 +572,7 @@ def join_snapshot(
         cpu_numa=tuple(sorted(cpu_numa.items())),
         dra=dra,
         gpu_processes=None if listed is None else attribute_processes(devices, listed),
+        advertised=advertised,
     )
 
 
@@ -597,18 +603,32 @@ class _Refresher:
     def container(self, container: ContainerView) -> ContainerView:
         if not (container.devices or container.claim_devices or container.cpu_ids):
             return container  # nothing in it carries readings
-        return replace(
-            container,
-            devices=tuple(self.device(d) for d in container.devices),
-            claim_devices=tuple(self.device(d) for d in container.claim_devices),
+        # Built field by field: dataclasses.replace costs several times as much, and
+        # this runs for every container with devices or CPUs on every poll.
+        return ContainerView(
+            owner=container.owner,
+            devices=tuple(map(self.device, container.devices)),
+            cpu_ids=container.cpu_ids,
+            cpus_by_numa=container.cpus_by_numa,
+            memory=container.memory,
+            dynamic_resources=container.dynamic_resources,
+            numa_nodes=container.numa_nodes,
+            numa_aligned=container.numa_aligned,
             cpu_seconds_by_mode=_cpu_seconds(container.cpu_ids, self._matcher.readings.cpu_times),
+            claim_devices=tuple(map(self.device, container.claim_devices)),
         )
 
     def pod(self, pod: PodView) -> PodView:
-        containers = tuple(self.container(c) for c in pod.containers)
+        containers = tuple(map(self.container, pod.containers))
         if all(a is b for a, b in zip(containers, pod.containers, strict=True)):
             return pod
-        return replace(pod, containers=containers)
+        return PodView(
+            namespace=pod.namespace,
+            name=pod.name,
+            containers=containers,
+            cpu_ids=pod.cpu_ids,
+            memory=pod.memory,
+        )
 
 
 class JoinCache:
@@ -631,18 +651,16 @@ def refresh_readings(
     *,
     collected_at: float | None,
     kubelet: KubeletStatus,
-    pods: tuple[PodResources, ...],
-    allocatable: AllocatableResources,
     collector_runs: tuple[CollectorRun, ...] = (),
 ) -> Snapshot:
     """``previous`` with this poll's readings, for a poll whose kubelet data, CPU map and
     DRA state are those ``previous`` was joined from: the same result as
     ``join_snapshot`` at a fraction of the cost (nothing about owners is redone)."""
-    collector_runs = judge_collectors(collector_runs, advertised=_advertised(pods, allocatable))
+    collector_runs = judge_collectors(collector_runs, advertised=previous.advertised)
     matcher = _Matcher(merge_readings(collector_runs))
     refresher = _Refresher(matcher)
     refreshed = refresher.device
-    pod_views = tuple(refresher.pod(pod) for pod in previous.pods)
+    pod_views = tuple(map(refresher.pod, previous.pods))
     known = [
         refreshed(d)
         for d in previous.devices

@@ -34,6 +34,7 @@ __all__ = [
     "format_value",
     "join_families",
     "label_prefix",
+    "sample_line",
     "write_family",
 ]
 
@@ -67,9 +68,14 @@ def label_prefix(name: str, labels: Iterable[tuple[str, str]]) -> str:
 
 def format_value(value: float) -> str:
     """A sample value as Go (and so Prometheus) prints it: prometheus_client's
-    ``floatToGoString``, with a short cut for the small integers most samples are."""
+    ``floatToGoString``, with short cuts for the small integers and floats most
+    samples are."""
     if type(value) is int and -1_000_000 < value < 1_000_000:
         return f"{value}.0"  # repr(float(value)); from 1e6 up Go switches to exponents
+    if type(value) is float:
+        text = repr(value)
+        if 0 < text.find(".") <= 6:  # Python and Go agree; inf, nan and exponents differ
+            return text
     number = float(value)
     if number == _INF:
         return "+Inf"
@@ -188,6 +194,24 @@ def _metric_body(metric: Metric, *, cache: PrefixCache, previous: PrefixCache) -
         cache[key] = prefix
         lines.append(f"{prefix} {format_value(sample.value)}\n")
     return "".join(lines)
+
+
+def sample_line(
+    name: str,
+    labels: tuple[tuple[str, str], ...],
+    value: float,
+    *,
+    cache: PrefixCache,
+    previous: PrefixCache,
+) -> str:
+    """One sample's line; its escaped prefix is taken from ``previous`` where it is,
+    and put in ``cache``."""
+    key = (name, labels)
+    prefix = previous.get(key)
+    if prefix is None:
+        prefix = label_prefix(name, labels)
+    cache[key] = prefix
+    return f"{prefix} {format_value(value)}\n"
 
 
 def _rows_body(family: Rows, *, cache: PrefixCache, previous: PrefixCache) -> str:

@@ -534,3 +534,5 @@ class Snapshot:
     kubelet_requests: KubeletRequestStats = field(default_factory=KubeletRequestStats)
     # Per-process GPU use; None when the gpu_processes collector is off.
     gpu_processes: tuple[GpuDeviceProcesses, ...] | None = None
+    # Every resource name and DRA driver the kubelet mentioned: what collectors serve.
+    advertised: frozenset[str] = frozenset()

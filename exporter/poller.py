@@ -183,8 +183,6 @@ class Poller:
                 previous.snapshot,
                 collected_at=kubelet_data.collected_at,
                 kubelet=kubelet_status,
-                pods=kubelet_data.pods,
-                allocatable=kubelet_data.allocatable,
                 collector_runs=runs,
             )
         else:

@@ -1,7 +1,7 @@
 """Snapshot -> the per-process GPU families (``gpu_processes`` collector). Pure.
 
 Kept apart from ``exporter.exposition`` so that its writer can change without this:
-``process_families`` yields prometheus_client families as the other generators do.
+``process_families`` yields ``Rows`` families as the other generators do.
 Nothing is yielded while the collector is off, so a node without it shows no empty
 families; with it on, each figure is a sum over the processes alive at this poll, so
 a process that ended takes its series with it.
@@ -11,51 +11,56 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-
+from exporter.metricwriter import Rows
 from exporter.model import Snapshot
 
 __all__ = ["process_families"]
 
-_DEVICE_LABELS = ["namespace", "pod", "container", "resource", "device_id"]
+_DEVICE_LABELS = ("namespace", "pod", "container", "resource", "device_id")
 
 
-def process_families(snapshot: Snapshot) -> Iterator[Metric]:
+def process_families(snapshot: Snapshot) -> Iterator[Rows]:
     """GPU memory and SM utilization of each container's processes, and foreign counts."""
     if snapshot.gpu_processes is None:
         return
-    memory = GaugeMetricFamily(
+    memory = Rows(
         "podresources_gpu_process_memory_used_bytes",
+        "gauge",
         "GPU memory used by the container's processes on the device, in bytes. A holder's "
         "use is under its own device ID; another pod's or the host's (owner labels \"\") "
         "under the physical device.",
-        labels=_DEVICE_LABELS,
+        _DEVICE_LABELS,
+        [],
     )
-    utilization = GaugeMetricFamily(
+    utilization = Rows(
         "podresources_gpu_process_sm_utilization_ratio",
+        "gauge",
         "SM utilization of the container's processes on the device since the previous poll "
         "(0-1), summed; absent where the device gives no per-process samples (MIG).",
-        labels=_DEVICE_LABELS,
+        _DEVICE_LABELS,
+        [],
     )
-    foreign = GaugeMetricFamily(
+    foreign = Rows(
         "podresources_gpu_foreign_processes",
+        "gauge",
         "Processes on a device that its holders do not own: of another pod (other_pod), of "
         "no pod (host), or any process on a device no container holds (unallocated_device).",
-        labels=["resource", "device_id", "kind"],
+        ("resource", "device_id", "kind"),
+        [],
     )
     for device in snapshot.gpu_processes:
         for use in device.uses:
-            values = [
+            values = (
                 use.owner.namespace,
                 use.owner.pod,
                 use.owner.container,
                 use.resource,
                 use.device_id,
-            ]
+            )
             if use.memory_used_bytes is not None:
-                memory.add_metric(values, use.memory_used_bytes)
+                memory.add(values, use.memory_used_bytes)
             if use.sm_utilization_ratio is not None:
-                utilization.add_metric(values, use.sm_utilization_ratio)
+                utilization.add(values, use.sm_utilization_ratio)
         for kind, count in device.foreign:
-            foreign.add_metric([device.resource, device.device_id, kind], count)
+            foreign.add((device.resource, device.device_id, kind), count)
     yield from (memory, utilization, foreign)

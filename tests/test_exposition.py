@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from test_metricwriter import HOSTILE, PROMTOOL, parse_openmetrics, promtool_problems
 
+from exporter import exposition as exposition_module
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.exposition import Exposition, render
@@ -149,3 +150,60 @@ class TestCaches:
         assert [cold.static(openmetrics=om) for om in (False, True)] == [
             warm.static(openmetrics=om) for om in (False, True)
         ]
+
+    async def test_a_device_whose_samples_changed_is_rendered_anew(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """Kept telemetry prefixes follow a device's sample labels: a renamed interface or
+        a sample that appeared is written as a cold render writes it."""
+        before = await _demo_snapshot(sim_node)
+        index, device = next(
+            (i, d)
+            for i, d in enumerate(before.devices)
+            if d.reading is not None and any(s.label_values for s in d.reading.samples)
+        )
+        assert device.reading is not None
+        renamed = [tuple(f"{v}-renamed" for v in s.label_values) for s in device.reading.samples]
+        samples = tuple(
+            replace(s, value=s.value + 1, label_values=values)
+            for s, values in zip(device.reading.samples, renamed, strict=True)
+        )
+        changed = replace(device, reading=replace(device.reading, samples=samples[:-1]))
+        devices = list(before.devices)
+        devices[index] = changed
+        after = replace(before, devices=tuple(devices))
+        warm = render(after, previous=render(before)).static(openmetrics=False)
+        assert render(after).static(openmetrics=False) == warm
+        assert b"-renamed" in warm
+
+    async def test_exclusive_cpu_modes_that_changed_are_rendered_anew(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """A container whose CPU modes changed (a mode lost to a garbage figure) gets
+        prefixes for its new modes, not the kept ones of its old."""
+        before = await _demo_snapshot(sim_node)
+        pod_index, pod = next(
+            (i, p) for i, p in enumerate(before.pods) if p.containers[0].cpu_seconds_by_mode
+        )
+        container = pod.containers[0]
+        fewer = replace(container, cpu_seconds_by_mode=container.cpu_seconds_by_mode[1:])
+        pods = list(before.pods)
+        pods[pod_index] = replace(pod, containers=(fewer, *pod.containers[1:]))
+        after = replace(before, pods=tuple(pods))
+        warm = render(after, previous=render(before)).static(openmetrics=True)
+        assert render(after).static(openmetrics=True) == warm
+        dropped = container.cpu_seconds_by_mode[0][0]
+        assert f'mode="{dropped}",namespace="{pod.namespace}",pod="{pod.name}"'.encode() not in warm
+
+    def test_scrapes_of_one_second_share_one_page(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each variant's whole page is made once per rendering of the live families."""
+        now = [100.0]
+        monkeypatch.setattr(exposition_module, "_LIVE", exposition_module._Live(lambda: now[0]))
+        exposition = render(_hostile_snapshot())
+        for openmetrics, gzipped in VARIANTS:
+            first = exposition.page(openmetrics=openmetrics, gzipped=gzipped)
+            assert first is exposition.page(openmetrics=openmetrics, gzipped=gzipped)
+        now[0] += exposition_module.LIVE_MAX_AGE_S
+        later = exposition.page(openmetrics=True, gzipped=True)
+        assert later is not first
+        assert gzip.decompress(later).endswith(b"# EOF\n")

@@ -485,8 +485,6 @@ class TestRefreshReadings:
             first,
             collected_at=first.collected_at,
             kubelet=STATUS,
-            pods=pods,
-            allocatable=AllocatableResources(),
             collector_runs=runs(7, 8),
         )
         assert (
