@@ -1,14 +1,17 @@
 """Snapshot -> metric families -> bytes: rendered once per poll, encoded on demand.
 
 The poller's worker thread renders each family's sample lines once per poll (our own
-writer, ``exporter.metricwriter``), re-using the escaped label-set prefixes and each
-unchanged container's allocation lines from the previous poll. A format (text or
-OpenMetrics) is joined and encoded only when a scraper first asks for it in this
-snapshot, gzip likewise, and both are then kept for every later scrape of it. The
-``process_*``/``python_*`` families are rendered at scrape time (at most once a second,
-shared by the scrapes of that second), so they are never a poll interval old.
-Families are built fresh from the snapshot every time, so the series of a pod that is
-gone cannot survive it.
+writer, ``exporter.metricwriter``). What a poll mostly changes is values, so a render
+keeps for the next the escaped ``name{labels}`` prefixes of every sample (per
+telemetry series owner while its samples keep their families and labels, per
+container and CPU mode), each unchanged container's allocation lines, and the
+allocation families' bodies while every container's lines stay the same objects.
+A format (text or OpenMetrics) is joined and encoded only when a scraper first asks
+for it in this snapshot, gzip likewise, and both are then kept for every later scrape.
+The ``process_*``/``python_*`` families are rendered at scrape time (at most once a
+second, shared by the scrapes of that second, which share the whole page too), so they
+are never a poll interval old. Families are built fresh from the snapshot every time,
+so the series of a pod that is gone cannot survive it.
 """
 
 from __future__ import annotations

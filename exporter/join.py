@@ -353,27 +353,50 @@ def _container_view(
     )
 
 
-def _unique_pods(pods: tuple[PodResources, ...]) -> tuple[PodResources, ...]:
-    """First of each pod, container and device ID: a reply listing one twice (seen during
-    kubelet restarts) must not produce duplicate series, which Prometheus rejects."""
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A pod as the kubelet sent it, without duplicates, and the resources it names."""
+
+    sent: PodResources
+    unique: PodResources
+    resources: frozenset[str]
+
+
+def _prepare_pods(
+    pods: tuple[PodResources, ...], *, last: Mapping[int, _Prepared]
+) -> dict[int, _Prepared]:
+    """Each pod de-duplicated (the first of each pod, container and device ID: a reply
+    listing one twice, seen during kubelet restarts, must not produce duplicate series,
+    which Prometheus rejects), with the resources it names, by ``id()`` of the pod sent.
+
+    A pod found in ``last`` (the last call's result) as the very same object is not
+    looked through again.
+    """
     seen: set[tuple[str, str]] = set()
-    unique: list[PodResources] = []
+    prepared: dict[int, _Prepared] = {}
     for pod in pods:
         if (pod.namespace, pod.name) in seen:
             continue
         seen.add((pod.namespace, pod.name))
-        containers: dict[str, ContainerResources] = {}
-        for container in pod.containers:
-            if container.name in containers:
-                continue
-            containers[container.name] = _unique_devices(container)
-        kept = tuple(containers.values())
-        # The same objects where nothing was dropped: most replies, and cheaper.
-        same = len(kept) == len(pod.containers) and all(
-            a is b for a, b in zip(kept, pod.containers, strict=True)
-        )
-        unique.append(pod if same else replace(pod, containers=kept))
-    return tuple(unique)
+        found = last.get(id(pod))
+        if found is None or found.sent is not pod:
+            found = _Prepared(pod, _unique_containers(pod), frozenset(_pod_resources(pod)))
+        prepared[id(pod)] = found
+    return prepared
+
+
+def _unique_containers(pod: PodResources) -> PodResources:
+    containers: dict[str, ContainerResources] = {}
+    for container in pod.containers:
+        if container.name in containers:
+            continue
+        containers[container.name] = _unique_devices(container)
+    kept = tuple(containers.values())
+    # The same objects where nothing was dropped: most replies, and cheaper.
+    same = len(kept) == len(pod.containers) and all(
+        a is b for a, b in zip(kept, pod.containers, strict=True)
+    )
+    return pod if same else replace(pod, containers=kept)
 
 
 def _unique_devices(container: ContainerResources) -> ContainerResources:
@@ -414,13 +437,11 @@ def judge_collectors(
     return tuple(judged)
 
 
-def _advertised(pods: Iterable[PodResources], allocatable: AllocatableResources) -> set[str]:
-    """Every resource name and DRA driver the kubelet mentions."""
-    names = {group.resource for group in allocatable.devices}
-    for pod in pods:
-        for container in pod.containers:
-            names.update(group.resource for group in container.devices)
-            names.update(d.driver for c in container.dynamic_resources for d in c.devices)
+def _pod_resources(pod: PodResources) -> set[str]:
+    names: set[str] = set()
+    for container in pod.containers:
+        names.update(group.resource for group in container.devices)
+        names.update(d.driver for c in container.dynamic_resources for d in c.devices)
     return names
 
 
@@ -461,10 +482,15 @@ def join_snapshot(
 
     ``cache`` only saves work (see ``JoinCache``): the result is the same without.
     """
-    advertised = frozenset(_advertised(pods, allocatable))
+    prepared = _prepare_pods(pods, last=cache.prepared if cache is not None else {})
+    advertised = frozenset(
+        {group.resource for group in allocatable.devices}.union(
+            *(p.resources for p in prepared.values())
+        )
+    )
     collector_runs = judge_collectors(collector_runs, advertised=advertised)
     matcher = _Matcher(merge_readings(collector_runs))
-    pods = _unique_pods(pods)
+    pods = tuple(p.unique for p in prepared.values())
     allocatable_topology = {
         device_id: _sorted_nodes(group.numa_nodes)
         for group in allocatable.devices
@@ -509,7 +535,7 @@ def join_snapshot(
         views[id(pod)] = (pod, view)
     pod_views = tuple(view for _, view in views.values())
     if cache is not None:
-        cache.inputs, cache.views = inputs, views
+        cache.inputs, cache.views, cache.prepared = inputs, views, prepared
 
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
@@ -644,6 +670,7 @@ class JoinCache:
     def __init__(self) -> None:
         self.inputs: tuple[object, ...] | None = None
         self.views: dict[int, tuple[PodResources, PodView]] = {}
+        self.prepared: dict[int, _Prepared] = {}  # by id() of the pod the kubelet sent
 
 
 def refresh_readings(
@@ -731,14 +758,12 @@ def _holdings(snapshot: Snapshot | None) -> dict[Owner, tuple[set[str], set[int]
 def diff_allocations(old: Snapshot | None, new: Snapshot) -> tuple[AllocationChange, ...]:
     """What changed hands: one entry per container whose devices or CPUs changed."""
     before, after = _holdings(old), _holdings(new)
+    nothing: tuple[set[str], set[int]] = (set(), set())
+    changed = [o for o in before.keys() | after.keys() if before.get(o) != after.get(o)]
     changes = []
-    for owner in sorted(
-        before.keys() | after.keys(), key=lambda o: (o.namespace, o.pod, o.container)
-    ):
-        old_devices, old_cpus = before.get(owner, (set(), set()))
-        new_devices, new_cpus = after.get(owner, (set(), set()))
-        if (old_devices, old_cpus) == (new_devices, new_cpus):
-            continue
+    for owner in sorted(changed, key=lambda o: (o.namespace, o.pod, o.container)):
+        old_devices, old_cpus = before.get(owner, nothing)
+        new_devices, new_cpus = after.get(owner, nothing)
         changes.append(
             AllocationChange(
                 owner=owner,

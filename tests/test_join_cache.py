@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter.collectors.gpu_metrics import GPU_UTILIZATION
 from exporter.join import JoinCache, join_snapshot
 from exporter.kubelet.convert import list_response_to_proto, pods_from_list_response_reusing
@@ -73,3 +75,25 @@ class TestJoinCache:
         assert _join(after, 2.0, None) == cached
         assert any(reused)
         assert not all(reused)
+
+    def test_duplicates_are_dropped_the_same_with_a_cache(self) -> None:
+        """A reply listing a pod, a container and a device ID twice (kubelet restarts do)
+        gives one series each on the first join and on every cached join after it."""
+        pod = next(p for p in SCENARIO.state_at(0).pods if p.containers[0].devices)
+        container = pod.containers[0]
+        group = container.devices[0]
+        doubled = replace(
+            pod,
+            containers=(
+                replace(container, devices=(replace(group, device_ids=group.device_ids * 2),)),
+                container,
+            ),
+        )
+        pods = (doubled, doubled, replace(doubled, containers=(container,)))
+        cache = JoinCache()
+        cold = _join(pods, 1.0, None)
+        assert _join(pods, 1.0, cache) == cold
+        assert _join(pods, 1.0, cache) == cold
+        assert [len(p.containers) for p in cold.pods] == [1]
+        held = [d.device_id for d in cold.pods[0].containers[0].devices]
+        assert held == list(group.device_ids)
