@@ -20,11 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from prometheus_client import exposition as _text
-from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics import exposition as _openmetrics
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:  # prometheus_client is imported only for a family that needs it
+    from prometheus_client.metrics_core import Metric
 
 __all__ = [
     "OPENMETRICS_EOF",
@@ -48,9 +47,6 @@ _INF = float("inf")
 _TEXT_ONLY_SUFFIXES = ("_created", "_gsum", "_gcount")  # moved to own families in text
 
 PrefixCache = dict[Hashable, str]
-
-# prometheus_client leaves its OpenMetrics writer unannotated; this gives it its type.
-_generate_openmetrics: Callable[[Collector], bytes] = _openmetrics.generate_latest
 
 
 def _escape_value(value: str) -> str:
@@ -148,17 +144,21 @@ class Rows:
         self.rows.append((tuple(values), value))
 
 
-class _OneFamily(Collector):
-    def __init__(self, metric: Metric) -> None:
-        self._metric = metric
-
-    def collect(self) -> Iterable[Metric]:
-        return (self._metric,)
-
-
 def _fallback(metric: Metric) -> FamilyText:
-    text = _text.generate_latest(_OneFamily(metric)).decode()
-    openmetrics = _generate_openmetrics(_OneFamily(metric)).decode()
+    # Imported here: the exporter's own families all take the fast path, so a running
+    # exporter never loads prometheus_client (~1 MiB resident, and its own registry).
+    from prometheus_client import exposition as text_format
+    from prometheus_client.openmetrics import exposition as openmetrics_format
+    from prometheus_client.registry import Collector
+
+    class OneFamily(Collector):
+        def collect(self) -> Iterable[Metric]:
+            return (metric,)
+
+    # prometheus_client leaves its OpenMetrics writer unannotated; this gives it its type.
+    generate_openmetrics: Callable[[Collector], bytes] = openmetrics_format.generate_latest
+    text = text_format.generate_latest(OneFamily()).decode()
+    openmetrics = generate_openmetrics(OneFamily()).decode()
     return FamilyText(
         metric.name,
         metric.type,

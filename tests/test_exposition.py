@@ -207,3 +207,12 @@ class TestCaches:
         later = exposition.page(openmetrics=True, gzipped=True)
         assert later is not first
         assert gzip.decompress(later).endswith(b"# EOF\n")
+
+
+def test_content_types_are_prometheus_clients() -> None:
+    """The content types written out are the ones prometheus_client's writers declare."""
+    from prometheus_client import exposition as text_format
+    from prometheus_client.openmetrics import exposition as openmetrics_format
+
+    assert exposition_module.TEXT_CONTENT_TYPE == text_format.CONTENT_TYPE_LATEST
+    assert exposition_module.OPENMETRICS_CONTENT_TYPE == openmetrics_format.CONTENT_TYPE_LATEST
