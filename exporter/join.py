@@ -91,7 +91,7 @@ def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
     by_key: dict[HardwareKey, list[DeviceReading]] = defaultdict(list)
     standalone: list[DeviceReading] = []
     pci: dict[str, PciDevice] = {}
-    cpu_times: dict[int, CpuTimes] = {}
+    cpu_times: Mapping[int, CpuTimes] = {}
     node_samples: list[Sample] = []
     gpu_processes: dict[HardwareKey, DeviceProcesses] | None = None
     for run in runs:
@@ -106,8 +106,10 @@ def merge_readings(runs: Iterable[CollectorRun]) -> MergedReadings:
                 standalone.append(reading)
         for pci_device in readings.pci_devices:
             pci[pci_device.address] = pci_device
-        for times in readings.cpu_times:
-            cpu_times[times.cpu] = times
+        if readings.cpu_times:
+            # One collector reads CPU times: its mapping is taken as it is, so CPUs
+            # no container holds are never converted (see ProcStatTimes).
+            cpu_times = {**cpu_times, **readings.cpu_times} if cpu_times else readings.cpu_times
         node_samples.extend(readings.node_samples)
     return MergedReadings(
         {key: tuple(found) for key, found in by_key.items()},

@@ -14,6 +14,7 @@ NUMA node tuples are always sorted and free of duplicates.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter.kubelet.stats import KubeletRequestStats
@@ -324,7 +325,7 @@ class Readings:
 
     devices: tuple[DeviceReading, ...] = ()
     pci_devices: tuple[PciDevice, ...] = ()
-    cpu_times: tuple[CpuTimes, ...] = ()
+    cpu_times: Mapping[int, CpuTimes] = field(default_factory=dict)  # by CPU
     cpu_numa: tuple[tuple[int, int], ...] = ()  # (cpu, NUMA node)
     dra: DraState | None = None
     # Node-level samples (NUMA memory): their labels are entirely the spec's own.

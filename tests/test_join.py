@@ -197,7 +197,7 @@ class TestContainers:
         """CPU times are summed over the container's CPUs, and absent when one is missing."""
         from exporter.model import CpuTimes
 
-        times = tuple(CpuTimes(cpu, (("user", float(cpu)), ("idle", 1.0))) for cpu in (1, 2, 3))
+        times = {cpu: CpuTimes(cpu, (("user", float(cpu)), ("idle", 1.0))) for cpu in (1, 2, 3)}
         run = CollectorRun("cpu", True, 0.0, Readings(cpu_times=times))
         pods = (
             PodResources(

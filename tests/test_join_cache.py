@@ -37,7 +37,7 @@ def _runs(value: float) -> tuple[CollectorRun, ...]:
         )
         for gpu in SCENARIO.hardware.gpus
     )
-    cpus = tuple(CpuTimes(cpu, (("user", value * cpu),)) for cpu in range(16))
+    cpus = {cpu: CpuTimes(cpu, (("user", value * cpu),)) for cpu in range(16)}
     return (CollectorRun("test", True, 0.0, Readings(devices=gpus, cpu_times=cpus)),)
 
 

@@ -12,10 +12,9 @@ fails only when ``/proc/stat`` cannot be read or gives no CPU at all.
 
 from __future__ import annotations
 
-import operator
 import os
 import re
-from itertools import repeat
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from exporter.collectors.base import (
@@ -28,7 +27,14 @@ from exporter.collectors.base import (
 from exporter.model import CpuTimes, Readings
 from exporter.sysfs import GARBAGE, MAX_COUNTER, GarbageFile, UnreadableFile, open_regular
 
-__all__ = ["MODES", "REGISTRATION", "CpuCollector", "parse_proc_stat", "read_proc_stat"]
+__all__ = [
+    "MODES",
+    "REGISTRATION",
+    "CpuCollector",
+    "ProcStatTimes",
+    "parse_proc_stat",
+    "read_proc_stat",
+]
 
 # The modes exported, in /proc/stat's column order. guest and guest_nice (columns 9 and
 # 10) are left out on purpose: the kernel already counts guest time in user and
@@ -55,7 +61,7 @@ def parse_proc_stat(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], t
         raise ValueError(f"USER_HZ must be positive, not {user_hz}")
     uniform = _parse_uniform(text, user_hz=user_hz)
     if uniform is not None:
-        return uniform, ()
+        return tuple(uniform.values()), ()
     by_cpu: dict[int, CpuTimes] = {}
     problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -88,7 +94,7 @@ def parse_proc_stat(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], t
     return tuple(by_cpu[cpu] for cpu in sorted(by_cpu)), tuple(problems)
 
 
-def _parse_uniform(text: str, *, user_hz: int) -> tuple[CpuTimes, ...] | None:
+def _parse_uniform(text: str, *, user_hz: int) -> ProcStatTimes | None:
     """parse_proc_stat's result for the kernel's usual output, else None.
 
     Usual: only cpu lines, all with the same number of columns, every counter plain
@@ -117,14 +123,57 @@ def _parse_uniform(text: str, *, user_hz: int) -> tuple[CpuTimes, ...] | None:
     if len(set(cpus)) != len(cpus):
         return None
     counters = width - 1
-    seconds = list(map(operator.truediv, map(int, tokens[counters * total :]), repeat(user_hz)))
-    kept = min(counters, len(MODES))
-    found = [
-        CpuTimes(cpu, tuple(zip(MODES, seconds[i * counters : i * counters + kept], strict=False)))
-        for i, cpu in enumerate(cpus)
-    ]
-    found.sort(key=lambda times: times.cpu)
-    return tuple(found)
+    rows = dict(sorted(zip(cpus, range(len(cpus)), strict=True)))
+    return ProcStatTimes(
+        rows,
+        tokens[counters * total :],
+        width=counters,
+        kept=min(counters, len(MODES)),
+        user_hz=user_hz,
+    )
+
+
+class ProcStatTimes(Mapping[int, CpuTimes]):
+    """The usual /proc/stat's CPU times by CPU, each converted to seconds when first
+    looked up: a poll reads every CPU's line, but the join needs only the exclusive
+    CPUs' (a 256-CPU node converts the few dozen lines containers hold, not 256).
+
+    Plain data once built: the counters were checked when read, nothing is read later.
+    Two threads converting the same CPU at once both store the same figures.
+    """
+
+    __slots__ = ("_converted", "_counters", "_kept", "_rows", "_user_hz", "_width")
+
+    def __init__(
+        self, rows: dict[int, int], counters: list[str], *, width: int, kept: int, user_hz: int
+    ) -> None:
+        self._rows = rows  # CPU -> its row of counters, in CPU order
+        self._counters = counters  # every row's counters, as digits
+        self._width = width  # counters per row
+        self._kept = kept  # the leading counters that are MODES
+        self._user_hz = user_hz
+        self._converted: dict[int, CpuTimes] = {}
+
+    def __getitem__(self, cpu: int) -> CpuTimes:
+        found = self._converted.get(cpu)
+        if found is None:
+            start = self._rows[cpu] * self._width
+            ticks = self._counters[start : start + self._kept]
+            seconds = [int(count) / self._user_hz for count in ticks]
+            found = self._converted[cpu] = CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False)))
+        return found
+
+    def __contains__(self, cpu: object) -> bool:
+        return cpu in self._rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __repr__(self) -> str:
+        return f"ProcStatTimes({len(self._rows)} CPUs)"
 
 
 def read_proc_stat(path: Path) -> str:
@@ -166,7 +215,12 @@ class CpuCollector(Collector):
     def collect(self) -> Readings:
         """Read ``/proc/stat`` once."""
         path = self.context.procfs / "stat"
-        cpu_times, problems = parse_proc_stat(read_proc_stat(path), user_hz=self._user_hz)
+        text = read_proc_stat(path)
+        cpu_times: Mapping[int, CpuTimes] | None = _parse_uniform(text, user_hz=self._user_hz)
+        problems: tuple[str, ...] = ()
+        if cpu_times is None:  # unusual text: the per-line parser says what is wrong
+            listed, problems = parse_proc_stat(text, user_hz=self._user_hz)
+            cpu_times = {times.cpu: times for times in listed}
         if not cpu_times:
             reason = problems[0] if problems else "no per-CPU lines"
             raise CollectorError(f"{path}: {reason}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
+from exporter.collectors import cpu as cpu_module
 from exporter.collectors.base import CollectorContext, CollectorError, issue
 from exporter.collectors.cpu import REGISTRATION, CpuCollector, parse_proc_stat, read_proc_stat
 from exporter.model import CpuTimes, Readings
@@ -36,6 +38,10 @@ _HANG_GUARD_S = 30.0
 def _times(cpu: int, *ticks: int, user_hz: int = 100) -> CpuTimes:
     modes = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
     return CpuTimes(cpu, tuple((m, t / user_hz) for m, t in zip(modes, ticks, strict=False)))
+
+
+def _by_cpu(times: Iterable[CpuTimes]) -> dict[int, CpuTimes]:
+    return {t.cpu: t for t in times}
 
 
 def _collect(procfs: Path) -> Readings:
@@ -189,7 +195,7 @@ class TestCpuCollector:
         procfs_fixture.write(tmp_path, hardware, tick=3)
 
         expected = Readings(
-            cpu_times=tuple(
+            cpu_times=_by_cpu(
                 _times(cpu, *procfs_fixture.cpu_counters(cpu, tick=3)) for cpu in range(8)
             )
         )
@@ -198,9 +204,11 @@ class TestCpuCollector:
     def test_captured_vm(self) -> None:
         """The real 2-vCPU VM's cpu0 and cpu1 lines, at USER_HZ 100."""
         expected = Readings(
-            cpu_times=(
-                _times(0, 3064, 0, 1294, 31039, 51, 0, 83, 14),
-                _times(1, 10151, 0, 2640, 22188, 488, 0, 93, 13),
+            cpu_times=_by_cpu(
+                (
+                    _times(0, 3064, 0, 1294, 31039, 51, 0, 83, 14),
+                    _times(1, 10151, 0, 2640, 22188, 488, 0, 93, 13),
+                )
             )
         )
         assert expected == _collect(CAPTURED / "proc")
@@ -210,7 +218,7 @@ class TestCpuCollector:
         user_hz = os.sysconf("SC_CLK_TCK")
         (tmp_path / "stat").write_text(f"cpu0 {user_hz} 0 0 {3 * user_hz}\n")
 
-        expected = Readings(cpu_times=(_times(0, 1, 0, 0, 3, user_hz=1),))
+        expected = Readings(cpu_times=_by_cpu((_times(0, 1, 0, 0, 3, user_hz=1),)))
         assert expected == CpuCollector(CollectorContext(procfs=tmp_path)).collect()
 
     def test_400_digit_counter_loses_one_figure(self, tmp_path: Path) -> None:
@@ -220,9 +228,11 @@ class TestCpuCollector:
 
         cpu1 = _times(1, 0, 35100, 523040, 13393497, 4050, 0, 3200, 5)
         expected = Readings(
-            cpu_times=(
-                _times(0, 1393280, 32966, 572056, 13343292, 6130, 0, 17875, 0),
-                CpuTimes(1, cpu1.seconds_by_mode[1:]),
+            cpu_times=_by_cpu(
+                (
+                    _times(0, 1393280, 32966, 572056, 13343292, 6130, 0, 17875, 0),
+                    CpuTimes(1, cpu1.seconds_by_mode[1:]),
+                )
             ),
             issues=(
                 issue(
@@ -239,7 +249,7 @@ class TestCpuCollector:
         stat.write_bytes(b"cpu0 1 2 3 4\ncpu\x00\x01 5 6 7 8\n")
 
         expected = Readings(
-            cpu_times=(_times(0, 1, 2, 3, 4),),
+            cpu_times=_by_cpu((_times(0, 1, 2, 3, 4),)),
             issues=(issue("garbage", f"{stat}: line 2: not a cpu line: 'cpu\\x00\\x01 5 6 7 8'"),),
         )
         assert expected == _collect(tmp_path)
@@ -271,3 +281,28 @@ class TestRegistration:
             CpuCollector.serves,
             CpuCollector.known_errors,
         )
+
+
+class TestProcStatTimes:
+    def test_a_mapping_of_what_the_eager_parse_gives(self) -> None:
+        """Looked up in any order, each CPU's times are the eager parse's; iteration is in
+        CPU order; a CPU not listed is a KeyError, not a guess."""
+        text = "cpu  9 9 9 9\ncpu3 1 2 3 4\ncpu1 5 6 7 8\n"
+        eager, problems = parse_proc_stat(text, user_hz=100)
+        assert problems == ()
+        table = cpu_module._parse_uniform(text, user_hz=100)
+        assert isinstance(table, cpu_module.ProcStatTimes)
+        assert table[3] == eager[1]
+        assert table[1] == eager[0]
+        assert (list(table), len(table), 3 in table, 2 in table) == ([1, 3], 2, True, False)
+        with pytest.raises(KeyError):
+            table[2]
+        assert dict(table) == {t.cpu: t for t in eager}
+
+    def test_unusual_text_takes_the_per_line_parser(self, tmp_path: Path) -> None:
+        """A garbage counter makes the collector fall back and report it, as before."""
+        (tmp_path / "stat").write_text("cpu0 1 2 3 4\ncpu1 x 2 3 4\n")
+
+        readings = _collect(tmp_path)
+        assert list(readings.cpu_times) == [0, 1]
+        assert [i.error for i in readings.issues] == ["garbage"]

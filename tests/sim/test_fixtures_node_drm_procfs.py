@@ -301,7 +301,7 @@ class TestWholeTree:
         )
         assert expected == (
             topology.cpu_numa,
-            [times.cpu for times in cpu.cpu_times],
+            [times.cpu for times in cpu.cpu_times.values()],
             dict(cpu.cpu_times[2].seconds_by_mode)["user"],
             [(sample.spec.name, sample.label_values) for sample in numa.node_samples],
             [(reading.name, reading.identity) for reading in gpus.devices],
