@@ -487,6 +487,9 @@ def _memory_worker(root: str, freeze: bool) -> None:
     _quiet()
     from exporter.app import Exporter
     from exporter.cli import parse_config
+    from exporter.memory import tune_allocator
+
+    tune_allocator()  # as exporter.app.run() does before anything else
 
     flags = ["--kubelet.socket", kubelet_socket(Path(root)), "--path.sysfs", f"{root}/sys"]
     flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", "127.0.0.1:0"]
@@ -508,9 +511,9 @@ def _memory_worker(root: str, freeze: bool) -> None:
 
 
 def _imports_rss_kib() -> int:
-    code = (
-        "import grpc, aiohttp, google.protobuf, prometheus_client, structlog\n"
-        "import exporter.app\n"
+    code = (  # what _memory_worker imports, with the collector modules the flags name
+        "import exporter.app, exporter.cli, exporter.memory\n"
+        "exporter.collectors.registrations()\n"
         "from pathlib import Path\n"
         "print([l.split()[1] for l in Path('/proc/self/status').read_text().splitlines()"
         " if l.startswith('VmRSS:')][0])"
