@@ -19,10 +19,11 @@ floor measured in the same run, on the same machine, at the same moment:
   the default interval), with the real collectors, unavailable ones included (NVML
   without a driver: the old leak's case), with and without ``gc.freeze()``; floor: a
   process that has only imported the same modules.
-- peak RSS of a fresh exporter process (``python -m exporter``) through start-up and its
-  first poll of a kubelet ``List`` reply of N MiB (``REPLY_MIB``: padding pods of 500
-  device IDs of 200 bytes, a busy node's shape, each ID a series to join and render), and
-  its RSS once settled; floor: the same process with no reply to speak of.
+- peak RSS of a fresh exporter process (``python -m exporter``) through start-up, its
+  first poll of a kubelet ``List`` reply of N MiB and one scrape as Prometheus makes it
+  (OpenMetrics, gzip) (``REPLIES``: padding pods of 500 device IDs of B bytes, each ID
+  a series to join and render, so the shorter the IDs the more series per MiB), and its
+  RSS once settled; floor: the same process with no reply to speak of.
 
 The simulated kubelet and the scrapers run in their own processes, so their CPU is not
 counted. Figures only, no pass/fail: the machines are shared and noisy.
@@ -63,7 +64,11 @@ SCRAPERS = 10
 SCRAPES_PER_RUN = 400
 IDLE_S = 3.0
 DEFAULT_INTERVAL_S = 10.0
-REPLY_MIB = (4, 8, 15)  # 15: just under the default --kubelet.max-message-bytes
+# (MiB of device IDs, ID bytes) of the large List replies: 40 bytes is a GPU UUID, the
+# shortest ID that comes by the thousand (time-slicing replicas, vGPU units). 0.9 MiB of
+# IDs is a reply just under 1 MiB; a run whose reply is over the default
+# --kubelet.max-message-bytes raises the flag to fit.
+REPLIES = ((0.9, 40), (0.9, 200), (4, 40), (15, 200))
 VARIANTS = (
     ("OpenMetrics", "application/openmetrics-text; version=1.0.0", "identity"),
     ("OpenMetrics gzip", "application/openmetrics-text; version=1.0.0", "gzip"),
@@ -85,6 +90,7 @@ def _kubelet_main(conn: Connection, socket_path: str) -> None:
 
 
 async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
+    from exporter.kubelet.convert import list_response_to_proto
     from exporter.sim.kubelet import SimKubelet
     from exporter.sim.scenario import DenseScenario
 
@@ -106,6 +112,11 @@ async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
         elif command == "padding":  # List replies grow by this many bytes
             sim.padding_bytes = value
             conn.send(None)
+        elif command == "padding_id_bytes":  # ... in device IDs this long
+            sim.padding_id_bytes = value
+            conn.send(None)
+        elif command == "list_bytes":  # the size of the List reply now
+            conn.send(list_response_to_proto(sim.listed_pods()).ByteSize())
         else:
             break
     await sim.stop()
@@ -592,9 +603,9 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
     return rows
 
 
-async def _large_reply_run(root: Path) -> tuple[int, int, float]:
-    """(peak RSS KiB through the first poll, settled RSS KiB, first poll s) of a fresh
-    exporter process against the kubelet as it now answers."""
+async def _large_reply_run(root: Path, *, max_message_bytes: int) -> tuple[int, int, float]:
+    """(peak RSS KiB through the first poll and one scrape, settled RSS KiB, first poll s)
+    of a fresh exporter process against the kubelet as it now answers."""
     import aiohttp
 
     with socket.socket() as probe:
@@ -603,6 +614,7 @@ async def _large_reply_run(root: Path) -> tuple[int, int, float]:
     flags = ["--kubelet.socket", kubelet_socket(root), "--path.sysfs", f"{root}/sys"]
     flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", f"127.0.0.1:{port}"]
     flags += ["--poll.interval=300", "--kubelet.timeout=60", "--log.level=error"]  # one poll
+    flags += [f"--kubelet.max-message-bytes={max_message_bytes}"]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -612,17 +624,22 @@ async def _large_reply_run(root: Path) -> tuple[int, int, float]:
         stderr=asyncio.subprocess.DEVNULL,
     )
     started = time.monotonic()
+    url = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
             while True:  # /readyz answers 200 once the first poll has published
                 await asyncio.sleep(0.2)
                 try:
-                    async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    async with session.get(f"{url}/readyz") as response:
                         if response.status == 200:
                             break
                 except aiohttp.ClientError:
                     pass
-        took = time.monotonic() - started
+            took = time.monotonic() - started
+            _, accept, encoding = VARIANTS[1]  # what Prometheus asks for
+            headers = {"Accept": accept, "Accept-Encoding": encoding}
+            async with session.get(f"{url}/metrics", headers=headers) as response:
+                await response.read()
         status = Path(f"/proc/{process.pid}/status")
         peak = _status_kib("VmHWM", status)
         await asyncio.sleep(2)
@@ -633,20 +650,27 @@ async def _large_reply_run(root: Path) -> tuple[int, int, float]:
 
 
 async def _measure_large_replies(root: Path, kubelet: _Kubelet) -> list[Row]:
-    """One row per reply size: peak and settled RSS of a fresh process, its first poll."""
+    """One row per reply: peak and settled RSS of a fresh process, its first poll."""
+    from exporter.config import DEFAULT_MAX_MESSAGE_BYTES
+
     kubelet.ask("pods", 1)
-    floor, _, _ = await _large_reply_run(root)
+    floor, _, _ = await _large_reply_run(root, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES)
     rows = []
-    for mib in REPLY_MIB:
-        kubelet.ask("padding", mib * 1024 * 1024)
-        peak, settled, took = await _large_reply_run(root)
+    for mib, id_bytes in REPLIES:
+        kubelet.ask("padding_id_bytes", id_bytes)
+        kubelet.ask("padding", int(mib * 1024 * 1024))
+        size = kubelet.ask("list_bytes")
+        default = size <= DEFAULT_MAX_MESSAGE_BYTES
+        limit = DEFAULT_MAX_MESSAGE_BYTES if default else size + 4096
+        peak, settled, took = await _large_reply_run(root, max_message_bytes=limit)
         rows.append(
             Row(
-                f"peak RSS, first poll of a {mib} MiB List reply (settled, poll)",
+                f"peak RSS, first poll + scrape, {size / 2**20:.2f} MiB List reply of "
+                f"{id_bytes}-byte IDs (settled, poll)",
                 f"{peak / 1024:.0f} MiB ({settled / 1024:.0f} MiB, {took:.1f} s)",
                 f"{floor / 1024:.0f} MiB",
                 _ratio(peak, floor),
-                "reported",
+                "< 256 MiB" if default else "over the default limit",
             )
         )
     kubelet.ask("padding", 0)
