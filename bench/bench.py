@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import multiprocessing
 import os
@@ -53,7 +52,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from memory_worker import kubelet_socket, status_kib
 
+MEMORY_WORKER = Path(__file__).with_name("memory_worker.py")
 POD_COUNTS = (10, 100, 250, 500, 1000)
 SCRAPE_PODS = 250
 MEMORY_PODS = 250
@@ -358,10 +359,6 @@ async def _measure_polls(root: Path, kubelet: _Kubelet, *, runs: int) -> list[Ro
     return rows
 
 
-def kubelet_socket(root: Path) -> str:
-    return str(root / "kubelet.sock")
-
-
 async def _idle_cpu_per_s(seconds: float) -> float:
     started = time.process_time()
     await asyncio.sleep(seconds)
@@ -486,43 +483,8 @@ async def _measure_scrapes(
 # --- memory: a fresh exporter process ------------------------------------------------------
 
 
-def _status_kib(field: str, status: Path = Path("/proc/self/status")) -> int:
-    for line in status.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def _memory_worker(root: str, freeze: bool) -> None:
-    """Polls whenever a line arrives on stdin; answers with RSS and the poll's CPU."""
-    _quiet()
-    from exporter.app import Exporter
-    from exporter.cli import parse_config
-    from exporter.memory import tune_allocator
-
-    tune_allocator()  # as exporter.app.run() does before anything else
-
-    flags = ["--kubelet.socket", kubelet_socket(Path(root)), "--path.sysfs", f"{root}/sys"]
-    flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", "127.0.0.1:0"]
-    exporter = Exporter(parse_config(flags, {}))  # the real collectors: NVML absent here
-
-    async def main() -> None:
-        await exporter.poller.poll_once()
-        if freeze:
-            gc.freeze()  # what start-up made is never collected again
-        loop = asyncio.get_running_loop()
-        while await loop.run_in_executor(None, sys.stdin.readline):
-            started = time.process_time()
-            await exporter.poller.poll_once()
-            spent = time.process_time() - started
-            print(json.dumps([_status_kib("VmRSS"), _status_kib("VmHWM"), spent]), flush=True)
-        await exporter.close()
-
-    asyncio.run(main())
-
-
 def _imports_rss_kib() -> int:
-    code = (  # what _memory_worker imports, with the collector modules the flags name
+    code = (  # what memory_worker imports, with the collector modules the flags name
         "import exporter.app, exporter.cli, exporter.memory\n"
         "exporter.collectors.registrations()\n"
         "from pathlib import Path\n"
@@ -536,17 +498,25 @@ def _imports_rss_kib() -> int:
     )
 
 
-def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> tuple[int, float, float]:
-    """(peak RSS KiB, RSS slope KiB per poll over the second half, median poll CPU s)."""
+@dataclass(frozen=True, slots=True)
+class _MemoryRun:
+    peak_kib: int
+    slope_kib_per_poll: float  # over the second half
+    poll_cpu_s: float  # median
+    stages_kib: tuple[int, ...]  # imports, exporter built, first poll, last poll
+
+
+def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> _MemoryRun:
     kubelet.ask("pods", MEMORY_PODS)
     worker = subprocess.Popen(
-        [sys.executable, __file__, "--memory-worker", str(root), *(["--freeze"] if freeze else [])],
+        [sys.executable, str(MEMORY_WORKER), str(root), *(["--freeze"] if freeze else [])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert worker.stdin is not None
     assert worker.stdout is not None
+    stages: list[int] = json.loads(worker.stdout.readline())
     rss: list[int] = []
     cpu: list[float] = []
     peak = 0
@@ -562,7 +532,7 @@ def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> tuple[int, fl
     half = rss[len(rss) // 2 :]
     xs = list(range(len(half)))
     slope = statistics.linear_regression(xs, half).slope
-    return peak, slope, _median(cpu)
+    return _MemoryRun(peak, slope, _median(cpu), (*stages, rss[-1]))
 
 
 def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
@@ -570,22 +540,32 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
     floor = _imports_rss_kib()
     rows = []
     for freeze in (False, True):
-        peak, slope, cpu = _memory_run(root, kubelet, freeze=freeze)
-        per_day = slope * 86400 / DEFAULT_INTERVAL_S / 1024
+        run = _memory_run(root, kubelet, freeze=freeze)
+        per_day = run.slope_kib_per_poll * 86400 / DEFAULT_INTERVAL_S / 1024
         label = "gc.freeze()" if freeze else "no gc.freeze()"
         rows.append(
             Row(
                 f"peak RSS, {MEMORY_PODS} pods, 180 churn polls, {label}",
-                f"{peak / 1024:.1f} MiB",
+                f"{run.peak_kib / 1024:.1f} MiB",
                 f"{floor / 1024:.1f} MiB",
-                _ratio(peak, floor),
+                _ratio(run.peak_kib, floor),
                 "< 64 MiB",
             )
         )
+        if not freeze:
+            rows.append(
+                Row(
+                    "RSS: imported / exporter built / 1st poll / 180th poll",
+                    " / ".join(f"{kib / 1024:.1f}" for kib in run.stages_kib) + " MiB",
+                    f"{floor / 1024:.1f} MiB",
+                    "-",
+                    "reported",
+                )
+            )
         rows.append(
             Row(
                 f"RSS slope over the 2nd half, {label}",
-                f"{slope:+.1f} KiB/poll ({per_day:+.1f} MiB/day)",
+                f"{run.slope_kib_per_poll:+.1f} KiB/poll ({per_day:+.1f} MiB/day)",
                 "0",
                 "-",
                 "flat",
@@ -594,7 +574,7 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
         rows.append(
             Row(
                 f"poll CPU, real collectors, churn, {label}",
-                _ms(cpu),
+                _ms(run.poll_cpu_s),
                 "-",
                 "-",
                 "reported",
@@ -641,9 +621,9 @@ async def _large_reply_run(root: Path, *, max_message_bytes: int) -> tuple[int, 
             async with session.get(f"{url}/metrics", headers=headers) as response:
                 await response.read()
         status = Path(f"/proc/{process.pid}/status")
-        peak = _status_kib("VmHWM", status)
+        peak = status_kib("VmHWM", status)
         await asyncio.sleep(2)
-        return peak, _status_kib("VmRSS", status), took
+        return peak, status_kib("VmRSS", status), took
     finally:
         process.send_signal(signal.SIGTERM)
         await process.wait()
@@ -731,12 +711,7 @@ async def _main(*, runs: int) -> None:
 def main(argv: list[str] | None = None, *, run: Callable[..., Any] = asyncio.run) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--memory-worker", metavar="ROOT", help=argparse.SUPPRESS)
-    parser.add_argument("--freeze", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.memory_worker:
-        _memory_worker(args.memory_worker, args.freeze)
-        return
     run(_main(runs=args.runs))
 
 
