@@ -19,10 +19,11 @@ floor measured in the same run, on the same machine, at the same moment:
   the default interval), with the real collectors, unavailable ones included (NVML
   without a driver: the old leak's case), with and without ``gc.freeze()``; floor: a
   process that has only imported the same modules.
-- peak RSS of a fresh exporter process (``python -m exporter``) through start-up and its
-  first poll of a kubelet ``List`` reply of N MiB (``REPLY_MIB``: padding pods of 500
-  device IDs of 200 bytes, a busy node's shape, each ID a series to join and render), and
-  its RSS once settled; floor: the same process with no reply to speak of.
+- peak RSS of a fresh exporter process (``python -m exporter``) through start-up, its
+  first poll of a kubelet ``List`` reply of N MiB and one scrape as Prometheus makes it
+  (OpenMetrics, gzip) (``REPLIES``: padding pods of 500 device IDs of B bytes, each ID
+  a series to join and render, so the shorter the IDs the more series per MiB), and its
+  RSS once settled; floor: the same process with no reply to speak of.
 
 The simulated kubelet and the scrapers run in their own processes, so their CPU is not
 counted. Figures only, no pass/fail: the machines are shared and noisy.
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import multiprocessing
 import os
@@ -52,7 +52,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from memory_worker import kubelet_socket, status_kib
 
+MEMORY_WORKER = Path(__file__).with_name("memory_worker.py")
 POD_COUNTS = (10, 100, 250, 500, 1000)
 SCRAPE_PODS = 250
 MEMORY_PODS = 250
@@ -63,7 +65,11 @@ SCRAPERS = 10
 SCRAPES_PER_RUN = 400
 IDLE_S = 3.0
 DEFAULT_INTERVAL_S = 10.0
-REPLY_MIB = (4, 8, 15)  # 15: just under the default --kubelet.max-message-bytes
+# (MiB of device IDs, ID bytes) of the large List replies: 40 bytes is a GPU UUID, the
+# shortest ID that comes by the thousand (time-slicing replicas, vGPU units). 0.9 MiB of
+# IDs is a reply just under 1 MiB; a run whose reply is over the default
+# --kubelet.max-message-bytes raises the flag to fit.
+REPLIES = ((0.9, 40), (0.9, 200), (4, 40), (15, 200))
 VARIANTS = (
     ("OpenMetrics", "application/openmetrics-text; version=1.0.0", "identity"),
     ("OpenMetrics gzip", "application/openmetrics-text; version=1.0.0", "gzip"),
@@ -85,6 +91,7 @@ def _kubelet_main(conn: Connection, socket_path: str) -> None:
 
 
 async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
+    from exporter.kubelet.convert import list_response_to_proto
     from exporter.sim.kubelet import SimKubelet
     from exporter.sim.scenario import DenseScenario
 
@@ -106,6 +113,11 @@ async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
         elif command == "padding":  # List replies grow by this many bytes
             sim.padding_bytes = value
             conn.send(None)
+        elif command == "padding_id_bytes":  # ... in device IDs this long
+            sim.padding_id_bytes = value
+            conn.send(None)
+        elif command == "list_bytes":  # the size of the List reply now
+            conn.send(list_response_to_proto(sim.listed_pods()).ByteSize())
         else:
             break
     await sim.stop()
@@ -347,10 +359,6 @@ async def _measure_polls(root: Path, kubelet: _Kubelet, *, runs: int) -> list[Ro
     return rows
 
 
-def kubelet_socket(root: Path) -> str:
-    return str(root / "kubelet.sock")
-
-
 async def _idle_cpu_per_s(seconds: float) -> float:
     started = time.process_time()
     await asyncio.sleep(seconds)
@@ -475,42 +483,10 @@ async def _measure_scrapes(
 # --- memory: a fresh exporter process ------------------------------------------------------
 
 
-def _status_kib(field: str, status: Path = Path("/proc/self/status")) -> int:
-    for line in status.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def _memory_worker(root: str, freeze: bool) -> None:
-    """Polls whenever a line arrives on stdin; answers with RSS and the poll's CPU."""
-    _quiet()
-    from exporter.app import Exporter
-    from exporter.cli import parse_config
-
-    flags = ["--kubelet.socket", kubelet_socket(Path(root)), "--path.sysfs", f"{root}/sys"]
-    flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", "127.0.0.1:0"]
-    exporter = Exporter(parse_config(flags, {}))  # the real collectors: NVML absent here
-
-    async def main() -> None:
-        await exporter.poller.poll_once()
-        if freeze:
-            gc.freeze()  # what start-up made is never collected again
-        loop = asyncio.get_running_loop()
-        while await loop.run_in_executor(None, sys.stdin.readline):
-            started = time.process_time()
-            await exporter.poller.poll_once()
-            spent = time.process_time() - started
-            print(json.dumps([_status_kib("VmRSS"), _status_kib("VmHWM"), spent]), flush=True)
-        await exporter.close()
-
-    asyncio.run(main())
-
-
 def _imports_rss_kib() -> int:
-    code = (
-        "import grpc, aiohttp, google.protobuf, prometheus_client, structlog\n"
-        "import exporter.app\n"
+    code = (  # what memory_worker imports, with the collector modules the flags name
+        "import exporter.app, exporter.cli, exporter.memory\n"
+        "exporter.collectors.registrations()\n"
         "from pathlib import Path\n"
         "print([l.split()[1] for l in Path('/proc/self/status').read_text().splitlines()"
         " if l.startswith('VmRSS:')][0])"
@@ -522,17 +498,25 @@ def _imports_rss_kib() -> int:
     )
 
 
-def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> tuple[int, float, float]:
-    """(peak RSS KiB, RSS slope KiB per poll over the second half, median poll CPU s)."""
+@dataclass(frozen=True, slots=True)
+class _MemoryRun:
+    peak_kib: int
+    slope_kib_per_poll: float  # over the second half
+    poll_cpu_s: float  # median
+    stages_kib: tuple[int, ...]  # imports, exporter built, first poll, last poll
+
+
+def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> _MemoryRun:
     kubelet.ask("pods", MEMORY_PODS)
     worker = subprocess.Popen(
-        [sys.executable, __file__, "--memory-worker", str(root), *(["--freeze"] if freeze else [])],
+        [sys.executable, str(MEMORY_WORKER), str(root), *(["--freeze"] if freeze else [])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert worker.stdin is not None
     assert worker.stdout is not None
+    stages: list[int] = json.loads(worker.stdout.readline())
     rss: list[int] = []
     cpu: list[float] = []
     peak = 0
@@ -548,7 +532,7 @@ def _memory_run(root: Path, kubelet: _Kubelet, *, freeze: bool) -> tuple[int, fl
     half = rss[len(rss) // 2 :]
     xs = list(range(len(half)))
     slope = statistics.linear_regression(xs, half).slope
-    return peak, slope, _median(cpu)
+    return _MemoryRun(peak, slope, _median(cpu), (*stages, rss[-1]))
 
 
 def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
@@ -556,22 +540,32 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
     floor = _imports_rss_kib()
     rows = []
     for freeze in (False, True):
-        peak, slope, cpu = _memory_run(root, kubelet, freeze=freeze)
-        per_day = slope * 86400 / DEFAULT_INTERVAL_S / 1024
+        run = _memory_run(root, kubelet, freeze=freeze)
+        per_day = run.slope_kib_per_poll * 86400 / DEFAULT_INTERVAL_S / 1024
         label = "gc.freeze()" if freeze else "no gc.freeze()"
         rows.append(
             Row(
                 f"peak RSS, {MEMORY_PODS} pods, 180 churn polls, {label}",
-                f"{peak / 1024:.1f} MiB",
+                f"{run.peak_kib / 1024:.1f} MiB",
                 f"{floor / 1024:.1f} MiB",
-                _ratio(peak, floor),
+                _ratio(run.peak_kib, floor),
                 "< 64 MiB",
             )
         )
+        if not freeze:
+            rows.append(
+                Row(
+                    "RSS: imported / exporter built / 1st poll / 180th poll",
+                    " / ".join(f"{kib / 1024:.1f}" for kib in run.stages_kib) + " MiB",
+                    f"{floor / 1024:.1f} MiB",
+                    "-",
+                    "reported",
+                )
+            )
         rows.append(
             Row(
                 f"RSS slope over the 2nd half, {label}",
-                f"{slope:+.1f} KiB/poll ({per_day:+.1f} MiB/day)",
+                f"{run.slope_kib_per_poll:+.1f} KiB/poll ({per_day:+.1f} MiB/day)",
                 "0",
                 "-",
                 "flat",
@@ -580,7 +574,7 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
         rows.append(
             Row(
                 f"poll CPU, real collectors, churn, {label}",
-                _ms(cpu),
+                _ms(run.poll_cpu_s),
                 "-",
                 "-",
                 "reported",
@@ -589,9 +583,9 @@ def _measure_memory(root: Path, kubelet: _Kubelet) -> list[Row]:
     return rows
 
 
-async def _large_reply_run(root: Path) -> tuple[int, int, float]:
-    """(peak RSS KiB through the first poll, settled RSS KiB, first poll s) of a fresh
-    exporter process against the kubelet as it now answers."""
+async def _large_reply_run(root: Path, *, max_message_bytes: int) -> tuple[int, int, float]:
+    """(peak RSS KiB through the first poll and one scrape, settled RSS KiB, first poll s)
+    of a fresh exporter process against the kubelet as it now answers."""
     import aiohttp
 
     with socket.socket() as probe:
@@ -600,6 +594,7 @@ async def _large_reply_run(root: Path) -> tuple[int, int, float]:
     flags = ["--kubelet.socket", kubelet_socket(root), "--path.sysfs", f"{root}/sys"]
     flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", f"127.0.0.1:{port}"]
     flags += ["--poll.interval=300", "--kubelet.timeout=60", "--log.level=error"]  # one poll
+    flags += [f"--kubelet.max-message-bytes={max_message_bytes}"]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -609,41 +604,53 @@ async def _large_reply_run(root: Path) -> tuple[int, int, float]:
         stderr=asyncio.subprocess.DEVNULL,
     )
     started = time.monotonic()
+    url = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
             while True:  # /readyz answers 200 once the first poll has published
                 await asyncio.sleep(0.2)
                 try:
-                    async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    async with session.get(f"{url}/readyz") as response:
                         if response.status == 200:
                             break
                 except aiohttp.ClientError:
                     pass
-        took = time.monotonic() - started
+            took = time.monotonic() - started
+            _, accept, encoding = VARIANTS[1]  # what Prometheus asks for
+            headers = {"Accept": accept, "Accept-Encoding": encoding}
+            async with session.get(f"{url}/metrics", headers=headers) as response:
+                await response.read()
         status = Path(f"/proc/{process.pid}/status")
-        peak = _status_kib("VmHWM", status)
+        peak = status_kib("VmHWM", status)
         await asyncio.sleep(2)
-        return peak, _status_kib("VmRSS", status), took
+        return peak, status_kib("VmRSS", status), took
     finally:
         process.send_signal(signal.SIGTERM)
         await process.wait()
 
 
 async def _measure_large_replies(root: Path, kubelet: _Kubelet) -> list[Row]:
-    """One row per reply size: peak and settled RSS of a fresh process, its first poll."""
+    """One row per reply: peak and settled RSS of a fresh process, its first poll."""
+    from exporter.config import DEFAULT_MAX_MESSAGE_BYTES
+
     kubelet.ask("pods", 1)
-    floor, _, _ = await _large_reply_run(root)
+    floor, _, _ = await _large_reply_run(root, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES)
     rows = []
-    for mib in REPLY_MIB:
-        kubelet.ask("padding", mib * 1024 * 1024)
-        peak, settled, took = await _large_reply_run(root)
+    for mib, id_bytes in REPLIES:
+        kubelet.ask("padding_id_bytes", id_bytes)
+        kubelet.ask("padding", int(mib * 1024 * 1024))
+        size = kubelet.ask("list_bytes")
+        default = size <= DEFAULT_MAX_MESSAGE_BYTES
+        limit = DEFAULT_MAX_MESSAGE_BYTES if default else size + 4096
+        peak, settled, took = await _large_reply_run(root, max_message_bytes=limit)
         rows.append(
             Row(
-                f"peak RSS, first poll of a {mib} MiB List reply (settled, poll)",
+                f"peak RSS, first poll + scrape, {size / 2**20:.2f} MiB List reply of "
+                f"{id_bytes}-byte IDs (settled, poll)",
                 f"{peak / 1024:.0f} MiB ({settled / 1024:.0f} MiB, {took:.1f} s)",
                 f"{floor / 1024:.0f} MiB",
                 _ratio(peak, floor),
-                "reported",
+                "< 256 MiB" if default else "over the default limit",
             )
         )
     kubelet.ask("padding", 0)
@@ -704,12 +711,7 @@ async def _main(*, runs: int) -> None:
 def main(argv: list[str] | None = None, *, run: Callable[..., Any] = asyncio.run) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--memory-worker", metavar="ROOT", help=argparse.SUPPRESS)
-    parser.add_argument("--freeze", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.memory_worker:
-        _memory_worker(args.memory_worker, args.freeze)
-        return
     run(_main(runs=args.runs))
 
 

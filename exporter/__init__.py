@@ -1,10 +1,8 @@
 """podresources-exporter: kubelet PodResources allocations joined with hardware telemetry."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("podresources-exporter")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# A literal, not importlib.metadata.version(): that import and its look-up of the
+# installed distributions cost ~1.1 MiB of RSS for one string. tests/test_wheel.py holds
+# it equal to pyproject.toml's version.
+__version__ = "0.1.0"
 
 __all__ = ["__version__"]

@@ -28,7 +28,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-import bcrypt
 import structlog
 from aiohttp import web, web_response
 
@@ -97,11 +96,17 @@ class PasswordChecker:
 
     def _dummy(self, cost: int) -> bytes:
         """A hash of nothing anyone knows, at ``cost``: an unknown user costs a real check."""
+        import bcrypt
+
         if cost not in self._dummies:
             self._dummies[cost] = bcrypt.hashpw(b"\0unknown user", bcrypt.gensalt(rounds=cost))
         return self._dummies[cost]
 
     def _verify(self, password: bytes, hashed: bytes | None, cost: int) -> bool:
+        # Imported at the first check, in the checker's thread: bcrypt costs ~0.4 MiB of
+        # RSS, and most nodes configure no basic auth.
+        import bcrypt
+
         try:
             ok = bcrypt.checkpw(password, hashed or self._dummy(cost))
         except ValueError:  # a NUL byte, an odd hash: a failed login, never a 500

@@ -24,7 +24,12 @@ __all__ = [
 ]
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # what the reference client uses; gRPC's is 4 MiB
+# 1 MiB, not the reference client's 16 MiB: memory follows the series a reply makes (two
+# per device ID, ~1.7 KiB each through render and scrape), not its bytes. A 1 MiB reply of
+# 40-byte IDs (GPU UUIDs) peaks at ~135 MiB, inside the DaemonSet's 256Mi; 16 MiB would
+# be OOM-killed where a refusal keeps the last good data and says which flag to raise. A
+# dense 250-pod node's reply is 14 KB (docs/benchmarks.md, "Large kubelet replies").
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 DEFAULT_KUBELET_TIMEOUT_S = 5.0
 DEFAULT_POLL_INTERVAL_S = 10.0
 DEFAULT_LISTEN_ADDRESS = ":9410"

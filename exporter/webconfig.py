@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import yaml
 
 __all__ = [
     "HttpSettings",
@@ -414,6 +413,8 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
 
     ``keys`` narrows the top-level keys: ``("basic_auth_users",)`` for a users-only file.
     """
+    import yaml  # here: PyYAML costs ~0.9 MiB of RSS, and most nodes have no web config
+
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -14,7 +14,8 @@ from exporter.config import ConfigError
 
 
 def test_defaults(tmp_path: Path) -> None:
-    """Defaults are DESIGN.md's: the kubelet socket, 16 MiB replies, 10 s polls, all collectors."""
+    """Defaults: the kubelet socket, 1 MiB replies (what the DaemonSet's 256Mi holds, not
+    DESIGN.md's 16 MiB), 10 s polls, all collectors."""
     config = parse_config([], {"NODE_NAME": "gpu-node-7"})
     assert (
         config.kubelet_socket,
@@ -29,7 +30,7 @@ def test_defaults(tmp_path: Path) -> None:
         config.log_format,
     ) == (
         "/var/lib/kubelet/pod-resources/kubelet.sock",
-        16 * 1024 * 1024,
+        1024 * 1024,
         10.0,
         5.0,
         "",  # every address family

@@ -312,12 +312,16 @@ class TestKubeletFailures:
         assert _with_name(series, "podresources_container_device_info")
         assert not _with_name(series, "podresources_node_allocatable_devices")
 
-    async def test_reply_over_4_mib_is_read(
-        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
-    ) -> None:  # type: ignore[type-arg]
-        """A List reply of more than gRPC's 4 MiB default arrives whole."""
+    async def test_reply_over_4_mib_is_read(self, sim_node: SimulatedNode) -> None:
+        """With --kubelet.max-message-bytes raised, a List reply of more than gRPC's own
+        4 MiB default arrives whole."""
+        config = _config(sim_node, "--kubelet.max-message-bytes", str(8 * 1024 * 1024))
+        exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
         sim_node.kubelet.padding_bytes = 5 * 1024 * 1024
-        published = await exporter.poller.poll_once()
+        try:
+            published = await exporter.poller.poll_once()
+        finally:
+            await exporter.close()
         assert published.snapshot.kubelet.up
         padding = [
             d

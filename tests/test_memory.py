@@ -1,12 +1,19 @@
-"""exporter.memory: glibc tuning that returns freed memory, and nothing elsewhere."""
+"""exporter.memory: glibc tuning that returns freed memory, and nothing elsewhere; and
+the modules a plain exporter leaves unloaded."""
 
 from __future__ import annotations
 
+import json
+import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
 from exporter.memory import trim, tune_allocator
 
 GLIBC = platform.libc_ver()[0] == "glibc"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_tuned_where_glibc() -> None:
@@ -19,3 +26,33 @@ def test_trim_runs_where_glibc() -> None:
     blocks = [bytearray(64 * 1024) for _ in range(400)]  # heap-sized, under the threshold
     del blocks
     assert GLIBC == trim()
+
+
+def test_a_plain_exporter_leaves_optional_modules_unloaded(tmp_path: Path) -> None:
+    """An exporter built from default flags (every default collector, its app and its
+    password checker) has not imported what only some nodes need: PyYAML (a web config,
+    YAML CDI specs), bcrypt (basic auth), pynvml (an NVIDIA driver), importlib.metadata,
+    the simulator (--demo). Each costs RSS on every node otherwise (docs/benchmarks.md)."""
+    script = f"""
+import json, sys
+from exporter.app import Exporter
+from exporter.auth import PasswordChecker
+from exporter.cli import parse_config
+flags = ["--kubelet.socket", {str(tmp_path / "kubelet.sock")!r}]
+exporter = Exporter(parse_config(flags, {{}}))
+exporter.create_app()
+PasswordChecker().close()
+optional = ("yaml", "bcrypt", "pynvml", "importlib.metadata", "exporter.sim")
+print(json.dumps([m for m in optional if m in sys.modules]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    assert [] == json.loads(done.stdout)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
+
+import exporter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +64,7 @@ def test_wheel_installs_a_working_exporter(tmp_path: Path) -> None:
         timeout=60,
     )
     assert version.returncode == 0, version.stderr
-    assert version.stdout.startswith("podresources-exporter ")
+    assert f"podresources-exporter {_pyproject_version()}\n" == version.stdout
     origin = subprocess.run(
         [sys.executable, "-c", "import exporter.kubelet.api.v1.api_pb2 as m; print(m.__file__)"],
         capture_output=True,
@@ -71,3 +74,14 @@ def test_wheel_installs_a_working_exporter(tmp_path: Path) -> None:
         timeout=60,
     )
     assert origin.stdout.strip().startswith(str(target)), origin.stdout + origin.stderr
+
+
+def _pyproject_version() -> str:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert isinstance(version, str)
+    return version
+
+
+def test_package_version_is_pyprojects() -> None:
+    """exporter.__version__, a literal, is the version pyproject.toml gives the wheel."""
+    assert _pyproject_version() == exporter.__version__

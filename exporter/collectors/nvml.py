@@ -10,8 +10,9 @@ every MIG device under its UUID, its parent's UUID with GPU- and compute-instanc
 and -- the first compute instance of each GPU instance only -- the parent's minor number
 with the GPU instance. ``exporter.resolver`` maps kubelet IDs and DRA devices onto these.
 
-pynvml is imported when the first ``PynvmlSource`` is made, so a node that never
-enables this collector never loads it.
+pynvml (~1 MiB of RSS) is imported by the first ``nvmlInit`` that finds
+libnvidia-ml.so.1, so a node that never enables this collector, or has no NVIDIA driver,
+never loads it.
 
 Errors: no library or no driver -> ``CollectorUnavailable``; any other failed nvmlInit
 or device count -> ``CollectorError``. A failed figure loses that figure only, and is
@@ -25,6 +26,7 @@ further call would fail too, and can be slow), so a lost GPU counts once a poll.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import re
 import threading
@@ -85,6 +87,11 @@ _ABSENT = {
     "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 not found: no NVIDIA driver on this node",
     "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded",
 }
+
+# The library pynvml loads (its _LoadNvmlLibrary, on Linux) and nvml.h's code for its
+# absence, which pynvml would raise.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+_LIBRARY_NOT_FOUND_CODE = 12
 
 NvmlHandle = NewType("NvmlHandle", object)
 """An opaque device handle; only the source that made it can use it."""
@@ -171,14 +178,30 @@ class NvmlSource(Protocol):
 
 
 class PynvmlSource(NvmlSource):
-    """``NvmlSource`` calling libnvidia-ml.so.1 through pynvml."""
+    """``NvmlSource`` calling libnvidia-ml.so.1 through pynvml.
+
+    pynvml is imported by the first ``init`` that finds the library, not before: the
+    bindings cost ~1 MiB of RSS, for nothing on a node without the NVIDIA driver.
+    Every other call comes after an ``init`` that succeeded.
+    """
 
     def __init__(self) -> None:
-        # Imported here, not at module level: the bindings cost memory on every node
-        # that never enables this collector.
+        self._pynvml: Any = None
+        self._error_names: dict[int, str] = {}
+        self._temperature_v = False
+        self._memory_v2 = False
+        self._process_versions: dict[str, list[str]] = {}
+
+    def _bind(self) -> None:
+        """Import pynvml once the library loads; LIBRARY_NOT_FOUND, as pynvml says it, if
+        it does not (ctypes hands pynvml the same loaded object afterwards)."""
+        try:
+            ctypes.CDLL(NVML_LIBRARY)
+        except OSError:
+            raise NvmlError("LIBRARY_NOT_FOUND", code=_LIBRARY_NOT_FOUND_CODE) from None
         pynvml: Any = importlib.import_module("pynvml")
         self._pynvml = pynvml
-        self._error_names: dict[int, str] = {
+        self._error_names = {
             value: name.removeprefix("NVML_ERROR_")
             for name, value in vars(pynvml).items()
             if name.startswith("NVML_ERROR_") and isinstance(value, int)
@@ -188,7 +211,7 @@ class PynvmlSource(NvmlSource):
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
         # Running-process list versions, newest first; older ones drop out on
         # FUNCTION_NOT_FOUND (a driver that predates them).
-        self._process_versions: dict[str, list[str]] = {
+        self._process_versions = {
             kind: [
                 f"nvmlDevice{kind}RunningProcesses{suffix}"
                 for suffix in ("_v3", "_v2")
@@ -206,6 +229,8 @@ class PynvmlSource(NvmlSource):
             raise NvmlError(self._error_names.get(code, f"CODE_{code}"), code=code) from error
 
     def init(self) -> None:
+        if self._pynvml is None:
+            self._bind()
         self._call(self._pynvml.nvmlInit)
 
     def shutdown(self) -> None:

@@ -41,6 +41,14 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
+def peak_rss_kib(pid: int) -> int:
+    """The highest resident set size a process has had (VmHWM), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
 async def wait_for(check: Callable[[], Any], *, within_s: float, what: str) -> Any:
     """Poll ``check`` (sync or async) until it returns something truthy; bounded."""
     deadline = time.monotonic() + within_s

@@ -21,12 +21,15 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
-from faultkit import ExporterProcess, rss_kib, wait_for
+import yaml
+from faultkit import ExporterProcess, peak_rss_kib, rss_kib, wait_for
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.config import DEFAULT_MAX_MESSAGE_BYTES
+from exporter.kubelet.convert import list_response_to_proto
 from exporter.model import ContainerResources, DeviceGroup, PodResources
 from exporter.sim.kubelet import PADDING_NAMESPACE, V1_GET_ALLOCATABLE, V1_LIST
 from exporter.sim.node import SimulatedNode
@@ -35,6 +38,16 @@ MIB = 1024 * 1024
 PROMTOOL = shutil.which("promtool")
 SETPRIV = shutil.which("setpriv")
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+DAEMONSET = Path(__file__).resolve().parents[2] / "manifests" / "base" / "daemonset.yaml"
+_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def daemonset_memory_limit_bytes() -> int:
+    """The exporter container's memory limit in the shipped DaemonSet."""
+    (container,) = yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]["containers"]
+    limit = str(container["resources"]["limits"]["memory"])
+    return int(limit[:-2]) * _QUANTITY[limit[-2:]]
 
 
 class Scrape:
@@ -280,9 +293,9 @@ class TestLargeReplies:
     async def test_15_mib_then_20_mib(
         self, sim_node: SimulatedNode, running: Callable[..., Any]
     ) -> None:
-        """15 MiB (under the 16 MiB default) is served; 20 MiB fails naming the flag and
+        """With the limit at 16 MiB, 15 MiB is served; 20 MiB fails naming the flag and
         both sizes, the 15 MiB data kept; memory returns to its level after."""
-        exporter = await running(ready_path="/readyz")
+        exporter = await running(f"--kubelet.max-message-bytes={16 * MIB}", ready_path="/readyz")
         await scrape(exporter)
         baseline = rss_kib(exporter.pid)
         # Long IDs: the size without 78,000 series to render (make bench measures those).
@@ -317,6 +330,31 @@ class TestLargeReplies:
         await asyncio.sleep(2.5)  # a few more polls: the big snapshot's caches let go
         after = rss_kib(exporter.pid)
         assert after - baseline < 80 * 1024, (baseline, after)  # was +455 MiB before
+
+    async def test_a_reply_at_the_default_limit_fits_the_daemonsets_memory(
+        self, sim_node: SimulatedNode, running: Callable[..., Any]
+    ) -> None:
+        """A List reply just under the default --kubelet.max-message-bytes, of 40-byte
+        device IDs (GPU UUIDs: the shortest that come by the thousand), served, scraped in
+        OpenMetrics with gzip, as text, and shown in /debug: the process peaks under the
+        manifests' memory limit (~180 MiB of 256 measured; 15 MiB replies passed 450)."""
+        exporter = await running(ready_path="/readyz")
+        sim_node.kubelet.padding_id_bytes = 40
+        sim_node.kubelet.padding_bytes = DEFAULT_MAX_MESSAGE_BYTES * 9 // 10
+        reply_bytes = list_response_to_proto(sim_node.kubelet.listed_pods()).ByteSize()
+        assert DEFAULT_MAX_MESSAGE_BYTES - 64 * 1024 < reply_bytes <= DEFAULT_MAX_MESSAGE_BYTES
+        big = await scrape_until(
+            exporter,
+            lambda s: any(ns == PADDING_NAMESPACE for ns, _ in s.pods),
+            within_s=30,
+            what="a reply at the default limit served",
+        )
+        async with aiohttp.ClientSession() as session:
+            headers = {"Accept": OPENMETRICS, "Accept-Encoding": "gzip"}
+            status, _, _ = await exporter.get(session, "/metrics", headers=headers)
+
+        assert (200, 1.0) == (status, big.up)
+        assert peak_rss_kib(exporter.pid) * 1024 < daemonset_memory_limit_bytes()
 
 
 HOSTILE = (

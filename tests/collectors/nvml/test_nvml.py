@@ -544,15 +544,59 @@ except CollectorUnavailable as error:
         expected = {"unavailable": "libnvidia-ml.so.1 not found: no NVIDIA driver on this node"}
         assert expected == result
 
-    def test_import_does_not_load_pynvml(self) -> None:
-        """Importing the module leaves pynvml unloaded; the first PynvmlSource loads it."""
+    def test_no_library_does_not_load_pynvml(self) -> None:
+        """Without libnvidia-ml.so.1 neither the module, a collector nor its failed init
+        loads pynvml; the init still says LIBRARY_NOT_FOUND."""
         # A fresh process: this one imported pynvml for the fake library.
         script = """
-import json, sys
-import exporter.collectors.nvml as nvml
-imported = "pynvml" in sys.modules
-nvml.PynvmlSource()
-print(json.dumps([imported, "pynvml" in sys.modules]))
+import ctypes, json, sys
+try:
+    ctypes.CDLL("libnvidia-ml.so.1")
+except OSError:
+    pass
+else:
+    print(json.dumps({"real_nvml": True}))
+    raise SystemExit
+from exporter.collectors.base import CollectorContext, CollectorUnavailable
+from exporter.collectors.nvml import NvmlCollector
+loaded = ["pynvml" in sys.modules]
+collector = NvmlCollector(CollectorContext())
+loaded.append("pynvml" in sys.modules)
+try:
+    collector.collect()
+except CollectorUnavailable:
+    loaded.append("pynvml" in sys.modules)
+print(json.dumps({"loaded": loaded}))
+"""
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        result = json.loads(done.stdout)
+        if result.get("real_nvml"):
+            pytest.skip("this host has a real libnvidia-ml.so.1: no library cannot be shown")
+
+        assert {"loaded": [False, False, False]} == result
+
+    def test_init_with_the_library_loads_pynvml(self, fake_nvml: FakeNvml) -> None:
+        """Where the library loads, the first init imports pynvml and NVML answers."""
+        fake_nvml.configure()  # a driver without GPUs
+        # A fresh process: this one imported pynvml for the fake library.
+        script = f"""
+import ctypes, json, sys
+ctypes.CDLL({str(fake_nvml.library.path)!r}, mode=ctypes.RTLD_GLOBAL)
+from exporter.collectors.nvml import PynvmlSource
+source = PynvmlSource()
+loaded = ["pynvml" in sys.modules]
+source.init()
+loaded.append("pynvml" in sys.modules)
+print(json.dumps({{"loaded": loaded, "gpus": source.device_count()}}))
+source.shutdown()
 """
         done = subprocess.run(
             [sys.executable, "-c", script],
@@ -564,4 +608,4 @@ print(json.dumps([imported, "pynvml" in sys.modules]))
             check=True,
         )
 
-        assert [False, True] == json.loads(done.stdout)
+        assert {"loaded": [False, True], "gpus": 0} == json.loads(done.stdout)
