@@ -23,8 +23,6 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
-
 from exporter import __version__
 from exporter.collectors.base import COLLECTOR_ERRORS
 from exporter.metricwriter import (
@@ -50,6 +48,7 @@ from exporter.model import (
     numa_label,
 )
 from exporter.process_metrics import process_families
+from exporter.selfmetrics import live_rows
 
 __all__ = [
     "GZIP_LEVEL",
@@ -95,7 +94,6 @@ class RenderCache:
     telemetry: dict[tuple[Hashable, _Shape], tuple[str, ...]] = field(default_factory=dict)
 
 
-_LIVE_COLLECTORS = tuple(c for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR) if c)
 # Scrapes this close together share one rendering of the live families (~0.25 ms, half
 # a scrape's CPU): ten concurrent scrapers then pay it once, and no figure is older.
 LIVE_MAX_AGE_S = 1.0
@@ -115,9 +113,7 @@ class _Live:
         if now - self._rendered_at >= LIVE_MAX_AGE_S:
             prefixes: PrefixCache = {}
             families = [
-                write_family(m, cache=prefixes, previous=self._prefixes)
-                for c in _LIVE_COLLECTORS
-                for m in c.collect()
+                write_family(rows, cache=prefixes, previous=self._prefixes) for rows in live_rows()
             ]
             self._prefixes = prefixes
             self._texts = {om: join_families(families, openmetrics=om) for om in (False, True)}

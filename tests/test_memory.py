@@ -30,9 +30,11 @@ def test_trim_runs_where_glibc() -> None:
 
 def test_a_plain_exporter_leaves_optional_modules_unloaded(tmp_path: Path) -> None:
     """An exporter built from default flags (every default collector, its app and its
-    password checker) has not imported what only some nodes need: PyYAML (a web config,
-    YAML CDI specs), bcrypt (basic auth), pynvml (an NVIDIA driver), importlib.metadata,
-    the simulator (--demo). Each costs RSS on every node otherwise (docs/benchmarks.md)."""
+    password checker) and a /metrics page rendered in every variant have not imported
+    what only some nodes need: PyYAML (a web config, YAML CDI specs), bcrypt (basic
+    auth), pynvml (an NVIDIA driver), importlib.metadata, the simulator (--demo), nor
+    prometheus_client (its writers serve only families our writer cannot). Each costs
+    RSS on every node otherwise (docs/benchmarks.md)."""
     script = f"""
 import json, sys
 from exporter.app import Exporter
@@ -42,7 +44,18 @@ flags = ["--kubelet.socket", {str(tmp_path / "kubelet.sock")!r}]
 exporter = Exporter(parse_config(flags, {{}}))
 exporter.create_app()
 PasswordChecker().close()
-optional = ("yaml", "bcrypt", "pynvml", "importlib.metadata", "exporter.sim")
+from exporter.exposition import render
+from exporter.join import join_snapshot
+from exporter.model import AllocatableResources, KubeletStatus
+snapshot = join_snapshot(
+    node="n", collected_at=1.0, kubelet=KubeletStatus(up=True, socket="/s", api=()),
+    pods=(), allocatable=AllocatableResources(), cpu_numa={{}},
+)
+page = render(snapshot)
+assert all(page.page(openmetrics=o, gzipped=g) for o in (False, True) for g in (False, True))
+optional = (
+    "yaml", "bcrypt", "pynvml", "importlib.metadata", "exporter.sim", "prometheus_client"
+)
 print(json.dumps([m for m in optional if m in sys.modules]))
 """
     done = subprocess.run(
