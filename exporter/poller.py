@@ -1,8 +1,10 @@
 """The loop: every interval, ask the kubelet and the collectors, join, render, publish.
 
-One poll is one ``gather``: ``List``, ``GetAllocatableResources`` and every collector
-at once, so a slow collector never delays kubelet data and the worst case is the larger
-of the two timeouts, not their sum. Converting replies, the join, the render and the
+One poll is one ``gather``: ``List``, ``GetAllocatableResources`` and the collectors
+(in turn, on one worker thread: ``exporter.collectors.runner``) at once, so a slow
+collector never delays kubelet data and the worst case is the larger of the two
+timeouts, not their sum (plus the runner's ``HANDOVER_S`` for each further collector
+that hangs in the same poll). Converting replies, the join, the render and the
 allocation diff run off the event loop, so scrapes are not held up behind them.
 
 Most polls change nothing the kubelet says: byte-identical replies come back from the

@@ -1,11 +1,29 @@
-"""Run collectors concurrently, each on its own daemon thread, under one timeout.
+"""Run each poll's collectors one after another on one worker thread, each under a timeout.
 
-A collector that hangs (a wedged driver call, a read of a stuck file) keeps its
-thread, but never more than one: until it returns, later polls report it failed
-without starting another call. The threads are daemons and hold no reference to the
-event loop's futures beyond one call, so a stuck read never blocks exit and a failing
-collector leaks nothing: outcomes cross back as plain data, never as exceptions whose
-tracebacks would keep earlier polls' frames alive.
+One thread, not one per collector: collectors read many small files and every read
+releases the GIL, so with a thread each the threads traded the GIL (and the CPU) on
+every read, ~5 ms of CPU per poll on the dense simulated node over the calls' own ~10 ms
+(docs/benchmarks.md), and each kept its own stack and malloc arena.
+
+A *lane* is a daemon thread that runs a poll's queue of calls in order. It times each
+``collect()`` itself, writes the outcome into the call as plain data and wakes the loop
+once, when it finds the queue empty. Besides that wake-up the loop looks at the poll only
+at deadlines:
+
+- Each collector has ``timeout_s`` from when its own call starts (not from the poll's
+  start: one queued behind a slow one loses no time to it). A call still running then
+  is reported "timed out after Ns".
+- A call still running after ``handover_s`` (``HANDOVER_S``, or ``timeout_s`` if shorter)
+  gives the rest of the queue to another lane, an idle one or else a new one, at most
+  one lane per collector. So a hung collector holds the ones after it up by
+  ``handover_s``, not by its timeout, and a poll takes at most about ``timeout_s``, plus
+  ``handover_s`` for each further collector that hangs in the same poll.
+
+A lane stuck in a hung call (a wedged driver call, a read of a stuck file) stays out of
+service until the call returns, then goes idle and serves later polls. Until then later
+polls report that collector failed without starting another call. Lanes are daemons and
+hold nothing of a poll while they wait, so a stuck read never blocks exit, and outcomes
+are plain data, never exceptions whose tracebacks would keep earlier polls' frames alive.
 
 The partial-failure contract: each issue a collector reports is counted (cumulative,
 per error label, in ``podresources_collector_errors_total``) and each distinct one is
@@ -18,8 +36,8 @@ import asyncio
 import queue
 import threading
 import time
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -28,78 +46,198 @@ from exporter.collectors.base import Collector
 from exporter.errors import CollectorUnavailable
 from exporter.model import CollectorIssue, CollectorRun, Readings
 
-__all__ = ["CollectorRunner"]
+__all__ = ["HANDOVER_S", "CollectorRunner"]
 
 log = structlog.get_logger(__name__)
 
 # Distinct issue details logged per collector; past it, one line says more were seen.
 MAX_LOGGED_ISSUES = 256
+# How long one call may hold up the rest of its poll's queue. Far above any collector's
+# normal run (milliseconds), so a second lane is made only for a collector in trouble.
+HANDOVER_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     """What one call of ``collect()`` came to, as plain data."""
 
+    duration_s: float
     readings: Readings | None = None
     unavailable: str | None = None
     error: str | None = None
 
 
-def _collect(collector: Collector) -> _Outcome:
+# For calls a cancelled poll took back before any lane started them.
+_NOT_RUN = _Outcome(0.0, error="not run: the poll was cancelled")
+
+
+@dataclass(slots=True, eq=False)
+class _Call:
+    """One call of one collector, shared by the loop and the lane that runs it.
+
+    The lane sets ``started``, then ``outcome``, each once; the loop only reads them (a
+    plain attribute store is atomic, so no lock). ``outcome`` None means still running
+    or queued: the collector is busy.
+    """
+
+    collector: Collector
+    started: float | None = None
+    outcome: _Outcome | None = None
+
+
+def _collect(collector: Collector, clock: Callable[[], float], started: float) -> _Outcome:
     try:
-        return _Outcome(readings=collector.collect())
+        readings = collector.collect()
     except CollectorUnavailable as error:
-        return _Outcome(unavailable=str(error))
+        return _Outcome(clock() - started, unavailable=str(error))
     except Exception as error:  # a collector bug must not take the poll down
-        return _Outcome(error=f"{type(error).__name__}: {error}")
+        return _Outcome(clock() - started, error=f"{type(error).__name__}: {error}")
+    return _Outcome(clock() - started, readings=readings)
 
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[_Outcome]"]
+class _Poll:
+    """One poll's calls: the queue lanes take them from, their deadlines, the handover.
+
+    Used on the loop, but for ``queue``: lanes pop calls from it (a deque's popleft is
+    atomic, so each call is taken once, by one lane, or taken back by the loop).
+    """
+
+    def __init__(
+        self,
+        calls: Sequence[_Call],
+        *,
+        give_lane: Callable[[_Poll], bool],
+        timeout_s: float,
+        handover_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.calls = calls
+        self.queue: deque[_Call] = deque(calls)
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.timed_out: dict[_Call, float] = {}  # call -> how long it had run
+        self._lanes_given = 0
+        self._give_lane = give_lane
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._handover_s = handover_s
+        self._timer: asyncio.TimerHandle | None = None
+
+    def check(self) -> None:
+        """Time out calls past their deadline, hand the queue on if no lane is making
+        progress on it, and finish once every call has an outcome or timed out."""
+        if self.done.done():  # a lane's late wake-up, or the poll was cancelled
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        now = self._clock()
+        next_check = now + self._handover_s  # for calls not started yet
+        pending = progressing = stalled = False
+        for call in self.calls:
+            started = call.started
+            if call.outcome is not None:
+                continue
+            if call in self.timed_out:  # its lane is still stuck in it
+                stalled = True
+                continue
+            if started is None:
+                pending = True
+                continue
+            ran = now - started
+            if ran >= self._timeout_s:
+                self.timed_out[call] = ran
+                stalled = True
+                continue
+            pending = True
+            next_check = min(next_check, started + self._timeout_s)
+            if ran < self._handover_s:
+                progressing = True
+                next_check = min(next_check, started + self._handover_s)
+            else:
+                stalled = True
+        if (
+            self.queue
+            and not progressing
+            and (stalled or not self._lanes_given)
+            and self._give_lane(self)
+        ):
+            self._lanes_given += 1
+        if not pending:
+            self.done.set_result(None)
+            return
+        self._timer = self.loop.call_later(next_check - now, self.check)
+
+    def take_back(self) -> None:
+        """Stop: calls no lane has taken yet are marked not run, the timer cancelled."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while True:
+            try:
+                call = self.queue.popleft()
+            except IndexError:
+                return
+            call.outcome = _NOT_RUN
 
 
-class _Worker:
-    """One daemon thread that runs one collector's calls, one at a time."""
+class _Lane:
+    """A daemon thread that runs the calls of the polls it is given, one at a time."""
 
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-        self.busy = False  # set on the loop when a call is queued, cleared when it ends
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(
-            target=self._serve, name=f"collector-{collector.name}", daemon=True
-        )
-        self._thread.start()
+    def __init__(self, number: int, *, clock: Callable[[], float]) -> None:
+        self.idle = True  # cleared on the loop when given a poll, set here when done with it
+        self._clock = clock
+        self._polls: queue.SimpleQueue[_Poll | None] = queue.SimpleQueue()
+        name = f"collector-lane-{number}"
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
 
-    def submit(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[_Outcome]:
-        future: asyncio.Future[_Outcome] = loop.create_future()
-        self.busy = True
-        self._jobs.put((loop, future))
-        return future
+    def take(self, poll: _Poll) -> None:
+        self.idle = False
+        self._polls.put(poll)
 
     def stop(self) -> None:
-        self._jobs.put(None)
+        self._polls.put(None)
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            loop, future = job
-            outcome = _collect(self.collector)
+        while (poll := self._polls.get()) is not None:
+            _run_queue(poll.queue, self._clock)
+            self.idle = True  # before the wake-up: the loop's next poll finds this lane idle
             try:
-                loop.call_soon_threadsafe(self._deliver, future, outcome)
+                poll.loop.call_soon_threadsafe(poll.check)
             except RuntimeError:
                 return  # the loop is closed: the process is exiting
-            del job, loop, future, outcome  # hold nothing of this call while waiting
+            del poll  # hold nothing of this poll while waiting
 
-    def _deliver(self, future: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
-        self.busy = False
-        if not future.done():  # else it timed out and was cancelled
-            future.set_result(outcome)
+
+def _run_queue(calls: deque[_Call], clock: Callable[[], float]) -> None:
+    """Run calls until the queue is empty; other lanes may be taking from it too."""
+    while True:
+        try:
+            call = calls.popleft()
+        except IndexError:
+            return
+        call.started = started = clock()
+        call.outcome = _collect(call.collector, clock, started)
 
 
 class CollectorRunner:
-    """Owns the enabled collectors and the threads their calls run in."""
+    """Owns the enabled collectors and the lanes their calls run in."""
 
-    def __init__(self, collectors: Sequence[Collector], *, timeout_s: float) -> None:
-        self._workers = tuple(_Worker(c) for c in collectors)
+    def __init__(
+        self,
+        collectors: Sequence[Collector],
+        *,
+        timeout_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._collectors = tuple(collectors)
         self._timeout_s = timeout_s
+        self._handover_s = min(HANDOVER_S, timeout_s)
+        self._clock = clock
+        # The first lane now, so a process out of threads fails at start; the others when a
+        # hung call needs them, at most one per collector.
+        self._lanes = [_Lane(0, clock=clock)] if collectors else []
+        self._in_flight: dict[str, _Call] = {}  # calls not known to have returned, by name
         self._state: dict[str, str] = {}
         self._error_counts: dict[str, Counter[str]] = {
             c.name: Counter(dict.fromkeys(c.known_errors, 0)) for c in collectors
@@ -107,35 +245,75 @@ class CollectorRunner:
         self._logged: dict[str, set[str]] = {c.name: set() for c in collectors}
 
     async def run_all(self) -> tuple[CollectorRun, ...]:
-        """One run of every collector, concurrently; never raises."""
-        return tuple(await asyncio.gather(*(self._run(w) for w in self._workers)))
+        """One run of every collector, in order on one lane while none hangs; never raises."""
+        calls: dict[str, _Call] = {}
+        busy = self.busy()
+        for collector in self._collectors:
+            if collector.name not in busy:
+                calls[collector.name] = self._in_flight[collector.name] = _Call(collector)
+        poll = _Poll(
+            tuple(calls.values()),
+            give_lane=self._give_lane,
+            timeout_s=self._timeout_s,
+            handover_s=self._handover_s,
+            clock=self._clock,
+        )
+        poll.check()
+        try:
+            await poll.done
+        finally:
+            poll.take_back()
+        runs = tuple(self._report(c, calls.get(c.name), poll) for c in self._collectors)
+        for name, call in calls.items():
+            if call.outcome is not None:
+                del self._in_flight[name]  # keep only calls still running: hung ones
+        return runs
 
     def busy(self) -> tuple[str, ...]:
         """Collectors with a call still running (a hung read), by name."""
-        return tuple(w.collector.name for w in self._workers if w.busy)
+        in_flight = self._in_flight
+        return tuple(
+            c.name
+            for c in self._collectors
+            if (call := in_flight.get(c.name)) is not None and call.outcome is None
+        )
 
-    async def _run(self, worker: _Worker) -> CollectorRun:
-        name = worker.collector.name
-        start = time.perf_counter()
-        if worker.busy:
-            return self._failed(worker, start, "previous collection still running")
-        future = worker.submit(asyncio.get_running_loop())
-        try:
-            outcome = await asyncio.wait_for(future, self._timeout_s)
-        except TimeoutError:
-            return self._failed(worker, start, f"timed out after {self._timeout_s:g}s")
-        duration = time.perf_counter() - start
+    def _give_lane(self, poll: _Poll) -> bool:
+        """Give the poll's queue to an idle lane, or a new one while under the bound; if
+        none can be had, the poll's next check asks again."""
+        lane = next((lane for lane in self._lanes if lane.idle), None)
+        if lane is None:
+            if len(self._lanes) >= len(self._collectors):
+                return False  # the lane that is not stuck is finishing: idle in a moment
+            try:
+                lane = _Lane(len(self._lanes), clock=self._clock)
+            except RuntimeError as error:  # "can't start new thread"
+                log.warning("collector_lane_not_started", error=str(error))
+                return False
+            self._lanes.append(lane)
+        lane.take(poll)
+        return True
+
+    def _report(self, collector: Collector, call: _Call | None, poll: _Poll) -> CollectorRun:
+        name = collector.name
+        if call is None:
+            return self._failed(collector, "previous collection still running", 0.0)
+        if call in poll.timed_out:
+            ran = poll.timed_out[call]
+            return self._failed(collector, f"timed out after {self._timeout_s:g}s", ran)
+        outcome = call.outcome
+        assert outcome is not None  # the poll ended: every call returned or timed out
         if outcome.error is not None:
-            return self._failed(worker, start, outcome.error)
+            return self._failed(collector, outcome.error, outcome.duration_s)
         if outcome.unavailable is not None:
             self._note_state(name, f"unavailable: {outcome.unavailable}")
             return CollectorRun(
                 name,
                 True,
-                duration,
+                outcome.duration_s,
                 unavailable=outcome.unavailable,
                 error_counts=self._counts(name),
-                serves=worker.collector.serves,
+                serves=collector.serves,
             )
         readings = outcome.readings or Readings()
         self._note_state(name, "ok")
@@ -143,22 +321,22 @@ class CollectorRunner:
         return CollectorRun(
             name,
             True,
-            duration,
+            outcome.duration_s,
             readings,
             error_counts=self._counts(name),
-            serves=worker.collector.serves,
+            serves=collector.serves,
         )
 
-    def _failed(self, worker: _Worker, start: float, error: str) -> CollectorRun:
-        name = worker.collector.name
+    def _failed(self, collector: Collector, error: str, duration_s: float) -> CollectorRun:
+        name = collector.name
         self._note_state(name, f"failed: {error}")
         return CollectorRun(
             name,
             False,
-            time.perf_counter() - start,
+            duration_s,
             error=error,
             error_counts=self._counts(name),
-            serves=worker.collector.serves,  # every run describes its collector alike
+            serves=collector.serves,  # every run describes its collector alike
         )
 
     def _counts(self, name: str) -> tuple[tuple[str, int], ...]:
@@ -193,14 +371,16 @@ class CollectorRunner:
                 )
 
     def close(self) -> None:
-        for worker in self._workers:
-            worker.stop()
-            if worker.busy:
-                log.warning("collector_abandoned", collector=worker.collector.name)
-                continue  # its thread is a daemon: exit does not wait for it
+        """Stop the lanes and close the collectors; one whose call still runs is left be."""
+        for lane in self._lanes:
+            lane.stop()  # a lane in a hung call ends when the call returns
+        self._lanes.clear()
+        busy = self.busy()
+        for collector in self._collectors:
+            if collector.name in busy:
+                log.warning("collector_abandoned", collector=collector.name)
+                continue  # its lane is a daemon: exit does not wait for it
             try:
-                worker.collector.close()
+                collector.close()
             except Exception as error:  # shutting down: report and go on
-                log.warning(
-                    "collector_close_failed", collector=worker.collector.name, error=str(error)
-                )
+                log.warning("collector_close_failed", collector=collector.name, error=str(error))

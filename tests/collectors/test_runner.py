@@ -52,8 +52,10 @@ class _Working(Collector):
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.closed = 0
+        self.threads: list[threading.Thread] = []  # the thread of each call
 
     def collect(self) -> Readings:
+        self.threads.append(threading.current_thread())
         return Readings(devices=(READING,))
 
     def close(self) -> None:
@@ -71,14 +73,24 @@ class _Hung(Collector):
         self.release = threading.Event()
         self.calls = 0
         self.closed = 0
+        self.threads: list[threading.Thread] = []
 
     def collect(self) -> Readings:
         self.calls += 1
+        self.threads.append(threading.current_thread())
         self.release.wait()
         return Readings()
 
     def close(self) -> None:
         self.closed += 1
+
+
+class _Working2(_Working):
+    name = "working2"
+
+
+class _Hung2(_Hung):
+    name = "hung2"
 
 
 class _BrokenReadError(Exception):
@@ -113,6 +125,10 @@ class _Scripted(Collector):
         return self._script.pop(0)()
 
 
+class _Scripted2(_Scripted):
+    name = "scripted2"
+
+
 def _unavailable() -> Readings:
     raise CollectorUnavailable("no driver loaded")
 
@@ -130,8 +146,10 @@ def make_runner() -> Iterator[Callable[..., CollectorRunner]]:
     """Builds runners and closes them after the test, so their threads end."""
     made: list[CollectorRunner] = []
 
-    def make(collectors: Sequence[Collector], *, timeout_s: float) -> CollectorRunner:
-        runner = CollectorRunner(collectors, timeout_s=timeout_s)
+    def make(
+        collectors: Sequence[Collector], *, timeout_s: float, **options: Any
+    ) -> CollectorRunner:
+        runner = CollectorRunner(collectors, timeout_s=timeout_s, **options)
         made.append(runner)
         return runner
 
@@ -146,6 +164,33 @@ def hung() -> Iterator[_Hung]:
     collector = _Hung(CONTEXT)
     yield collector
     collector.release.set()
+
+
+@pytest.fixture
+def hung2() -> Iterator[_Hung]:
+    """A second hung collector, of another name, released after the test."""
+    collector = _Hung2(CONTEXT)
+    yield collector
+    collector.release.set()
+
+
+class _Clock:
+    """The runner's clock in a test: it moves only when a collector moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def taking(self, seconds: float) -> Callable[[], Readings]:
+        """A script step that takes ``seconds`` of this clock."""
+
+        def step() -> Readings:
+            self.now += seconds
+            return Readings()
+
+        return step
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -201,6 +246,62 @@ class TestIsolation:
         assert (expected, Readings()) == (_summary(run), run.readings)
 
 
+class TestLanes:
+    async def test_one_thread_runs_every_collector(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """While none hangs, every call of every poll runs on one and the same thread,
+        the only one the runner starts."""
+        first, second = _Working(CONTEXT), _Working2(CONTEXT)
+        collectors = [first, _Broken(CONTEXT), _Absent(CONTEXT), second]
+        before = set(threading.enumerate())
+        runner = make_runner(collectors, timeout_s=BOUND_S)
+
+        for _ in range(3):
+            await runner.run_all()
+
+        started = set(threading.enumerate()) - before
+        ran_on = set(first.threads + second.threads)
+        assert (1, 6, started) == (len(ran_on), len(first.threads + second.threads), ran_on)
+
+    async def test_duration_is_each_collectors_own(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """Each run's duration is its own collect() call, not the time since the poll began."""
+        clock = _Clock()
+        collectors = [
+            _Scripted(CONTEXT, [clock.taking(2.0)]),
+            _Scripted2(CONTEXT, [clock.taking(3.0)]),
+        ]
+        runner = make_runner(collectors, timeout_s=BOUND_S, clock=clock)
+
+        runs = await runner.run_all()
+
+        assert [2.0, 3.0] == [r.duration_seconds for r in runs]
+
+    async def test_cancelled_poll_leaves_no_queued_call_busy(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """A poll cancelled while calls wait behind a hung one takes them back: only the
+        hung collector stays busy, and the next poll collects the others."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, working], timeout_s=2 * BOUND_S)
+        poll = asyncio.ensure_future(runner.run_all())
+        await _until(lambda: hung.calls == 1)
+
+        poll.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+        busy = runner.busy()
+        runs = await runner.run_all()
+
+        assert ("hung",) == busy
+        assert [
+            ("hung", False, "previous collection still running", None),
+            ("working", True, None, None),
+        ] == [_summary(r) for r in runs]
+
+
 class TestHungCollector:
     async def test_hung_collector_gets_no_second_call(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung
@@ -232,6 +333,103 @@ class TestHungCollector:
 
         assert (("hung", True, None, None), 2) == (_summary(run), hung.calls)
 
+    async def test_collectors_after_a_hung_one_are_collected(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """Collectors queued behind a hung one are collected in the same poll, on
+        another thread, while the hung one is reported timed out."""
+        first, second = _Working(CONTEXT), _Working2(CONTEXT)
+        runner = make_runner([hung, first, second], timeout_s=MIXED_TIMEOUT_S)
+
+        runs = await runner.run_all()
+
+        assert [
+            ("hung", False, f"timed out after {MIXED_TIMEOUT_S:g}s", None),
+            ("working", True, None, None),
+            ("working2", True, None, None),
+        ] == [_summary(r) for r in runs]
+        assert (False, False) == (
+            hung.threads[0] in first.threads,
+            hung.threads[0] in second.threads,
+        )
+
+    async def test_next_poll_skips_the_hung_one_and_collects_the_rest(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """The poll after a timeout calls the others and not the hung collector."""
+        first, second = _Working(CONTEXT), _Working2(CONTEXT)
+        runner = make_runner([hung, first, second], timeout_s=MIXED_TIMEOUT_S)
+        await runner.run_all()
+
+        runs = await runner.run_all()
+
+        assert [
+            ("hung", False, "previous collection still running", None),
+            ("working", True, None, None),
+            ("working2", True, None, None),
+        ] == [_summary(r) for r in runs]
+        assert (1, 2, 2) == (hung.calls, len(first.threads), len(second.threads))
+
+    async def test_slow_collector_does_not_hold_up_the_rest(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """The one queued behind a slow call runs while that call still runs, long before
+        its timeout; both succeed once the slow call returns in time."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, working], timeout_s=2 * BOUND_S)
+        poll = asyncio.ensure_future(runner.run_all())
+
+        await _until(lambda: bool(working.threads))  # the slow call is still blocked
+        hung.release.set()
+        runs = await poll
+
+        expected = [("hung", True, None, None), ("working", True, None, None)]
+        assert expected == [_summary(r) for r in runs]
+
+    async def test_released_lane_serves_again(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """Once the hung call returns, polls call it again, each poll's calls on one
+        thread, and no thread is started beyond those the hang needed."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, working], timeout_s=MIXED_TIMEOUT_S)
+        await runner.run_all()
+        hung.release.set()
+        await _until(lambda: not runner.busy())
+        before = set(threading.enumerate())
+
+        runs = [await runner.run_all() for _ in range(2)]
+
+        assert [[("hung", True, None, None), ("working", True, None, None)]] * 2 == [
+            [_summary(r) for r in poll] for poll in runs
+        ]
+        assert [True, True] == [
+            h is w for h, w in zip(hung.threads[1:], working.threads[1:], strict=True)
+        ]
+        assert set() == set(threading.enumerate()) - before
+
+    async def test_two_hung_collectors_take_a_lane_each(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung, hung2: _Hung
+    ) -> None:
+        """Two collectors hanging in one poll take a lane each and the third gets its
+        own: three threads for three collectors, and the next poll starts none."""
+        working = _Working(CONTEXT)
+        before = set(threading.enumerate())
+        runner = make_runner([hung, hung2, working], timeout_s=MIXED_TIMEOUT_S)
+
+        first = await runner.run_all()
+        after_first = set(threading.enumerate())
+        second = await runner.run_all()
+
+        timed_out = f"timed out after {MIXED_TIMEOUT_S:g}s"
+        running = "previous collection still running"
+        assert [
+            [("hung", False, timed_out, None), ("hung2", False, timed_out, None)],
+            [("hung", False, running, None), ("hung2", False, running, None)],
+        ] == [[_summary(r) for r in poll[:2]] for poll in (first, second)]
+        assert [True, True] == [poll[2].success for poll in (first, second)]
+        assert (3, set()) == (len(after_first - before), set(threading.enumerate()) - after_first)
+
     async def test_busy_names_the_hung_collector(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung
     ) -> None:
@@ -250,9 +448,7 @@ class TestHungCollector:
         runner = make_runner([hung], timeout_s=0.05)
         await runner.run_all()
 
-        threads = [t for t in threading.enumerate() if t.name == "collector-hung"]
-
-        assert [True] == [t.daemon for t in threads if t.is_alive()]
+        assert [(True, True)] == [(t.is_alive(), t.daemon) for t in hung.threads]
 
     def test_process_exits_with_a_hung_collector(self) -> None:
         """A process whose asyncio.run returns while a collector hangs exits, code 0."""
@@ -308,6 +504,23 @@ class TestClose:
         assert [
             {"event": "collector_abandoned", "collector": "hung", "log_level": "warning"}
         ] == logs
+
+    async def test_close_ends_every_lane(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """close() ends the idle lanes at once and the hung one's when its call returns."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, working], timeout_s=MIXED_TIMEOUT_S)
+        await runner.run_all()
+        hung_lane, other_lane = hung.threads[0], working.threads[0]
+
+        runner.close()
+        await asyncio.to_thread(other_lane.join, BOUND_S)
+        alive = (hung_lane.is_alive(), other_lane.is_alive())
+        hung.release.set()
+        await asyncio.to_thread(hung_lane.join, BOUND_S)
+
+        assert ((True, False), False) == (alive, hung_lane.is_alive())
 
 
 class TestLogsAndCounts:
@@ -385,7 +598,7 @@ class TestNoLeak:
             o.f_code.co_name
             for o in alive
             if isinstance(o, types.FrameType)
-            and o.f_code in {_Broken.collect.__code__, CollectorRunner._run.__code__}
+            and o.f_code in {_Broken.collect.__code__, CollectorRunner.run_all.__code__}
         ]
         del alive
 
