@@ -216,7 +216,8 @@ class KeptFiles:
     replaced (``st_nlink`` 0: fixture trees replace files, sysfs never does) is
     reopened; one whose device is gone (sysfs answers ENODEV) reads as absent. Files
     not read since the last ``sweep()`` are closed then, so a device that disappears
-    takes its descriptors with it. Not thread-safe: one collector's thread owns it.
+    takes its descriptors with it. Not thread-safe: one collector owns it, and the runner
+    never runs two calls of one collector at once.
     """
 
     def __init__(self, *, max_open: int = DEFAULT_MAX_KEPT_FILES) -> None:
