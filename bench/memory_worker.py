@@ -20,7 +20,7 @@ import structlog
 
 from exporter.app import Exporter
 from exporter.cli import parse_config
-from exporter.memory import tune_allocator
+from exporter.memory import tune_allocator, tune_gc
 
 
 def status_kib(field: str, status: Path = Path("/proc/self/status")) -> int:
@@ -37,6 +37,7 @@ def kubelet_socket(root: Path) -> str:
 def main(root: str, *, freeze: bool) -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     tune_allocator()  # as exporter.app.run() does before anything else
+    tune_gc()
     flags = ["--kubelet.socket", kubelet_socket(Path(root)), "--path.sysfs", f"{root}/sys"]
     flags += ["--path.procfs", f"{root}/proc", "--web.listen-address", "127.0.0.1:0"]
     config = parse_config(flags, {})  # imports the collector modules

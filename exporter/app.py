@@ -27,7 +27,7 @@ from exporter.config import Config, ConfigError
 from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
 from exporter.lookup import CoalescingLookup
-from exporter.memory import tune_allocator
+from exporter.memory import tune_allocator, tune_gc
 from exporter.outage import Throttle
 from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
@@ -265,6 +265,7 @@ def run(config: Config) -> None:
     configure_logging(level=config.log_level, fmt=config.log_format)
     if not tune_allocator():
         log.info("allocator_not_tuned", reason="not glibc: freed memory may stay resident")
+    tune_gc()
 
     async def main() -> None:
         stop = asyncio.Event()

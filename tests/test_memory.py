@@ -69,3 +69,18 @@ print(json.dumps([m for m in optional if m in sys.modules]))
     )
 
     assert [] == json.loads(done.stdout)
+
+
+def test_tune_gc_raises_only_the_first_threshold() -> None:
+    """The cycle collector's first threshold goes up to GC_GEN0_THRESHOLD; the others
+    stay as they were."""
+    import gc
+
+    from exporter.memory import GC_GEN0_THRESHOLD, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert (GC_GEN0_THRESHOLD, *before[1:]) == gc.get_threshold()
+    finally:
+        gc.set_threshold(*before)
