@@ -4,16 +4,14 @@ the modules a plain exporter leaves unloaded."""
 from __future__ import annotations
 
 import json
-import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
+
+from freshprocess import run_python
 
 from exporter.memory import trim, tune_allocator
 
 GLIBC = platform.libc_ver()[0] == "glibc"
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_tuned_where_glibc() -> None:
@@ -58,15 +56,7 @@ optional = (
 )
 print(json.dumps([m for m in optional if m in sys.modules]))
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = run_python(script)
 
     assert [] == json.loads(done.stdout)
 

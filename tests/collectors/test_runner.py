@@ -9,18 +9,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+from freshprocess import run_python
 from structlog.testing import capture_logs
 
 from exporter.collectors.base import Collector, CollectorContext, CollectorUnavailable
@@ -35,7 +32,6 @@ from exporter.model import (
 )
 
 CONTEXT = CollectorContext()
-REPO_ROOT = Path(__file__).resolve().parents[2]
 READING = DeviceReading("eth0", (HardwareKey(KeyKind.NETDEV, "eth0"),))
 # How long a test waits, at most, for a released thread to report back: a bound that
 # only a broken runner reaches, never a measured duration.
@@ -474,15 +470,7 @@ async def main() -> None:
 asyncio.run(main())
 """
         # The timeout bounds a hang (the bug this guards against), it measures nothing.
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_python(script, timeout=120, check=False)
 
         last_line = done.stdout.strip().splitlines()[-1]
         assert (0, ["timed out after 0.05s", ["hung"]]) == (done.returncode, json.loads(last_line))

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +26,7 @@ from fake_nvml_support import (
     FakeNvml,
     FakeNvmlLibrary,
 )
+from freshprocess import run_python
 
 from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
 from exporter.collectors.gpu_metrics import (
@@ -52,8 +50,6 @@ from exporter.model import (
     Readings,
     Sample,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
@@ -142,6 +138,18 @@ def mig_reading(
 def issue(error: str, device: str, call: str) -> CollectorIssue:
     """A failed read as the collector reports it: which device, which call, which error."""
     return CollectorIssue(error, f"{device}: {call}: NVML {error}")
+
+
+# A fresh process's first lines: where this host has a real NVML library, "no library"
+# cannot be shown, so the script says so and stops (the test then skips).
+_EXIT_WHERE_REAL_NVML = """try:
+    ctypes.CDLL("libnvidia-ml.so.1")
+except OSError:
+    pass
+else:
+    print(json.dumps({"real_nvml": True}))
+    raise SystemExit
+"""
 
 
 class TestWholeGpus:
@@ -506,37 +514,20 @@ class TestLibrary:
     def test_no_library_is_unavailable(self) -> None:
         """Without libnvidia-ml.so.1 at all, the collector is unavailable, not failed."""
         # A fresh process: this one already has the fake loaded.
-        script = """
+        script = (
+            """
 import ctypes, json
-try:
-    ctypes.CDLL("libnvidia-ml.so.1")
-except OSError:
-    pass
-else:
-    print(json.dumps({"real_nvml": True}))
-    raise SystemExit
-from exporter.collectors.base import CollectorContext, CollectorUnavailable
+"""
+            + _EXIT_WHERE_REAL_NVML
+            + """from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.nvml import NvmlCollector
 try:
     NvmlCollector(CollectorContext()).collect()
 except CollectorUnavailable as error:
     print(json.dumps({"unavailable": str(error)}))
 """
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in {"LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_CONFIG"}
-        }
-        env["PYTHONPATH"] = str(REPO_ROOT)
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            env=env,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
         )
+        done = run_python(script, unset={"LD_LIBRARY_PATH", "LD_PRELOAD", "FAKE_NVML_CONFIG"})
         result = json.loads(done.stdout)
         if result.get("real_nvml"):
             pytest.skip("this host has a real libnvidia-ml.so.1: no library cannot be shown")
@@ -548,16 +539,12 @@ except CollectorUnavailable as error:
         """Without libnvidia-ml.so.1 neither the module, a collector nor its failed init
         loads pynvml; the init still says LIBRARY_NOT_FOUND."""
         # A fresh process: this one imported pynvml for the fake library.
-        script = """
+        script = (
+            """
 import ctypes, json, sys
-try:
-    ctypes.CDLL("libnvidia-ml.so.1")
-except OSError:
-    pass
-else:
-    print(json.dumps({"real_nvml": True}))
-    raise SystemExit
-from exporter.collectors.base import CollectorContext, CollectorUnavailable
+"""
+            + _EXIT_WHERE_REAL_NVML
+            + """from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.nvml import NvmlCollector
 loaded = ["pynvml" in sys.modules]
 collector = NvmlCollector(CollectorContext())
@@ -568,15 +555,8 @@ except CollectorUnavailable:
     loaded.append("pynvml" in sys.modules)
 print(json.dumps({"loaded": loaded}))
 """
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
         )
+        done = run_python(script)
         result = json.loads(done.stdout)
         if result.get("real_nvml"):
             pytest.skip("this host has a real libnvidia-ml.so.1: no library cannot be shown")
@@ -598,14 +578,6 @@ loaded.append("pynvml" in sys.modules)
 print(json.dumps({{"loaded": loaded, "gpus": source.device_count()}}))
 source.shutdown()
 """
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
+        done = run_python(script)
 
         assert {"loaded": [False, True], "gpus": 0} == json.loads(done.stdout)
