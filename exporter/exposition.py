@@ -229,7 +229,7 @@ def _family_text(spec: MetricSpec, lines: list[str]) -> FamilyText:
     counter = spec.kind is MetricKind.COUNTER
     name = spec.name.removesuffix("_total") if counter else spec.name
     return FamilyText(
-        name, "counter" if counter else "gauge", spec.help, "", "".join(lines), len(lines)
+        name, "counter" if counter else "gauge", spec.help, "".join(lines), len(lines)
     )
 
 
@@ -529,7 +529,7 @@ def _container_families(
         bodies = kept[1]
     else:
         bodies = tuple(
-            FamilyText(name, "gauge", documentation, "", body, body.count("\n"))
+            FamilyText(name, "gauge", documentation, body, body.count("\n"))
             for index, (name, documentation) in enumerate(_CONTAINER_FAMILIES)
             for body in ("".join([lines[index] for lines in per_container]),)
         )
@@ -539,7 +539,6 @@ def _container_families(
         _CPU_SECONDS.removesuffix("_total"),
         "counter",
         "Seconds the container's exclusive CPUs spent in each mode.",
-        "",
         "".join(cpu_seconds),
         len(cpu_seconds),
     )
@@ -593,7 +592,6 @@ def _self_families(
         latency,
         "histogram",
         "Latency of PodResources calls to the kubelet, in seconds.",
-        "",
         "".join(lines),
         len(lines),
     )

@@ -3,12 +3,10 @@
 prometheus_client escapes every label name and value of every sample on every call
 (several microseconds a sample); here a sample's ``name{labels}`` prefix is escaped
 once and looked up by its raw label values afterwards, so a poll pays only for its
-values. The output is byte for byte what ``prometheus_client`` writes (the tests hold
-it to that, and to the official parsers and ``promtool``): for anything the fast path
-does not cover -- timestamps, exemplars, native histograms, names outside the legacy
-character set, text-format munging of ``_created``/``_gsum``/``_gcount`` samples, types
-other than gauge, counter, histogram and summary -- a family is handed to
-``prometheus_client`` whole.
+values. The output is byte for byte what ``prometheus_client`` writes for the same
+gauge, counter or histogram family (the tests hold it to that, and to the official
+parsers and ``promtool``). It covers what the exporter writes: no timestamps,
+exemplars, units, nor names outside the legacy character set (refused).
 
 The sample lines of a family are the same in both formats; only the HELP/TYPE header
 and the closing ``# EOF`` differ. So a family is rendered once to a ``FamilyText`` and
@@ -18,12 +16,8 @@ joined per format only when a scraper asks for that format.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # prometheus_client is imported only for a family that needs it
-    from prometheus_client.metrics_core import Metric
 
 __all__ = [
     "OPENMETRICS_EOF",
@@ -40,11 +34,9 @@ __all__ = [
 OPENMETRICS_EOF = "# EOF\n"
 
 # Legacy names without ':' -- prometheus_client's OpenMetrics writer rewrites ':' in
-# sample names to '_', its text writer keeps it; such names take the slow path.
+# sample names to '_', its text writer keeps it; the exporter's names have none.
 _NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_FAST_TYPES = frozenset({"gauge", "counter", "histogram", "summary"})
 _INF = float("inf")
-_TEXT_ONLY_SUFFIXES = ("_created", "_gsum", "_gcount")  # moved to own families in text
 
 PrefixCache = dict[Hashable, str]
 
@@ -89,23 +81,15 @@ def format_value(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FamilyText:
-    """One family's header fields and its sample lines, shared by both formats.
-
-    ``fallback`` holds prometheus_client's own (text, OpenMetrics) rendering for a
-    family the fast path does not cover; ``body`` is then unused.
-    """
+    """One family's header fields and its sample lines, shared by both formats."""
 
     name: str
     type: str
     documentation: str
-    unit: str
     body: str
     samples: int
-    fallback: tuple[str, str] | None = None
 
     def text(self) -> str:
-        if self.fallback is not None:
-            return self.fallback[0]
         name, kind = self.name, self.type
         if kind == "counter":
             name += "_total"
@@ -113,12 +97,9 @@ class FamilyText:
         return f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n{self.body}"
 
     def openmetrics(self) -> str:
-        if self.fallback is not None:
-            return self.fallback[1]
-        unit = f"# UNIT {self.name} {self.unit}\n" if self.unit else ""
         return (
             f"# HELP {self.name} {_escape_value(self.documentation)}\n"
-            f"# TYPE {self.name} {self.type}\n{unit}{self.body}"
+            f"# TYPE {self.name} {self.type}\n{self.body}"
         )
 
 
@@ -142,58 +123,6 @@ class Rows:
 
     def add(self, values: Sequence[str], value: float) -> None:
         self.rows.append((tuple(values), value))
-
-
-def _fallback(metric: Metric) -> FamilyText:
-    # Imported here: the exporter's own families all take the fast path, so a running
-    # exporter never loads prometheus_client (~1 MiB resident, and its own registry).
-    from prometheus_client import exposition as text_format
-    from prometheus_client.openmetrics import exposition as openmetrics_format
-    from prometheus_client.registry import Collector
-
-    class OneFamily(Collector):
-        def collect(self) -> Iterable[Metric]:
-            return (metric,)
-
-    # prometheus_client leaves its OpenMetrics writer unannotated; this gives it its type.
-    generate_openmetrics: Callable[[Collector], bytes] = openmetrics_format.generate_latest
-    text = text_format.generate_latest(OneFamily()).decode()
-    openmetrics = generate_openmetrics(OneFamily()).decode()
-    return FamilyText(
-        metric.name,
-        metric.type,
-        metric.documentation,
-        metric.unit,
-        "",
-        len(metric.samples),
-        fallback=(text, openmetrics.removesuffix(OPENMETRICS_EOF)),
-    )
-
-
-def _metric_body(metric: Metric, *, cache: PrefixCache, previous: PrefixCache) -> str | None:
-    """Sample lines of a prometheus_client family, or None where it needs the slow path."""
-    if metric.type not in _FAST_TYPES or not _NAME.match(metric.name):
-        return None
-    lines = []
-    for sample in metric.samples:
-        if (
-            sample.timestamp is not None
-            or sample.exemplar is not None
-            or sample.native_histogram is not None
-        ):
-            return None
-        labels = sample.labels
-        key = (sample.name, *labels.items())
-        prefix = previous.get(key)
-        if prefix is None:
-            if not _NAME.match(sample.name) or not all(_NAME.match(k) for k in labels):
-                return None
-            if sample.name.endswith(_TEXT_ONLY_SUFFIXES):
-                return None
-            prefix = label_prefix(sample.name, labels.items())
-        cache[key] = prefix
-        lines.append(f"{prefix} {format_value(sample.value)}\n")
-    return "".join(lines)
 
 
 def sample_line(
@@ -229,29 +158,14 @@ def _rows_body(family: Rows, *, cache: PrefixCache, previous: PrefixCache) -> st
 
 
 def write_family(
-    family: Metric | Rows, *, cache: PrefixCache, previous: PrefixCache | None = None
+    family: Rows, *, cache: PrefixCache, previous: PrefixCache | None = None
 ) -> FamilyText:
     """One family's text; prefixes found in ``previous`` are re-used, and every prefix
     used is put in ``cache`` (so a cache holds exactly one poll's series: no growth)."""
-    seen = previous if previous is not None else {}
-    if isinstance(family, Rows):
-        if not _NAME.match(family.name) or not all(_NAME.match(k) for k in family.labels):
-            raise ValueError(f"family {family.name!r}: names outside the legacy character set")
-        body = _rows_body(family, cache=cache, previous=seen)
-        return FamilyText(
-            family.name, family.type, family.documentation, "", body, len(family.rows)
-        )
-    metric_body = _metric_body(family, cache=cache, previous=seen)
-    if metric_body is None:
-        return _fallback(family)
-    return FamilyText(
-        family.name,
-        family.type,
-        family.documentation,
-        family.unit,
-        metric_body,
-        len(family.samples),
-    )
+    if not _NAME.match(family.name) or not all(_NAME.match(k) for k in family.labels):
+        raise ValueError(f"family {family.name!r}: names outside the legacy character set")
+    body = _rows_body(family, cache=cache, previous=previous if previous is not None else {})
+    return FamilyText(family.name, family.type, family.documentation, body, len(family.rows))
 
 
 def join_families(families: Iterable[FamilyText], *, openmetrics: bool) -> str:

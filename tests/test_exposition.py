@@ -216,3 +216,39 @@ def test_content_types_are_prometheus_clients() -> None:
 
     assert exposition_module.TEXT_CONTENT_TYPE == text_format.CONTENT_TYPE_LATEST
     assert exposition_module.OPENMETRICS_CONTENT_TYPE == openmetrics_format.CONTENT_TYPE_LATEST
+
+
+@pytest.mark.parametrize("openmetrics", [False, True], ids=["text", "openmetrics"])
+async def test_request_latency_histogram_is_what_prometheus_client_writes(
+    sim_node: SimulatedNode, openmetrics: bool
+) -> None:
+    """The kubelet request histogram, written by hand, is byte for byte the family
+    prometheus_client's HistogramMetricFamily gives for the same buckets."""
+    from prometheus_client import exposition as text_format
+    from prometheus_client.metrics_core import HistogramMetricFamily
+    from prometheus_client.openmetrics import exposition as openmetrics_format
+    from prometheus_client.registry import Collector
+
+    snapshot = await _demo_snapshot(sim_node)
+    assert snapshot.kubelet_requests.durations, "the demo poll made kubelet calls"
+    name = "podresources_kubelet_request_duration_seconds"
+    family = HistogramMetricFamily(
+        name, "Latency of PodResources calls to the kubelet, in seconds.", labels=["method"]
+    )
+    for histogram in snapshot.kubelet_requests.durations:
+        buckets = [
+            ("+Inf" if bound == float("inf") else repr(bound), count)
+            for bound, count in histogram.buckets
+        ]
+        family.add_metric([histogram.method], buckets, histogram.sum_seconds)
+
+    class One(Collector):
+        def collect(self) -> list[HistogramMetricFamily]:
+            return [family]
+
+    writer = openmetrics_format if openmetrics else text_format
+    theirs = writer.generate_latest(One()).decode().removesuffix("# EOF\n")
+    page = render(snapshot).static(openmetrics=openmetrics).decode()
+    start = page.index(f"# HELP {name} ")
+    ours = page[start : page.index("# HELP ", start + 1)]
+    assert theirs == ours
