@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
+from fifo import error_reading_fifo
 
 from exporter.errors import CollectorError
 from exporter.sim.fixtures.pci import write_attribute
@@ -30,8 +30,6 @@ from exporter.sysfs import (
 )
 
 CAPTURED = Path(__file__).parent / "fixtures" / "captured" / "vm-virtio-2cpu"
-# A hang guard only: a reader that blocks on the FIFO is released and the test fails.
-_HANG_GUARD_S = 30.0
 
 
 def _node_root(sysfs: Path) -> Path:
@@ -90,24 +88,7 @@ class TestReadText:
     def test_fifo_is_refused_without_blocking(self, tmp_path: Path) -> None:
         """A FIFO with no writer is refused at once: a plain open would block forever."""
         path = tmp_path / "fifo"
-        os.mkfifo(path)
-        outcome: list[BaseException | str | None] = []
-
-        def read() -> None:
-            try:
-                outcome.append(read_text(path))
-            except BaseException as error:  # handed to the test thread to assert on
-                outcome.append(error)
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(_HANG_GUARD_S)
-        if reader.is_alive():
-            # Release the blocked reader so the test run can end, then fail.
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            reader.join()
-            pytest.fail("read_text blocked on a FIFO")
-        [error] = outcome
+        error = error_reading_fifo(read_text, path)
         assert isinstance(error, UnreadableFile)
         assert f"cannot read {path}: not a regular file" == str(error)
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from fifo import error_reading_fifo
 
 from exporter.collectors import cpu as cpu_module
 from exporter.collectors.base import CollectorContext, CollectorError, issue
@@ -31,8 +31,6 @@ softirq 5057579 250191 1481983 1647 211099 186066 0 1783454 622196 12499 508444
 
 
 CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
-# A hang guard only: a reader that blocks on the FIFO is released and the test fails.
-_HANG_GUARD_S = 30.0
 
 
 def _times(cpu: int, *ticks: int, user_hz: int = 100) -> CpuTimes:
@@ -166,24 +164,7 @@ class TestReadProcStat:
     def test_fifo_is_refused_without_blocking(self, tmp_path: Path) -> None:
         """A FIFO in place of /proc/stat is refused at once instead of waiting for a writer."""
         path = tmp_path / "stat"
-        os.mkfifo(path)
-        outcome: list[BaseException | str] = []
-
-        def read() -> None:
-            try:
-                outcome.append(read_proc_stat(path))
-            except BaseException as error:  # handed to the test thread to assert on
-                outcome.append(error)
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(_HANG_GUARD_S)
-        if reader.is_alive():
-            # Release the blocked reader so the test run can end, then fail.
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            reader.join()
-            pytest.fail("read_proc_stat blocked on a FIFO")
-        [error] = outcome
+        error = error_reading_fifo(read_proc_stat, path)
         assert isinstance(error, CollectorError)
         assert f"cannot read {path}: not a regular file" == str(error)
 
