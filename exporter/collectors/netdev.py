@@ -138,7 +138,6 @@ _COUNTERS: tuple[tuple[str, MetricSpec], ...] = (
     ("rx_dropped", NET_RECEIVE_DROPS),
     ("tx_dropped", NET_TRANSMIT_DROPS),
 )
-_COUNTER_NAMES = frozenset(name for name, _ in _COUNTERS)
 _MAX_DIGITS = len(str(MAX_COUNTER))
 _VIRTFN = re.compile(r"^virtfn(\d+)$")
 _VIRTIO = re.compile(r"^virtio\d+$")
@@ -212,6 +211,33 @@ class _Interface:
     function: str | None  # its PCI function's resolved folder
     physfn: str | None  # the function's PF's resolved folder, for a VF
     vendor: str | None
+    # Made once, not every poll: what each reading of this netdev repeats.
+    keys: tuple[HardwareKey, ...]  # NETDEV, and PCI for a PCI function
+    identity: DeviceIdentity
+    counter_files: tuple[str, ...]  # statistics/<kernel name>, in _COUNTERS order
+    labels: tuple[str, ...]  # the samples' (interface,)
+
+
+def _new_interface(
+    name: str, path: str, function: str | None, physfn: str | None, vendor: str | None
+) -> _Interface:
+    keys = [HardwareKey(KeyKind.NETDEV, name)]
+    identity = DeviceIdentity()
+    if function is not None:
+        address = os.path.basename(function)
+        keys.append(HardwareKey(KeyKind.PCI, address))
+        identity = DeviceIdentity(pci_address=address, vendor=vendor)
+    return _Interface(
+        name,
+        path,
+        function,
+        physfn,
+        vendor,
+        keys=tuple(keys),
+        identity=identity,
+        counter_files=tuple(f"{path}/statistics/{counter}" for counter, _ in _COUNTERS),
+        labels=(name,),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +280,12 @@ class NetdevCollector(Collector):
         issues: list[CollectorIssue] = []
         interfaces = self._interfaces_of(class_dir, listed, issues)
         vfs_of = self._vfs_of_pfs(interfaces, issues)
-        readings = [self._read_interface(i, vfs_of, issues) for i in interfaces]
+        vf_keys = {
+            vf.function: HardwareKey(KeyKind.SRIOV_VF, f"{os.path.basename(pf)}/{vf.index}")
+            for pf, vfs in vfs_of.items()
+            for vf in vfs
+        }
+        readings = [self._read_interface(i, vf_keys, issues) for i in interfaces]
         readings += self._read_moved_vfs(interfaces, vfs_of, issues)
         self._files.sweep()
         return Readings(devices=tuple(readings), issues=tuple(issues))
@@ -304,25 +335,39 @@ class NetdevCollector(Collector):
     def _read_interface(
         self,
         interface: _Interface,
-        vfs_of: Mapping[str, tuple[_Vf, ...]],
+        vf_keys: Mapping[str, HardwareKey],
         issues: list[CollectorIssue],
     ) -> DeviceReading:
-        keys = [HardwareKey(KeyKind.NETDEV, interface.name)]
-        identity = DeviceIdentity()
-        function = interface.function
-        if function is not None:
-            address = os.path.basename(function)
-            keys.append(HardwareKey(KeyKind.PCI, address))
-            if interface.physfn is not None:
-                keys.extend(_key_of_vf(function, interface.physfn, vfs_of))
-            identity = DeviceIdentity(pci_address=address, vendor=interface.vendor)
-        counters = self._read_counter_files(f"{interface.path}/statistics", issues)
+        keys = interface.keys
+        if interface.physfn is not None and interface.function is not None:
+            # A VF whose PF no longer links to it is being destroyed: no SRIOV_VF key.
+            vf_key = vf_keys.get(interface.function)
+            if vf_key is not None:
+                keys = (*keys, vf_key)
         return DeviceReading(
             name=interface.name,
-            keys=tuple(keys),
-            identity=identity,
-            samples=net_samples(counters, interface=interface.name),
+            keys=keys,
+            identity=interface.identity,
+            samples=self._counter_samples(interface.counter_files, interface.labels, issues),
         )
+
+    def _counter_samples(
+        self, files: tuple[str, ...], labels: tuple[str, ...], issues: list[CollectorIssue]
+    ) -> tuple[Sample, ...]:
+        """A sample of each counter file (in ``_COUNTERS`` order) that exists; a bad
+        file loses its figure. This is the collector's hot loop: ~500 files a poll on a
+        node with 60 NICs."""
+        samples: list[Sample] = []
+        read_int = self._files.read_int
+        for path, (_, spec) in zip(files, _COUNTERS, strict=True):
+            try:
+                value = read_int(path)
+            except CollectorError as error:
+                issues.append(file_issue(error))
+                continue
+            if value is not None:
+                samples.append(Sample(spec, float(value), labels))
+        return tuple(samples)
 
     def _read_moved_vfs(
         self,
@@ -343,7 +388,6 @@ class NetdevCollector(Collector):
                 if vf.function in on_host:
                     continue
                 address = os.path.basename(vf.function)
-                counters = self._read_vf_counters(vf, issues)
                 readings.append(
                     DeviceReading(
                         name=address,
@@ -352,47 +396,37 @@ class NetdevCollector(Collector):
                             HardwareKey(KeyKind.SRIOV_VF, f"{pf_address}/{vf.index}"),
                         ),
                         identity=DeviceIdentity(pci_address=address, vendor=vf.vendor),
-                        samples=net_samples(counters, interface=f"{pf_name}/vf{vf.index}"),
+                        samples=self._read_vf_samples(vf, f"{pf_name}/vf{vf.index}", issues),
                     )
                 )
         return readings
 
-    def _read_counter_files(self, directory: str, issues: list[CollectorIssue]) -> dict[str, int]:
-        """The counters of ``directory/<kernel name>`` that exist; a bad file loses its figure."""
-        counters: dict[str, int] = {}
-        for name, _ in _COUNTERS:
-            try:
-                value = self._files.read_int(f"{directory}/{name}")
-            except CollectorError as error:
-                issues.append(file_issue(error))
-                continue
-            if value is not None:
-                counters[name] = value
-        return counters
-
-    def _read_vf_counters(self, vf: _Vf, issues: list[CollectorIssue]) -> dict[str, int]:
-        """A PF's counters of one VF: a ``name : value`` file or a folder of files; {} if absent."""
+    def _read_vf_samples(
+        self, vf: _Vf, interface: str, issues: list[CollectorIssue]
+    ) -> tuple[Sample, ...]:
+        """A PF's counters of one VF: a ``name : value`` file or a folder of files; () if absent."""
         is_dir = vf.stats_is_dir
         if is_dir is None:
             is_dir = os.path.isdir(vf.stats)
         if is_dir:
-            return self._read_counter_files(vf.stats, issues)
+            files = tuple(f"{vf.stats}/{name}" for name, _ in _COUNTERS)
+            return self._counter_samples(files, (interface,), issues)
         try:
             text = self._files.read_text(vf.stats)
         except CollectorError as error:
             issues.append(file_issue(error))
-            return {}
+            return ()
         if text is None:
-            return {}  # the PF keeps no per-VF counters (most drivers but mlx5)
+            return ()  # the PF keeps no per-VF counters (most drivers but mlx5)
         if len(text) >= MAX_ATTRIBUTE_BYTES:
             # Cut at the read bound, its last value may be cut too: no kernel writes this much.
             issues.append(issue(GARBAGE, f"{vf.stats}: longer than {MAX_ATTRIBUTE_BYTES} bytes"))
-            return {}
+            return ()
         counters, bad_lines = parse_vf_stats(text)
         issues.extend(
             issue(GARBAGE, f"{vf.stats}: not a 'name : value' line: {b!r}") for b in bad_lines
         )
-        return {name: value for name, value in counters.items() if name in _COUNTER_NAMES}
+        return net_samples(counters, interface=interface)
 
 
 def _interface(path: str, name: str, issues: list[CollectorIssue]) -> _Interface | None:
@@ -406,24 +440,14 @@ def _interface(path: str, name: str, issues: list[CollectorIssue]) -> _Interface
         return None  # no device link: lo, veth, bridges, ifb, tunnels
     function = pci_function(Path(device))
     if function is None:
-        return _Interface(name, path, None, None, None)
+        return _new_interface(name, path, None, None, None)
     try:
         physfn = _resolve(f"{function}/physfn")
     except CollectorError as error:
         issues.append(file_issue(error))
         physfn = None
     vendor = _identity(str(function), issues).vendor
-    return _Interface(name, path, str(function), physfn, vendor)
-
-
-def _key_of_vf(
-    function: str, pf: str, vfs_of: Mapping[str, tuple[_Vf, ...]]
-) -> tuple[HardwareKey, ...]:
-    """``SRIOV_VF <pf>/<n>`` for a VF function; () while its PF no longer links to it."""
-    for vf in vfs_of.get(pf, ()):
-        if vf.function == function:
-            return (HardwareKey(KeyKind.SRIOV_VF, f"{os.path.basename(pf)}/{vf.index}"),)
-    return ()  # the VF is being destroyed: its PF no longer links to it
+    return _new_interface(name, path, str(function), physfn, vendor)
 
 
 def _list_vfs(
