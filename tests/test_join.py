@@ -455,6 +455,22 @@ class TestAllocationChanges:
         ]
         assert diff_allocations(second, second) == ()
 
+    def test_the_same_holdings_in_another_order_are_no_change(self) -> None:
+        """A kubelet may list a container's devices and CPUs in another order from one
+        reply to the next; only what changed hands is reported."""
+
+        def pods(devices: tuple[str, ...], cpus: tuple[int, ...]) -> tuple[PodResources, ...]:
+            container = ContainerResources("c", devices=(DeviceGroup("r", devices),), cpu_ids=cpus)
+            return (PodResources("ns", "p", (container,)),)
+
+        first = _join(pods(("d1", "d2"), (1, 2)), AllocatableResources())
+        reordered = _join(pods(("d2", "d1"), (2, 1)), AllocatableResources())
+        assert diff_allocations(first, reordered) == ()
+        swapped = _join(pods(("d2", "d3"), (2, 1)), AllocatableResources())
+        [change] = diff_allocations(reordered, swapped)
+        assert (change.devices_added, change.devices_removed) == (("d3",), ("d1",))
+        assert (change.cpus_added, change.cpus_removed) == ((), ())
+
 
 class TestRefreshReadings:
     def test_gpu_processes_are_attributed_again(self) -> None:
