@@ -3,7 +3,8 @@
 ``live_rows()`` gives the series prometheus_client's ``PROCESS_COLLECTOR``,
 ``PLATFORM_COLLECTOR`` and ``GC_COLLECTOR`` give, in their order, with their names,
 types, HELP texts and labels: ``process_*`` from ``/proc/self/stat``,
-``/proc/self/limits``, ``/proc/self/fd`` and the boot time in ``/proc/stat``;
+``/proc/self/limits``, ``/proc/self/fd`` (its size, or its listing) and the boot time
+in ``/proc/stat``;
 ``python_info`` from ``platform``; ``python_gc_*`` from ``gc.get_stats()``. Values are
 read at each call: the exposition renders them at scrape time, not per poll.
 
@@ -139,7 +140,7 @@ def _process_rows(proc: Path) -> list[Rows]:
         ]
     try:
         max_fds = parse_max_fds(_read(f"{own}/limits"))
-        open_fds = len(os.listdir(f"{own}/fd"))
+        open_fds = _open_fds(proc, own)
     except (OSError, ValueError, IndexError):
         return rows
     return [
@@ -147,6 +148,20 @@ def _process_rows(proc: Path) -> list[Rows]:
         _gauge("process_open_fds", "Number of open file descriptors.", open_fds),
         _gauge("process_max_fds", "Maximum number of open file descriptors.", max_fds),
     ]
+
+
+def _open_fds(proc: Path, own: str) -> int:
+    """This process's open descriptors. Since Linux 6.2 the size of ``/proc/<pid>/fd``
+    is their count: one stat instead of a listing, which on a node with many NICs
+    (netdev keeps ~8 counter files open per NIC) is the bulk of a scrape's process
+    figures: ~4 us against ~240 us for 480 descriptors, on the event loop. Older
+    kernels give 0 there, and a fixture tree is not procfs: those are listed. Unlike
+    a listing, the count leaves out the descriptor the listing itself opens."""
+    if proc == PROC:
+        count = os.stat(f"{own}/fd").st_size
+        if count > 0:
+            return count
+    return len(os.listdir(f"{own}/fd"))
 
 
 @functools.cache

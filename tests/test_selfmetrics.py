@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics_format
 from prometheus_client.registry import Collector
 
+from exporter import selfmetrics
 from exporter.metricwriter import OPENMETRICS_EOF, Rows, join_families, write_family
 from exporter.selfmetrics import (
     ProcessStat,
@@ -140,6 +141,24 @@ class TestValuesAreThisProcess:
         assert _value(rows, "process_virtual_memory_bytes") > rss
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == _value(rows, "process_max_fds")
         assert abs(_value(rows, "process_open_fds") - len(os.listdir("/proc/self/fd"))) <= 8
+
+    @pytest.mark.parametrize("way", ["as the kernel counts", "listed"])
+    def test_open_fds_counts_each_descriptor_opened(
+        self, way: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Twenty more open descriptors count twenty more, whether the kernel gives the
+        count (Linux 6.2+; older kernels fall back to the listing) or the folder is listed."""
+        if way == "listed":  # the count is taken only from the real /proc
+            monkeypatch.setattr(selfmetrics, "PROC", Path("/not-proc"))
+        before = _value(live_rows(), "process_open_fds")
+        opened = [os.open(os.devnull, os.O_RDONLY) for _ in range(20)]
+        try:
+            during = _value(live_rows(), "process_open_fds")
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+        assert during - before == 20
 
     def test_gc_collections_count_a_collection(self) -> None:
         """A full collection shows in generation 2's count."""
