@@ -56,6 +56,11 @@ __all__ = ["Poller"]
 log = structlog.get_logger(__name__)
 
 GET_PROBE_INTERVAL_S = 300.0
+# From this poll interval up, the kubelet channel is closed after each poll's calls.
+# While a channel is open gRPC's threads cost ~1.3 ms of CPU a second; opening one again
+# costs the next poll ~3.5 ms (a 250-pod node, this repository's bench machine): a wash
+# at 3 s, ~9 ms saved per poll at the default 10 s.
+RELEASE_CHANNEL_MIN_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +114,8 @@ class Poller:
         (kubelet_data, kubelet_status), runs = await asyncio.gather(
             self._poll_kubelet(), self._runner.run_all()
         )
+        if self._interval_s >= RELEASE_CHANNEL_MIN_INTERVAL_S:
+            await self._client.release_channel()
         self._keep_node_state(runs)
         # The request stats are copied here, on the loop, where the client records them;
         # join, render and the allocation diff are CPU-bound and run off the loop.

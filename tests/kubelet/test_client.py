@@ -511,6 +511,32 @@ class TestUnavailable:
         await asyncio.sleep(1.0)
         assert PODS == await client.list_pods()
 
+    async def test_a_released_channel_is_opened_again_by_the_next_call(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """The poller releases the channel after each poll; the next poll's calls work."""
+        client = make_client()
+        assert await client.list_pods() == PODS
+        await client.release_channel()
+        await client.release_channel()  # nothing open: nothing to do
+        assert (await client.list_pods(), sim.calls[V1_LIST]) == (PODS, 2)
+
+    async def test_release_leaves_a_call_in_flight_alone(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A fresh Get for /debug may still be on the channel when a poll ends: releasing
+        then must not cut it."""
+        client = make_client()
+        sim.hang = True
+        pending = asyncio.create_task(client.list_pods())
+        for _ in range(500):  # until the kubelet holds the call (at most 5 s)
+            if sim.calls[V1_LIST]:
+                break
+            await asyncio.sleep(0.01)
+        await client.release_channel()
+        sim.hang = False
+        assert await pending == PODS
+
     async def test_client_waits_for_kubelet_not_yet_up(
         self, socket_path: str, make_client: Callable[..., KubeletClient]
     ) -> None:

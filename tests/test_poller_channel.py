@@ -1,0 +1,50 @@
+"""Between polls 5 s or more apart no kubelet channel stays open (gRPC's threads idle)."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.collectors.runner import CollectorRunner
+from exporter.kubelet.client import KubeletClient
+from exporter.poller import RELEASE_CHANNEL_MIN_INTERVAL_S, Poller
+from exporter.sim.node import SimulatedNode
+from exporter.store import SnapshotStore
+
+
+class CountingClient(KubeletClient):
+    """The real client, counting the releases that closed a channel."""
+
+    released = 0
+
+    async def release_channel(self) -> None:
+        had_channel = self._channel is not None
+        await super().release_channel()
+        self.released += had_channel and self._channel is None
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "released"),
+    [(RELEASE_CHANNEL_MIN_INTERVAL_S, 3), (10.0, 3), (1.0, 0)],
+)
+async def test_polls_release_the_channel_from_5_s_apart(
+    sim_node: SimulatedNode, interval_s: float, released: int
+) -> None:
+    """Each poll 5 s or more apart closes the channel it opened, and the next poll opens
+    another and gets the same data; shorter intervals keep one channel (re-opening it
+    would cost more than its idle threads do in between)."""
+    client = CountingClient(
+        socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
+    )
+    poller = Poller(
+        client=client,
+        runner=CollectorRunner([], timeout_s=1.0),
+        store=SnapshotStore(),
+        node="demo-node",
+        interval_s=interval_s,
+    )
+    try:
+        pods = [len((await poller.poll_once()).snapshot.pods) for _ in range(3)]
+    finally:
+        await client.close()
+
+    assert (client.released, pods[0] > 0, len(set(pods))) == (released, True, 1)
