@@ -316,7 +316,8 @@ async def _poll_cpu(exporter: Any, kubelet: _Kubelet, *, churn: bool, tick: int)
 
 async def _poll_rows(
     root: Path, kubelet: _Kubelet, *, pods: int, runs: int, collectors: bool
-) -> list[Row]:
+) -> tuple[list[Row], float]:
+    """The steady and churn rows, and the steady poll's median CPU seconds."""
     kubelet.ask("pods", pods)
     exporter = _exporter(root, kubelet_socket(root), collectors=collectors)
     try:
@@ -335,7 +336,7 @@ async def _poll_rows(
     s, c = _median(steady), _median(churn)
     millicores = s / DEFAULT_INTERVAL_S * 1000  # CPU ms per s of wall time
     which = "" if collectors else ", collectors off"
-    return [
+    rows = [
         Row(
             f"poll CPU, {pods} pods, steady{which}",
             f"{_ms(s)} ({millicores:.1f} mcore @10s)",
@@ -351,16 +352,34 @@ async def _poll_rows(
             "<= 6x" if pods == SCRAPE_PODS and collectors else "linear",
         ),
     ]
+    return rows, s
 
 
-async def _measure_polls(root: Path, kubelet: _Kubelet, *, runs: int) -> list[Row]:
+async def _measure_polls(root: Path, kubelet: _Kubelet, *, runs: int) -> tuple[list[Row], float]:
+    """The poll rows, and the steady poll's CPU seconds at SCRAPE_PODS, collectors on."""
     rows: list[Row] = []
+    steady = 0.0
     for pods in POD_COUNTS:
-        rows += await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=True)
+        found, median = await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=True)
+        rows += found
+        if pods == SCRAPE_PODS:
+            steady = median
     # The exporter's own share (kubelet, join, render), without the sysfs/NVML readers.
     for pods in (SCRAPE_PODS, POD_COUNTS[-1]):
-        rows += await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=False)
-    return rows
+        rows += (await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=False))[0]
+    return rows, steady
+
+
+def _interval_row(steady_poll_s: float, idle_per_s: float) -> Row:
+    """What a node pays at the default interval: one steady poll and the idle between."""
+    per_interval = steady_poll_s + idle_per_s * DEFAULT_INTERVAL_S
+    return Row(
+        f"CPU at the default 10 s interval, {SCRAPE_PODS} pods steady (poll + idle)",
+        f"{per_interval / DEFAULT_INTERVAL_S * 1000:.1f} mcore",
+        "-",
+        "-",
+        "reported",
+    )
 
 
 async def _idle_cpu_per_s(seconds: float) -> float:
@@ -371,7 +390,8 @@ async def _idle_cpu_per_s(seconds: float) -> float:
 
 async def _measure_scrapes(
     root: Path, kubelet: _Kubelet, *, runs: int, idle_floor: float
-) -> list[Row]:
+) -> tuple[list[Row], float]:
+    """The idle and scrape rows, and the idle CPU seconds per second."""
     from aiohttp import web
 
     kubelet.ask("pods", SCRAPE_PODS)
@@ -485,7 +505,7 @@ async def _measure_scrapes(
             await runner.cleanup()
         scrapers.stop()
         await exporter.close()
-    return rows
+    return rows, _median(idle)
 
 
 # --- memory: a fresh exporter process ------------------------------------------------------
@@ -705,8 +725,11 @@ async def _main(*, runs: int) -> None:
     )
     kubelet = _Kubelet(kubelet_socket(root))
     try:
-        rows = await _measure_polls(root, kubelet, runs=runs)
-        rows += await _measure_scrapes(root, kubelet, runs=runs, idle_floor=idle_floor)
+        rows, steady_poll_s = await _measure_polls(root, kubelet, runs=runs)
+        scrape_rows, idle_per_s = await _measure_scrapes(
+            root, kubelet, runs=runs, idle_floor=idle_floor
+        )
+        rows += [*scrape_rows[:1], _interval_row(steady_poll_s, idle_per_s), *scrape_rows[1:]]
         rows += _measure_memory(root, kubelet)
         rows += await _measure_large_replies(root, kubelet)
     finally:
