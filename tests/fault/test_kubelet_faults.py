@@ -110,6 +110,17 @@ async def scrape_until(
     return result
 
 
+def _thread_names(pid: int) -> list[str]:
+    """The kernel's names of a process's threads (gRPC names its own: event_engine...)."""
+    names = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            names.append(Path(f"/proc/{pid}/task/{task}/comm").read_text().strip())
+        except FileNotFoundError:
+            continue  # a thread that ended while listed
+    return names
+
+
 def demo_pods(node: SimulatedNode) -> set[tuple[str, str]]:
     return {(p.namespace, p.name) for p in node.scenario.state_at(0).pods}
 
@@ -208,6 +219,34 @@ class TestKubeletFaults:
             len(exporter.named("kubelet_failed")),
             len(exporter.named("kubelet_recovered")),
         )
+
+    async def test_polls_5_s_apart_hold_no_channel_and_see_a_restart(
+        self, sim_node: SimulatedNode, running: Callable[..., Any]
+    ) -> None:
+        """At 5 s between polls the channel is closed after each poll: between polls the
+        process runs none of gRPC's event-engine threads, and a kubelet restarted with
+        other pods in between is read by the next poll's new channel."""
+        exporter = await running("--poll.interval", "5")
+        # Between two polls: the data is 1.5-3.5 s old, the next poll 1.5 s away or more.
+        await scrape_until(
+            exporter,
+            lambda s: 1.5 < (s.debug["age_seconds"] or 0) < 3.5,
+            within_s=15,
+            what="a moment between polls",
+        )
+        threads = await asyncio.to_thread(_thread_names, exporter.pid)
+
+        await sim_node.kubelet.stop()
+        replacement = PodResources("ml-training", "trainer-1", (ContainerResources("trainer"),))
+        sim_node.kubelet.set_state(pods=(replacement,), allocatable=sim_node.kubelet.allocatable())
+        await sim_node.kubelet.start()
+        back = await scrape_until(
+            exporter,
+            lambda s: s.pods == {("ml-training", "trainer-1")},
+            within_s=15,
+            what="the restarted kubelet's pods",
+        )
+        assert ("event_engine" in threads, back.up) == (False, 1.0), threads
 
     async def test_kubelet_that_never_answers(
         self, sim_node: SimulatedNode, running: Callable[..., Any]
