@@ -212,7 +212,11 @@ class Poller:
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
         )
-        exposition = render(snapshot, previous=previous.exposition if previous else None)
+        exposition = render(
+            snapshot,
+            previous=previous.exposition if previous else None,
+            same_allocations=unchanged,
+        )
         if unchanged:
             return snapshot, exposition, ()
         return (

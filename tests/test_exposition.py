@@ -48,6 +48,29 @@ def _without_live(page: str) -> str:
     return "".join(line + "\n" for line in page.splitlines() if not _LIVE.match(line))
 
 
+def _cpu_seconds_plus(snapshot: Snapshot, seconds: float) -> Snapshot:
+    """``snapshot`` with every exclusive-CPU figure ``seconds`` higher: a later poll's
+    readings on the same allocations."""
+    return replace(
+        snapshot,
+        pods=tuple(
+            replace(
+                pod,
+                containers=tuple(
+                    replace(
+                        c,
+                        cpu_seconds_by_mode=tuple(
+                            (mode, value + seconds) for mode, value in c.cpu_seconds_by_mode
+                        ),
+                    )
+                    for c in pod.containers
+                ),
+            )
+            for pod in snapshot.pods
+        ),
+    )
+
+
 def _hostile_snapshot() -> Snapshot:
     """Label values a kubelet could send that need escaping (resource and device IDs)."""
     containers = tuple(
@@ -194,6 +217,31 @@ class TestCaches:
         assert render(after).static(openmetrics=True) == warm
         dropped = container.cpu_seconds_by_mode[0][0]
         assert f'mode="{dropped}",namespace="{pod.namespace}",pod="{pod.name}"'.encode() not in warm
+
+    async def test_same_allocations_keep_their_families_and_write_new_cpu_seconds(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """Polls whose kubelet data did not change re-use the allocation families whole
+        and write this poll's CPU seconds; an allocation that changes after two such polls
+        is rendered anew. Each page is what a cold render of its snapshot writes."""
+        before = await _demo_snapshot(sim_node)
+        later, latest = _cpu_seconds_plus(before, 1.0), _cpu_seconds_plus(before, 2.5)
+        pod = latest.pods[0]
+        moved = replace(pod.containers[0], cpus_by_numa=(("7", 99),))
+        changed = replace(
+            latest, pods=(replace(pod, containers=(moved, *pod.containers[1:])), *latest.pods[1:])
+        )
+
+        first = render(before)
+        second = render(later, previous=first, same_allocations=True)
+        third = render(latest, previous=second, same_allocations=True)
+        fourth = render(changed, previous=third)
+
+        for page, snapshot in ((second, later), (third, latest), (fourth, changed)):
+            assert page.static(openmetrics=True) == render(snapshot).static(openmetrics=True)
+        info = "podresources_container_exclusive_cpus"
+        kept = [[f for f in page.families if f.name == info] for page in (first, third, fourth)]
+        assert (kept[0][0] is kept[1][0], kept[0][0] is kept[2][0]) == (True, False)
 
     def test_scrapes_of_one_second_share_one_page(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Each variant's whole page is made once per rendering of the live families."""
