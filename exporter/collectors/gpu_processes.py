@@ -49,7 +49,6 @@ from exporter.collectors.nvml import (
     NvmlProcessSample,
     NvmlSession,
     NvmlSource,
-    PynvmlSource,
 )
 from exporter.model import (
     CollectorIssue,
@@ -270,7 +269,7 @@ class GpuProcessesCollector(Collector):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(context)
-        self._session = NvmlSession(PynvmlSource() if source is None else source, clock=clock)
+        self._session = NvmlSession(source, clock=clock)
         self._source = self._session.source
         # Per device UUID: the newest sample timestamp seen, so each poll asks NVML
         # for the samples since the previous one.

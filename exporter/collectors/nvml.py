@@ -491,8 +491,10 @@ class NvmlSession:
     INIT_RETRY_INITIAL_S later, doubling to INIT_RETRY_MAX_S.
     """
 
-    def __init__(self, source: NvmlSource, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.source = source
+    def __init__(
+        self, source: NvmlSource | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.source: NvmlSource = PynvmlSource() if source is None else source
         self.lock = threading.Lock()
         self._clock = clock
         self._initialized = False
@@ -570,7 +572,7 @@ class NvmlCollector(Collector):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(context)
-        self._session = NvmlSession(PynvmlSource() if source is None else source, clock=clock)
+        self._session = NvmlSession(source, clock=clock)
         self._source = self._session.source
         self._gpus: dict[int, _Gpu] = {}
         self._issues: list[CollectorIssue] = []
