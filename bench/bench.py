@@ -389,9 +389,9 @@ async def _idle_cpu_per_s(seconds: float) -> float:
 
 
 async def _measure_scrapes(
-    root: Path, kubelet: _Kubelet, *, runs: int, idle_floor: float
-) -> tuple[list[Row], float]:
-    """The idle and scrape rows, and the idle CPU seconds per second."""
+    root: Path, kubelet: _Kubelet, *, runs: int, idle_floor: float, steady_poll_s: float
+) -> list[Row]:
+    """The idle rows (``steady_poll_s``: the 250-pod steady poll's CPU) and scrape rows."""
     from aiohttp import web
 
     kubelet.ask("pods", SCRAPE_PODS)
@@ -422,6 +422,7 @@ async def _measure_scrapes(
                 "reported",
             )
         )
+        rows.append(_interval_row(steady_poll_s, _median(idle)))
         published = exporter.store.current
         assert published is not None
         pages = {
@@ -505,7 +506,7 @@ async def _measure_scrapes(
             await runner.cleanup()
         scrapers.stop()
         await exporter.close()
-    return rows, _median(idle)
+    return rows
 
 
 # --- memory: a fresh exporter process ------------------------------------------------------
@@ -726,10 +727,9 @@ async def _main(*, runs: int) -> None:
     kubelet = _Kubelet(kubelet_socket(root))
     try:
         rows, steady_poll_s = await _measure_polls(root, kubelet, runs=runs)
-        scrape_rows, idle_per_s = await _measure_scrapes(
-            root, kubelet, runs=runs, idle_floor=idle_floor
+        rows += await _measure_scrapes(
+            root, kubelet, runs=runs, idle_floor=idle_floor, steady_poll_s=steady_poll_s
         )
-        rows += [*scrape_rows[:1], _interval_row(steady_poll_s, idle_per_s), *scrape_rows[1:]]
         rows += _measure_memory(root, kubelet)
         rows += await _measure_large_replies(root, kubelet)
     finally:
