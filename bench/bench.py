@@ -8,7 +8,8 @@ floor measured in the same run, on the same machine, at the same moment:
 - poll CPU (process CPU of the exporter's process per poll, all collectors on, the
   simulated GPUs standing in for NVML) at 10 to 1,000 pods, steady (nothing changes) and
   under churn (10% of pods replaced every poll); floor: decoding the same ``List`` and
-  ``GetAllocatableResources`` replies with protobuf and reading every field once.
+  ``GetAllocatableResources`` replies with protobuf and reading every field once, timed
+  right after each poll.
 - idle CPU per second between polls (channel, worker threads); floor: this process
   before the exporter exists.
 - /metrics p50/p99 under 10 concurrent scrapers, OpenMetrics and text, plain and gzip,
@@ -245,25 +246,31 @@ def _p(values: list[float], q: float) -> float:
 # --- the floor of a poll -------------------------------------------------------------------
 
 
-def _decode_floor(pods: int, *, repeat: int) -> float:
-    """Seconds of CPU to decode the kubelet's replies and read every field once."""
-    from exporter.kubelet.api.v1 import api_pb2 as v1
-    from exporter.kubelet.convert import allocatable_to_proto, list_response_to_proto
-    from exporter.sim.scenario import DenseScenario
+class _DecodeFloor:
+    """Decoding the kubelet's replies for ``pods`` and reading every field once: the
+    floor of a poll. Timed once after each poll, so a poll and its floor share the
+    machine's moment (a neighbour on this shared machine can double both)."""
 
-    state = DenseScenario.create(pod_count=pods, cpus=CPUS).state_at(0)
-    listed = list_response_to_proto(state.pods).SerializeToString()
-    allocatable = allocatable_to_proto(state.allocatable).SerializeToString()
+    def __init__(self, pods: int) -> None:
+        from exporter.kubelet.convert import allocatable_to_proto, list_response_to_proto
+        from exporter.sim.scenario import DenseScenario
 
-    def read(groups: Any) -> int:
-        n = 0
-        for group in groups:
-            n += len(group.resource_name) + len(group.device_ids) + len(group.topology.nodes)
-        return n
+        state = DenseScenario.create(pod_count=pods, cpus=CPUS).state_at(0)
+        self._listed = list_response_to_proto(state.pods).SerializeToString()
+        self._allocatable = allocatable_to_proto(state.allocatable).SerializeToString()
 
-    started = time.process_time()
-    for _ in range(repeat):
-        reply = v1.ListPodResourcesResponse.FromString(listed)
+    def seconds(self) -> float:
+        """Seconds of CPU one decode takes."""
+        from exporter.kubelet.api.v1 import api_pb2 as v1
+
+        def read(groups: Any) -> int:
+            n = 0
+            for group in groups:
+                n += len(group.resource_name) + len(group.device_ids) + len(group.topology.nodes)
+            return n
+
+        started = time.process_time()
+        reply = v1.ListPodResourcesResponse.FromString(self._listed)
         for pod in reply.pod_resources:
             for container in pod.containers:
                 read(container.devices)
@@ -271,10 +278,10 @@ def _decode_floor(pods: int, *, repeat: int) -> float:
                 for block in container.memory:
                     block.size  # noqa: B018 - reading it is the point
                 len(container.dynamic_resources)
-        inventory = v1.AllocatableResourcesResponse.FromString(allocatable)
+        inventory = v1.AllocatableResourcesResponse.FromString(self._allocatable)
         read(inventory.devices)
         sum(inventory.cpu_ids)
-    return (time.process_time() - started) / repeat
+        return time.process_time() - started
 
 
 # --- the exporter under test, in this process ----------------------------------------------
@@ -301,17 +308,21 @@ def _exporter(root: Path, socket_path: str, *, collectors: bool = True) -> Any:
     return Exporter(config, collectors=built)
 
 
-async def _poll_cpu(exporter: Any, kubelet: _Kubelet, *, churn: bool, tick: int) -> float:
-    """CPU seconds of this process per poll, over POLLS_PER_RUN polls."""
-    spent = 0.0
+async def _poll_cpu(
+    exporter: Any, kubelet: _Kubelet, floor: _DecodeFloor, *, churn: bool, tick: int
+) -> tuple[list[float], list[float]]:
+    """CPU seconds of this process for each of POLLS_PER_RUN polls, and of the floor
+    decoded right after each."""
+    polls, floors = [], []
     for _ in range(POLLS_PER_RUN):
         if churn:
             tick += 1
             kubelet.ask("tick", tick)
         started = time.process_time()
         await exporter.poller.poll_once()
-        spent += time.process_time() - started
-    return spent / POLLS_PER_RUN
+        polls.append(time.process_time() - started)
+        floors.append(floor.seconds())
+    return polls, floors
 
 
 async def _poll_rows(
@@ -323,13 +334,19 @@ async def _poll_rows(
     try:
         for _ in range(3):  # warm-up: channel, caches, first join
             await exporter.poller.poll_once()
+        decode = _DecodeFloor(pods)
         steady, churn, floor = [], [], []
         for run in range(runs):
-            steady.append(await _poll_cpu(exporter, kubelet, churn=False, tick=0))
-            churn.append(await _poll_cpu(exporter, kubelet, churn=True, tick=run * POLLS_PER_RUN))
+            polls, floors = await _poll_cpu(exporter, kubelet, decode, churn=False, tick=0)
+            steady.append(statistics.fmean(polls))  # the mean: what a node pays
+            floor.append(statistics.fmean(floors))
+            polls, floors = await _poll_cpu(
+                exporter, kubelet, decode, churn=True, tick=run * POLLS_PER_RUN
+            )
+            churn.append(statistics.fmean(polls))
+            floor.append(statistics.fmean(floors))
             kubelet.ask("tick", 0)
             await exporter.poller.poll_once()
-            floor.append(_decode_floor(pods, repeat=POLLS_PER_RUN))
     finally:
         await exporter.close()
     f = _median(floor)
