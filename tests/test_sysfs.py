@@ -21,6 +21,7 @@ from exporter.sysfs import (
     KeptFiles,
     UnreadableFile,
     is_pci_address,
+    is_sysfs_mount,
     node_dirs,
     open_regular,
     parse_cpulist,
@@ -252,6 +253,69 @@ class TestKeptFiles:
             second is not None and first is not None and second >= first,
             len(files),
         )
+
+    def test_unchecked_files_skip_the_replacement_check(self, tmp_path: Path) -> None:
+        """Without ``check_replaced`` (sysfs mounts, where files are never replaced) a
+        file replaced by rename is still read through the kept descriptor: the fstat that
+        would notice is what it saves."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        checked, unchecked = KeptFiles(), KeptFiles(check_replaced=False)
+        before = (checked.read_int(str(path)), unchecked.read_int(str(path)))
+        write_attribute(path, "2\n")
+
+        assert ((1, 1), (2, 1)) == (
+            before,
+            (checked.read_int(str(path)), unchecked.read_int(str(path))),
+        )
+
+
+# This machine's /proc/self/mountinfo (a container: sysfs on /sys, cgroup v1 and a tmpfs
+# under it), and a DaemonSet's hostPath mounts of the node's /sys and /proc.
+_MOUNTINFO = r"""
+22 27 0:21 / /proc rw,relatime - proc proc rw
+23 27 0:22 / /sys rw,relatime - sysfs sysfs rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict,resuid=65534,resgid=65534
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+1200 1100 0:22 / /host/sys ro,relatime master:5 - sysfs sysfs rw
+1201 1100 0:21 / /host/proc ro,relatime master:6 - proc proc rw
+1202 1100 0:50 / /tmp/a\040tree rw - tmpfs tmpfs rw
+1203 1202 0:51 / /tmp/a\040tree/sys rw - sysfs sysfs rw
+1204 1100 0:52 / /shadowed rw - sysfs sysfs rw
+1205 1100 0:53 / /shadowed rw - tmpfs tmpfs rw
+"""
+
+
+class TestIsSysfsMount:
+    @pytest.mark.parametrize(
+        ("path", "expected"),
+        [
+            ("/sys", True),
+            ("/sys/class/net/eth0/statistics", True),
+            ("/sys/fs/cgroup/cpu", False),  # a mount under /sys is not sysfs
+            ("/sysfs", False),  # a prefix of the name, not a parent directory
+            ("/host/sys/class/net", True),
+            ("/host/proc", False),
+            ("/tmp/a tree", False),  # escaped in mountinfo as \040
+            ("/tmp/a tree/sys/devices", True),
+            ("/shadowed/class", False),  # the later mount on the same point wins
+            ("/var/lib", False),
+        ],
+    )
+    def test_the_mount_holding_the_path_decides(self, path: str, expected: bool) -> None:
+        assert expected is is_sysfs_mount(path, mountinfo=_MOUNTINFO)
+
+    def test_lines_not_in_the_format_are_passed_over(self) -> None:
+        assert is_sysfs_mount("/sys", mountinfo="garbage\n\n" + _MOUNTINFO + "7 8 -\n")
+
+    def test_this_process_sees_its_own_mounts(self, tmp_path: Path) -> None:
+        """Against the real /proc/self/mountinfo: a test's tree is no sysfs; /sys is."""
+        assert not is_sysfs_mount(tmp_path)
+        if not os.path.isdir("/sys/class"):
+            pytest.skip("no sysfs mounted at /sys here")
+        assert is_sysfs_mount("/sys/class")
 
 
 class TestParseCpulist:

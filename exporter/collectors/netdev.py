@@ -56,6 +56,7 @@ from exporter.sysfs import (
     KeptFiles,
     file_issue,
     is_pci_address,
+    is_sysfs_mount,
     list_source_inodes,
     read_text,
     vendor_name,
@@ -270,7 +271,7 @@ class NetdevCollector(Collector):
         self._interfaces: dict[str, tuple[int, _Interface | None]] = {}
         # PF folder -> its virtfn<n> entries: name -> (inode, the VF, None if not a VF)
         self._vf_links: dict[str, dict[str, tuple[int, _Vf | None]]] = {}
-        self._files = KeptFiles()
+        self._files = KeptFiles(check_replaced=not is_sysfs_mount(context.sysfs))
 
     def collect(self) -> Readings:
         class_dir = str(self.context.sysfs / "class" / "net")

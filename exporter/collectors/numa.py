@@ -38,6 +38,7 @@ from exporter.sysfs import (
     VANISHED,
     FileError,
     KeptFiles,
+    is_sysfs_mount,
     node_dirs,
 )
 
@@ -133,7 +134,7 @@ class NumaCollector(Collector):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self._files = KeptFiles()
+        self._files = KeptFiles(check_replaced=not is_sysfs_mount(context.sysfs))
 
     def close(self) -> None:
         self._files.close()
