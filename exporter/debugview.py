@@ -14,6 +14,7 @@ from typing import Any
 
 from exporter.model import (
     ContainerView,
+    DeviceHardware,
     DeviceReading,
     DeviceView,
     GpuDeviceProcesses,
@@ -114,25 +115,26 @@ def _telemetry(reading: DeviceReading | None) -> JSON | None:
     return {"identity": identity, "figures": figures}
 
 
-def _hardware(device: DeviceView) -> JSON:
+def _hardware(device: DeviceView, found: DeviceHardware) -> JSON:
     """How the device was resolved to hardware, and which key found its telemetry."""
     resolution = device.resolution
     return {
         "keys": [str(k) for k in resolution.keys],
         "source": resolution.source,
-        "matched": device.reading.name if device.reading else None,
+        "matched": found.reading.name if found.reading else None,
         "unresolved": resolution.unresolved,
     }
 
 
-def _device(device: DeviceView, processes: _ProcessIndex | None = None) -> JSON:
+def _device(device: DeviceView, snapshot: Snapshot, processes: _ProcessIndex | None) -> JSON:
+    hardware = snapshot.hardware_of(device)
     found: JSON = {
         "resource": device.resource,
         "device_id": device.device_id,
         "numa_nodes": list(device.numa_nodes),
-        "sysfs_numa_node": device.pci.numa_node if device.pci else None,
-        "hardware": _hardware(device),
-        "telemetry": _telemetry(device.reading),
+        "sysfs_numa_node": hardware.pci.numa_node if hardware.pci else None,
+        "hardware": _hardware(device, hardware),
+        "telemetry": _telemetry(hardware.reading),
     }
     # Only for devices whose processes were listed: a NIC has none to speak of.
     listed = processes.get((device.resource, device.device_id)) if processes else None
@@ -185,11 +187,13 @@ def _memory(block: MemoryBlock) -> JSON:
     }
 
 
-def _container(container: ContainerView, processes: _ProcessIndex | None = None) -> JSON:
+def _container(
+    container: ContainerView, snapshot: Snapshot, processes: _ProcessIndex | None
+) -> JSON:
     claimed = _claim_device_views(container)
     return {
         "name": container.owner.container,
-        "devices": [_device(d, processes) for d in container.devices],
+        "devices": [_device(d, snapshot, processes) for d in container.devices],
         "cpu_ids": list(container.cpu_ids),
         "memory": [_memory(b) for b in container.memory],
         "dynamic_resources": [
@@ -207,6 +211,7 @@ def _container(container: ContainerView, processes: _ProcessIndex | None = None)
                             claimed.get(
                                 (claim.claim_namespace, claim.claim_name, d.driver, d.device)
                             ),
+                            snapshot,
                             processes,
                         ),
                     }
@@ -220,18 +225,28 @@ def _container(container: ContainerView, processes: _ProcessIndex | None = None)
     }
 
 
-def _claim_device_detail(view: DeviceView | None, processes: _ProcessIndex | None) -> JSON:
+def _claim_device_detail(
+    view: DeviceView | None, snapshot: Snapshot, processes: _ProcessIndex | None
+) -> JSON:
     if view is None:
         return {}
-    detail: JSON = {"hardware": _hardware(view), "telemetry": _telemetry(view.reading)}
+    hardware = snapshot.hardware_of(view)
+    detail: JSON = {
+        "hardware": _hardware(view, hardware),
+        "telemetry": _telemetry(hardware.reading),
+    }
     listed = processes.get((view.resource, view.device_id)) if processes else None
     if listed is not None:
         detail["processes"] = _processes(listed)
     return detail
 
 
-def _pod(pod: PodView, filters: Filters, processes: _ProcessIndex | None = None) -> JSON | None:
-    containers = [_container(c, processes) for c in pod.containers if filters.keeps_container(c)]
+def _pod(
+    pod: PodView, filters: Filters, snapshot: Snapshot, processes: _ProcessIndex | None
+) -> JSON | None:
+    containers = [
+        _container(c, snapshot, processes) for c in pod.containers if filters.keeps_container(c)
+    ]
     if not containers:
         return None
     return {
@@ -250,7 +265,11 @@ def render_json(
     processes = _process_index(snapshot)
     pods = [
         p
-        for p in (_pod(pod, filters, processes) for pod in snapshot.pods if filters.keeps_pod(pod))
+        for p in (
+            _pod(pod, filters, snapshot, processes)
+            for pod in snapshot.pods
+            if filters.keeps_pod(pod)
+        )
         if p
     ]
     allocatable = snapshot.allocatable
@@ -342,12 +361,13 @@ def _cpu_ranges(cpus: tuple[int, ...]) -> str:
     return ",".join(ranges)
 
 
-def _hardware_cell(device: DeviceView | None) -> str:
+def _hardware_cell(device: DeviceView | None, snapshot: Snapshot) -> str:
     """What the device resolved to: the telemetry's device, else the first key, else why not."""
     if device is None:
         return "-"
-    if device.reading is not None:
-        return device.reading.name
+    reading = snapshot.hardware_of(device).reading
+    if reading is not None:
+        return reading.name
     if device.resolution.unresolved:
         return f"unresolved: {device.resolution.unresolved}"
     if device.resolution.keys:
@@ -411,7 +431,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
                         (numa_label(device.numa_nodes) or "?") if device else "-",
                         cpus,
                         aligned,
-                        _hardware_cell(device),
+                        _hardware_cell(device, snapshot),
                     )
                 )
     rows = [tuple(_cell(cell) for cell in row) for row in rows]

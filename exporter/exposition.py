@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from exporter import __version__
 from exporter.collectors.base import COLLECTOR_ERRORS
+from exporter.join import container_cpu_seconds
 from exporter.metricwriter import (
     OPENMETRICS_EOF,
     FamilyText,
@@ -38,7 +39,7 @@ from exporter.metricwriter import (
 )
 from exporter.model import (
     ContainerView,
-    DeviceView,
+    DeviceReading,
     MetricKind,
     MetricSpec,
     NodeCount,
@@ -239,23 +240,24 @@ def _sample_name(spec: MetricSpec) -> str:
     return spec.name
 
 
-def _telemetry_owners(devices: Iterable[DeviceView]) -> dict[tuple[Owner, str, str], DeviceView]:
-    """One entry per (owner, resource, physical device) that has telemetry.
+def _telemetry_owners(snapshot: Snapshot) -> dict[tuple[Owner, str, str], DeviceReading]:
+    """One reading per (owner, resource, physical device) that has telemetry.
 
     Replicas of one GPU held by one owner collapse into one series; a physical device
     with at least one allocated replica gets no extra unallocated series.
     """
-    owned: dict[tuple[Owner, str, str], DeviceView] = {}
+    read = [(d, snapshot.hardware_of(d).reading) for d in snapshot.devices]
+    owned: dict[tuple[Owner, str, str], DeviceReading] = {}
     allocated_bases = {
-        (d.resource, d.resolution.physical_id) for d in devices if d.owner.pod and d.reading
+        (d.resource, d.resolution.physical_id) for d, reading in read if d.owner.pod and reading
     }
-    for device in devices:
-        if device.reading is None or not device.reading.samples:
+    for device, reading in read:
+        if reading is None or not reading.samples:
             continue
         base = device.resolution.physical_id
         if not device.owner.pod and (device.resource, base) in allocated_bases:
             continue
-        owned.setdefault((device.owner, device.resource, base), device)
+        owned.setdefault((device.owner, device.resource, base), reading)
     return owned
 
 
@@ -267,9 +269,8 @@ def _telemetry_families(
     formats only the values."""
     bodies: dict[str, tuple[MetricSpec, list[str]]] = {}
     owners: list[tuple[Hashable, tuple[str, ...], tuple[str, ...], tuple[Sample, ...]]] = [
-        (key, DEVICE_LABELS, (*_owner_values(key[0]), key[1], key[2]), device.reading.samples)
-        for key, device in _telemetry_owners(snapshot.devices).items()
-        if device.reading is not None
+        (key, DEVICE_LABELS, (*_owner_values(key[0]), key[1], key[2]), reading.samples)
+        for key, reading in _telemetry_owners(snapshot).items()
     ]
     owners.append((None, (), (), snapshot.node_samples))
     for key, labels, values, samples in owners:
@@ -356,9 +357,10 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
         if (device.resource, device.device_id) in seen:
             continue
         seen.add((device.resource, device.device_id))
-        identity = device.reading.identity if device.reading else None
+        hardware = snapshot.hardware_of(device)
+        identity = hardware.reading.identity if hardware.reading else None
         pci_address = (identity.pci_address if identity else None) or (
-            device.pci.address if device.pci else ""
+            hardware.pci.address if hardware.pci else ""
         )
         device_info.add(
             (
@@ -372,7 +374,7 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
             ),
             1,
         )
-        sysfs_node = device.pci.numa_node if device.pci else None
+        sysfs_node = hardware.pci.numa_node if hardware.pci else None
         if device.numa_nodes and sysfs_node is not None and sysfs_node not in device.numa_nodes:
             mismatch.add(
                 (device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)),
@@ -488,9 +490,12 @@ def _container_lines(container: ContainerView) -> _ContainerLines:
 
 
 def _cpu_seconds_lines(
-    container: ContainerView, *, cache: RenderCache, previous: RenderCache
+    container: ContainerView,
+    pairs: tuple[tuple[str, float], ...],
+    *,
+    cache: RenderCache,
+    previous: RenderCache,
 ) -> Iterator[str]:
-    pairs = container.cpu_seconds_by_mode
     modes = tuple([mode for mode, _ in pairs])
     found = previous.cpu_prefixes.get(container.owner)
     if found is None or found[0] != modes:
@@ -528,8 +533,12 @@ def _container_families(
                     lines = _container_lines(container)
                 cache.containers[key] = lines
                 per_container.append(lines)
-            if container.cpu_seconds_by_mode:
-                cpu_seconds.extend(_cpu_seconds_lines(container, cache=cache, previous=previous))
+            if container.cpu_ids:
+                pairs = container_cpu_seconds(container, snapshot.cpu_times)
+                if pairs:
+                    cpu_seconds.extend(
+                        _cpu_seconds_lines(container, pairs, cache=cache, previous=previous)
+                    )
     if kept is not None and keep_all:
         cache.containers = previous.containers
         per_container = kept[0]

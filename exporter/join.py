@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from exporter.model import (
+    NO_HARDWARE,
     UNALLOCATED,
     AllocatableResources,
     ClaimRef,
@@ -35,6 +36,7 @@ from exporter.model import (
     ContainerResources,
     ContainerView,
     CpuTimes,
+    DeviceHardware,
     DeviceIdentity,
     DeviceProcesses,
     DeviceReading,
@@ -61,6 +63,7 @@ __all__ = [
     "AllocationChange",
     "JoinCache",
     "MergedReadings",
+    "container_cpu_seconds",
     "diff_allocations",
     "join_fresh_pod",
     "join_snapshot",
@@ -153,6 +156,7 @@ class _Matcher:
         self.readings = readings
         self.used: set[int] = set()  # id() of readings attached to some device
         self._combined: dict[HardwareKey, DeviceReading] = {}
+        self._found: dict[Resolution, DeviceHardware] = {}
 
     def reading_for(self, resolution: Resolution) -> DeviceReading | None:
         for key in resolution.keys:
@@ -174,29 +178,19 @@ class _Matcher:
             return self.readings.pci.get(reading.identity.pci_address)
         return None
 
-    def view(
-        self,
-        *,
-        resource: str,
-        device_id: str,
-        numa_nodes: tuple[int, ...],
-        owner: Owner,
-        allocatable: bool,
-        resolution: Resolution,
-        claim: ClaimRef | None = None,
-    ) -> DeviceView:
-        reading = self.reading_for(resolution)
-        return DeviceView(
-            resource=resource,
-            device_id=device_id,
-            numa_nodes=numa_nodes,
-            owner=owner,
-            allocatable=allocatable,
-            resolution=resolution,
-            reading=reading,
-            pci=self.pci_for(resolution, reading),
-            claim=claim,
-        )
+    def hardware(self, resolution: Resolution) -> DeviceHardware:
+        """The device's reading and PCI function, found once per resolution."""
+        found = self._found.get(resolution)
+        if found is None:
+            reading = self.reading_for(resolution)
+            pci = self.pci_for(resolution, reading)
+            found = NO_HARDWARE if reading is None and pci is None else DeviceHardware(reading, pci)
+            self._found[resolution] = found
+        return found
+
+    def hardware_of(self, devices: Iterable[DeviceView]) -> dict[Resolution, DeviceHardware]:
+        """What each device's resolution found; call before ``_discovered``."""
+        return {d.resolution: self.hardware(d.resolution) for d in devices}
 
 
 def _sorted_nodes(nodes: Iterable[int]) -> tuple[int, ...]:
@@ -237,9 +231,12 @@ def _numa_aligned(
     return devices_ok and memory_ok
 
 
-def _cpu_seconds(
-    cpu_ids: tuple[int, ...], cpu_times: Mapping[int, CpuTimes]
+def container_cpu_seconds(
+    container: ContainerView, cpu_times: Mapping[int, CpuTimes]
 ) -> tuple[tuple[str, float], ...]:
+    """Seconds the container's exclusive CPUs spent per mode, summed over its CPUs
+    (``cpu_times``: a snapshot's); () where a CPU's figures are missing."""
+    cpu_ids = container.cpu_ids
     if len(cpu_ids) == 1:
         # Most containers hold one CPU: its own figures, as the collector made them.
         times = cpu_times.get(cpu_ids[0])
@@ -276,20 +273,20 @@ def _claim_views(
                 claim_name=claim.claim_name,
                 dra=dra,
             )
-            view = matcher.view(
-                resource=device.driver,
-                device_id=device.device,
-                numa_nodes=(),
-                owner=owner,
-                allocatable=False,
-                resolution=resolution,
-                claim=ClaimRef(
-                    claim.claim_namespace, claim.claim_name, device.pool, device.share_id
-                ),
+            pci = matcher.hardware(resolution).pci
+            views.append(
+                DeviceView(
+                    resource=device.driver,
+                    device_id=device.device,
+                    numa_nodes=() if pci is None or pci.numa_node is None else (pci.numa_node,),
+                    owner=owner,
+                    allocatable=False,
+                    resolution=resolution,
+                    claim=ClaimRef(
+                        claim.claim_namespace, claim.claim_name, device.pool, device.share_id
+                    ),
+                )
             )
-            if view.pci is not None and view.pci.numa_node is not None:
-                view = replace(view, numa_nodes=(view.pci.numa_node,))
-            views.append(view)
     return tuple(views)
 
 
@@ -315,7 +312,7 @@ def _container_view(
             numa_aligned=None,
         )
     devices = tuple(
-        matcher.view(
+        DeviceView(
             resource=group.resource,
             device_id=device_id,
             numa_nodes=_sorted_nodes(group.numa_nodes) or allocatable_topology.get(device_id, ()),
@@ -350,7 +347,6 @@ def _container_view(
             memory=container.memory,
             cpu_numa=cpu_numa,
         ),
-        cpu_seconds_by_mode=_cpu_seconds(cpu_ids, matcher.readings.cpu_times),
         claim_devices=claim_devices,
     )
 
@@ -447,21 +443,23 @@ def _pod_resources(pod: PodResources) -> set[str]:
     return names
 
 
-def _discovered(matcher: _Matcher) -> list[DeviceView]:
+def _discovered(matcher: _Matcher) -> list[tuple[DeviceView, DeviceHardware]]:
     """Devices only a collector knows (a GPU no device plugin advertises), shown with
-    empty owner labels; call after every allocation has been matched."""
+    empty owner labels, and their readings; call after every allocation has been
+    matched (``_Matcher.hardware_of``)."""
     return [
-        DeviceView(
-            resource="",
-            device_id=reading.name,
-            numa_nodes=(),
-            owner=UNALLOCATED,
-            allocatable=False,
-            resolution=Resolution(
-                physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
+        (
+            DeviceView(
+                resource="",
+                device_id=reading.name,
+                numa_nodes=(),
+                owner=UNALLOCATED,
+                allocatable=False,
+                resolution=Resolution(
+                    physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
+                ),
             ),
-            reading=reading,
-            pci=matcher.readings.pci.get(reading.identity.pci_address or ""),
+            DeviceHardware(reading, matcher.readings.pci.get(reading.identity.pci_address or "")),
         )
         for reading in sorted(matcher.readings.standalone, key=lambda r: r.name)
         if id(reading) not in matcher.used
@@ -529,11 +527,10 @@ def join_snapshot(
         and all(a is b for a, b in zip(inputs, cache.inputs, strict=True))
     ):
         last = cache.views
-    refresher = _Refresher(matcher)
     views: dict[int, tuple[PodResources, PodView]] = {}
     for pod in pods:
         found = last.get(id(pod))
-        view = refresher.pod(found[1]) if found and found[0] is pod else pod_view(pod)
+        view = found[1] if found and found[0] is pod else pod_view(pod)
         views[id(pod)] = (pod, view)
     pod_views = tuple(view for _, view in views.values())
     if cache is not None:
@@ -543,7 +540,7 @@ def join_snapshot(
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
     allocated_ids = {d.device_id for d in allocated}
     unallocated = [
-        matcher.view(
+        DeviceView(
             resource=allocatable_resource[device_id],
             device_id=device_id,
             numa_nodes=topology,
@@ -554,8 +551,11 @@ def join_snapshot(
         for device_id, topology in allocatable_topology.items()
         if device_id not in allocated_ids
     ]
+    unallocated.sort(key=_device_key)
+    hardware = matcher.hardware_of((*allocated, *claimed, *unallocated))
     # Devices only a collector knows (a GPU no device plugin advertises) still show up.
     discovered = _discovered(matcher)
+    hardware.update((view.resolution, found) for view, found in discovered)
 
     allocatable_devices: Counter[tuple[str, ...]] = Counter(
         (allocatable_resource[d], numa_label(t)) for d, t in allocatable_topology.items()
@@ -580,7 +580,7 @@ def join_snapshot(
         ]
     )
 
-    devices = (*allocated, *claimed, *sorted(unallocated, key=_device_key), *discovered)
+    devices = (*allocated, *claimed, *unallocated, *(view for view, _ in discovered))
     listed = matcher.readings.gpu_processes
     return Snapshot(
         node=node,
@@ -598,65 +598,12 @@ def join_snapshot(
         collectors=collector_runs,
         node_samples=matcher.readings.node_samples,
         cpu_numa=tuple(sorted(cpu_numa.items())),
+        hardware=hardware,
+        cpu_times=matcher.readings.cpu_times,
         dra=dra,
-        gpu_processes=None if listed is None else attribute_processes(devices, listed),
+        gpu_processes=None if listed is None else attribute_processes(devices, listed, hardware),
         advertised=advertised,
     )
-
-
-class _Refresher:
-    """Views of the last join with this poll's readings re-attached, nothing else redone."""
-
-    def __init__(self, matcher: _Matcher) -> None:
-        self._matcher = matcher
-        self._fresh: dict[int, DeviceView] = {}  # one new view per old one, shared as before
-
-    def device(self, device: DeviceView) -> DeviceView:
-        found = self._fresh.get(id(device))
-        if found is None:
-            reading = self._matcher.reading_for(device.resolution)
-            found = self._fresh[id(device)] = DeviceView(
-                resource=device.resource,
-                device_id=device.device_id,
-                numa_nodes=device.numa_nodes,
-                owner=device.owner,
-                allocatable=device.allocatable,
-                resolution=device.resolution,
-                reading=reading,
-                pci=self._matcher.pci_for(device.resolution, reading),
-                claim=device.claim,
-            )
-        return found
-
-    def container(self, container: ContainerView) -> ContainerView:
-        if not (container.devices or container.claim_devices or container.cpu_ids):
-            return container  # nothing in it carries readings
-        # Built field by field: dataclasses.replace costs several times as much, and
-        # this runs for every container with devices or CPUs on every poll.
-        return ContainerView(
-            owner=container.owner,
-            devices=tuple(map(self.device, container.devices)),
-            cpu_ids=container.cpu_ids,
-            cpus_by_numa=container.cpus_by_numa,
-            memory=container.memory,
-            dynamic_resources=container.dynamic_resources,
-            numa_nodes=container.numa_nodes,
-            numa_aligned=container.numa_aligned,
-            cpu_seconds_by_mode=_cpu_seconds(container.cpu_ids, self._matcher.readings.cpu_times),
-            claim_devices=tuple(map(self.device, container.claim_devices)),
-        )
-
-    def pod(self, pod: PodView) -> PodView:
-        containers = tuple(map(self.container, pod.containers))
-        if all(a is b for a, b in zip(containers, pod.containers, strict=True)):
-            return pod
-        return PodView(
-            namespace=pod.namespace,
-            name=pod.name,
-            containers=containers,
-            cpu_ids=pod.cpu_ids,
-            memory=pod.memory,
-        )
 
 
 class JoinCache:
@@ -664,9 +611,9 @@ class JoinCache:
 
     A pod reported again as the very same object (the kubelet client hands back the
     last model of each pod whose bytes did not change) is not joined again while the
-    allocatable resources, CPU map and DRA state are the same objects too: only its
-    readings are re-attached. The result is what a join from scratch gives. Holds one
-    poll's pods, so it does not grow over churn.
+    allocatable resources, CPU map and DRA state are the same objects too: its view is
+    taken as it was (views hold no readings). The result is what a join from scratch
+    gives. Holds one poll's pods, so it does not grow over churn.
     """
 
     def __init__(self) -> None:
@@ -684,29 +631,30 @@ def refresh_readings(
 ) -> Snapshot:
     """``previous`` with this poll's readings, for a poll whose kubelet data, CPU map and
     DRA state are those ``previous`` was joined from: the same result as
-    ``join_snapshot`` at a fraction of the cost (nothing about owners is redone)."""
+    ``join_snapshot`` at a fraction of the cost. The views stay as they were (readings
+    are beside them): only each device's reading is looked up again."""
     collector_runs = judge_collectors(collector_runs, advertised=previous.advertised)
     matcher = _Matcher(merge_readings(collector_runs))
-    refresher = _Refresher(matcher)
-    refreshed = refresher.device
-    pod_views = tuple(map(refresher.pod, previous.pods))
     known = [
-        refreshed(d)
+        d
         for d in previous.devices
         if not (d.resource == "" and d.resolution.source == DISCOVERED_SOURCE)
     ]
+    hardware = matcher.hardware_of(known)
     discovered = _discovered(matcher)
-    devices = (*known, *discovered)
+    hardware.update((view.resolution, found) for view, found in discovered)
+    devices = (*known, *(view for view, _ in discovered))
     listed = matcher.readings.gpu_processes  # processes come and go between polls
     return replace(
         previous,
         collected_at=collected_at,
         kubelet=kubelet,
-        pods=pod_views,
         devices=devices,
         collectors=collector_runs,
         node_samples=matcher.readings.node_samples,
-        gpu_processes=None if listed is None else attribute_processes(devices, listed),
+        hardware=hardware,
+        cpu_times=matcher.readings.cpu_times,
+        gpu_processes=None if listed is None else attribute_processes(devices, listed, hardware),
     )
 
 

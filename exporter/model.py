@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from exporter.kubelet.stats import KubeletRequestStats
 
 __all__ = [
+    "NO_HARDWARE",
     "UNALLOCATED",
     "AllocatableResources",
     "ClaimDevice",
@@ -29,6 +30,7 @@ __all__ = [
     "ContainerView",
     "CpuTimes",
     "DeviceGroup",
+    "DeviceHardware",
     "DeviceIdentity",
     "DeviceProcesses",
     "DeviceReading",
@@ -397,11 +399,11 @@ class ClaimRef:
 
 @dataclass(frozen=True, slots=True)
 class DeviceView:
-    """One device the kubelet (or a collector) knows, with owner and telemetry.
+    """One device the kubelet (or a collector) knows, and its owner.
 
     For a DRA device ``resource`` is the driver name and ``device_id`` the DRA device
-    name; ``claim`` names the claim. ``reading`` is the telemetry found through
-    ``resolution``; ``pci`` what sysfs says of its PCI function.
+    name; ``claim`` names the claim. Its telemetry is this poll's, beside the views:
+    ``Snapshot.hardware_of``.
     """
 
     resource: str  # "" for a device only a collector knows
@@ -410,9 +412,20 @@ class DeviceView:
     owner: Owner
     allocatable: bool
     resolution: Resolution
+    claim: ClaimRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHardware:
+    """What this poll's collectors say of one resolved device: ``reading``, the
+    telemetry found through its resolution; ``pci``, what sysfs says of its PCI
+    function."""
+
     reading: DeviceReading | None = None
     pci: PciDevice | None = None
-    claim: ClaimRef | None = None
+
+
+NO_HARDWARE = DeviceHardware()
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +438,6 @@ class ContainerView:
     dynamic_resources: tuple[DynamicResource, ...]
     numa_nodes: tuple[int, ...]  # every node its devices, CPUs and memory sit on
     numa_aligned: bool | None  # None when the container has no exclusive CPUs
-    cpu_seconds_by_mode: tuple[tuple[str, float], ...] = ()
     claim_devices: tuple[DeviceView, ...] = ()  # devices of its DRA claims
 
 
@@ -530,6 +542,11 @@ class Snapshot:
     collectors: tuple[CollectorRun, ...] = ()
     node_samples: tuple[Sample, ...] = ()
     cpu_numa: tuple[tuple[int, int], ...] = ()  # (cpu, NUMA node) as sysfs said
+    # This poll's readings, beside the views rather than in them: a poll with only new
+    # figures re-uses every pod's views as they were. See hardware_of, and
+    # join.container_cpu_seconds for the CPU times.
+    hardware: Mapping[Resolution, DeviceHardware] = field(default_factory=dict)
+    cpu_times: Mapping[int, CpuTimes] = field(default_factory=dict)
     dra: DraState = field(default_factory=DraState)  # what DRA driver files said
     poll_duration_seconds: float = 0.0
     kubelet_requests: KubeletRequestStats = field(default_factory=KubeletRequestStats)
@@ -537,3 +554,7 @@ class Snapshot:
     gpu_processes: tuple[GpuDeviceProcesses, ...] | None = None
     # Every resource name and DRA driver the kubelet mentioned: what collectors serve.
     advertised: frozenset[str] = frozenset()
+
+    def hardware_of(self, device: DeviceView) -> DeviceHardware:
+        """This poll's telemetry and PCI function of one of the snapshot's devices."""
+        return self.hardware.get(device.resolution, NO_HARDWARE)

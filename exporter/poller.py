@@ -9,8 +9,9 @@ allocation diff run off the event loop, so scrapes are not held up behind them.
 
 Most polls change nothing the kubelet says: byte-identical replies come back from the
 client as the very objects of the last poll, and then conversion, join and diff are
-skipped; only the readings are re-attached (``refresh_readings``), and the render
-re-uses the last poll's label prefixes and container lines.
+skipped; the last snapshot's views are kept and only this poll's readings are looked
+up beside them (``refresh_readings``), and the render re-uses the last poll's label
+prefixes and container lines.
 
 One poll makes at most one ``List`` and one ``GetAllocatableResources`` call, whatever
 the scrape load: HTTP handlers only read what was published last. When the kubelet

@@ -22,10 +22,11 @@ processes on a held device, and every process on a device no container holds as
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from exporter.model import (
     UNALLOCATED,
+    DeviceHardware,
     DeviceProcesses,
     DeviceView,
     GpuDeviceProcesses,
@@ -33,6 +34,7 @@ from exporter.model import (
     HardwareKey,
     Owner,
     ProcessKind,
+    Resolution,
     ViewedProcess,
 )
 
@@ -46,11 +48,13 @@ UNALLOCATED_DEVICE = "unallocated_device"
 FOREIGN_KINDS = (OTHER_POD, HOST, UNALLOCATED_DEVICE)
 
 
-def _keys(view: DeviceView) -> tuple[HardwareKey, ...]:
+def _keys(view: DeviceView, hardware: Mapping[Resolution, DeviceHardware]) -> Iterator[HardwareKey]:
     # The reading carries every key of the device (a GKE "nvidia0" resolves to a minor
     # number; its reading also has the GPU UUID the processes are listed under).
-    reading_keys = view.reading.keys if view.reading is not None else ()
-    return (*view.resolution.keys, *reading_keys)
+    yield from view.resolution.keys
+    found = hardware.get(view.resolution)
+    if found is not None and found.reading is not None:
+        yield from found.reading.keys
 
 
 def _classify(listed: DeviceProcesses, holders: tuple[Owner, ...]) -> tuple[ViewedProcess, ...]:
@@ -153,12 +157,15 @@ def _device(listed: DeviceProcesses, views: list[DeviceView]) -> GpuDeviceProces
 
 
 def attribute_processes(
-    devices: Iterable[DeviceView], listed: Mapping[HardwareKey, DeviceProcesses]
+    devices: Iterable[DeviceView],
+    listed: Mapping[HardwareKey, DeviceProcesses],
+    hardware: Mapping[Resolution, DeviceHardware],
 ) -> tuple[GpuDeviceProcesses, ...]:
-    """Every listed device's processes, attributed to the views that name the device."""
+    """Every listed device's processes, attributed to the views that name the device
+    (by its resolution's keys, then its reading's, from ``hardware``: a snapshot's)."""
     views_by_key: dict[HardwareKey, list[DeviceView]] = {key: [] for key in listed}
     for view in devices:
-        key = next((k for k in _keys(view) if k in listed), None)
+        key = next((k for k in _keys(view, hardware) if k in listed), None)
         if key is not None:
             views_by_key[key].append(view)
     return tuple(_device(listed[key], views) for key, views in views_by_key.items())

@@ -14,10 +14,11 @@ from exporter import exposition as exposition_module
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.exposition import Exposition, render
-from exporter.join import join_snapshot
+from exporter.join import container_cpu_seconds, join_snapshot
 from exporter.model import (
     AllocatableResources,
     ContainerResources,
+    CpuTimes,
     DeviceGroup,
     KubeletStatus,
     PodResources,
@@ -49,25 +50,14 @@ def _without_live(page: str) -> str:
 
 
 def _cpu_seconds_plus(snapshot: Snapshot, seconds: float) -> Snapshot:
-    """``snapshot`` with every exclusive-CPU figure ``seconds`` higher: a later poll's
-    readings on the same allocations."""
+    """``snapshot`` with every CPU's figures ``seconds`` higher: a later poll's readings
+    on the same allocations."""
     return replace(
         snapshot,
-        pods=tuple(
-            replace(
-                pod,
-                containers=tuple(
-                    replace(
-                        c,
-                        cpu_seconds_by_mode=tuple(
-                            (mode, value + seconds) for mode, value in c.cpu_seconds_by_mode
-                        ),
-                    )
-                    for c in pod.containers
-                ),
-            )
-            for pod in snapshot.pods
-        ),
+        cpu_times={
+            cpu: CpuTimes(cpu, tuple((mode, value + seconds) for mode, value in t.seconds_by_mode))
+            for cpu, t in snapshot.cpu_times.items()
+        },
     )
 
 
@@ -180,21 +170,21 @@ class TestCaches:
         """Kept telemetry prefixes follow a device's sample labels: a renamed interface or
         a sample that appeared is written as a cold render writes it."""
         before = await _demo_snapshot(sim_node)
-        index, device = next(
-            (i, d)
-            for i, d in enumerate(before.devices)
-            if d.reading is not None and any(s.label_values for s in d.reading.samples)
+        resolution, reading = next(
+            (resolution, found.reading)
+            for resolution, found in before.hardware.items()
+            if found.reading is not None and any(s.label_values for s in found.reading.samples)
         )
-        assert device.reading is not None
-        renamed = [tuple(f"{v}-renamed" for v in s.label_values) for s in device.reading.samples]
+        renamed = [tuple(f"{v}-renamed" for v in s.label_values) for s in reading.samples]
         samples = tuple(
             replace(s, value=s.value + 1, label_values=values)
-            for s, values in zip(device.reading.samples, renamed, strict=True)
+            for s, values in zip(reading.samples, renamed, strict=True)
         )
-        changed = replace(device, reading=replace(device.reading, samples=samples[:-1]))
-        devices = list(before.devices)
-        devices[index] = changed
-        after = replace(before, devices=tuple(devices))
+        hardware = dict(before.hardware)
+        hardware[resolution] = replace(
+            hardware[resolution], reading=replace(reading, samples=samples[:-1])
+        )
+        after = replace(before, hardware=hardware)
         warm = render(after, previous=render(before)).static(openmetrics=False)
         assert render(after).static(openmetrics=False) == warm
         assert b"-renamed" in warm
@@ -205,17 +195,19 @@ class TestCaches:
         """A container whose CPU modes changed (a mode lost to a garbage figure) gets
         prefixes for its new modes, not the kept ones of its old."""
         before = await _demo_snapshot(sim_node)
-        pod_index, pod = next(
-            (i, p) for i, p in enumerate(before.pods) if p.containers[0].cpu_seconds_by_mode
+        pod = next(
+            p for p in before.pods if container_cpu_seconds(p.containers[0], before.cpu_times)
         )
         container = pod.containers[0]
-        fewer = replace(container, cpu_seconds_by_mode=container.cpu_seconds_by_mode[1:])
-        pods = list(before.pods)
-        pods[pod_index] = replace(pod, containers=(fewer, *pod.containers[1:]))
-        after = replace(before, pods=tuple(pods))
+        # Its CPUs' first mode lost (a garbage figure on each of their lines).
+        cpu_times = dict(before.cpu_times)
+        for cpu in container.cpu_ids:
+            cpu_times[cpu] = CpuTimes(cpu, cpu_times[cpu].seconds_by_mode[1:])
+        after = replace(before, cpu_times=cpu_times)
         warm = render(after, previous=render(before)).static(openmetrics=True)
         assert render(after).static(openmetrics=True) == warm
-        dropped = container.cpu_seconds_by_mode[0][0]
+        dropped = container_cpu_seconds(container, before.cpu_times)[0][0]
+        assert dropped not in dict(container_cpu_seconds(container, after.cpu_times))
         assert f'mode="{dropped}",namespace="{pod.namespace}",pod="{pod.name}"'.encode() not in warm
 
     async def test_same_allocations_keep_their_families_and_write_new_cpu_seconds(

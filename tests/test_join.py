@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.join import diff_allocations, join_snapshot
+from exporter.join import container_cpu_seconds, diff_allocations, join_snapshot
 from exporter.model import (
     AllocatableResources,
     ClaimDevice,
@@ -207,8 +207,12 @@ class TestContainers:
             ),
         )
         snapshot = _join(pods, AllocatableResources(), (run,))
-        assert _container(snapshot, "p", "c").cpu_seconds_by_mode == (("user", 4.0), ("idle", 2.0))
-        assert _container(snapshot, "p", "d").cpu_seconds_by_mode == ()
+
+        def seconds(container: str) -> tuple[tuple[str, float], ...]:
+            return container_cpu_seconds(_container(snapshot, "p", container), snapshot.cpu_times)
+
+        assert seconds("c") == (("user", 4.0), ("idle", 2.0))
+        assert seconds("d") == ()
 
 
 class TestBadKubeletData:
@@ -248,7 +252,8 @@ class TestTelemetry:
             ),
         )
         snapshot = _join(pods, allocatable, runs)
-        assert [(d.device_id, d.owner, d.reading, d.pci) for d in snapshot.devices] == [
+        read = [(d, snapshot.hardware_of(d)) for d in snapshot.devices]
+        assert [(d.device_id, d.owner, h.reading, h.pci) for d, h in read] == [
             ("GPU-a::1", Owner("ns", "p", "c"), reading, pci),
             ("GPU-a::0", Owner("", "", ""), reading, pci),
         ]
@@ -275,8 +280,9 @@ class TestTelemetry:
         runs = (CollectorRun("netdev", True, 0.0, Readings(devices=(nic,))),)
         assert _join((), AllocatableResources(), runs).devices == ()
         pods = (_pod("p", ContainerResources("c", devices=(DeviceGroup("r", ("0000:AF:00.1",)),))),)
-        (device,) = _join(pods, AllocatableResources(), runs).devices
-        assert (device.device_id, device.reading) == ("0000:AF:00.1", nic)
+        snapshot = _join(pods, AllocatableResources(), runs)
+        (device,) = snapshot.devices
+        assert (device.device_id, snapshot.hardware_of(device).reading) == ("0000:AF:00.1", nic)
 
     def test_readings_of_one_key_from_two_collectors_are_combined(self) -> None:
         """An RDMA NIC's netdev and InfiniBand readings both follow its PCI address."""
@@ -295,10 +301,12 @@ class TestTelemetry:
             CollectorRun("infiniband", True, 0.0, Readings(devices=(ib,))),
         )
         pods = (_pod("p", ContainerResources("c", devices=(DeviceGroup("r", ("0000:af:00.1",)),))),)
-        (device,) = _join(pods, AllocatableResources(), runs).devices
-        assert device.reading is not None
-        assert [s.value for s in device.reading.samples] == [1.0, 2.0]
-        assert device.reading.identity.vendor == "mellanox"
+        snapshot = _join(pods, AllocatableResources(), runs)
+        (device,) = snapshot.devices
+        reading = snapshot.hardware_of(device).reading
+        assert reading is not None
+        assert [s.value for s in reading.samples] == [1.0, 2.0]
+        assert reading.identity.vendor == "mellanox"
 
     def test_gke_and_mig_ids_find_readings_through_keys(self) -> None:
         """nvidiaN finds the GPU by minor number; nothing of the GPU is shown twice."""
@@ -310,7 +318,9 @@ class TestTelemetry:
             ),
         )
         snapshot = _join(pods, AllocatableResources(), runs)
-        assert [(d.device_id, d.reading) for d in snapshot.devices] == [("nvidia2", gpu)]
+        assert [(d.device_id, snapshot.hardware_of(d).reading) for d in snapshot.devices] == [
+            ("nvidia2", gpu)
+        ]
 
 
 class TestDra:
@@ -348,7 +358,8 @@ class TestDra:
         pods = (_pod("p", ContainerResources("c", dynamic_resources=(self.CLAIM,))),)
         snapshot = _join(pods, AllocatableResources(), runs, dra)
         (device,) = snapshot.devices
-        assert (device.resource, device.device_id, device.owner, device.reading) == (
+        reading = snapshot.hardware_of(device).reading
+        assert (device.resource, device.device_id, device.owner, reading) == (
             "gpu.nvidia.com",
             "gpu-0",
             Owner("ns", "p", "c"),

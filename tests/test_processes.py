@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from exporter.model import (
     UNALLOCATED,
+    DeviceHardware,
     DeviceProcesses,
     DeviceReading,
     DeviceView,
@@ -29,9 +32,14 @@ BOB = Owner("notebooks", "jupyter-bob", "notebook")
 EVE = Owner("batch", "etl-0", "etl")
 
 
-def view(resource: str, device_id: str, owner: Owner, *, reading: bool = True) -> DeviceView:
-    """A device view resolved as the join resolves it; with the GPU's reading (all keys)."""
-    keys = (KEY, HardwareKey(KeyKind.NVIDIA_MINOR, "0"))
+# The GPU's reading, with all its keys, as the join finds it for a view of the GPU.
+READ = DeviceHardware(
+    DeviceReading(GPU, (KEY, HardwareKey(KeyKind.NVIDIA_MINOR, "0")), standalone=True)
+)
+
+
+def view(resource: str, device_id: str, owner: Owner) -> DeviceView:
+    """A device view resolved as the join resolves it."""
     return DeviceView(
         resource=resource,
         device_id=device_id,
@@ -39,8 +47,16 @@ def view(resource: str, device_id: str, owner: Owner, *, reading: bool = True) -
         owner=owner,
         allocatable=True,
         resolution=resolve_device_id(device_id),
-        reading=DeviceReading(GPU, keys, standalone=True) if reading else None,
     )
+
+
+def attribute(
+    views: tuple[DeviceView, ...], listed: Mapping[HardwareKey, DeviceProcesses]
+) -> tuple[GpuDeviceProcesses, ...]:
+    """``attribute_processes`` where every view whose resolution has keys found the GPU's
+    reading."""
+    hardware = {v.resolution: READ for v in views if v.resolution.keys}
+    return attribute_processes(views, listed, hardware)
 
 
 def origin(owner: Owner | None, *, uid: str = "u") -> ProcessOrigin:
@@ -90,7 +106,7 @@ class TestSharedGpu:
             foreign=(("other_pod", 0), ("host", 0)),
             utilization_supported=True,
         )
-        assert (expected,) == attribute_processes(SHARED, {KEY: listed})
+        assert (expected,) == attribute(SHARED, {KEY: listed})
 
     def test_other_pod_and_host_are_foreign(self) -> None:
         """A container not holding the device and a host process count as foreign, and
@@ -98,7 +114,7 @@ class TestSharedGpu:
         listed = DeviceProcesses(
             KEY, (process(30, EVE, GIB, None), process(40, None, 2 * GIB, None)), False
         )
-        (found,) = attribute_processes(SHARED, {KEY: listed})
+        (found,) = attribute(SHARED, {KEY: listed})
         assert (
             (("other_pod", 1), ("host", 1)),
             (
@@ -111,7 +127,7 @@ class TestSharedGpu:
         """The pod-log tree named the pod only: its one holding container gets the process."""
         unnamed = GpuProcess(10, ProcessOrigin("u", "c" * 64, ALICE.namespace, ALICE.pod, ""))
         listed = DeviceProcesses(KEY, (unnamed,), False)
-        (found,) = attribute_processes(SHARED, {KEY: listed})
+        (found,) = attribute(SHARED, {KEY: listed})
         assert (ViewedProcess(unnamed, ProcessKind.HOLDER, ALICE),) == found.processes
 
     def test_mps_server_is_machinery_not_foreign(self) -> None:
@@ -121,7 +137,7 @@ class TestSharedGpu:
         server = GpuProcess(9, origin(daemon), GIB, None, "nvidia-cuda-mps-server")
         client = process(10, ALICE, 2 * GIB, None)
         listed = DeviceProcesses(KEY, (server, client), False)
-        (found,) = attribute_processes(SHARED, {KEY: listed})
+        (found,) = attribute(SHARED, {KEY: listed})
         assert (
             (("other_pod", 0), ("host", 0)),
             (GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", 2 * GIB, None),),
@@ -131,7 +147,7 @@ class TestSharedGpu:
     def test_unknown_pod_is_never_foreign(self) -> None:
         """A pod's process we could not name may be the holder's: shown, not counted."""
         unknown = GpuProcess(50, ProcessOrigin(pod_uid=""), GIB, None)
-        (found,) = attribute_processes(SHARED, {KEY: DeviceProcesses(KEY, (unknown,), False)})
+        (found,) = attribute(SHARED, {KEY: DeviceProcesses(KEY, (unknown,), False)})
         assert ((("other_pod", 0), ("host", 0)), (), ProcessKind.UNKNOWN_POD) == (
             found.foreign,
             found.uses,
@@ -151,7 +167,7 @@ class TestUnallocatedDevice:
             ),
             True,
         )
-        (found,) = attribute_processes(free, {KEY: listed})
+        (found,) = attribute(free, {KEY: listed})
         assert (
             (("unallocated_device", 2),),
             (GpuProcessUse(UNALLOCATED, "nvidia.com/gpu", GPU, 8 * GIB, 0.3),),
@@ -160,7 +176,7 @@ class TestUnallocatedDevice:
     def test_device_nothing_else_names(self) -> None:
         """Processes of a device no view names are still reported, under its key."""
         listed = DeviceProcesses(KEY, (process(1, None, None, None),), False)
-        (found,) = attribute_processes((), {KEY: listed})
+        (found,) = attribute((), {KEY: listed})
         assert ("", GPU, (("unallocated_device", 1),)) == (
             found.resource,
             found.device_id,
@@ -173,14 +189,12 @@ class TestKeys:
         """``nvidia0`` resolves to a minor number; its reading carries the GPU UUID."""
         gke = (view("nvidia.com/gpu", "nvidia0", ALICE),)
         listed = DeviceProcesses(KEY, (process(10, ALICE, GIB, None),), False)
-        (found,) = attribute_processes(gke, {KEY: listed})
+        (found,) = attribute(gke, {KEY: listed})
         assert (GpuProcessUse(ALICE, "nvidia.com/gpu", "nvidia0", GIB, None),) == found.uses
 
     def test_no_keys_no_processes(self) -> None:
         """An opaque device ID without telemetry is not matched to any process list."""
-        opaque = DeviceView(
-            "example.com/thing", "x", (), ALICE, True, Resolution("x"), reading=None
-        )
+        opaque = DeviceView("example.com/thing", "x", (), ALICE, True, Resolution("x"))
         listed = DeviceProcesses(KEY, (process(10, ALICE, GIB, None),), False)
-        (found,) = attribute_processes((opaque,), {KEY: listed})
+        (found,) = attribute((opaque,), {KEY: listed})
         assert ((), "") == (found.holders, found.resource)

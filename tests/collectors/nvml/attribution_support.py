@@ -41,7 +41,7 @@ def attributed(readings: Readings, *device_ids: str) -> dict[str, DeviceReading 
     )
     (pod_view,) = snapshot.pods
     (container,) = pod_view.containers
-    return {device.device_id: device.reading for device in container.devices}
+    return {device.device_id: snapshot.hardware_of(device).reading for device in container.devices}
 
 
 def attributed_names(readings: Readings, *device_ids: str) -> dict[str, str | None]:
