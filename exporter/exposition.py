@@ -87,6 +87,10 @@ class RenderCache:
 
     prefixes: PrefixCache = field(default_factory=dict)
     containers: dict[Hashable, _ContainerLines] = field(default_factory=dict)
+    # The same lines by id() of the container's view, with the view (the id is only
+    # trusted while it is the same object) and its key: a view the join kept is found
+    # without making its key, which hashes every part of its allocation.
+    views: dict[int, tuple[ContainerView, Hashable, _ContainerLines]] = field(default_factory=dict)
     # The allocation families' bodies, and the container lines they were joined from.
     container_bodies: tuple[list[_ContainerLines], tuple[FamilyText, ...]] | None = None
     # Escaped "name{labels} " of each exclusive-CPU mode, by owner: (modes, prefixes).
@@ -527,11 +531,14 @@ def _container_families(
     for pod in snapshot.pods:
         for container in pod.containers:
             if not keep_all:
-                key = _container_key(container)
-                lines = previous.containers.get(key)
-                if lines is None:
-                    lines = _container_lines(container)
+                found = previous.views.get(id(container))
+                if found is not None and found[0] is container:
+                    key, lines = found[1], found[2]
+                else:
+                    key = _container_key(container)
+                    lines = previous.containers.get(key) or _container_lines(container)
                 cache.containers[key] = lines
+                cache.views[id(container)] = (container, key, lines)
                 per_container.append(lines)
             if container.cpu_ids:
                 pairs = container_cpu_seconds(container, snapshot.cpu_times)
@@ -540,7 +547,7 @@ def _container_families(
                         _cpu_seconds_lines(container, pairs, cache=cache, previous=previous)
                     )
     if kept is not None and keep_all:
-        cache.containers = previous.containers
+        cache.containers, cache.views = previous.containers, previous.views
         per_container = kept[0]
     if kept is not None and (keep_all or kept[0] == per_container):  # identity, per line
         bodies = kept[1]
