@@ -690,30 +690,37 @@ class AllocationChange:
     cpus_removed: tuple[int, ...]
 
 
-def _holdings(snapshot: Snapshot | None) -> dict[Owner, tuple[set[str], set[int]]]:
+def _holders(snapshot: Snapshot | None) -> dict[Owner, ContainerView]:
+    """The containers that hold devices or exclusive CPUs, by owner."""
     if snapshot is None:
         return {}
     return {
-        c.owner: (
-            {d.device_id for d in c.devices}
-            | {f"{d.resource}/{d.device_id}" for d in c.claim_devices},
-            set(c.cpu_ids),
-        )
+        c.owner: c
         for p in snapshot.pods
         for c in p.containers
         if c.devices or c.claim_devices or c.cpu_ids
     }
 
 
+def _holdings(container: ContainerView | None) -> tuple[set[str], set[int]]:
+    if container is None:
+        return set(), set()
+    devices = {d.device_id for d in container.devices}
+    devices.update(f"{d.resource}/{d.device_id}" for d in container.claim_devices)
+    return devices, set(container.cpu_ids)
+
+
 def diff_allocations(old: Snapshot | None, new: Snapshot) -> tuple[AllocationChange, ...]:
     """What changed hands: one entry per container whose devices or CPUs changed."""
-    before, after = _holdings(old), _holdings(new)
-    nothing: tuple[set[str], set[int]] = (set(), set())
-    changed = [o for o in before.keys() | after.keys() if before.get(o) != after.get(o)]
+    before, after = _holders(old), _holders(new)
+    # A view the join kept from the last poll (the very object) holds what it held.
+    moved = [o for o in before.keys() | after.keys() if before.get(o) is not after.get(o)]
     changes = []
-    for owner in sorted(changed, key=lambda o: (o.namespace, o.pod, o.container)):
-        old_devices, old_cpus = before.get(owner, nothing)
-        new_devices, new_cpus = after.get(owner, nothing)
+    for owner in sorted(moved, key=lambda o: (o.namespace, o.pod, o.container)):
+        old_devices, old_cpus = _holdings(before.get(owner))
+        new_devices, new_cpus = _holdings(after.get(owner))
+        if old_devices == new_devices and old_cpus == new_cpus:
+            continue
         changes.append(
             AllocationChange(
                 owner=owner,
