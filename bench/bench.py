@@ -330,23 +330,24 @@ async def _poll_rows(
 ) -> tuple[list[Row], float]:
     """The steady and churn rows, and the steady poll's median CPU seconds."""
     kubelet.ask("pods", pods)
+    kubelet.ask("tick", 0)
     exporter = _exporter(root, kubelet_socket(root), collectors=collectors)
     try:
         for _ in range(3):  # warm-up: channel, caches, first join
             await exporter.poller.poll_once()
         decode = _DecodeFloor(pods)
         steady, churn, floor = [], [], []
-        for run in range(runs):
-            polls, floors = await _poll_cpu(exporter, kubelet, decode, churn=False, tick=0)
+        # Steady polls stay at the tick the last churn poll left: each churn poll then
+        # replaces one pod in ten of what the exporter last saw, the first one included.
+        tick = 0
+        for _ in range(runs):
+            polls, floors = await _poll_cpu(exporter, kubelet, decode, churn=False, tick=tick)
             steady.append(statistics.fmean(polls))  # the mean: what a node pays
             floor.append(statistics.fmean(floors))
-            polls, floors = await _poll_cpu(
-                exporter, kubelet, decode, churn=True, tick=run * POLLS_PER_RUN
-            )
+            polls, floors = await _poll_cpu(exporter, kubelet, decode, churn=True, tick=tick)
+            tick += POLLS_PER_RUN
             churn.append(statistics.fmean(polls))
             floor.append(statistics.fmean(floors))
-            kubelet.ask("tick", 0)
-            await exporter.poller.poll_once()
     finally:
         await exporter.close()
     f = _median(floor)
