@@ -31,13 +31,17 @@ from exporter.metricwriter import (
     FamilyText,
     PrefixCache,
     Rows,
+    counter,
     format_value,
+    gauge,
     join_families,
     label_prefix,
     sample_line,
     write_family,
 )
 from exporter.model import (
+    DEVICE_LABELS,
+    OWNER_LABELS,
     ContainerView,
     DeviceReading,
     MetricKind,
@@ -69,9 +73,6 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 # Level 3 is the knee: near 6's size for a third of its time, paid on the loop once.
 GZIP_LEVEL = 3
 _GZIP_WBITS = 31  # zlib's gzip container: header and CRC trailer written by zlib
-
-OWNER_LABELS = ("namespace", "pod", "container")
-DEVICE_LABELS = (*OWNER_LABELS, "resource", "device_id")
 
 
 _ContainerLines = tuple[str, str, str, str, str]
@@ -207,15 +208,6 @@ class Exposition:
         return self.page(openmetrics=True, gzipped=True)
 
 
-def _gauge(name: str, documentation: str, labels: Sequence[str]) -> Rows:
-    return Rows(name, "gauge", documentation, tuple(labels), [])
-
-
-def _counter(name: str, documentation: str, labels: Sequence[str]) -> Rows:
-    """A counter family; its samples are ``<name>_total`` (given with or without it)."""
-    return Rows(name.removesuffix("_total"), "counter", documentation, tuple(labels), [])
-
-
 def _owner_values(owner: Owner) -> list[str]:
     return [owner.namespace, owner.pod, owner.container]
 
@@ -223,7 +215,7 @@ def _owner_values(owner: Owner) -> list[str]:
 def _node_family(
     name: str, documentation: str, labels: Sequence[str], counts: Iterable[NodeCount]
 ) -> Rows:
-    family = _gauge(name, documentation, labels)
+    family = gauge(name, documentation, labels)
     for count in counts:
         family.add(count.label_values, count.value)
     return family
@@ -301,7 +293,7 @@ def _telemetry_families(
             found[1].append(f"{prefix}{format_value(sample.value)}\n")
     for spec, lines in bodies.values():
         yield _family_text(spec, lines)
-    errors = _counter(COLLECTOR_ERRORS.name, COLLECTOR_ERRORS.help, COLLECTOR_ERRORS.labels)
+    errors = counter(COLLECTOR_ERRORS.name, COLLECTOR_ERRORS.help, COLLECTOR_ERRORS.labels)
     for run in snapshot.collectors:
         for error, count in run.error_counts:
             errors.add((run.name, error), count)
@@ -346,12 +338,12 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
         snapshot.allocated_memory,
     )
 
-    device_info = _gauge(
+    device_info = gauge(
         "podresources_device_info",
         "Every device ID the kubelet knows, with identity from hardware telemetry.",
         ("resource", "device_id", "numa_node", "uuid", "pci_address", "model", "vendor"),
     )
-    mismatch = _gauge(
+    mismatch = gauge(
         "podresources_device_numa_mismatch",
         "1 for a device whose kubelet-reported NUMA node disagrees with sysfs.",
         ("resource", "device_id", "kubelet_numa_node", "sysfs_numa_node"),
@@ -384,7 +376,7 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
                 (device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)),
                 1,
             )
-    unresolved = _gauge(
+    unresolved = gauge(
         "podresources_dra_unresolved_devices",
         "DRA devices allocated to containers whose hardware nothing on the node identifies.",
         ("driver",),
@@ -576,17 +568,17 @@ def _self_families(
     snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
 ) -> Iterator[FamilyText | Rows]:
     request_stats = snapshot.kubelet_requests
-    build = _gauge(
+    build = gauge(
         "podresources_exporter_build_info",
         "Always 1; the exporter's version and Python version.",
         ("version", "python_version"),
     )
     build.add((__version__, platform.python_version()), 1)
     yield build
-    up = _gauge("podresources_kubelet_up", "1 when the last kubelet List call succeeded.", ())
+    up = gauge("podresources_kubelet_up", "1 when the last kubelet List call succeeded.", ())
     up.add((), 1 if snapshot.kubelet.up else 0)
     yield up
-    api = _gauge(
+    api = gauge(
         "podresources_kubelet_api_available",
         "1 when the kubelet serves the PodResources method (not unimplemented or disabled).",
         ("method",),
@@ -594,7 +586,7 @@ def _self_families(
     for method, available in snapshot.kubelet.api:
         api.add((method,), 1 if available else 0)
     yield api
-    requests = _counter(
+    requests = counter(
         "podresources_kubelet_requests",
         "PodResources calls made to the kubelet, by method and gRPC status code.",
         ("method", "code"),
@@ -623,7 +615,7 @@ def _self_families(
         "".join(lines),
         len(lines),
     )
-    timestamp = _gauge(
+    timestamp = gauge(
         "podresources_snapshot_timestamp_seconds",
         "Unix time the kubelet data being served was collected; stale when far behind time().",
         (),
@@ -631,18 +623,18 @@ def _self_families(
     if snapshot.collected_at is not None:  # absent until the kubelet first answers
         timestamp.add((), snapshot.collected_at)
     yield timestamp
-    poll = _gauge(
+    poll = gauge(
         "podresources_poll_duration_seconds", "How long the last poll took, in seconds.", ()
     )
     poll.add((), snapshot.poll_duration_seconds)
     yield poll
-    success = _gauge(
+    success = gauge(
         "podresources_collector_success",
         "1 when the collector's last run succeeded; an absent source counts as success "
         "unless the node advertises resources it serves.",
         ("collector",),
     )
-    duration = _gauge(
+    duration = gauge(
         "podresources_collector_duration_seconds",
         "How long the collector's last run took, in seconds.",
         ("collector",),

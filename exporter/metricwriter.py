@@ -24,7 +24,9 @@ __all__ = [
     "FamilyText",
     "PrefixCache",
     "Rows",
+    "counter",
     "format_value",
+    "gauge",
     "join_families",
     "label_prefix",
     "sample_line",
@@ -123,6 +125,16 @@ class Rows:
 
     def add(self, values: Sequence[str], value: float) -> None:
         self.rows.append((tuple(values), value))
+
+
+def gauge(name: str, documentation: str, labels: Sequence[str]) -> Rows:
+    """An empty gauge family with these label names."""
+    return Rows(name, "gauge", documentation, tuple(labels), [])
+
+
+def counter(name: str, documentation: str, labels: Sequence[str]) -> Rows:
+    """An empty counter family; its samples are ``<name>_total`` (given with or without it)."""
+    return Rows(name.removesuffix("_total"), "counter", documentation, tuple(labels), [])
 
 
 def sample_line(

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from exporter.kubelet.stats import KubeletRequestStats
 
 __all__ = [
+    "DEVICE_LABELS",
     "NO_HARDWARE",
+    "OWNER_LABELS",
     "UNALLOCATED",
     "AllocatableResources",
     "ClaimDevice",
@@ -369,6 +371,9 @@ class Owner:
 
 
 UNALLOCATED = Owner("", "", "")
+# The label names an owner's fields, and a device of an owner, are exported under.
+OWNER_LABELS = ("namespace", "pod", "container")
+DEVICE_LABELS = (*OWNER_LABELS, "resource", "device_id")
 
 
 @dataclass(frozen=True, slots=True)

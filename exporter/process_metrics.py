@@ -11,42 +11,34 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from exporter.metricwriter import Rows
-from exporter.model import Snapshot
+from exporter.metricwriter import Rows, gauge
+from exporter.model import DEVICE_LABELS, Snapshot
 
 __all__ = ["process_families"]
-
-_DEVICE_LABELS = ("namespace", "pod", "container", "resource", "device_id")
 
 
 def process_families(snapshot: Snapshot) -> Iterator[Rows]:
     """GPU memory and SM utilization of each container's processes, and foreign counts."""
     if snapshot.gpu_processes is None:
         return
-    memory = Rows(
+    memory = gauge(
         "podresources_gpu_process_memory_used_bytes",
-        "gauge",
         "GPU memory used by the container's processes on the device, in bytes. A holder's "
         "use is under its own device ID; another pod's or the host's (owner labels \"\") "
         "under the physical device.",
-        _DEVICE_LABELS,
-        [],
+        DEVICE_LABELS,
     )
-    utilization = Rows(
+    utilization = gauge(
         "podresources_gpu_process_sm_utilization_ratio",
-        "gauge",
         "SM utilization of the container's processes on the device since the previous poll "
         "(0-1), summed; absent where the device gives no per-process samples (MIG).",
-        _DEVICE_LABELS,
-        [],
+        DEVICE_LABELS,
     )
-    foreign = Rows(
+    foreign = gauge(
         "podresources_gpu_foreign_processes",
-        "gauge",
         "Processes on a device that its holders do not own: of another pod (other_pod), of "
         "no pod (host), or any process on a device no container holds (unallocated_device).",
         ("resource", "device_id", "kind"),
-        [],
     )
     for device in snapshot.gpu_processes:
         for use in device.uses:

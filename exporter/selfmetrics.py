@@ -23,7 +23,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.metricwriter import Rows
+from exporter.metricwriter import Rows, counter, gauge
 
 __all__ = [
     "PROC",
@@ -99,8 +99,14 @@ def _boot_time(proc: Path) -> float | None:
         return None
 
 
+def _one(family: Rows, value: float) -> Rows:
+    """``family`` with its one unlabelled sample."""
+    family.add(_NO_LABELS, value)
+    return family
+
+
 def _gauge(name: str, documentation: str, value: float) -> Rows:
-    return Rows(name, "gauge", documentation, _NO_LABELS, [(_NO_LABELS, value)])
+    return _one(gauge(name, documentation, _NO_LABELS), value)
 
 
 def _process_rows(proc: Path) -> list[Rows]:
@@ -130,12 +136,13 @@ def _process_rows(proc: Path) -> list[Rows]:
                 "Start time of the process since unix epoch in seconds.",
                 stat.started_after_boot_seconds + boot_time,
             ),
-            Rows(
-                "process_cpu_seconds",
-                "counter",
-                "Total user and system CPU time spent in seconds.",
-                _NO_LABELS,
-                [(_NO_LABELS, stat.cpu_seconds)],
+            _one(
+                counter(
+                    "process_cpu_seconds",
+                    "Total user and system CPU time spent in seconds.",
+                    _NO_LABELS,
+                ),
+                stat.cpu_seconds,
             ),
         ]
     try:
@@ -180,29 +187,21 @@ def _python_info() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _platform_rows() -> list[Rows]:
     labels, values = _python_info()
-    return [Rows("python_info", "gauge", "Python platform information", labels, [(values, 1)])]
+    info = gauge("python_info", "Python platform information", labels)
+    info.add(values, 1)
+    return [info]
 
 
 def _gc_rows() -> list[Rows]:
     if not hasattr(gc, "get_stats") or platform.python_implementation() != "CPython":
         return []
     generation = ("generation",)
-    collected = Rows(
-        "python_gc_objects_collected", "counter", "Objects collected during gc", generation, []
+    collected = counter("python_gc_objects_collected", "Objects collected during gc", generation)
+    uncollectable = counter(
+        "python_gc_objects_uncollectable", "Uncollectable objects found during GC", generation
     )
-    uncollectable = Rows(
-        "python_gc_objects_uncollectable",
-        "counter",
-        "Uncollectable objects found during GC",
-        generation,
-        [],
-    )
-    collections = Rows(
-        "python_gc_collections",
-        "counter",
-        "Number of times this generation was collected",
-        generation,
-        [],
+    collections = counter(
+        "python_gc_collections", "Number of times this generation was collected", generation
     )
     for index, stats in enumerate(gc.get_stats()):
         labels = (str(index),)
