@@ -62,6 +62,11 @@ def parse_proc_stat(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], t
     uniform = _parse_uniform(text, user_hz=user_hz)
     if uniform is not None:
         return tuple(uniform.values()), ()
+    return _parse_lines(text, user_hz=user_hz)
+
+
+def _parse_lines(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], tuple[str, ...]]:
+    """parse_proc_stat line by line, saying what is wrong with each line that is."""
     by_cpu: dict[int, CpuTimes] = {}
     problems: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -219,7 +224,7 @@ class CpuCollector(Collector):
         cpu_times: Mapping[int, CpuTimes] | None = _parse_uniform(text, user_hz=self._user_hz)
         problems: tuple[str, ...] = ()
         if cpu_times is None:  # unusual text: the per-line parser says what is wrong
-            listed, problems = parse_proc_stat(text, user_hz=self._user_hz)
+            listed, problems = _parse_lines(text, user_hz=self._user_hz)
             cpu_times = {times.cpu: times for times in listed}
         if not cpu_times:
             reason = problems[0] if problems else "no per-CPU lines"
