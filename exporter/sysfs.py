@@ -231,6 +231,12 @@ class KeptFiles:
         self._fds: dict[str, int] = {}
         self._read_paths: set[str] = set()
 
+    @classmethod
+    def under(cls, root: Path | str) -> KeptFiles:
+        """Kept files of the tree at ``root``: unchecked for replacement where it is a
+        sysfs mount, checked anywhere else (fixture trees)."""
+        return cls(check_replaced=not is_sysfs_mount(root))
+
     def __len__(self) -> int:
         return len(self._fds)
 
@@ -317,13 +323,14 @@ def is_sysfs_mount(path: Path | str, *, mountinfo: str | None = None) -> bool:
     for line in mountinfo.splitlines():
         # ID parent major:minor root mount-point options [optional...] - fstype source ...
         fields = line.split(" ")
-        if "-" not in fields[6:] or len(fields) < 8:
-            continue
+        separator = fields.index("-", 6) if "-" in fields[6:] else len(fields)
+        if separator + 1 >= len(fields):
+            continue  # not a mountinfo line: no fstype after the separator
         point = _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4])
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         # The longest mount point holding the path; a later mount on it shadows earlier.
         if inside and len(point) >= len(best):
-            best, fstype = point, fields[fields.index("-", 6) + 1]
+            best, fstype = point, fields[separator + 1]
     return fstype == "sysfs"
 
 

@@ -308,11 +308,18 @@ class TestIsSysfsMount:
         assert expected is is_sysfs_mount(path, mountinfo=_MOUNTINFO)
 
     def test_lines_not_in_the_format_are_passed_over(self) -> None:
-        assert is_sysfs_mount("/sys", mountinfo="garbage\n\n" + _MOUNTINFO + "7 8 -\n")
+        broken = "garbage\n\n7 8 -\n9 9 0:1 / /sys rw a b -\n9 9 0:1 / /sys rw\n"
+        assert is_sysfs_mount("/sys/class", mountinfo=_MOUNTINFO + broken)
 
     def test_this_process_sees_its_own_mounts(self, tmp_path: Path) -> None:
-        """Against the real /proc/self/mountinfo: a test's tree is no sysfs; /sys is."""
-        assert not is_sysfs_mount(tmp_path)
+        """Against the real /proc/self/mountinfo: a test's tree is no sysfs, and its kept
+        files are checked for replacement; /sys is, and its are not."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        files = KeptFiles.under(tmp_path)
+        files.read_int(str(path))
+        write_attribute(path, "2\n")
+        assert (False, 2) == (is_sysfs_mount(tmp_path), files.read_int(str(path)))
         if not os.path.isdir("/sys/class"):
             pytest.skip("no sysfs mounted at /sys here")
         assert is_sysfs_mount("/sys/class")

@@ -56,7 +56,6 @@ from exporter.sysfs import (
     KeptFiles,
     file_issue,
     is_pci_address,
-    is_sysfs_mount,
     list_source_inodes,
     read_text,
     vendor_name,
@@ -271,7 +270,7 @@ class NetdevCollector(Collector):
         self._interfaces: dict[str, tuple[int, _Interface | None]] = {}
         # PF folder -> its virtfn<n> entries: name -> (inode, the VF, None if not a VF)
         self._vf_links: dict[str, dict[str, tuple[int, _Vf | None]]] = {}
-        self._files = KeptFiles(check_replaced=not is_sysfs_mount(context.sysfs))
+        self._files = KeptFiles.under(context.sysfs)
 
     def collect(self) -> Readings:
         class_dir = str(self.context.sysfs / "class" / "net")

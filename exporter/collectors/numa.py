@@ -38,7 +38,6 @@ from exporter.sysfs import (
     VANISHED,
     FileError,
     KeptFiles,
-    is_sysfs_mount,
     node_dirs,
 )
 
@@ -134,7 +133,7 @@ class NumaCollector(Collector):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self._files = KeptFiles(check_replaced=not is_sysfs_mount(context.sysfs))
+        self._files = KeptFiles.under(context.sysfs)
 
     def close(self) -> None:
         self._files.close()
