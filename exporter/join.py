@@ -188,10 +188,6 @@ class _Matcher:
             self._found[resolution] = found
         return found
 
-    def hardware_of(self, devices: Iterable[DeviceView]) -> dict[Resolution, DeviceHardware]:
-        """What each device's resolution found; call before ``_discovered``."""
-        return {d.resolution: self.hardware(d.resolution) for d in devices}
-
 
 def _sorted_nodes(nodes: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(nodes)))
@@ -443,27 +439,31 @@ def _pod_resources(pod: PodResources) -> set[str]:
     return names
 
 
-def _discovered(matcher: _Matcher) -> list[tuple[DeviceView, DeviceHardware]]:
-    """Devices only a collector knows (a GPU no device plugin advertises), shown with
-    empty owner labels, and their readings; call after every allocation has been
-    matched (``_Matcher.hardware_of``)."""
-    return [
-        (
-            DeviceView(
-                resource="",
-                device_id=reading.name,
-                numa_nodes=(),
-                owner=UNALLOCATED,
-                allocatable=False,
-                resolution=Resolution(
-                    physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
-                ),
+def _with_hardware(
+    matcher: _Matcher, known: tuple[DeviceView, ...]
+) -> tuple[tuple[DeviceView, ...], dict[Resolution, DeviceHardware]]:
+    """``known`` and the devices only a collector knows (a GPU no device plugin
+    advertises, shown with empty owner labels), with what each one's resolution found."""
+    hardware = {d.resolution: matcher.hardware(d.resolution) for d in known}
+    # Every reading an owner found is marked used only now.
+    discovered = []
+    for reading in sorted(matcher.readings.standalone, key=lambda r: r.name):
+        if id(reading) in matcher.used:
+            continue
+        view = DeviceView(
+            resource="",
+            device_id=reading.name,
+            numa_nodes=(),
+            owner=UNALLOCATED,
+            allocatable=False,
+            resolution=Resolution(
+                physical_id=reading.name, keys=reading.keys, source=DISCOVERED_SOURCE
             ),
-            DeviceHardware(reading, matcher.readings.pci.get(reading.identity.pci_address or "")),
         )
-        for reading in sorted(matcher.readings.standalone, key=lambda r: r.name)
-        if id(reading) not in matcher.used
-    ]
+        pci = matcher.readings.pci.get(reading.identity.pci_address or "")
+        hardware[view.resolution] = DeviceHardware(reading, pci)
+        discovered.append(view)
+    return (*known, *discovered), hardware
 
 
 def join_snapshot(
@@ -552,10 +552,7 @@ def join_snapshot(
         if device_id not in allocated_ids
     ]
     unallocated.sort(key=_device_key)
-    hardware = matcher.hardware_of((*allocated, *claimed, *unallocated))
-    # Devices only a collector knows (a GPU no device plugin advertises) still show up.
-    discovered = _discovered(matcher)
-    hardware.update((view.resolution, found) for view, found in discovered)
+    devices, hardware = _with_hardware(matcher, (*allocated, *claimed, *unallocated))
 
     allocatable_devices: Counter[tuple[str, ...]] = Counter(
         (allocatable_resource[d], numa_label(t)) for d, t in allocatable_topology.items()
@@ -580,7 +577,6 @@ def join_snapshot(
         ]
     )
 
-    devices = (*allocated, *claimed, *unallocated, *(view for view, _ in discovered))
     listed = matcher.readings.gpu_processes
     return Snapshot(
         node=node,
@@ -635,15 +631,12 @@ def refresh_readings(
     are beside them): only each device's reading is looked up again."""
     collector_runs = judge_collectors(collector_runs, advertised=previous.advertised)
     matcher = _Matcher(merge_readings(collector_runs))
-    known = [
+    known = tuple(
         d
         for d in previous.devices
         if not (d.resource == "" and d.resolution.source == DISCOVERED_SOURCE)
-    ]
-    hardware = matcher.hardware_of(known)
-    discovered = _discovered(matcher)
-    hardware.update((view.resolution, found) for view, found in discovered)
-    devices = (*known, *(view for view, _ in discovered))
+    )
+    devices, hardware = _with_hardware(matcher, known)
     listed = matcher.readings.gpu_processes  # processes come and go between polls
     return replace(
         previous,
