@@ -31,8 +31,8 @@ def test_a_plain_exporter_leaves_optional_modules_unloaded(tmp_path: Path) -> No
     password checker) and a /metrics page rendered in every variant have not imported
     what only some nodes need: PyYAML (a web config, YAML CDI specs), bcrypt (basic
     auth), pynvml (an NVIDIA driver), importlib.metadata, the simulator (--demo), nor
-    prometheus_client (its writers serve only families our writer cannot). Each costs
-    RSS on every node otherwise (docs/benchmarks.md)."""
+    prometheus_client (our own writer serves every family; the tests use its parsers).
+    Each costs RSS on every node otherwise (docs/benchmarks.md)."""
     script = f"""
 import json, sys
 from exporter.app import Exporter
