@@ -46,14 +46,15 @@ def main(root: str, *, freeze: bool) -> None:
     stages.append(status_kib("VmRSS"))
 
     async def serve() -> None:
-        await exporter.poller.poll_once()
+        # Each poll's page is rendered, as a scrape of every snapshot would have it.
+        await exporter.store.exposition(await exporter.poller.poll_once())
         print(json.dumps([*stages, status_kib("VmRSS")]), flush=True)
         if freeze:
             gc.freeze()  # what start-up made is never collected again
         loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, sys.stdin.readline):
             started = time.process_time()
-            await exporter.poller.poll_once()
+            await exporter.store.exposition(await exporter.poller.poll_once())
             spent = time.process_time() - started
             print(json.dumps([status_kib("VmRSS"), status_kib("VmHWM"), spent]), flush=True)
         await exporter.close()

@@ -1,17 +1,18 @@
-"""The loop: every interval, ask the kubelet and the collectors, join, render, publish.
+"""The loop: every interval, ask the kubelet and the collectors, join, publish.
 
 One poll is one ``gather``: ``List``, ``GetAllocatableResources`` and the collectors
 (in turn, on one worker thread: ``exporter.collectors.runner``) at once, so a slow
 collector never delays kubelet data and the worst case is the larger of the two
 timeouts, not their sum (plus the runner's ``HANDOVER_S`` for each further collector
-that hangs in the same poll). Converting replies, the join, the render and the
-allocation diff run off the event loop, so scrapes are not held up behind them.
+that hangs in the same poll). Converting replies, the join and the allocation diff
+run off the event loop, so scrapes are not held up behind them. The poll does not
+render the /metrics page: the first scrape of a snapshot does (``SnapshotStore``).
 
 Most polls change nothing the kubelet says: byte-identical replies come back from the
 client as the very objects of the last poll, and then conversion, join and diff are
 skipped; the last snapshot's views are kept and only this poll's readings are looked
-up beside them (``refresh_readings``), and the render re-uses the last poll's label
-prefixes and container lines.
+up beside them (``refresh_readings``); the snapshot's allocations number stays, so its
+render re-uses the last page's allocation families whole.
 
 One poll makes at most one ``List`` and one ``GetAllocatableResources`` call, whatever
 the scrape load: HTTP handlers only read what was published last. When the kubelet
@@ -30,7 +31,6 @@ from dataclasses import dataclass, replace
 import structlog
 
 from exporter.collectors.runner import CollectorRunner
-from exporter.exposition import Exposition, render
 from exporter.join import (
     AllocationChange,
     JoinCache,
@@ -96,6 +96,7 @@ class Poller:
         self._get_probed_at: float | None = None
         # What the published snapshot was joined from: (pods, allocatable, CPU map, DRA).
         self._joined_from: tuple[object, ...] | None = None
+        self._allocations = 0  # the published snapshots' allocations number
         self._join_cache = JoinCache()  # re-used for pods the kubelet reports unchanged
         self._outage = OutageLog("kubelet")
 
@@ -119,9 +120,9 @@ class Poller:
             await self._client.release_channel()
         self._keep_node_state(runs)
         # The request stats are copied here, on the loop, where the client records them;
-        # join, render and the allocation diff are CPU-bound and run off the loop.
-        snapshot, exposition, changes = await asyncio.to_thread(
-            self._join_and_render,
+        # the join and the allocation diff are CPU-bound and run off the loop.
+        snapshot, changes = await asyncio.to_thread(
+            self._join,
             kubelet_data,
             kubelet_status,
             runs,
@@ -140,7 +141,7 @@ class Poller:
                 cpus_added=list(change.cpus_added),
                 cpus_removed=list(change.cpus_removed),
             )
-        published = Published(snapshot, exposition)
+        published = Published(snapshot, allocations=self._allocations)
         self._store.current = published
         return published
 
@@ -169,16 +170,16 @@ class Poller:
                 self._failed_collectors[run.name] = judged
                 log.warning("collector_source_missing", collector=run.name, error=judged)
 
-    def _join_and_render(
+    def _join(
         self,
         kubelet_data: _KubeletData,
         kubelet_status: KubeletStatus,
         runs: tuple[CollectorRun, ...],
         started: float,
         request_stats: KubeletRequestStats,
-    ) -> tuple[Snapshot, Exposition, tuple[AllocationChange, ...]]:
+    ) -> tuple[Snapshot, tuple[AllocationChange, ...]]:
         """Join (or, when nothing the join reads changed, only refresh the readings of
-        the last snapshot), render, and tell what changed hands."""
+        the last snapshot), and tell what changed hands."""
         previous = self._store.current
         joined_from = (kubelet_data.pods, kubelet_data.allocatable, self._cpu_numa, self._dra)
         # Identity, not equality: the client hands back the same objects for
@@ -196,6 +197,7 @@ class Poller:
                 collector_runs=runs,
             )
         else:
+            self._allocations += 1
             snapshot = join_snapshot(
                 node=self._node,
                 collected_at=kubelet_data.collected_at,
@@ -213,18 +215,9 @@ class Poller:
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
         )
-        exposition = render(
-            snapshot,
-            previous=previous.exposition if previous else None,
-            same_allocations=unchanged,
-        )
         if unchanged:
-            return snapshot, exposition, ()
-        return (
-            snapshot,
-            exposition,
-            diff_allocations(previous.snapshot if previous else None, snapshot),
-        )
+            return snapshot, ()
+        return snapshot, diff_allocations(previous.snapshot if previous else None, snapshot)
 
     async def _probe_get(self) -> None:
         # Get serves only /debug look-ups, so its availability is probed rarely: at the

@@ -1,21 +1,32 @@
-"""What HTTP handlers read: the current snapshot and its rendered /metrics page."""
+"""What HTTP handlers read: the current snapshot, and its /metrics page once asked for.
+
+The page is rendered when a scraper first asks for it in a snapshot, not by the poll:
+Prometheus scrapes every 15 s to 1 min against the poller's 10 s, so most snapshots are
+never scraped, and a page nobody reads costs nothing. Renders run off the event loop,
+one at a time; the scrapes that ask for the same snapshot meanwhile share its render.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
-from exporter.exposition import Exposition
+from exporter.exposition import Exposition, render
 from exporter.model import Snapshot
 
 __all__ = ["Published", "SnapshotStore"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Published:
-    """One snapshot and its rendered /metrics page."""
+    """One snapshot, and its page once rendered (``SnapshotStore.exposition``)."""
 
     snapshot: Snapshot
-    exposition: Exposition
+    # Changes whenever the join read new kubelet data, CPU map or DRA state: snapshots
+    # with the same number have the same allocation families (render's same_allocations).
+    allocations: int = 0
+    # The render of this snapshot's page, started by the first scrape; loop thread only.
+    page: asyncio.Future[Exposition] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -23,3 +34,27 @@ class SnapshotStore:
     """Holds the current ``Published``; replaced whole, so readers never see a mix."""
 
     current: Published | None = None
+    # The last page rendered and its snapshot's allocations number: the next render
+    # re-uses its label prefixes and, for the same allocations, its container families.
+    _rendered: tuple[int, Exposition] | None = field(default=None, repr=False)
+    _render_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    async def exposition(self, published: Published) -> Exposition:
+        """The page of ``published``: rendered in a thread by the first caller, shared by
+        the callers meanwhile and after. A caller that gives up (a scraper that went
+        away) leaves the render running for the next; a failed render is tried again."""
+        page = published.page
+        if page is None or (page.done() and (page.cancelled() or page.exception() is not None)):
+            page = published.page = asyncio.ensure_future(self._render(published))
+        return await asyncio.shield(page)
+
+    async def _render(self, published: Published) -> Exposition:
+        async with self._render_lock:
+            rendered = self._rendered
+            previous = rendered[1] if rendered is not None else None
+            same = rendered is not None and rendered[0] == published.allocations
+            exposition = await asyncio.to_thread(
+                render, published.snapshot, previous=previous, same_allocations=same
+            )
+            self._rendered = (published.allocations, exposition)
+            return exposition

@@ -237,7 +237,8 @@ def _wants_gzip(accept_encoding: str) -> bool:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    exposition = _published(request).exposition
+    # Rendered by the first scrape of this snapshot (in a thread), then kept.
+    exposition = await request.app[STORE].exposition(_published(request))
     openmetrics = _wants_openmetrics(request.headers.get("Accept", ""))
     gzipped = _wants_gzip(request.headers.get("Accept-Encoding", ""))
     # Encoded on the first ask for this format in this snapshot, then kept; only the

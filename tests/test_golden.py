@@ -41,9 +41,10 @@ async def test_demo_exposition_matches_golden(sim_node: SimulatedNode) -> None:
     exporter = Exporter(config, collectors=demo_collectors(config, sim_node, clock=lambda: 0.0))
     try:
         published = await exporter.poller.poll_once()
+        exposition = await exporter.store.exposition(published)
     finally:
         await exporter.close()
-    actual = _stable_lines(published.exposition.text.decode())
+    actual = _stable_lines(exposition.text.decode())
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(actual)
     assert GOLDEN.read_text() == actual, "exposition changed: UPDATE_GOLDEN=1 make unit, review"

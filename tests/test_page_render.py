@@ -1,0 +1,114 @@
+"""The /metrics page is rendered by the first scrape of a snapshot, not by the poll."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import exporter.store
+from exporter.app import Exporter, demo_collectors
+from exporter.cli import parse_config
+from exporter.exposition import Exposition, render
+from exporter.sim.node import SimulatedNode
+
+
+class CountedRender:
+    """The real render, counted; ``fail_next`` makes the next call raise first."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail_next = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Exposition:
+        self.calls += 1
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("render broke")
+        return render(*args, **kwargs)
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> CountedRender:
+    counted = CountedRender()
+    monkeypatch.setattr(exporter.store, "render", counted)
+    return counted
+
+
+@pytest.fixture
+async def demo(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
+    config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+    built = Exporter(config, collectors=demo_collectors(config, sim_node))
+    yield built
+    await built.close()
+
+
+async def test_polls_render_nothing_and_concurrent_first_scrapes_render_once(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    for _ in range(3):
+        published = await demo.poller.poll_once()
+    assert 0 == renders.calls
+    assert published.page is None
+
+    pages = await asyncio.gather(*(demo.store.exposition(published) for _ in range(10)))
+
+    assert 1 == renders.calls
+    assert all(page is pages[0] for page in pages)
+    assert pages[0] is await demo.store.exposition(published)
+    assert 1 == renders.calls
+    assert b"podresources_container_device_info{" in pages[0].text
+
+
+async def test_a_render_after_unscraped_snapshots_is_what_a_fresh_render_makes(
+    demo: Exporter, sim_node: SimulatedNode
+) -> None:
+    """The store chains each render to the last one rendered, not to the last poll: a
+    snapshot whose allocations changed in an unscraped poll gets its new families."""
+    scraped = await demo.poller.poll_once()
+    first = await demo.store.exposition(scraped)
+    for _ in range(3):  # the demo's batch pod goes away
+        await sim_node.advance()
+    changed = await demo.poller.poll_once()
+    steady = await demo.poller.poll_once()  # the same replies as the unscraped poll
+
+    page = await demo.store.exposition(steady)
+
+    assert scraped.allocations != changed.allocations == steady.allocations
+    fresh = render(steady.snapshot)
+    assert fresh.families == page.families
+    # What chaining to the last poll instead would have served: the old allocations.
+    stale = render(steady.snapshot, previous=first, same_allocations=True)
+    assert stale.families != fresh.families
+
+
+async def test_a_scraper_that_goes_away_leaves_the_render_to_the_next(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    published = await demo.poller.poll_once()
+    gone = asyncio.ensure_future(demo.store.exposition(published))
+    await asyncio.sleep(0)  # the render has started
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+
+    page = await demo.store.exposition(published)
+
+    assert 1 == renders.calls
+    assert page.series > 0
+
+
+async def test_a_failed_render_is_tried_again_by_the_next_scrape(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    published = await demo.poller.poll_once()
+    renders.fail_next = True
+    with pytest.raises(RuntimeError, match="render broke"):
+        await demo.store.exposition(published)
+
+    page = await demo.store.exposition(published)
+
+    assert 2 == renders.calls
+    assert page.series > 0
