@@ -1,11 +1,12 @@
-"""Snapshot -> metric families -> bytes: rendered once per poll, encoded on demand.
+"""Snapshot -> metric families -> bytes: rendered and encoded on demand.
 
-The poller's worker thread renders each family's sample lines once per poll (our own
-writer, ``exporter.metricwriter``). What a poll mostly changes is values, so a render
-keeps for the next the escaped ``name{labels}`` prefixes of every sample (per
-telemetry series owner while its samples keep their families and labels, per
-container and CPU mode), each unchanged container's allocation lines, and the
-allocation families' bodies while every container's lines stay the same objects.
+A snapshot's sample lines are rendered once, in a thread, when a scraper first asks for
+its page (``exporter.store``; our own writer, ``exporter.metricwriter``). What a poll
+mostly changes is values, so a render keeps for the next the escaped ``name{labels}``
+prefixes of every sample (per telemetry series owner while its samples keep their
+families and labels, per container and CPU mode), each unchanged container's
+allocation lines, and the allocation families' bodies while every container's lines
+stay the same objects.
 A format (text or OpenMetrics) is joined and encoded only when a scraper first asks
 for it in this snapshot, gzip likewise, and both are then kept for every later scrape.
 The ``process_*``/``python_*`` families are rendered at scrape time (at most once a
@@ -141,7 +142,7 @@ class _Gzipped:
 
 @dataclass(frozen=True, slots=True)
 class Exposition:
-    """One poll's /metrics page: its families rendered, each encoding made on demand.
+    """One snapshot's /metrics page: its families rendered, each encoding made on demand.
 
     ``page()`` is called from the event loop only; the encodings it keeps in ``_pages``
     are shared with a later Exposition whose families are the same.
@@ -261,7 +262,7 @@ def _telemetry_families(
     snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
 ) -> Iterator[FamilyText | Rows]:
     """Collector samples, per series owner and for the node. A series owner's escaped
-    prefixes are kept while its samples keep their families and labels, so a poll
+    prefixes are kept while its samples keep their families and labels, so a render
     formats only the values."""
     bodies: dict[str, tuple[MetricSpec, list[str]]] = {}
     owners: list[tuple[Hashable, tuple[str, ...], tuple[str, ...], tuple[Sample, ...]]] = [
@@ -653,9 +654,10 @@ def _bound(bound: float) -> str:
 def render(
     snapshot: Snapshot, *, previous: Exposition | None = None, same_allocations: bool = False
 ) -> Exposition:
-    """The /metrics page of ``snapshot``; CPU-bound, for the poller's thread.
+    """The /metrics page of ``snapshot``; CPU-bound, for a thread (``SnapshotStore``
+    renders it when the snapshot is first scraped).
 
-    ``previous`` (the last poll's page) only saves work: the result is the same without.
+    ``previous`` (the last page rendered) only saves work: the result is the same without.
     ``same_allocations`` says ``snapshot`` was joined from the kubelet data, CPU map and
     DRA state ``previous`` was (only its readings are new), so its allocation families
     are taken as they were.
