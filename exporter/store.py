@@ -26,7 +26,9 @@ class Published:
     # with the same number have the same allocation families (render's same_allocations).
     allocations: int = 0
     # The render of this snapshot's page, started by the first scrape; loop thread only.
-    page: asyncio.Future[Exposition] | None = field(default=None, repr=False, compare=False)
+    page: asyncio.Future[Exposition] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
 
 @dataclass(slots=True)
@@ -36,8 +38,8 @@ class SnapshotStore:
     current: Published | None = None
     # The last page rendered and its snapshot's allocations number: the next render
     # re-uses its label prefixes and, for the same allocations, its container families.
-    _rendered: tuple[int, Exposition] | None = field(default=None, repr=False)
-    _render_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _rendered: tuple[int, Exposition] | None = field(default=None, init=False, repr=False)
+    _render_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def exposition(self, published: Published) -> Exposition:
         """The page of ``published``: rendered in a thread by the first caller, shared by

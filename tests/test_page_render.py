@@ -112,3 +112,24 @@ async def test_a_failed_render_is_tried_again_by_the_next_scrape(
 
     assert 2 == renders.calls
     assert page.series > 0
+
+
+async def test_scrapes_get_500_while_the_render_fails_and_the_page_after(
+    demo: Exporter, renders: CountedRender, aiohttp_client: Any
+) -> None:
+    """Through HTTP: concurrent first scrapes of a snapshot share one render; a render
+    that raises answers 500 in one line, and the next scrape renders again."""
+    await demo.poller.poll_once()
+    client = await aiohttp_client(demo.create_app())
+    renders.fail_next = True
+    failed = await client.get("/metrics")
+    failed_body = await failed.json()
+
+    responses = await asyncio.gather(*(client.get("/metrics") for _ in range(5)))
+    bodies = [await r.read() for r in responses]
+
+    assert 500 == failed.status
+    assert "internal error: RuntimeError" == failed_body["error"]
+    assert [200] * 5 == [r.status for r in responses]
+    assert all(b"podresources_container_device_info{" in body for body in bodies)
+    assert 2 == renders.calls
