@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from test_metricwriter import promtool_problems
 
 PROMTOOL = shutil.which("promtool")
 
@@ -82,6 +83,18 @@ def test_promtool_accepts_demo_metrics(demo_url: str) -> None:
         [PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60
     )
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not found: apt-get install prometheus")
+def test_promtool_accepts_demo_openmetrics(demo_url: str) -> None:
+    """The OpenMetrics page too, every collector on: promtool reads it with the text
+    parser, so a HELP that OpenMetrics escapes differently (a double quote) fails it."""
+    status, body = _get(
+        f"{demo_url}/metrics", headers={"Accept": "application/openmetrics-text;version=1.0.0"}
+    )
+    assert status == 200
+    assert b"\n# EOF\n" in body[-8:]
+    assert [] == promtool_problems(body.decode(), openmetrics=True)
 
 
 def test_openmetrics_output_parses_strictly(demo_url: str) -> None:
