@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import structlog
+
 from exporter.exposition import Exposition, render
 from exporter.model import Snapshot
 
 __all__ = ["Published", "SnapshotStore"]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -44,7 +48,10 @@ class SnapshotStore:
     async def exposition(self, published: Published) -> Exposition:
         """The page of ``published``: rendered in a thread by the first caller, shared by
         the callers meanwhile and after. A caller that gives up (a scraper that went
-        away) leaves the render running for the next; a failed render is tried again."""
+        away) leaves the render running for the next. A render that fails (a bug) is
+        logged once and the last page rendered is served instead, its snapshot's
+        timestamp showing its age; with no page yet, the error is raised and the next
+        caller tries again."""
         page = published.page
         if page is None or (page.done() and (page.cancelled() or page.exception() is not None)):
             page = published.page = asyncio.ensure_future(self._render(published))
@@ -55,8 +62,14 @@ class SnapshotStore:
             rendered = self._rendered
             previous = rendered[1] if rendered is not None else None
             same = rendered is not None and rendered[0] == published.allocations
-            exposition = await asyncio.to_thread(
-                render, published.snapshot, previous=previous, same_allocations=same
-            )
+            try:
+                exposition = await asyncio.to_thread(
+                    render, published.snapshot, previous=previous, same_allocations=same
+                )
+            except Exception:
+                if previous is None:
+                    raise
+                log.exception("render_failed", collected_at=published.snapshot.collected_at)
+                return previous
             self._rendered = (published.allocations, exposition)
             return exposition

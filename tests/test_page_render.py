@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 import exporter.store
 from exporter.app import Exporter, demo_collectors
@@ -100,9 +101,10 @@ async def test_a_scraper_that_goes_away_leaves_the_render_to_the_next(
     assert page.series > 0
 
 
-async def test_a_failed_render_is_tried_again_by_the_next_scrape(
+async def test_a_failed_first_render_is_tried_again_by_the_next_scrape(
     demo: Exporter, renders: CountedRender
 ) -> None:
+    """With no page to fall back on, the error reaches the scraper (a 500)."""
     published = await demo.poller.poll_once()
     renders.fail_next = True
     with pytest.raises(RuntimeError, match="render broke"):
@@ -112,6 +114,26 @@ async def test_a_failed_render_is_tried_again_by_the_next_scrape(
 
     assert 2 == renders.calls
     assert page.series > 0
+
+
+async def test_a_failed_render_serves_the_last_page_and_the_next_poll_renders_anew(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    """Once a page exists, a snapshot whose render fails gets that page (its snapshot's
+    timestamp shows its age), said once in the log; the next snapshot renders anew."""
+    last = await demo.store.exposition(await demo.poller.poll_once())
+    broken = await demo.poller.poll_once()
+    renders.fail_next = True
+    with capture_logs() as logs:
+        served = [await demo.store.exposition(broken) for _ in range(3)]
+    next_poll = await demo.poller.poll_once()
+    fresh = await demo.store.exposition(next_poll)
+
+    assert all(page is last for page in served)
+    assert ["render_failed"] == [e["event"] for e in logs if e["log_level"] == "error"]
+    assert 3 == renders.calls
+    assert fresh is not last
+    assert fresh.families == render(next_poll.snapshot).families
 
 
 async def test_scrapes_get_500_while_the_render_fails_and_the_page_after(
