@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,14 +18,21 @@ from exporter.sim.node import SimulatedNode
 
 
 class CountedRender:
-    """The real render, counted; ``fail_next`` makes the next call raise first."""
+    """The real render, counted; ``fail_next`` makes the next call raise first,
+    ``entered`` is set once a call has begun, and ``held`` keeps each call waiting in
+    its thread until it is set."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.fail_next = False
+        self.entered = threading.Event()
+        self.held = threading.Event()
+        self.held.set()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Exposition:
         self.calls += 1
+        self.entered.set()
+        self.held.wait(timeout=10)
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("render broke")
@@ -88,17 +96,21 @@ async def test_a_render_after_unscraped_snapshots_is_what_a_fresh_render_makes(
 async def test_a_scraper_that_goes_away_leaves_the_render_to_the_next(
     demo: Exporter, renders: CountedRender
 ) -> None:
+    """The scraper is cancelled while the render runs in its thread: the render goes on
+    and its page is the next scraper's (without the shield it would be cancelled too and
+    rendered again)."""
     published = await demo.poller.poll_once()
+    renders.held.clear()
     gone = asyncio.ensure_future(demo.store.exposition(published))
-    await asyncio.sleep(0)  # the render has started
+    assert await asyncio.to_thread(renders.entered.wait, 10)  # in render(), held there
     gone.cancel()
     with pytest.raises(asyncio.CancelledError):
         await gone
+    renders.held.set()
 
     page = await demo.store.exposition(published)
 
-    assert 1 == renders.calls
-    assert page.series > 0
+    assert (1, True) == (renders.calls, page.series > 0)
 
 
 async def test_a_failed_first_render_is_tried_again_by_the_next_scrape(
