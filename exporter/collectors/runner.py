@@ -21,9 +21,11 @@ at deadlines:
 
 A lane stuck in a hung call (a wedged driver call, a read of a stuck file) stays out of
 service until the call returns, then goes idle and serves later polls. Until then later
-polls report that collector failed without starting another call. Lanes are daemons and
-hold nothing of a poll while they wait, so a stuck read never blocks exit, and outcomes
-are plain data, never exceptions whose tracebacks would keep earlier polls' frames alive.
+polls report that collector failed without starting another call. At the end of each
+poll every idle lane but one ends: once the hang is over, one thread serves again. Lanes
+are daemons and hold nothing of a poll while they wait, so a stuck read never blocks
+exit, and outcomes are plain data, never exceptions whose tracebacks would keep earlier
+polls' frames alive.
 
 The partial-failure contract: each issue a collector reports is counted (cumulative,
 per error label, in ``podresources_collector_errors_total``) and each distinct one is
@@ -33,6 +35,7 @@ logged once. A collector's state (ok, unavailable, failed) is logged when it cha
 from __future__ import annotations
 
 import asyncio
+import itertools
 import queue
 import threading
 import time
@@ -236,7 +239,8 @@ class CollectorRunner:
         self._clock = clock
         # The first lane now, so a process out of threads fails at start; the others when a
         # hung call needs them, at most one per collector.
-        self._lanes = [_Lane(0, clock=clock)] if collectors else []
+        self._lane_numbers = itertools.count()
+        self._lanes = [_Lane(next(self._lane_numbers), clock=clock)] if collectors else []
         self._in_flight: dict[str, _Call] = {}  # calls not known to have returned, by name
         self._state: dict[str, str] = {}
         self._error_counts: dict[str, Counter[str]] = {
@@ -263,6 +267,7 @@ class CollectorRunner:
             await poll.done
         finally:
             poll.take_back()
+            self._retire_spare_lanes()
         runs = tuple(self._report(c, calls.get(c.name), poll) for c in self._collectors)
         for name, call in calls.items():
             if call.outcome is not None:
@@ -286,13 +291,20 @@ class CollectorRunner:
             if len(self._lanes) >= len(self._collectors):
                 return False  # the lane that is not stuck is finishing: idle in a moment
             try:
-                lane = _Lane(len(self._lanes), clock=self._clock)
+                lane = _Lane(next(self._lane_numbers), clock=self._clock)
             except RuntimeError as error:  # "can't start new thread"
                 log.warning("collector_lane_not_started", error=str(error))
                 return False
             self._lanes.append(lane)
         lane.take(poll)
         return True
+
+    def _retire_spare_lanes(self) -> None:
+        """End every idle lane but the first: spares were made for a hang that is over."""
+        idle = [lane for lane in self._lanes if lane.idle]
+        for lane in idle[1:]:
+            lane.stop()
+            self._lanes.remove(lane)
 
     def _report(self, collector: Collector, call: _Call | None, poll: _Poll) -> CollectorRun:
         name = collector.name

@@ -404,6 +404,30 @@ class TestHungCollector:
         ]
         assert set() == set(threading.enumerate()) - before
 
+    async def test_lanes_made_for_a_hang_end_once_it_is_over(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung, hung2: _Hung
+    ) -> None:
+        """Two hangs in one poll need three lanes; once both calls return, the next
+        poll runs on one and the other two threads end."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, hung2, working], timeout_s=MIXED_TIMEOUT_S)
+        await runner.run_all()
+        lanes = {*hung.threads, *hung2.threads, *working.threads}
+        hung.release.set()
+        hung2.release.set()
+        await _until(lambda: not runner.busy())
+
+        runs = await runner.run_all()
+        serving = {hung.threads[-1], hung2.threads[-1], working.threads[-1]}
+        spares = lanes - serving
+        for thread in spares:
+            await asyncio.to_thread(thread.join, BOUND_S)
+
+        assert [True] * 3 == [r.success for r in runs]
+        assert (3, 1, 2) == (len(lanes), len(serving), len(spares))
+        assert [False, False] == [t.is_alive() for t in spares]
+        assert [True] == [t.is_alive() for t in serving]
+
     async def test_two_hung_collectors_take_a_lane_each(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung, hung2: _Hung
     ) -> None:
