@@ -16,8 +16,8 @@ Device-plugin IDs (seen in the wild):
 DRA devices (``ClaimResource``), first source with keys wins:
 
 1. what the driver's node-local files say of this device (``DraState.devices``: the
-   NVIDIA driver's checkpoint, the only source for dynamically created MIG devices,
-   then KEP-5304 device metadata), for this claim where the file names one;
+   NVIDIA driver's checkpoint, the only source of a dynamically created MIG device's
+   UUID, then KEP-5304 device metadata), for this claim where the file names one;
 2. the CDI specs of the ClaimResource's ``cdi_devices`` that name this device. The
    kubelet builds ``cdi_devices`` once per driver, so one entry may carry every device
    of the claim: the device is found by its name, never by position. NVIDIA
@@ -27,7 +27,8 @@ DRA devices (``ClaimResource``), first source with keys wins:
 3. the driver's device-name grammar:
    ``gpu.nvidia.com`` ``gpu-<minor>`` (deviceinfo.go ``GpuInfo.CanonicalName``) and
    ``gpu-<parent minor>-mig-<profile>-<GI profile ID>-<placement start>`` (mig.go
-   ``ToCanonicalName``; the name carries no GPU instance ID or UUID);
+   ``ToCanonicalName``; the name carries no GPU instance ID or UUID, so it finds the
+   MIG device only where NVML told the nvml collector its GPU instance's placement);
    ``gpu.amd.com`` ``gpu-<card>-<render>`` (ROCm/k8s-gpu-dra-driver deviceinfo.go);
 4. else unresolved, with the reason: shown without telemetry.
 """

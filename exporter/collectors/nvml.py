@@ -8,7 +8,9 @@ collector converts units once, to the names in ``exporter.collectors.gpu_metrics
 Every GPU is reported under its UUID, minor number (``/dev/nvidiaN``) and PCI address;
 every MIG device under its UUID, its parent's UUID with GPU- and compute-instance IDs,
 and -- the first compute instance of each GPU instance only -- the parent's minor number
-with the GPU instance. ``exporter.resolver`` maps kubelet IDs and DRA devices onto these.
+with the GPU instance, and with the GPU instance's profile ID and placement start (the
+physical slot the NVIDIA DRA driver names MIG devices by). ``exporter.resolver`` maps
+kubelet IDs and DRA devices onto these.
 
 pynvml (~1 MiB of RSS) is imported by the first ``nvmlInit`` that finds
 libnvidia-ml.so.1, so a node that never enables this collector, or has no NVIDIA driver,
@@ -22,6 +24,10 @@ reported as an issue, counted in
 for most) on every poll: it is the board's nature, not a fault, so it is not counted.
 ``GPU_IS_LOST`` abandons that GPU and its MIG devices for the rest of the poll (each
 further call would fail too, and can be slow), so a lost GPU counts once a poll.
+A GPU instance's placement is read once per MIG device (it is fixed while the instance
+exists). NVML gives it to privileged callers only (in practice: access to the MIG monitor
+capability, which the exporter is not given): the first ``NO_PERMISSION`` is one issue,
+then placements are never asked for again and MIG devices go without that key.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ __all__ = [
     "EccErrorType",
     "NvmlCollector",
     "NvmlError",
+    "NvmlGpuInstancePlacement",
     "NvmlHandle",
     "NvmlMemory",
     "NvmlProcess",
@@ -82,6 +89,7 @@ __all__ = [
 NOT_SUPPORTED = "NOT_SUPPORTED"
 NOT_FOUND = "NOT_FOUND"
 GPU_IS_LOST = "GPU_IS_LOST"
+NO_PERMISSION = "NO_PERMISSION"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
 _ABSENT = {
     "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 not found: no NVIDIA driver on this node",
@@ -124,6 +132,14 @@ class NvmlMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlGpuInstancePlacement:
+    """Where a GPU instance sits: its profile ID (19 is 1g.10gb on an H100) and first slot."""
+
+    profile_id: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlProcess:
     """A running process as NVML lists it; memory None where NVML cannot say."""
 
@@ -157,6 +173,11 @@ class NvmlSource(Protocol):
     def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle: ...
     def gpu_instance_id(self, handle: NvmlHandle) -> int: ...
     def compute_instance_id(self, handle: NvmlHandle) -> int: ...
+    # Of GPU instance ``gpu_instance_id`` of the GPU ``handle`` (the parent, not a MIG
+    # device); NO_PERMISSION unless privileged.
+    def gpu_instance_placement(
+        self, handle: NvmlHandle, gpu_instance_id: int
+    ) -> NvmlGpuInstancePlacement: ...
     def utilization_percent(self, handle: NvmlHandle) -> int: ...
     def memory(self, handle: NvmlHandle) -> NvmlMemory: ...
     def power_milliwatts(self, handle: NvmlHandle) -> int: ...
@@ -272,6 +293,15 @@ class PynvmlSource(NvmlSource):
 
     def compute_instance_id(self, handle: NvmlHandle) -> int:
         return int(self._call(self._pynvml.nvmlDeviceGetComputeInstanceId, handle))
+
+    def gpu_instance_placement(
+        self, handle: NvmlHandle, gpu_instance_id: int
+    ) -> NvmlGpuInstancePlacement:
+        instance = self._call(self._pynvml.nvmlDeviceGetGpuInstanceById, handle, gpu_instance_id)
+        info = self._call(self._pynvml.nvmlGpuInstanceGetInfo, instance)
+        return NvmlGpuInstancePlacement(
+            profile_id=int(info.profileId), start=int(info.placement.start)
+        )
 
     def utilization_percent(self, handle: NvmlHandle) -> int:
         return int(self._call(self._pynvml.nvmlDeviceGetUtilizationRates, handle).gpu)
@@ -472,12 +502,16 @@ class _Gpu:
     identity: DeviceIdentity
 
 
+_PlacementKey = tuple[str, int, str]  # parent GPU UUID, GPU instance ID, MIG UUID
+
+
 @dataclass(frozen=True, slots=True)
 class _Mig:
     """One MIG device as NVML answered in one poll, before keys are settled."""
 
     gpu_instance: int | None
     compute_instance: int | None
+    placement: NvmlGpuInstancePlacement | None
     reading: DeviceReading
 
 
@@ -575,6 +609,11 @@ class NvmlCollector(Collector):
         self._session = NvmlSession(source, clock=clock)
         self._source = self._session.source
         self._gpus: dict[int, _Gpu] = {}
+        # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
+        # this poll's, and the last poll's to take them from (so departed ones drop).
+        self._placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
+        self._last_placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
+        self._placement_denied = False
         self._issues: list[CollectorIssue] = []
         # The device being read, named in issue details: the runner logs each distinct
         # detail once, so without it a second GPU's failure would never be logged.
@@ -583,6 +622,7 @@ class NvmlCollector(Collector):
     def collect(self) -> Readings:
         with self._session.lock:
             self._issues = []
+            self._last_placements, self._placements = self._placements, {}
             count = self._session.device_count()
             devices: list[DeviceReading] = []
             for index in range(count):
@@ -703,6 +743,9 @@ class NvmlCollector(Collector):
         name, _ = self._attempt(source.name, handle)
         gpu_instance, _ = self._attempt(source.gpu_instance_id, handle)
         compute_instance, _ = self._attempt(source.compute_instance_id, handle)
+        placement = None
+        if gpu_instance is not None and gpu.minor is not None:
+            placement = self._placement(gpu, gpu_instance, uuid)
         samples: list[Sample] = []
         self._read_figures(handle, samples)
         keys = [HardwareKey(KeyKind.MIG_UUID, uuid)]
@@ -716,12 +759,43 @@ class NvmlCollector(Collector):
             vendor="nvidia",
         )
         reading = DeviceReading(uuid, tuple(keys), identity, tuple(samples), True)
-        return _Mig(gpu_instance, compute_instance, reading)
+        return _Mig(gpu_instance, compute_instance, placement, reading)
+
+    def _placement(
+        self, gpu: _Gpu, gpu_instance: int, uuid: str
+    ) -> NvmlGpuInstancePlacement | None:
+        """The MIG device's GPU-instance placement, asked once while the device exists."""
+        key = (gpu.uuid, gpu_instance, uuid)
+        if key in self._last_placements:
+            placement = self._last_placements[key]
+        elif self._placement_denied:
+            return None
+        else:
+            try:
+                placement = self._source.gpu_instance_placement(gpu.handle, gpu_instance)
+            except NvmlError as error:
+                if error.error_name == NO_PERMISSION:
+                    # The exporter's privileges: the same answer for every GPU instance,
+                    # so reported once and never asked again.
+                    self._placement_denied = True
+                    detail = (
+                        f"{uuid}: gpu_instance_placement: NVML {NO_PERMISSION}; "
+                        "not asked again, MIG devices get no placement key"
+                    )
+                    self._issues.append(issue(NO_PERMISSION, detail))
+                    return None
+                if error.error_name != NOT_SUPPORTED:
+                    self._count(error, "gpu_instance_placement")
+                    return None  # asked again next poll
+                placement = None
+        self._placements[key] = placement
+        return placement
 
 
 def _with_instance_keys(gpu: _Gpu, migs: list[_Mig]) -> list[DeviceReading]:
     """MIG readings by GPU then compute instance; the first compute instance of each GPU
-    instance also answers for the GPU instance as a whole (``<minor>/<gi>``)."""
+    instance also answers for the GPU instance as a whole (``<minor>/<gi>``, and
+    ``<minor>/<profile ID>/<placement start>`` where the placement is known)."""
     ordered = sorted(
         migs,
         key=lambda m: (
@@ -736,10 +810,13 @@ def _with_instance_keys(gpu: _Gpu, migs: list[_Mig]) -> list[DeviceReading]:
         instance = mig.gpu_instance
         if instance is not None and gpu.minor is not None and instance not in claimed:
             claimed.add(instance)
-            key = HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{gpu.minor}/{instance}")
+            keys = [HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{gpu.minor}/{instance}")]
+            if mig.placement is not None:
+                slot = f"{gpu.minor}/{mig.placement.profile_id}/{mig.placement.start}"
+                keys.append(HardwareKey(KeyKind.MIG_PLACEMENT, slot))
             reading = DeviceReading(
                 reading.name,
-                (*reading.keys, key),
+                (*reading.keys, *keys),
                 reading.identity,
                 reading.samples,
                 reading.standalone,

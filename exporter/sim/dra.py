@@ -5,7 +5,7 @@ Four drivers, each as its real counterpart names devices and writes node-local f
 
 - ``gpu.nvidia.com``: claim ``dra-demo/llm-gpus`` holds GPU 4 whole (``gpu-4``) and
   a MIG device the driver created on GPU 5 (``gpu-5-mig-1g10gb-19-3``: profile 19,
-  placement 3; its GPU instance 5 and UUID are in the checkpoint only);
+  placement 3; its GPU instance 5 and UUID are in the checkpoint, not in the name);
 - ``gpu.amd.com``: claim ``dra-demo/render-amd`` holds AMD card 3 (``gpu-3-<render>``);
 - ``sriovnetwork.k8snetworkplumbingwg.io`` (KEP-5304 metadata only, no CDI device
   nodes): VF ``0000:4b:00.5`` (``0000-4b-00-5``) shared by claims ``dra-demo/dpdk-a``
@@ -77,8 +77,6 @@ class SimNvidiaMig:
 
     gpu: SimGpu
     mig: SimMigDevice
-    profile_id: int  # GPU instance profile ID: 19 is 1g.10gb on an H100
-    placement_start: int
 
     @property
     def driver(self) -> str:
@@ -86,8 +84,9 @@ class SimNvidiaMig:
 
     @property
     def name(self) -> str:
-        profile = self.mig.profile.replace(".", "")
-        return f"gpu-{self.gpu.index}-mig-{profile}-{self.profile_id}-{self.placement_start}"
+        mig = self.mig
+        profile = mig.profile.replace(".", "")
+        return f"gpu-{self.gpu.index}-mig-{profile}-{mig.profile_id}-{mig.placement_start}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +151,7 @@ def demo_dra_claims(hardware: SimHardware) -> tuple[SimDraClaim, ...]:
             "llm-gpus",
             (
                 SimDraEntry(SimNvidiaGpu(gpu4), "gpu"),
-                SimDraEntry(SimNvidiaMig(gpu5, gpu5.mig_devices[0], 19, 3), "mig"),
+                SimDraEntry(SimNvidiaMig(gpu5, gpu5.mig_devices[0]), "mig"),
             ),
         ),
         SimDraClaim(

@@ -12,7 +12,8 @@ fixed clock gives a fixed exposition:
 - temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle.
 
 Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization,
-and its MIG devices answer only identity, memory and their process lists.
+and its MIG devices answer only identity, memory and their process lists. GPU instances
+give their placement, as NVML does to a privileged caller.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from exporter.collectors.nvml import (
     EccErrorType,
     NvmlError,
+    NvmlGpuInstancePlacement,
     NvmlHandle,
     NvmlMemory,
     NvmlProcess,
@@ -111,6 +113,17 @@ class SimulatedNvmlSource(NvmlSource):
 
     def compute_instance_id(self, handle: NvmlHandle) -> int:
         return _mig(handle).compute_instance
+
+    def gpu_instance_placement(
+        self, handle: NvmlHandle, gpu_instance_id: int
+    ) -> NvmlGpuInstancePlacement:
+        gpu = _whole(handle)
+        if not gpu.mig_devices:
+            raise NvmlError("NOT_SUPPORTED")  # as NVML where MIG mode is off
+        for mig in gpu.mig_devices:
+            if mig.gpu_instance == gpu_instance_id:
+                return NvmlGpuInstancePlacement(mig.profile_id, mig.placement_start)
+        raise NvmlError("NOT_FOUND")
 
     def utilization_percent(self, handle: NvmlHandle) -> int:
         gpu = _whole(handle)

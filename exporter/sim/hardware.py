@@ -48,6 +48,12 @@ class SimMigDevice:
     compute_instance: int
     profile: str  # "1g.10gb"
     memory_total_bytes: int
+    # The GPU instance's physical place, as nvmlGpuInstanceGetInfo gives it: the profile
+    # ID (H100 80GB: 1g.10gb 19, 1g.20gb 15, 2g.20gb 14, 3g.40gb 9, 4g.40gb 5, 7g.80gb 0)
+    # and the first slot (of 0-7) it takes: 1g.10gb takes 1, 1g.20gb and 2g 2, 3g and
+    # 4g 4, 7g all 8. The GPU instances of one GPU never share a slot.
+    profile_id: int
+    placement_start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +247,10 @@ def demo_hardware() -> SimHardware:
     )
     gpu_pci = ("0000:17:00.0", "0000:31:00.0", "0000:b1:00.0", "0000:ca:00.0")
     utilization = (0.85, 0.0, 0.6, 0.4)  # GPU 1 sits idle: the "allocated but idle" case
-    mig = (
-        SimMigDevice(_uuid("MIG", 0x201), 1, 0, "3g.40gb", 40 * GIB),
-        SimMigDevice(_uuid("MIG", 0x202), 2, 0, "2g.20gb", 20 * GIB),
-        SimMigDevice(_uuid("MIG", 0x203), 3, 0, "1g.10gb", 10 * GIB),
+    mig = (  # slots 0-3, 4-5 and 6
+        SimMigDevice(_uuid("MIG", 0x201), 1, 0, "3g.40gb", 40 * GIB, 9, 0),
+        SimMigDevice(_uuid("MIG", 0x202), 2, 0, "2g.20gb", 20 * GIB, 14, 4),
+        SimMigDevice(_uuid("MIG", 0x203), 3, 0, "1g.10gb", 10 * GIB, 19, 6),
     )
     gpus = tuple(
         SimGpu(
@@ -311,9 +317,9 @@ def _free_gpu() -> SimGpu:
 def _dra_gpus() -> tuple[SimGpu, ...]:
     """GPUs 4 and 5, handed out by the NVIDIA DRA driver (``exporter.sim.dra``): 4 whole,
     5 MIG-enabled with the one MIG device the driver created for a claim. Its GPU
-    instance ID (5) is not in its DRA name (profile 19, placement 3): only the driver's
-    checkpoint links the two."""
-    mig = SimMigDevice(_uuid("MIG", 0x501), 5, 0, "1g.10gb", 10 * GIB)
+    instance ID (5) and UUID are not in its DRA name (profile 19, placement 3): the
+    driver's checkpoint links them, and so does NVML's placement of GPU instance 5."""
+    mig = SimMigDevice(_uuid("MIG", 0x501), 5, 0, "1g.10gb", 10 * GIB, 19, 3)
     return tuple(
         SimGpu(
             index=index,

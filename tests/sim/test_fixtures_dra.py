@@ -7,19 +7,24 @@ from pathlib import Path
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.dra import CHECKPOINT_SOURCE, METADATA_SOURCE, DraCollector
+from exporter.collectors.nvml import NvmlCollector
+from exporter.join import join_snapshot
 from exporter.model import (
     ClaimDevice,
+    CollectorRun,
     DraDevice,
     DraState,
     DynamicResource,
     HardwareKey,
     KeyKind,
+    KubeletStatus,
     Readings,
     Resolution,
 )
 from exporter.resolver import CDI_SOURCE, GRAMMAR_SOURCE, resolve_claim_device
 from exporter.sim.dra import SRIOV_DRIVER
 from exporter.sim.fixtures import dra as dra_files
+from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import demo_hardware
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario, DenseScenario, DraScenario
@@ -186,6 +191,36 @@ class TestResolution:
             MIG_NAME, keys=(HardwareKey(KeyKind.MIG_PLACEMENT, "5/19/3"),), source=GRAMMAR_SOURCE
         )
         assert expected == resolution
+
+    def test_mig_device_joined_by_its_slot_without_the_checkpoint(self, tmp_path: Path) -> None:
+        """Without the checkpoint, NVML's placement of GPU 5's instance still brings the
+        MIG device's telemetry to the claim that names it."""
+        context = _write(tmp_path)
+        (context.kubelet_plugins / "gpu.nvidia.com" / "checkpoint.json").unlink()
+        dra = DraCollector(context).collect().dra
+        assert dra is not None
+        nvml = NvmlCollector(CollectorContext(), source=SimulatedNvmlSource(HW, clock=lambda: 0.0))
+        try:
+            runs = (CollectorRun("nvml", True, 0.0, nvml.collect()),)
+        finally:
+            nvml.close()
+        state = SCENARIO.state_at(0)
+
+        snapshot = join_snapshot(
+            node="demo-node",
+            collected_at=0.0,
+            kubelet=KubeletStatus(up=True, socket="/kubelet.sock", api=()),
+            pods=state.pods,
+            allocatable=state.allocatable,
+            cpu_numa={},
+            dra=dra,
+            collector_runs=runs,
+        )
+
+        (device,) = (d for d in snapshot.devices if d.device_id == MIG_NAME)
+        reading = snapshot.hardware_of(device).reading
+        found = (device.owner.pod, device.resolution.source, reading and reading.name)
+        assert ("llm-gpus-0", GRAMMAR_SOURCE, MIG.uuid) == found
 
     def test_hardware_behind_the_keys(self) -> None:
         """The GPUs, MIG device, AMD card and VF the claims name are in the sim hardware."""

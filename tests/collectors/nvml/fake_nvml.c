@@ -17,10 +17,14 @@
  *   mig SLOT                 starts a MIG device of the last GPU, at that slot index
  *   uuid TEXT | name TEXT (rest of line) | pci BUSID | minor N | mig_mode 0|1 | max_mig N
  *   gi N | ci N | util GPU_PCT MEM_PCT | memory TOTAL USED RESERVED (bytes)
+ *   placement PROFILE_ID START SIZE
+ *                            a MIG device's GPU instance: its profile ID and placement
+ *                            (nvmlGpuInstanceGetInfo; the first slot of that GI says)
  *   power MILLIWATTS | energy MILLIJOULES | temperature CELSIUS | sm_clock MHZ
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
  *   fail FIGURE CODE         FIGURE: handle uuid name pci minor mig_mode util memory
- *                            power energy temperature clock ecc gi ci
+ *                            power energy temperature clock ecc gi ci; on a GPU also
+ *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
  *   lost_after N             the GPU is lost after N calls naming it
  *   proc compute|graphics|mps PID MEMORY|na [PATH]
@@ -44,6 +48,7 @@ enum {
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
@@ -112,16 +117,32 @@ typedef struct {
     unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* nvml.h: nvmlGpuInstancePlacement_t, nvmlGpuInstanceInfo_t (pynvml: c_nvmlGpuInstanceInfo_t) */
+typedef struct {
+    unsigned int start;
+    unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+
 #define NVML_VALUE_NOT_AVAILABLE_ULL (~0ULL)
 
 enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
-    F_COUNT
+    F_GI_BY_ID, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
+    "gi_by_id",
 };
 
 #define MAX_PROCS 16
@@ -150,6 +171,7 @@ typedef struct fake_dev {
     char name[TEXT];
     char pci[TEXT];
     unsigned int minor, mig_mode, max_mig, gi, ci;
+    unsigned int gi_profile, placement_start, placement_size;
     unsigned int util_gpu, util_mem;
     unsigned long long mem_total, mem_used, mem_reserved;
     unsigned int power_mw;
@@ -168,6 +190,8 @@ typedef struct fake_dev {
 
 static fake_dev gpus[MAX_GPUS];
 static fake_dev migs[MAX_GPUS][MAX_MIGS];
+/* GPU instance handles: the MIG device of the GI's first slot, where one was asked for. */
+static fake_dev *gpu_instances[MAX_GPUS][MAX_MIGS];
 static unsigned int gpu_count;
 static int init_count;
 
@@ -200,6 +224,7 @@ static nvmlReturn_t load_config(void) {
     }
     memset(gpus, 0, sizeof gpus);
     memset(migs, 0, sizeof migs);
+    memset(gpu_instances, 0, sizeof gpu_instances);
     gpu_count = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
@@ -246,6 +271,9 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u", &current->gi) == 1;
         } else if (strcmp(key, "ci") == 0) {
             ok = sscanf(rest, "%u", &current->ci) == 1;
+        } else if (strcmp(key, "placement") == 0) {
+            ok = sscanf(rest, "%u %u %u", &current->gi_profile, &current->placement_start,
+                        &current->placement_size) == 3;
         } else if (strcmp(key, "util") == 0) {
             ok = sscanf(rest, "%u %u", &current->util_gpu, &current->util_mem) == 2;
         } else if (strcmp(key, "memory") == 0) {
@@ -392,6 +420,7 @@ long fakeNvmlStructSize(const char *name) {
     if (strcmp(name, "c_nvmlProcessUtilizationSample_t") == 0) {
         return sizeof(nvmlProcessUtilizationSample_t);
     }
+    if (strcmp(name, "c_nvmlGpuInstanceInfo_t") == 0) return sizeof(nvmlGpuInstanceInfo_t);
     return -1;
 }
 
@@ -487,6 +516,39 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *i
     ENTER(device, F_CI);
     if (d->parent == NULL || id == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     *id = d->ci;
+    return NVML_SUCCESS;
+}
+
+/* Called on the parent GPU; NOT_SUPPORTED without MIG mode, NOT_FOUND for no such GI. */
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                          nvmlGpuInstance_t *instance) {
+    ENTER(device, F_GI_BY_ID);
+    if (d->parent != NULL || instance == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->mig_mode) return NVML_ERROR_NOT_SUPPORTED;
+    long gpu = d - gpus;
+    for (unsigned int slot = 0; slot < MAX_MIGS; slot++) {
+        fake_dev *mig = &migs[gpu][slot];
+        if (mig->present && mig->gi == id) {
+            gpu_instances[gpu][slot] = mig;
+            *instance = (nvmlGpuInstance_t)&gpu_instances[gpu][slot];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t instance, nvmlGpuInstanceInfo_t *info) {
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    fake_dev **entry = (fake_dev **)instance;
+    int known = entry >= &gpu_instances[0][0] && entry < &gpu_instances[MAX_GPUS - 1][MAX_MIGS];
+    if (!known || *entry == NULL || info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    fake_dev *mig = *entry;
+    if (lost(mig)) return NVML_ERROR_GPU_IS_LOST;
+    info->device = (nvmlDevice_t)mig->parent;
+    info->id = mig->gi;
+    info->profileId = mig->gi_profile;
+    info->placement.start = mig->placement_start;
+    info->placement.size = mig->placement_size;
     return NVML_SUCCESS;
 }
 

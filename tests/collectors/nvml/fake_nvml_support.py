@@ -15,6 +15,7 @@ __all__ = [
     "GIB",
     "MIB",
     "NOT_SUPPORTED",
+    "NO_PERMISSION",
     "UNKNOWN",
     "FakeGpu",
     "FakeMig",
@@ -31,6 +32,7 @@ GIB = 1024 * MIB
 
 # nvml.h return codes
 NOT_SUPPORTED = 3
+NO_PERMISSION = 4
 DRIVER_NOT_LOADED = 9
 FUNCTION_NOT_FOUND = 13
 UNKNOWN = 999
@@ -80,6 +82,8 @@ class FakeMig:
     compute_instance: int
     name: str = "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
     memory: tuple[int, int, int] = (40 * GIB, 4 * GIB, 0)  # total, used, reserved
+    # Its GPU instance's profile ID, placement start and size: 3g.40gb in slots 0-3.
+    placement: tuple[int, int, int] = (9, 0, 4)
     fail: tuple[tuple[str, int], ...] = tuple((figure, NOT_SUPPORTED) for figure in MIG_UNSUPPORTED)
     processes: tuple[FakeProcess, ...] = ()
 
@@ -140,6 +144,7 @@ def render_config(gpus: tuple[FakeGpu, ...], *, init_error: int | None = None) -
                 f"name {mig.name}",
                 f"gi {mig.gpu_instance}",
                 f"ci {mig.compute_instance}",
+                "placement {} {} {}".format(*mig.placement),
                 "memory {} {} {}".format(*mig.memory),
                 *(f"fail {figure} {code}" for figure, code in mig.fail),
                 *_process_lines(mig.processes, ()),

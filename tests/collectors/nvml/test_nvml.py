@@ -2,8 +2,9 @@
 
 Each test reads the whole node, as the collector always does: every GPU under its UUID,
 minor number and PCI address, every MIG device under its UUID and instance path. Where
-a test asks which device a kubelet ID finds, it goes through ``exporter.resolver`` and
-the join (``attribution_support``), so the collector's keys and the resolver must agree.
+a test asks which device a kubelet ID or DRA device name finds, it goes through
+``exporter.resolver`` and the join (``attribution_support``), so the collector's keys
+and the resolver must agree.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from attribution_support import attributed, attributed_names
+from attribution_support import attributed, attributed_names, claimed_names
 from fake_nvml_support import (
     FUNCTION_NOT_FOUND,
     GIB,
+    NO_PERMISSION,
     NOT_SUPPORTED,
     UNKNOWN,
     FakeGpu,
@@ -67,10 +69,11 @@ MIG_GPU = FakeGpu(
     # A MIG-enabled board answers no device-wide utilization.
     fail=(("util", NOT_SUPPORTED),),
     migs=(
-        FakeMig(0, MIG_1, gpu_instance=1, compute_instance=0),
-        # Slot 1 is empty; gi 2 has two compute instances, in reverse slot order.
-        FakeMig(2, MIG_2, 2, 1, name="NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"),
-        FakeMig(3, MIG_3, 2, 0, name="NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"),
+        FakeMig(0, MIG_1, gpu_instance=1, compute_instance=0, placement=(9, 0, 4)),
+        # Slot 1 is empty; gi 2 (3g.40gb in slots 4-7) has two compute instances, in
+        # reverse slot order.
+        FakeMig(2, MIG_2, 2, 1, name="NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb", placement=(9, 4, 4)),
+        FakeMig(3, MIG_3, 2, 0, name="NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb", placement=(9, 4, 4)),
     ),
 )
 
@@ -113,16 +116,25 @@ def gpu_reading(
 
 
 def mig_reading(
-    gpu: FakeGpu, mig: FakeMig, pci_address: str, *, answers_for_instance: bool
+    gpu: FakeGpu,
+    mig: FakeMig,
+    pci_address: str,
+    *,
+    answers_for_instance: bool,
+    placed: bool = True,
 ) -> DeviceReading:
     """A MIG device: under its UUID and instance path, and -- if it is its GPU instance's
-    first compute instance -- ``<minor>/<gi>``; only memory, like real MIG devices."""
+    first compute instance -- ``<minor>/<gi>`` and, where ``placed``, ``<minor>/<profile
+    ID>/<placement start>``; only memory, like real MIG devices."""
     keys = [
         HardwareKey(KeyKind.MIG_UUID, mig.uuid),
         HardwareKey(KeyKind.MIG_PATH, f"{gpu.uuid}/{mig.gpu_instance}/{mig.compute_instance}"),
     ]
     if answers_for_instance:
         keys.append(HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{gpu.minor}/{mig.gpu_instance}"))
+        if placed:
+            profile_id, start, _size = mig.placement
+            keys.append(HardwareKey(KeyKind.MIG_PLACEMENT, f"{gpu.minor}/{profile_id}/{start}"))
     return DeviceReading(
         name=mig.uuid,
         keys=tuple(keys),
@@ -275,6 +287,98 @@ class TestMig:
         found = attributed_names(collector.collect(), legacy_1, legacy_2, missing)
 
         assert {legacy_1: MIG_1, legacy_2: MIG_2, missing: None} == found
+
+
+class TestMigPlacement:
+    def test_gpu_instances_under_their_placement(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The first CI of each GI carries ``<minor>/<GI profile ID>/<placement start>``."""
+        fake_nvml.configure(replace(MIG_GPU, minor=3))
+
+        readings = collector.collect()
+
+        found = {
+            d.name: [k.value for k in d.keys if k.kind is KeyKind.MIG_PLACEMENT]
+            for d in readings.devices
+        }
+        expected = {UUID_A: [], MIG_1: ["3/9/0"], MIG_3: ["3/9/4"], MIG_2: []}
+        assert (expected, ()) == (found, readings.issues)
+
+    def test_dra_mig_names_find_their_mig_device(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The NVIDIA DRA driver's MIG names, with no driver file, find their GPU instance."""
+        fake_nvml.configure(MIG_GPU)
+        names = ("gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4", "gpu-0-mig-1g10gb-19-6")
+
+        found = claimed_names(collector.collect(), *names)
+
+        expected = {names[0]: MIG_1, names[1]: MIG_3, names[2]: None}
+        assert expected == found
+
+    def test_no_permission_is_one_issue_and_no_key(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Without the privilege NVML asks for, MIG devices keep every other key and
+        figure; the refusal is reported on the first poll only."""
+        gpu = replace(MIG_GPU, fail=(*MIG_GPU.fail, ("gi_by_id", NO_PERMISSION)))
+        fake_nvml.configure(gpu)
+        mig_1, mig_2, mig_3 = gpu.migs
+        pci = "0000:b1:00.0"
+
+        first = collector.collect()
+        second = collector.collect()
+
+        devices = (
+            gpu_reading(gpu, pci, samples(gpu, without=("util",))),
+            mig_reading(gpu, mig_1, pci, answers_for_instance=True, placed=False),
+            mig_reading(gpu, mig_3, pci, answers_for_instance=True, placed=False),
+            mig_reading(gpu, mig_2, pci, answers_for_instance=False, placed=False),
+        )
+        refused = CollectorIssue(
+            "NO_PERMISSION",
+            f"{MIG_1}: gpu_instance_placement: NVML NO_PERMISSION; "
+            "not asked again, MIG devices get no placement key",
+        )
+        expected = (Readings(devices, issues=(refused,)), Readings(devices))
+        assert expected == (first, second)
+
+    async def test_no_permission_counts_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Polls after the first add nothing to the NO_PERMISSION count."""
+        fake_nvml.configure(replace(MIG_GPU, fail=(*MIG_GPU.fail, ("gi_by_id", NO_PERMISSION))))
+        runner = CollectorRunner([collector], timeout_s=30)
+        try:
+            for _ in range(2):
+                await runner.run_all()
+            (third,) = await runner.run_all()
+        finally:
+            runner.close()
+
+        expected = (True, (("GPU_IS_LOST", 0), ("NO_PERMISSION", 1)))
+        assert expected == (third.success, third.error_counts)
+
+    def test_other_errors_are_issues_each_poll(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Another failure loses the key and is reported, then asked again, each poll."""
+        gpu = replace(MIG_GPU, fail=(*MIG_GPU.fail, ("gi_by_id", UNKNOWN)))
+        fake_nvml.configure(gpu)
+
+        first = collector.collect()
+        second = collector.collect()
+
+        issues = tuple(
+            issue("UNKNOWN", mig, "gpu_instance_placement") for mig in (MIG_1, MIG_2, MIG_3)
+        )
+        placed = [k for d in (*first.devices, *second.devices) for k in d.keys]
+        assert (issues, issues, []) == (
+            first.issues,
+            second.issues,
+            [k for k in placed if k.kind is KeyKind.MIG_PLACEMENT],
+        )
 
 
 class TestGkeNames:
@@ -503,6 +607,7 @@ class TestLibrary:
             "c_nvmlMemory_v2_t",
             "c_nvmlUtilization_t",
             "c_nvmlTemperature_v1_t",
+            "c_nvmlGpuInstanceInfo_t",
         ],
     )
     def test_fake_structs_match_pynvml(

@@ -22,7 +22,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
-from exporter.collectors.nvml import NvmlCollector
+from exporter.collectors.nvml import NvmlCollector, NvmlGpuInstancePlacement, NvmlHandle
 from exporter.model import DeviceIdentity, DeviceReading, HardwareKey, KeyKind, Readings, Sample
 from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import GIB, demo_hardware
@@ -166,6 +166,7 @@ class TestMig:
                 HardwareKey(KeyKind.MIG_UUID, mig.uuid),
                 HardwareKey(KeyKind.MIG_PATH, f"{GPU_2.uuid}/1/0"),
                 HardwareKey(KeyKind.NVIDIA_MINOR_GI, "2/1"),
+                HardwareKey(KeyKind.MIG_PLACEMENT, "2/9/0"),
             ),
             DeviceIdentity(mig.uuid, "0000:b1:00.0", f"{MODEL} MIG 3g.40gb", "nvidia"),
             (Sample(GPU_MEMORY_USED, 24 * GIB), Sample(GPU_MEMORY_TOTAL, 40 * GIB)),
@@ -195,6 +196,75 @@ class TestMig:
         found = attributed_names(collector.collect(), "nvidia2/gi2", mig_1.uuid)
 
         assert {"nvidia2/gi2": mig_2.uuid, mig_1.uuid: mig_1.uuid} == found
+
+
+class TestMigPlacement:
+    # H100 80GB GPU instance profiles: ID -> (placement starts, slots taken).
+    PLACEMENTS = {
+        19: (range(7), 1),  # 1g.10gb
+        15: ((0, 2, 4, 6), 2),  # 1g.20gb
+        14: ((0, 2, 4), 2),  # 2g.20gb
+        9: ((0, 4), 4),  # 3g.40gb
+        5: ((0,), 4),  # 4g.40gb
+        0: ((0,), 8),  # 7g.80gb
+    }
+
+    def test_every_gpu_instance_under_its_placement(self, collector: NvmlCollector) -> None:
+        """GPU 2's 3g, 2g and 1g instances and GPU 5's DRA-made 1g one, by their slots."""
+        readings = collector.collect()
+
+        found = {
+            d.name: k.value
+            for d in readings.devices
+            for k in d.keys
+            if k.kind is KeyKind.MIG_PLACEMENT
+        }
+        mig_1, mig_2, mig_3 = GPU_2.mig_devices
+        (dra_mig,) = DRA_GPU_5.mig_devices
+        expected = {
+            mig_1.uuid: "2/9/0",
+            mig_2.uuid: "2/14/4",
+            mig_3.uuid: "2/19/6",
+            dra_mig.uuid: "5/19/3",
+        }
+        assert expected == found
+
+    def test_layouts_fit_the_board(self) -> None:
+        """Each simulated GPU instance sits where its profile may, and none overlap."""
+        misplaced: list[str] = []
+        for gpu in HARDWARE.gpus:
+            taken: set[int] = set()
+            for mig in gpu.mig_devices:
+                starts, size = self.PLACEMENTS[mig.profile_id]
+                slots = set(range(mig.placement_start, mig.placement_start + size))
+                if mig.placement_start not in starts or slots & taken:
+                    misplaced.append(mig.uuid)
+                taken |= slots
+        assert [] == misplaced
+
+    def test_placement_asked_once_per_mig_device(self, clock: Clock) -> None:
+        """A GPU instance's placement is fixed: later polls take it without asking NVML."""
+        asked: list[int] = []
+
+        class Counting(SimulatedNvmlSource):
+            def gpu_instance_placement(
+                self, handle: NvmlHandle, gpu_instance_id: int
+            ) -> NvmlGpuInstancePlacement:
+                asked.append(gpu_instance_id)
+                return super().gpu_instance_placement(handle, gpu_instance_id)
+
+        nvml = NvmlCollector(CollectorContext(), source=Counting(HARDWARE, clock=clock))
+        try:
+            polls = [nvml.collect() for _ in range(3)]
+        finally:
+            nvml.close()
+
+        placed = [
+            sorted(k.value for d in poll.devices for k in d.keys if k.kind is KeyKind.MIG_PLACEMENT)
+            for poll in polls
+        ]
+        expected = ([1, 2, 3, 5], [["2/14/4", "2/19/6", "2/9/0", "5/19/3"]] * 3)
+        assert expected == (sorted(asked), placed)
 
 
 class TestOverTime:
