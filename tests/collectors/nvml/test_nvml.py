@@ -45,6 +45,7 @@ from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.runner import CollectorRunner
 from exporter.model import (
     CollectorIssue,
+    CollectorRun,
     DeviceIdentity,
     DeviceReading,
     HardwareKey,
@@ -113,6 +114,19 @@ def gpu_reading(
         samples=samples(gpu) if figures is None else figures,
         standalone=True,
     )
+
+
+async def last_of_polls(collector: NvmlCollector, polls: int) -> CollectorRun:
+    """The collector's run in the last of ``polls`` polls through the real runner, which
+    keeps the cumulative error counts."""
+    runner = CollectorRunner([collector], timeout_s=30)
+    try:
+        for _ in range(polls - 1):
+            await runner.run_all()
+        (last,) = await runner.run_all()
+    finally:
+        runner.close()
+    return last
 
 
 def mig_reading(
@@ -349,13 +363,7 @@ class TestMigPlacement:
     ) -> None:
         """Polls after the first add nothing to the NO_PERMISSION count."""
         fake_nvml.configure(replace(MIG_GPU, fail=(*MIG_GPU.fail, ("gi_by_id", NO_PERMISSION))))
-        runner = CollectorRunner([collector], timeout_s=30)
-        try:
-            for _ in range(2):
-                await runner.run_all()
-            (third,) = await runner.run_all()
-        finally:
-            runner.close()
+        third = await last_of_polls(collector, 3)
 
         expected = (True, (("GPU_IS_LOST", 0), ("NO_PERMISSION", 1)))
         assert expected == (third.success, third.error_counts)
@@ -472,12 +480,7 @@ class TestFigureErrors:
         """The runner counts issues per label, cumulatively, from 0; NOT_SUPPORTED never."""
         gpu = FakeGpu(UUID_A, fail=(("energy", FUNCTION_NOT_FOUND), ("power", NOT_SUPPORTED)))
         fake_nvml.configure(gpu)
-        runner = CollectorRunner([collector], timeout_s=30)
-        try:
-            await runner.run_all()
-            (second,) = await runner.run_all()
-        finally:
-            runner.close()
+        second = await last_of_polls(collector, 2)
 
         expected = (True, (("FUNCTION_NOT_FOUND", 2), ("GPU_IS_LOST", 0)))
         assert expected == (second.success, second.error_counts)
