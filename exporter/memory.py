@@ -32,8 +32,9 @@ MALLOC_ARENAS = 2
 # A poll makes and drops tens of thousands of objects (readings, views, lines) that
 # reference counting frees. At the default 700 the cycle collector still ran every poll
 # on the dense node (per 60 polls: 164 young, 15 middle and 1 full collection; 2.0-3.6
-# ms of a ~25 ms poll over two runs). At 10,000 a steady poll triggers none; the few cycles the
-# exporter makes wait for a later collection (docs/benchmarks.md).
+# ms of a poll and its render, ~25 ms then, over two runs). At 10,000 a steady poll
+# triggers none; the few cycles the exporter makes wait for a later collection
+# (docs/benchmarks.md).
 GC_GEN0_THRESHOLD = 10_000
 
 

@@ -49,9 +49,9 @@ class SnapshotStore:
         """The page of ``published``: rendered in a thread by the first caller, shared by
         the callers meanwhile and after. A caller that gives up (a scraper that went
         away) leaves the render running for the next. A render that fails (a bug) is
-        logged once and the last page rendered is served instead, its snapshot's
-        timestamp showing its age; with no page yet, the error is raised and the next
-        caller tries again."""
+        logged once for that snapshot and the last page rendered is served for it, its
+        snapshot's timestamp showing its age; with no page yet, the error is raised and
+        the next caller tries again."""
         page = published.page
         if page is None or (page.done() and (page.cancelled() or page.exception() is not None)):
             page = published.page = asyncio.ensure_future(self._render(published))

@@ -25,9 +25,9 @@ for most) on every poll: it is the board's nature, not a fault, so it is not cou
 ``GPU_IS_LOST`` abandons that GPU and its MIG devices for the rest of the poll (each
 further call would fail too, and can be slow), so a lost GPU counts once a poll.
 A GPU instance's placement is read once per MIG device (it is fixed while the instance
-exists). NVML gives it to privileged callers only (in practice: access to the MIG monitor
-capability, which the exporter is not given): the first ``NO_PERMISSION`` is one issue,
-then placements are never asked for again and MIG devices go without that key.
+exists). NVML documents the call for privileged callers only, and the exporter drops
+every capability: the first ``NO_PERMISSION`` is one issue, then placements are never
+asked for again and MIG devices go without that key.
 """
 
 from __future__ import annotations
