@@ -72,7 +72,9 @@ DEFAULT_BACKOFF_MAX_S = 60.0
 # gRPC's own reconnect backoff once the socket is gone (defaults: 1 s growing to 120 s).
 # Capped at the shortest poll interval allowed (1 s): a call made while the channel waits
 # out its backoff fails without trying, so a longer cap let the first poll after the
-# kubelet's return fail too. A failed connect on a local unix socket costs nearly nothing.
+# kubelet's return fail too. gRPC adds 20% jitter: tries come at most ~1.2 s apart, and
+# any poll that late after the kubelet's return gets data. A failed connect on a local
+# unix socket costs nearly nothing.
 RECONNECT_BACKOFF_INITIAL_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1_000
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -494,22 +495,38 @@ class TestUnavailable:
         await sim.start()
         assert await list_when_up(client) == PODS
 
-    async def test_first_poll_after_a_long_outage_gets_data(
+    async def test_reconnects_stay_a_poll_interval_apart_in_a_long_outage(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
     ) -> None:
-        """After 6 s of failed polls (1 s apart, as the shortest interval allowed), the
-        first poll one interval after the kubelet is back has data: neither gRPC's
-        reconnect back-off nor ours has grown past the interval."""
+        """In a long outage gRPC keeps trying the socket at most ~1.2 s apart (the 1 s cap
+        plus its 20% jitter), so a poll soon after the kubelet returns gets data. With
+        gRPC's default cap the tries, 0.1 s apart at first and 1.6x further each time,
+        are over 2 s apart within 6 s. A socket that hangs up on every connection stands
+        in for the kubelet meanwhile, to count the tries."""
         client = make_client(clock=time.monotonic, backoff_max_s=0.5)
         await client.list_pods()
         await sim.stop()
-        for _ in range(6):
+        tries: list[float] = []
+
+        def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            tries.append(time.monotonic())
+            writer.close()
+
+        stopped = time.monotonic()
+        impostor = await asyncio.start_unix_server(hang_up, path=sim.socket_path)
+        for _ in range(7):  # polls 1 s apart, the shortest interval allowed
             with pytest.raises(KubeletUnavailable):
                 await client.list_pods()
             await asyncio.sleep(1.0)
+        impostor.close()
+        await impostor.wait_closed()
         await sim.start()
-        await asyncio.sleep(1.0)
-        assert PODS == await client.list_pods()
+        await asyncio.sleep(1.5)
+        data = await client.list_pods()
+
+        late = [t - stopped for t in tries if t - stopped > 3.0]
+        gaps = [round(b - a, 2) for a, b in itertools.pairwise(late)]
+        assert (PODS, True) == (data, len(gaps) >= 2 and max(gaps) < 1.6), gaps
 
     async def test_a_released_channel_is_opened_again_by_the_next_call(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
