@@ -44,12 +44,16 @@ class SnapshotStore:
     # re-uses its label prefixes and, for the same allocations, its container families.
     _rendered: tuple[int, Exposition] | None = field(default=None, init=False, repr=False)
     _render_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+    # The last failed render's error, while renders keep failing: a bug that fails every
+    # snapshot logs its traceback once, then one line per snapshot.
+    _render_error: str | None = field(default=None, init=False, repr=False)
 
     async def exposition(self, published: Published) -> Exposition:
         """The page of ``published``: rendered in a thread by the first caller, shared by
         the callers meanwhile and after. A caller that gives up (a scraper that went
         away) leaves the render running for the next. A render that fails (a bug) is
-        logged once for that snapshot and the last page rendered is served for it, its
+        logged once for that snapshot, with its traceback unless the last failed render
+        raised the same error, and the last page rendered is served for it, its
         snapshot's timestamp showing its age; with no page yet, the error is raised and
         the next caller tries again."""
         page = published.page
@@ -66,10 +70,22 @@ class SnapshotStore:
                 exposition = await asyncio.to_thread(
                     render, published.snapshot, previous=previous, same_allocations=same
                 )
-            except Exception:
+            except Exception as error:
                 if previous is None:
                     raise
-                log.exception("render_failed", collected_at=published.snapshot.collected_at)
+                self._log_failure(error, published)
                 return previous
+            if self._render_error is not None:
+                log.info("render_recovered", after_error=self._render_error)
+                self._render_error = None
             self._rendered = (published.allocations, exposition)
             return exposition
+
+    def _log_failure(self, error: Exception, published: Published) -> None:
+        text = f"{type(error).__name__}: {error}"
+        collected_at = published.snapshot.collected_at
+        if text == self._render_error:
+            log.error("render_failed", collected_at=collected_at, error=text, repeated=True)
+        else:
+            log.exception("render_failed", collected_at=collected_at)
+        self._render_error = text

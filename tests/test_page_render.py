@@ -19,12 +19,13 @@ from exporter.sim.node import SimulatedNode
 
 class CountedRender:
     """The real render, counted; ``fail_next`` makes the next call raise first,
-    ``entered`` is set once a call has begun, and ``held`` keeps each call waiting in
-    its thread until it is set."""
+    ``failing`` every call while it is set, ``entered`` is set once a call has begun,
+    and ``held`` keeps each call waiting in its thread until it is set."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.fail_next = False
+        self.failing = False
         self.entered = threading.Event()
         self.held = threading.Event()
         self.held.set()
@@ -33,7 +34,7 @@ class CountedRender:
         self.calls += 1
         self.entered.set()
         self.held.wait(timeout=10)
-        if self.fail_next:
+        if self.fail_next or self.failing:
             self.fail_next = False
             raise RuntimeError("render broke")
         return render(*args, **kwargs)
@@ -146,6 +147,33 @@ async def test_a_failed_render_serves_the_last_page_and_the_next_poll_renders_an
     assert 3 == renders.calls
     assert fresh is not last
     assert fresh.families == render(next_poll.snapshot).families
+
+
+async def test_a_render_that_keeps_failing_logs_its_traceback_once(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    """A bug that breaks every snapshot's render gives one traceback, then one line
+    per snapshot naming the error; the first render that works again says so."""
+    last = await demo.store.exposition(await demo.poller.poll_once())
+    renders.failing = True
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert last is await demo.store.exposition(await demo.poller.poll_once())
+        renders.failing = False
+        await demo.store.exposition(await demo.poller.poll_once())
+
+    seen = [
+        (e["event"], e.get("exc_info"), e.get("error"), e.get("after_error"))
+        for e in logs
+        if e["event"].startswith("render_")
+    ]
+    repeated = ("render_failed", None, "RuntimeError: render broke", None)
+    assert [
+        ("render_failed", True, None, None),
+        repeated,
+        repeated,
+        ("render_recovered", None, None, "RuntimeError: render broke"),
+    ] == seen
 
 
 async def test_scrapes_get_500_while_the_render_fails_and_the_page_after(
