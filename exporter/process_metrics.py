@@ -24,8 +24,8 @@ def process_families(snapshot: Snapshot) -> Iterator[Rows]:
     memory = gauge(
         "podresources_gpu_process_memory_used_bytes",
         "GPU memory used by the container's processes on the device, in bytes. A holder's "
-        "use is under its own device ID; another pod's or the host's, with empty owner "
-        "labels, under the physical device.",
+        "use is under its own device ID; another pod's, with that pod's owner labels, and "
+        "the host's, with empty owner labels, under the physical device.",
         DEVICE_LABELS,
     )
     utilization = gauge(

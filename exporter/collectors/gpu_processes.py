@@ -13,8 +13,9 @@ without the API server:
   several, the kubelet's links beside it, ``<pod-logs>/../containers/
   <pod>_<namespace>_<container>-<container ID>.log``, say which container has the ID.
 
-So the collector needs the host's /proc (``hostPID: true``, or the host's /proc mounted
-and ``--path.procfs`` pointing at it) and /var/log/pods; see
+So the collector needs the host's PID namespace (``hostPID: true``: NVML names PIDs in
+the caller's namespace, so a host /proc mounted alone would not match them) and
+/var/log/pods; see
 ``manifests/components/gpu-processes``. Devices are reported under their ``gpu_uuid``
 or ``mig_uuid`` key; ``exporter.processes`` attributes the processes to holders.
 
@@ -419,7 +420,7 @@ class GpuProcessesCollector(Collector):
 REGISTRATION = Registration(
     "gpu_processes",
     "processes on each NVIDIA GPU and MIG device and the pod they belong to; needs the "
-    "host's /proc (hostPID: true or a host /proc mount) and --path.pod-logs",
+    "host's PID namespace (hostPID: true) and --path.pod-logs",
     GpuProcessesCollector,
     enabled_by_default=False,
 )
