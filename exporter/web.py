@@ -59,7 +59,9 @@ _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # (Prometheus scrapes every 15-30 s and reconnects at no cost). No handler reads a body:
 # what a client sends after its head is drained for at most LINGERING_TIME_S, then the
 # connection closes. On SIGTERM, requests in flight get SHUTDOWN_TIMEOUT_S, well inside
-# the DaemonSet's 10 s grace period.
+# the DaemonSet's 10 s grace period: aiohttp waits its timeout twice (for handlers to
+# finish, then for the ones it cancelled, such as a write to a client that stopped
+# reading), so it is given half.
 KEEPALIVE_TIMEOUT_S = 20.0
 LINGERING_TIME_S = 2.0
 SHUTDOWN_TIMEOUT_S = 3.0
@@ -225,10 +227,12 @@ def _qualities(header: str) -> dict[str, float]:
 
 
 def _wants_openmetrics(accept: str) -> bool:
-    """OpenMetrics when asked for with q > 0 and preferred at least as much as text."""
+    """OpenMetrics when named with q > 0 and preferred at least as much as text, whose
+    quality is the most specific range that covers it (RFC 9110 12.5.1)."""
     qualities = _qualities(accept)
     openmetrics = qualities.get("application/openmetrics-text", 0.0)
-    return openmetrics > 0 and openmetrics >= qualities.get("text/plain", 0.0)
+    text = next((qualities[r] for r in ("text/plain", "text/*", "*/*") if r in qualities), 0.0)
+    return openmetrics > 0 and openmetrics >= text
 
 
 def _wants_gzip(accept_encoding: str) -> bool:
@@ -293,7 +297,9 @@ async def _send(
     )
     response.content_length = sum(len(p) for p in parts)
     await response.prepare(request)
-    for part in parts:
+    # A HEAD answer ends with its headers: aiohttp sends what a StreamResponse writes
+    # even then, and a client reading the next answer on the connection would read it.
+    for part in parts if request.method != "HEAD" else ():
         # Chunks: each write waits until the client has taken the one before, so a slow
         # reader holds one chunk, not a copy of the whole body.
         data = memoryview(part)
@@ -471,7 +477,7 @@ class _Runner(web.AppRunner):
     """AppRunner whose connections answer parser errors in JSON, with our timeouts."""
 
     def __init__(self, app: web.Application, *, handler_options: dict[str, Any]) -> None:
-        super().__init__(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        super().__init__(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S / 2)
         self._handler_options = handler_options
 
     async def _make_server(self) -> web.Server:

@@ -124,6 +124,24 @@ class TestMethodsAndNegotiation:
             ("application/openmetrics-text;q=0", "", "text/plain", False),
             ("application/openmetrics-text;q=0.2,text/plain;q=0.9", "", "text/plain", False),
             ("application/openmetrics-text;q=nan", "", "text/plain", False),
+            # Ranges count for text/plain where it is not named: the most specific wins.
+            ("text/*, application/openmetrics-text;q=0.1", "", "text/plain", False),
+            ("*/*, application/openmetrics-text;q=0.1", "", "text/plain", False),
+            ("*/*;q=0.1, application/openmetrics-text;q=0.5", "", "application/openmetrics", False),
+            (
+                "text/plain;q=0.2, text/*, application/openmetrics-text;q=0.5",
+                "",
+                "application/openmetrics",
+                False,
+            ),
+            # Prometheus 2.x's default scrape Accept.
+            (
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                "gzip",
+                "application/openmetrics",
+                True,
+            ),
         ],
     )
     async def test_q_values_are_honoured(
@@ -145,6 +163,28 @@ class TestMethodsAndNegotiation:
             response.headers["Content-Type"].startswith(expected_type),
             response.headers.get("Content-Encoding") == "gzip",
         )
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/metrics",
+            "/debug/allocations",
+            "/debug/allocations?format=text",
+            "/debug/allocations/ml-training/trainer-0",
+        ],
+    )
+    async def test_head_ends_with_its_headers(
+        self, exporter: Exporter, aiohttp_client: Any, path: str
+    ) -> None:
+        """HEAD answers GET's status and length, and no body: a request that follows on
+        the same kept-alive connection reads its own answer, not the rest of HEAD's."""
+        client = await aiohttp_client(exporter.create_app())
+        head = await client.head(path)
+        head_body = await head.read()
+        following = await client.get("/healthz")
+
+        assert (200, True, b"") == (head.status, int(head.headers["Content-Length"]) > 0, head_body)
+        assert (200, "ok\n") == (following.status, await following.text())
 
 
 class TestDebugBound:

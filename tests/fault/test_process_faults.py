@@ -12,6 +12,7 @@ import contextlib
 import os
 import resource
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from faultkit import ANSWER_TIMEOUT_S, ExporterProcess, rss_kib, start_exporter,
 
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DenseScenario
+from exporter.web import SHUTDOWN_TIMEOUT_S
 
 GRACE_S = 10.0  # the DaemonSet's terminationGracePeriodSeconds
 
@@ -98,6 +100,26 @@ class TestSignals:
             await asyncio.sleep(0.2)  # let the exporter take them in
             exporter.signal(signal.SIGTERM)
             assert 0 == await exporter.wait_exit(within_s=GRACE_S)
+
+    async def test_a_client_that_stops_reading_cannot_hold_the_exit(
+        self, running: Callable[..., Any]
+    ) -> None:
+        """A client that pipelines scrapes and never reads leaves a write stuck: SIGTERM
+        still ends the process within SHUTDOWN_TIMEOUT_S (plus 2 s for the exit itself),
+        not twice that, as aiohttp's two waits of its timeout would."""
+        exporter: ExporterProcess = await running(ready_path="/readyz")
+        stuck = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(stuck, ("127.0.0.1", exporter.port))
+        _, writer = await asyncio.open_connection(sock=stuck)
+        try:
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
+            await asyncio.sleep(1.0)  # the exporter fills the socket and waits on it
+            exporter.signal(signal.SIGTERM)
+            assert 0 == await exporter.wait_exit(within_s=SHUTDOWN_TIMEOUT_S + 2.0)
+        finally:
+            writer.close()
 
 
 class TestConnections:
