@@ -51,8 +51,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MAX_QUERY_VALUE_LENGTH = 512
-# Kubernetes object names: DNS-1123 subdomains (namespaces are labels, a subset).
-_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# What Kubernetes accepts: a pod name is a DNS-1123 subdomain, a namespace a DNS-1123
+# label. Anything else cannot exist, and is refused before it costs a kubelet call.
+_POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # Connections: an idle keep-alive connection, or one that has not sent a whole request
 # head since it opened or since its last answer, is closed after KEEPALIVE_TIMEOUT_S
@@ -264,6 +266,10 @@ def _query(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
             raise BadRequest(f"query parameter {key!r} given twice")
         if len(value) > MAX_QUERY_VALUE_LENGTH or not value.isprintable():
             raise BadRequest(f"query parameter {key!r}: not a printable value of sane length")
+        if not value:
+            raise BadRequest(f"query parameter {key!r} is empty")
+        if "\ufffd" in value:  # how aiohttp decodes percent-escapes that are not UTF-8
+            raise BadRequest(f"query parameter {key!r}: not UTF-8")
         values[key] = value
     output = values.get("format", "json")
     if output not in ("json", "text"):
@@ -344,9 +350,10 @@ async def allocations(request: web.Request) -> web.StreamResponse:
 async def pod_allocations(request: web.Request) -> web.StreamResponse:
     query = _query(request, ("format",))
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
-    for what, value in (("namespace", namespace), ("pod", name)):
-        if not _OBJECT_NAME.match(value):
-            raise BadRequest(f"{what} {value!r} is not a valid Kubernetes object name")
+    if not _NAMESPACE.match(namespace):
+        raise BadRequest(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
+    if not _POD_NAME.match(name):
+        raise BadRequest(f"pod {name!r} is not a valid Kubernetes pod name")
     snapshot = _current(request)
     filters = Filters(namespace=namespace, pod=name)
     output = query.get("format", "json")

@@ -360,21 +360,35 @@ class TestDebugEndpoints:
         [
             ("/debug/allocations?bogus=1", 400),
             ("/debug/allocations?format=xml", 400),
+            ("/debug/allocations?namespace=", 400),
+            ("/debug/allocations?namespace=%ff", 400),
             ("/debug/allocations/ml-training/NOT_A_NAME", 400),
+            ("/debug/allocations/ml.training/trainer-0", 400),  # namespaces have no dots
+            (f"/debug/allocations/{'n' * 64}/trainer-0", 400),  # nor more than 63 characters
             ("/debug/allocations/ml-training/no-such-pod", 404),
+            ("/debug/allocations/ml-training/no.such.pod", 404),  # pod names may have dots
             ("/nope", 404),
         ],
     )
     async def test_bad_input_gets_one_line_json(
-        self, exporter: Exporter, client: TestClient, path: str, status: int
-    ) -> None:  # type: ignore[type-arg]
-        """Bad input: a 4xx with one line of JSON naming the problem, never a 500."""
+        self,
+        exporter: Exporter,
+        client: TestClient,  # type: ignore[type-arg]
+        sim_node: SimulatedNode,
+        path: str,
+        status: int,
+    ) -> None:
+        """Bad input: a 4xx with one line of JSON naming the problem, never a 500; a name
+        Kubernetes could not have costs no kubelet call."""
         await exporter.poller.poll_once()
+        asked_before = sim_node.kubelet.calls["v1.Get"]
         response = await client.get(path)
         assert response.status == status
         text = await response.text()
         assert text.count("\n") == 1
         assert "error" in json.loads(text)
+        if status == 400:
+            assert asked_before == sim_node.kubelet.calls["v1.Get"]
 
     async def test_fresh_pod_via_get(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
