@@ -245,8 +245,9 @@ def _wants_gzip(accept_encoding: str) -> bool:
 async def metrics(request: web.Request) -> web.Response:
     # Rendered by the first scrape of this snapshot (in a thread), then kept.
     exposition = await request.app[STORE].exposition(_published(request))
-    openmetrics = _wants_openmetrics(request.headers.get("Accept", ""))
-    gzipped = _wants_gzip(request.headers.get("Accept-Encoding", ""))
+    # A header sent on several lines is one comma-separated list (RFC 9110 5.3).
+    openmetrics = _wants_openmetrics(",".join(request.headers.getall("Accept", ())))
+    gzipped = _wants_gzip(",".join(request.headers.getall("Accept-Encoding", ())))
     # Encoded on the first ask for this format in this snapshot, then kept; only the
     # live process families are rendered per scrape.
     body = exposition.page(openmetrics=openmetrics, gzipped=gzipped)

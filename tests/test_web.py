@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
@@ -185,6 +186,27 @@ class TestMethodsAndNegotiation:
 
         assert (200, True, b"") == (head.status, int(head.headers["Content-Length"]) > 0, head_body)
         assert (200, "ok\n") == (following.status, await following.text())
+
+    async def test_a_header_on_several_lines_is_one_list(
+        self, exporter: Exporter, aiohttp_client: Any
+    ) -> None:
+        """Accept and Accept-Encoding sent twice are read as one list each, not the first."""
+        client = await aiohttp_client(exporter.create_app(), auto_decompress=False)
+        headers = CIMultiDict(
+            [
+                ("Accept", "text/plain;q=0.5"),
+                ("Accept", "application/openmetrics-text"),
+                ("Accept-Encoding", "br"),
+                ("Accept-Encoding", "gzip"),
+            ]
+        )
+        response = await client.get("/metrics", headers=headers)
+
+        assert (200, True, "gzip") == (
+            response.status,
+            response.headers["Content-Type"].startswith("application/openmetrics-text"),
+            response.headers.get("Content-Encoding"),
+        )
 
 
 class TestDebugBound:
