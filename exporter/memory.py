@@ -4,7 +4,8 @@ glibc raises its mmap threshold each time a large block is freed, so after one b
 reply the next big strings come from the heap and stay resident: RSS stayed at three
 times its level after a 15 MiB reply. ``tune_allocator`` (once, at start) fixes the
 threshold so large blocks live in mmap and are returned on free, and caps the arenas
-the render threads spread over; ``trim`` hands back what the heap still holds free.
+the render threads spread over; ``trim`` hands back what the heap still holds free,
+which the poller asks for on the polls after a large kubelet reply went away.
 Both do nothing where the C library is not glibc. ``tune_gc`` lets the cycle
 collector run less often: what a poll makes is freed by reference counting.
 """

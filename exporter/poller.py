@@ -41,6 +41,7 @@ from exporter.join import (
 from exporter.kubelet.client import KubeletClient
 from exporter.kubelet.errors import KubeletError, MethodUnavailable
 from exporter.kubelet.stats import KubeletRequestStats
+from exporter.memory import trim
 from exporter.model import (
     AllocatableResources,
     CollectorRun,
@@ -62,6 +63,13 @@ GET_PROBE_INTERVAL_S = 300.0
 # costs the next poll ~3.5 ms. Measured per poll and the idle time after it (250 pods,
 # docs/benchmarks.md): a wash at 3 s, 43.1 -> 29.9 ms at the default 10 s.
 RELEASE_CHANNEL_MIN_INTERVAL_S = 5.0
+# Once the kubelet's replies shrink from LARGE_REPLY_BYTES or more, the heap is trimmed
+# (glibc malloc_trim) after each of the next TRIM_POLLS polls: the memory a large reply
+# took is freed within a poll or two, or at the next scrape for its rendered page, but
+# glibc keeps most of it resident, 17-140 MiB after a 15 MiB reply, varying run to run.
+# A trim costs ~2.5 ms, so it is not done every poll.
+LARGE_REPLY_BYTES = 512 * 1024
+TRIM_POLLS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,7 @@ class Poller:
         self._allocations = 0  # the published snapshots' allocations number
         self._join_cache = JoinCache()  # re-used for pods the kubelet reports unchanged
         self._outage = OutageLog("kubelet")
+        self._trims_due = 0  # polls left that trim the heap after a large reply went
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
@@ -143,6 +152,11 @@ class Poller:
             )
         published = Published(snapshot, allocations=self._allocations)
         self._store.current = published
+        if self._client.take_largest_reply_bytes() >= LARGE_REPLY_BYTES:
+            self._trims_due = TRIM_POLLS  # not while large replies keep coming
+        elif self._trims_due:
+            self._trims_due -= 1
+            await asyncio.to_thread(trim)
         return published
 
     def _keep_node_state(self, runs: tuple[CollectorRun, ...]) -> None:

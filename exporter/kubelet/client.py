@@ -242,6 +242,7 @@ class KubeletClient:
         self._pods_by_bytes: dict[bytes, PodResources] = {}  # each pod of the last reply
         self._allocatable_memo: _ReplyMemo[AllocatableResources] = _ReplyMemo()
         self._closed = False
+        self._largest_reply_bytes = 0  # since take_largest_reply_bytes() last asked
 
     @property
     def socket_path(self) -> str:
@@ -326,6 +327,11 @@ class KubeletClient:
     def list_method(self) -> str:
         """The List the client uses now: METHOD_LIST, or METHOD_V1ALPHA1_LIST as fallback."""
         return METHOD_V1ALPHA1_LIST if METHOD_LIST in self._unavailable else METHOD_LIST
+
+    def take_largest_reply_bytes(self) -> int:
+        """The size of the largest reply received since the last call, and start over."""
+        largest, self._largest_reply_bytes = self._largest_reply_bytes, 0
+        return largest
 
     def stats(self) -> KubeletRequestStats:
         """A snapshot of request counts and latencies."""
@@ -429,6 +435,7 @@ class KubeletClient:
         try:
             if not isinstance(raw, bytes):
                 raise ReplyUndecodable(f"undecodable reply: got {type(raw).__name__}, not bytes")
+            self._largest_reply_bytes = max(self._largest_reply_bytes, len(raw))
             result = await decode(raw)
         except ReplyUndecodable as err:
             # INTERNAL, as gRPC's own clients in other languages say for a reply they

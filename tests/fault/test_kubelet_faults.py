@@ -368,7 +368,8 @@ class TestLargeReplies:
         )
         await asyncio.sleep(2.5)  # a few more polls: the big snapshot's caches let go
         after = rss_kib(exporter.pid)
-        assert after - baseline < 80 * 1024, (baseline, after)  # was +455 MiB before
+        # +455 MiB before the allocator was tuned; 17-140 MiB before the heap was trimmed.
+        assert after - baseline < 16 * 1024, (baseline, after)
 
     async def test_a_reply_at_the_default_limit_fits_the_daemonsets_memory(
         self, sim_node: SimulatedNode, running: Callable[..., Any]
