@@ -15,7 +15,6 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
@@ -259,35 +258,6 @@ class KeptFiles:
             if value <= MAX_COUNTER:
                 return value
         return _attribute_int(_attribute_text(data, path), path, base=base)
-
-    def read_counters(self, paths: Sequence[str], issues: list[CollectorIssue]) -> list[int | None]:
-        """``read_int`` of each path in turn, None where a file is absent or bad; each
-        bad file adds its issue. One call for a device's counters: the hot loop of a
-        collector that reads hundreds a poll, so a kept file is read here directly."""
-        self._read_paths.update(paths)
-        kept = self._fds.get
-        check_replaced = self._check_replaced
-        values: list[int | None] = []
-        for path in paths:
-            fd = kept(path)
-            digits = b""  # for anything but a kept, unreplaced counter: read_int below
-            if fd is not None:
-                try:
-                    if not check_replaced or os.fstat(fd).st_nlink > 0:
-                        digits = os.pread(fd, MAX_ATTRIBUTE_BYTES + 1, 0).rstrip(b"\n")
-                except OSError:
-                    pass  # read_int reopens the file, or says why it cannot
-                if len(digits) <= _COUNTER_DIGITS and digits.isdigit():
-                    value = int(digits)
-                    if value <= MAX_COUNTER:
-                        values.append(value)
-                        continue
-            try:
-                values.append(self.read_int(path))
-            except CollectorError as error:
-                issues.append(file_issue(error))
-                values.append(None)
-        return values
 
     def _read(self, path: str) -> bytes | None:
         self._read_paths.add(path)

@@ -9,7 +9,6 @@ import pytest
 from fifo import error_reading_fifo
 
 from exporter.errors import CollectorError
-from exporter.model import CollectorIssue
 from exporter.sim.fixtures.pci import write_attribute
 from exporter.sysfs import (
     GARBAGE,
@@ -254,43 +253,6 @@ class TestKeptFiles:
             second is not None and first is not None and second >= first,
             len(files),
         )
-
-    @pytest.mark.parametrize("check_replaced", [True, False])
-    def test_read_counters_gives_what_read_int_gives(
-        self, tmp_path: Path, check_replaced: bool
-    ) -> None:
-        """The batched read agrees with read_int on every kind of file, on the first
-        read (opening) and the next ones (kept): values, None for absent and bad files,
-        one issue per bad file with read_int's message, and a replaced file reopened."""
-        contents = {
-            "ok": "7\n",
-            "max": f"{MAX_COUNTER}\n",
-            "huge": f"{MAX_COUNTER + 1}\n",
-            "text": "up\n",
-            "hex": "0x1f\n",
-            "empty": "",
-            "replaced": "1\n",
-        }
-        for name, text in contents.items():
-            write_attribute(tmp_path / name, text)
-        os.mkfifo(tmp_path / "fifo")
-        paths = [str(tmp_path / name) for name in (*contents, "fifo", "absent")]
-        issues: list[CollectorIssue] = []
-        files = KeptFiles(check_replaced=check_replaced)
-
-        first = files.read_counters(paths, issues)
-        second = files.read_counters(paths, issues)
-        write_attribute(tmp_path / "replaced", "2\n")
-        third = files.read_counters(paths, [])
-        expected_issues = []
-        for path in (*paths[2:6], paths[7]):
-            with pytest.raises(FileError) as raised:
-                read_int(path)
-            expected_issues.append(CollectorIssue(raised.value.label, str(raised.value)))
-
-        expected = [7, MAX_COUNTER, None, None, None, None, 1, None, None]
-        assert (expected, expected, expected_issues * 2) == (first, second, issues)
-        assert (2 if check_replaced else 1) == third[6]
 
     def test_unchecked_files_skip_the_replacement_check(self, tmp_path: Path) -> None:
         """Without ``check_replaced`` (sysfs mounts, where files are never replaced) a

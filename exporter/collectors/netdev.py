@@ -138,7 +138,6 @@ _COUNTERS: tuple[tuple[str, MetricSpec], ...] = (
     ("rx_dropped", NET_RECEIVE_DROPS),
     ("tx_dropped", NET_TRANSMIT_DROPS),
 )
-_SPECS = tuple(spec for _, spec in _COUNTERS)
 _MAX_DIGITS = len(str(MAX_COUNTER))
 _VIRTFN = re.compile(r"^virtfn(\d+)$")
 _VIRTIO = re.compile(r"^virtio\d+$")
@@ -358,14 +357,17 @@ class NetdevCollector(Collector):
         """A sample of each counter file (in ``_COUNTERS`` order) that exists; a bad
         file loses its figure. This is the collector's hot loop: ~500 files a poll on a
         node with 60 NICs."""
-        values = self._files.read_counters(files, issues)
-        return tuple(
-            [
-                Sample(spec, float(value), labels)
-                for value, spec in zip(values, _SPECS, strict=True)
-                if value is not None
-            ]
-        )
+        samples: list[Sample] = []
+        read_int = self._files.read_int
+        for path, (_, spec) in zip(files, _COUNTERS, strict=True):
+            try:
+                value = read_int(path)
+            except CollectorError as error:
+                issues.append(file_issue(error))
+                continue
+            if value is not None:
+                samples.append(Sample(spec, float(value), labels))
+        return tuple(samples)
 
     def _read_moved_vfs(
         self,
