@@ -261,7 +261,8 @@ class _LoopErrors:
 
 
 def run(config: Config) -> None:
-    """Configure logging and serve until SIGTERM or SIGINT."""
+    """Configure logging and serve until SIGTERM or SIGINT. A set-up that cannot work (the
+    port taken, a bad web config file) is logged as ``startup_failed``, then exit 2."""
     configure_logging(level=config.log_level, fmt=config.log_format)
     if not tune_allocator():
         log.info("allocator_not_tuned", reason="not glibc: freed memory may stay resident")
@@ -275,4 +276,10 @@ def run(config: Config) -> None:
         await serve(config, stop=stop)
         log.info("stopped")
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except ConfigError as error:
+        # Logging is set up by now: the failure goes out as one event in the configured
+        # format (a JSON line where the log pipeline expects JSON), with exit status 2.
+        log.error("startup_failed", error=str(error))
+        raise SystemExit(2) from None

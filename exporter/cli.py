@@ -360,8 +360,4 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from None
     from exporter.app import run  # heavy imports only once the flags are good
 
-    try:
-        run(config)
-    except ConfigError as error:
-        sys.stderr.write(f"podresources-exporter: error: {error}\n")
-        raise SystemExit(2) from None
+    run(config)  # a set-up that cannot work is logged there, in the configured format

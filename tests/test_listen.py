@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +128,38 @@ class TestServerHeader:
         head = answer.split(b"\r\n\r\n")[0].decode()
         servers = [line for line in head.split("\r\n") if line.lower().startswith("server:")]
         assert ["Server: podresources-exporter"] == servers
+
+
+class TestPortTaken:
+    @pytest.mark.parametrize("log_format", ["json", "console"])
+    def test_one_event_in_the_log_format_then_exit_2(self, tmp_path: Path, log_format: str) -> None:
+        """A port already taken ends the process with status 2 and one event, in the
+        configured format: with JSON logs, a JSON line a log pipeline can parse."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "exporter",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    f"--log.format={log_format}",
+                    f"--kubelet.socket={tmp_path}/kubelet.sock",
+                    f"--path.sysfs={tmp_path}",
+                    f"--path.procfs={tmp_path}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        assert 2 == result.returncode, result.stderr
+        failed = [line for line in result.stderr.splitlines() if "startup_failed" in line]
+        assert 1 == len(failed), result.stderr
+        assert f"cannot listen on 127.0.0.1:{port}" in failed[0]
+        if log_format == "json":
+            event = json.loads(failed[0])
+            assert ("error", "startup_failed") == (event["level"], event["event"])
+            assert all(json.loads(line) for line in result.stderr.splitlines())
+        assert "Traceback" not in result.stderr
