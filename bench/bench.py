@@ -62,6 +62,11 @@ POD_COUNTS = (10, 100, 250, 500, 1000)
 SCRAPE_PODS = 250
 MEMORY_PODS = 250
 CPUS = 256
+# The node issue 11 measured and set its targets on: 250 pods of 3 containers (750), 96
+# devices (8 GPUs and 88 VFs: the issue names the count, not the mix), 256 CPUs over 8
+# NUMA nodes. The other rows' node has 2 containers a pod, 64 devices and 2 NUMA nodes.
+ISSUE_NODE = {"numa_nodes": 8, "vfs": 88}
+ISSUE_NODE_SIDECARS = 2
 POLLS_PER_RUN = 8
 MEMORY_POLLS = 180  # 30 minutes at the default 10 s interval
 SCRAPERS = 10
@@ -97,19 +102,36 @@ def _kubelet_main(conn: Connection, socket_path: str) -> None:
     asyncio.run(_serve_kubelet(conn, socket_path))
 
 
+def _hardware(*, issue_node: bool = False) -> Any:
+    from exporter.sim.scenario import dense_hardware
+
+    return dense_hardware(cpus=CPUS, **(ISSUE_NODE if issue_node else {}))
+
+
+def _scenario(pods: int, *, issue_node: bool = False) -> Any:
+    from exporter.sim.scenario import DenseScenario
+
+    sidecars = ISSUE_NODE_SIDECARS if issue_node else 1
+    return DenseScenario(_hardware(issue_node=issue_node), pods, sidecars=sidecars)
+
+
 async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
     from exporter.kubelet.convert import list_response_to_proto
     from exporter.sim.kubelet import SimKubelet
-    from exporter.sim.scenario import DenseScenario
 
     sim = SimKubelet(socket_path=socket_path)
     await sim.start()
-    scenario = DenseScenario.create(pod_count=1, cpus=CPUS)
+    scenario = _scenario(1)
+    issue_node = False
     loop = asyncio.get_running_loop()
     while True:
         command, value = await loop.run_in_executor(None, conn.recv)
+        if command == "issue_node":  # the next "pods" are on the issue's node (1) or not
+            issue_node = bool(value)
+            conn.send(None)
+            continue
         if command == "pods":
-            scenario = DenseScenario.create(pod_count=value, cpus=CPUS)
+            scenario = _scenario(value, issue_node=issue_node)
             value = 0
         if command in ("pods", "tick"):
             state = scenario.state_at(value)
@@ -253,11 +275,10 @@ class _DecodeFloor:
     floor of a poll. Timed once after each poll, so a poll and its floor share the
     machine's moment (a neighbour on this shared machine can double both)."""
 
-    def __init__(self, pods: int) -> None:
+    def __init__(self, pods: int, *, issue_node: bool = False) -> None:
         from exporter.kubelet.convert import allocatable_to_proto, list_response_to_proto
-        from exporter.sim.scenario import DenseScenario
 
-        state = DenseScenario.create(pod_count=pods, cpus=CPUS).state_at(0)
+        state = _scenario(pods, issue_node=issue_node).state_at(0)
         self._listed = list_response_to_proto(state.pods).SerializeToString()
         self._allocatable = allocatable_to_proto(state.allocatable).SerializeToString()
 
@@ -289,14 +310,15 @@ class _DecodeFloor:
 # --- the exporter under test, in this process ----------------------------------------------
 
 
-def _exporter(root: Path, socket_path: str, *, collectors: bool = True) -> Any:
+def _exporter(
+    root: Path, socket_path: str, *, collectors: bool = True, issue_node: bool = False
+) -> Any:
     from exporter.app import Exporter
     from exporter.cli import parse_config
     from exporter.collectors import build_collectors
     from exporter.collectors.base import CollectorContext
     from exporter.collectors.nvml import NvmlCollector
     from exporter.sim.gpus import SimulatedNvmlSource
-    from exporter.sim.scenario import dense_hardware
 
     flags = ["--kubelet.socket", socket_path, "--path.sysfs", str(root / "sys")]
     flags += ["--path.procfs", str(root / "proc"), "--web.listen-address", "127.0.0.1:0"]
@@ -305,7 +327,7 @@ def _exporter(root: Path, socket_path: str, *, collectors: bool = True) -> Any:
         return Exporter(config, collectors=[])
     context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
     built = build_collectors([n for n in config.collectors if n != "nvml"], context)
-    source = SimulatedNvmlSource(dense_hardware(cpus=CPUS), clock=time.monotonic)
+    source = SimulatedNvmlSource(_hardware(issue_node=issue_node), clock=time.monotonic)
     built.insert(0, NvmlCollector(context, source=source))
     return Exporter(config, collectors=built)
 
@@ -347,16 +369,25 @@ class _PollFigures:
 
 
 async def _poll_rows(
-    root: Path, kubelet: _Kubelet, *, pods: int, runs: int, collectors: bool
+    root: Path,
+    kubelet: _Kubelet,
+    *,
+    pods: int,
+    runs: int,
+    collectors: bool,
+    issue_node: bool = False,
 ) -> tuple[list[Row], float]:
-    """The steady and churn rows, and a steady poll's median CPU seconds with its render."""
+    """The steady and churn rows, and a steady poll's median CPU seconds with its render.
+    On the issue's node, the hardware tree is ``root / "issue"``."""
+    kubelet.ask("issue_node", int(issue_node))
     kubelet.ask("pods", pods)
     kubelet.ask("tick", 0)
-    exporter = _exporter(root, kubelet_socket(root), collectors=collectors)
+    tree = root / "issue" if issue_node else root
+    exporter = _exporter(tree, kubelet_socket(root), collectors=collectors, issue_node=issue_node)
     try:
         for _ in range(3):  # warm-up: channel, caches, first join, first render
             await exporter.store.exposition(await exporter.poller.poll_once())
-        decode = _DecodeFloor(pods)
+        decode = _DecodeFloor(pods, issue_node=issue_node)
         steady: tuple[list[float], list[float]] = ([], [])
         churn: tuple[list[float], list[float]] = ([], [])
         floor: list[float] = []
@@ -378,6 +409,8 @@ async def _poll_rows(
     s = _PollFigures(_median(steady[0]), _median(steady[1]), f)
     c = _PollFigures(_median(churn[0]), _median(churn[1]), f)
     which = "" if collectors else ", collectors off"
+    if issue_node:
+        which += ", the issue's node"
     rows = [
         Row(
             f"poll CPU + first scrape's render, {pods} pods, steady{which}",
@@ -410,6 +443,12 @@ async def _measure_polls(root: Path, kubelet: _Kubelet, *, runs: int) -> tuple[l
     # The exporter's own share (kubelet, join, render), without the sysfs/NVML readers.
     for pods in (SCRAPE_PODS, POD_COUNTS[-1]):
         rows += (await _poll_rows(root, kubelet, pods=pods, runs=runs, collectors=False))[0]
+    # The targets' own node (ISSUE_NODE): more kubelet data and more NICs than the above.
+    found, _ = await _poll_rows(
+        root, kubelet, pods=SCRAPE_PODS, runs=runs, collectors=True, issue_node=True
+    )
+    rows += found
+    kubelet.ask("issue_node", 0)
     return rows, steady
 
 
@@ -759,7 +798,6 @@ def _own_peak_mib() -> float:
 async def _main(*, runs: int) -> None:
     from exporter.memory import tune_allocator, tune_gc
     from exporter.sim.fixtures import write_tree
-    from exporter.sim.scenario import dense_hardware
 
     _quiet()
     # The poll and scrape rows measure an exporter in this process: tune it as run()
@@ -771,8 +809,10 @@ async def _main(*, runs: int) -> None:
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="prx-bench-"))
     idle_floor = await _idle_cpu_per_s(1.0)
+    write_tree(sysfs=root / "sys", procfs_root=root / "proc", hardware=_hardware(), tick=0)
+    issue = root / "issue"
     write_tree(
-        sysfs=root / "sys", procfs_root=root / "proc", hardware=dense_hardware(cpus=CPUS), tick=0
+        sysfs=issue / "sys", procfs_root=issue / "proc", hardware=_hardware(issue_node=True), tick=0
     )
     kubelet = _Kubelet(kubelet_socket(root))
     try:

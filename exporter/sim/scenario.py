@@ -378,12 +378,21 @@ class DemoScenario:
         return KubeletState(pods=self.pods(tick), allocatable=self.allocatable())
 
 
-def dense_hardware(*, cpus: int = 256, gpus: int = 8, vfs: int = 56) -> SimHardware:
-    """A big node: two NUMA nodes sharing ``cpus``, ``gpus`` GPUs and ``vfs`` VFs."""
-    per_node = cpus // 2
-    numa_nodes = tuple(
-        SimNumaNode(n, tuple(range(n * per_node, (n + 1) * per_node)), 1024 * GIB, 4096, 64)
-        for n in range(2)
+def dense_hardware(
+    *, cpus: int = 256, gpus: int = 8, vfs: int = 56, numa_nodes: int = 2
+) -> SimHardware:
+    """A big node: ``numa_nodes`` NUMA nodes sharing ``cpus``, 2 TiB of memory and the
+    huge pages, ``gpus`` GPUs spread over the nodes and ``vfs`` VFs of two PFs."""
+    per_node = cpus // numa_nodes
+    nodes = tuple(
+        SimNumaNode(
+            n,
+            tuple(range(n * per_node, (n + 1) * per_node)),
+            2048 // numa_nodes * GIB,
+            8192 // numa_nodes,
+            128 // numa_nodes,
+        )
+        for n in range(numa_nodes)
     )
     gpu_list = tuple(
         SimGpu(
@@ -391,7 +400,7 @@ def dense_hardware(*, cpus: int = 256, gpus: int = 8, vfs: int = 56) -> SimHardw
             uuid=f"GPU-{i:08x}-0000-4000-8000-{i:012x}",
             pci_address=f"0000:{0x10 + i:02x}:00.0",
             model="NVIDIA H100 80GB HBM3",
-            numa_node=i * 2 // gpus,
+            numa_node=i * numa_nodes // gpus,
             memory_total_bytes=80 * GIB,
             power_limit_watts=700.0,
             utilization=(i % 4) / 4,
@@ -401,33 +410,40 @@ def dense_hardware(*, cpus: int = 256, gpus: int = 8, vfs: int = 56) -> SimHardw
     nics: list[SimNic] = []
     for pf in range(2):
         pf_address = f"0000:{0x80 + pf:02x}:00.0"
-        nics.append(SimNic(pf_address, f"ens{pf}f0np0", pf, "0x15b3", "0x101d"))
+        pf_node = pf * numa_nodes // 2
+        nics.append(SimNic(pf_address, f"ens{pf}f0np0", pf_node, "0x15b3", "0x101d"))
         for vf in range(vfs // 2):
             device, function = divmod(vf + 1, 8)
             nics.append(
                 SimNic(
                     f"0000:{0x80 + pf:02x}:{device:02x}.{function}",
                     f"ens{pf}f0v{vf}",
-                    pf,
+                    pf_node,
                     "0x15b3",
                     "0x101e",
                     physfn=pf_address,
                     vf_index=vf,
                 )
             )
-    return SimHardware(numa_nodes, gpu_list, nics=tuple(nics))
+    return SimHardware(nodes, gpu_list, nics=tuple(nics))
+
+
+_SIDECARS = ("sidecar", "log-shipper", "metrics-agent")
 
 
 @dataclass(frozen=True, slots=True)
 class DenseScenario:
     """``pod_count`` pods packed on ``dense_hardware``: devices and CPUs spread round-robin.
 
-    Each tick replaces one pod in ``CHURN_SLOTS`` (the pod in the same slot gets a new
-    name): the benchmark's churn. A fixed tick is a node where nothing changes.
+    Each pod has a ``main`` container, which holds what the pod holds, and ``sidecars``
+    that hold nothing. Each tick replaces one pod in ``CHURN_SLOTS`` (the pod in the same
+    slot gets a new name): the benchmark's churn. A fixed tick is a node where nothing
+    changes.
     """
 
     hardware: SimHardware
     pod_count: int = 250
+    sidecars: int = 1
 
     @classmethod
     def create(cls, *, pod_count: int = 250, cpus: int = 256) -> DenseScenario:
@@ -468,7 +484,7 @@ class DenseScenario:
                     f"worker-{i}-{(tick - i % CHURN_SLOTS + CHURN_SLOTS) // CHURN_SLOTS}",
                     (
                         ContainerResources("main", devices=devices, cpu_ids=cpus),
-                        ContainerResources("sidecar"),
+                        *(ContainerResources(name) for name in _SIDECARS[: self.sidecars]),
                     ),
                 )
             )
