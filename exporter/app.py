@@ -32,6 +32,7 @@ from exporter.outage import Throttle
 from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
+from exporter.sysfs import raise_open_files_limit
 from exporter.web import WebSettings, create_app, make_runner
 from exporter.webconfig import LiveWebConfig, WebConfigError
 
@@ -267,6 +268,10 @@ def run(config: Config) -> None:
     if not tune_allocator():
         log.info("allocator_not_tuned", reason="not glibc: freed memory may stay resident")
     tune_gc()
+    # Before the collectors exist: their kept sysfs files are budgeted from the limit.
+    before, after = raise_open_files_limit()
+    if before != after:
+        log.debug("open_files_limit_raised", before=before, after=after)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import resource
 import stat
 from pathlib import Path
 from typing import BinaryIO, ClassVar
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_ATTRIBUTE_BYTES",
     "MAX_COUNTER",
     "MAX_CPUS",
+    "MAX_KEPT_FILES",
     "UNREADABLE",
     "VANISHED",
     "FileError",
@@ -34,11 +36,13 @@ __all__ = [
     "UnreadableFile",
     "is_pci_address",
     "is_sysfs_mount",
+    "kept_files_budget",
     "list_source",
     "list_source_inodes",
     "node_dirs",
     "open_regular",
     "parse_cpulist",
+    "raise_open_files_limit",
     "read_int",
     "read_text",
     "vendor_name",
@@ -202,9 +206,34 @@ def _attribute_int(text: str, path: Path | str, *, base: int) -> int:
     return value
 
 
-# Each kept sysfs file holds a kernel page (its seq_file buffer) and a descriptor: the
-# budget bounds both on nodes with hundreds of NICs; files beyond it are opened per read.
-DEFAULT_MAX_KEPT_FILES = 512
+# Each kept sysfs file holds a descriptor and a kernel page (its seq_file buffer, charged
+# to the pod's memory cgroup): ~4 KiB. 2,048 covers the 8 counters of 256 NICs (two PFs
+# of 127 VFs) for ~8 MiB; files beyond the budget are opened per read, ~10x the cost.
+MAX_KEPT_FILES = 2048
+
+
+def kept_files_budget(open_files_limit: int | None = None) -> int:
+    """How many files a ``KeptFiles`` keeps open: ``MAX_KEPT_FILES``, or a quarter of the
+    soft open-files limit (this process's, by default) where that is less, so sockets,
+    scrapes and the other collectors keep the rest."""
+    if open_files_limit is None:
+        open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if open_files_limit == resource.RLIM_INFINITY:
+        return MAX_KEPT_FILES
+    return max(0, min(MAX_KEPT_FILES, open_files_limit // 4))
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the soft open-files limit to the hard one, as Go programs do at start (a
+    container often gets a soft 1,024 under a hard 524,288); (before, after). The limit
+    is left as it is where it cannot be raised."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):  # a hard limit past the kernel's nr_open
+            return soft, soft
+    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class KeptFiles:
@@ -219,14 +248,13 @@ class KeptFiles:
     mount (``is_sysfs_mount``) that ``fstat``, half the cost of a kept read, is left out.
     A file whose device is gone (sysfs answers ENODEV) reads as absent. Files not read
     since the last ``sweep()`` are closed then, so a device that disappears takes its
-    descriptors with it. Not thread-safe: one collector owns it, and the runner never
-    runs two calls of one collector at once.
+    descriptors with it. At most ``max_open`` files are kept (``kept_files_budget()``
+    by default); files past it are opened per read. Not thread-safe: one collector owns
+    it, and the runner never runs two calls of one collector at once.
     """
 
-    def __init__(
-        self, *, max_open: int = DEFAULT_MAX_KEPT_FILES, check_replaced: bool = True
-    ) -> None:
-        self._max_open = max_open
+    def __init__(self, *, max_open: int | None = None, check_replaced: bool = True) -> None:
+        self._max_open = kept_files_budget() if max_open is None else max_open
         self._check_replaced = check_replaced
         self._fds: dict[str, int] = {}
         self._read_paths: set[str] = set()

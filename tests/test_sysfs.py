@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from exporter.sysfs import (
     MAX_ATTRIBUTE_BYTES,
     MAX_COUNTER,
     MAX_CPUS,
+    MAX_KEPT_FILES,
     UNREADABLE,
     FileError,
     GarbageFile,
@@ -22,6 +26,7 @@ from exporter.sysfs import (
     UnreadableFile,
     is_pci_address,
     is_sysfs_mount,
+    kept_files_budget,
     node_dirs,
     open_regular,
     parse_cpulist,
@@ -238,6 +243,42 @@ class TestKeptFiles:
         values = [files.read_int(str(tmp_path / n)) for n in ("a", "b", "b")]
 
         assert ([98, 99, 99], 1) == (values, len(files))
+
+    @pytest.mark.parametrize(
+        ("limit", "budget"),
+        [
+            (resource.RLIM_INFINITY, MAX_KEPT_FILES),
+            (1_048_576, MAX_KEPT_FILES),
+            (4096, 1024),
+            (1024, 256),  # systemd's and containerd 2's soft default
+            (3, 0),
+        ],
+    )
+    def test_budget_leaves_three_quarters_of_the_limit(self, limit: int, budget: int) -> None:
+        """Kept files take at most a quarter of the open-files limit, and MAX_KEPT_FILES."""
+        assert budget == kept_files_budget(limit)
+
+    def test_budget_covers_two_pfs_of_127_vfs(self) -> None:
+        """Every counter of a dense SR-IOV node stays open under a container's usual limit."""
+        assert kept_files_budget(524_288) >= (2 + 2 * 127) * 8
+
+    def test_start_raises_the_soft_limit_to_the_hard_one(self) -> None:
+        """As Go programs do: a soft 1,024 under a higher hard limit is not what budgets
+        the kept files."""
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard == resource.RLIM_INFINITY or hard <= 64:
+            pytest.skip(f"hard open-files limit {hard}: nothing to raise to")
+        script = (
+            "import resource\n"
+            "from exporter.sysfs import kept_files_budget, raise_open_files_limit\n"
+            "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+            "print(kept_files_budget(), *raise_open_files_limit(), kept_files_budget())\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+        assert f"16 64 {hard} {kept_files_budget(hard)}" == result.stdout.strip(), result.stderr
 
     def test_real_sysfs_attribute_rereads(self) -> None:
         """On this kernel's sysfs, pread from 0 on a kept attribute gives its value again."""

@@ -46,6 +46,8 @@ from exporter.sim.hardware import (
     SimNumaNode,
     demo_hardware,
 )
+from exporter.sim.scenario import dense_hardware
+from exporter.sysfs import kept_files_budget
 
 CAPTURED_VM = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu" / "sys"
 
@@ -254,6 +256,24 @@ class TestSimulatedNode:
             len(virtio.samples),
             readings.issues,
         )
+
+    def test_a_dense_sriov_node_keeps_every_counter_file_open(self, tmp_path: Path) -> None:
+        """90 NICs (two PFs, 88 VFs): every counter file stays open between polls, so a
+        poll re-reads them instead of opening them (512 were kept before: the rest were
+        opened every poll). A VF in a pod's netns is one stats file of its PF."""
+        hardware = dense_hardware(cpus=4, vfs=88)
+        pci_fixture.write(tmp_path, hardware, tick=0)
+        net_fixture.write(tmp_path, hardware, tick=0)
+        collector = NetdevCollector(CollectorContext(sysfs=tmp_path))
+        before = len(os.listdir("/proc/self/fd"))
+        readings = collector.collect()
+        kept = len(os.listdir("/proc/self/fd")) - before
+        collector.close()
+
+        moved = sum(net_fixture.in_pod_netns(n) for n in hardware.nics)
+        files = (90 - moved) * 8 + moved
+        assert (90, (), True) == (len(readings.devices), readings.issues, files > 512)
+        assert min(files, kept_files_budget()) == kept
 
     def test_vf_leaving_the_host_is_read_through_its_pf(self, tmp_path: Path) -> None:
         """Once a VF's netdev moves into a pod, its traffic comes from the PF's counters."""
