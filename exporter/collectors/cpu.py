@@ -5,6 +5,13 @@ guest_nice``, counted in USER_HZ ticks; they are converted to seconds here, once
 join sums them over each container's exclusive CPUs into
 ``podresources_container_exclusive_cpu_seconds_total{mode}``. Offline CPUs have no line.
 
+The kernel's figures can go backwards a little (iowait by design, user and system on
+``nohz_full`` CPUs, which exclusive CPUs often are), and Prometheus reads any decrease
+of a counter as a reset: ``rate()`` would count a CPU's whole lifetime again. So a mode
+that went back keeps its last value, as node_exporter does; an idle time ``JUMP_BACK_S``
+or more back means the CPU was taken offline and back (older kernels restart its idle
+count then), and its figures are taken as they are.
+
 Failures are per figure (``Readings.issues``, error ``garbage``): a counter that is
 not a 64-bit number loses that CPU's mode, a malformed line that CPU. The collector
 fails only when ``/proc/stat`` cannot be read or gives no CPU at all.
@@ -28,10 +35,12 @@ from exporter.model import CpuTimes, Readings
 from exporter.sysfs import GARBAGE, MAX_COUNTER, GarbageFile, UnreadableFile, open_regular
 
 __all__ = [
+    "JUMP_BACK_S",
     "MODES",
     "REGISTRATION",
     "CpuCollector",
     "ProcStatTimes",
+    "not_backwards",
     "parse_proc_stat",
     "read_proc_stat",
 ]
@@ -40,6 +49,9 @@ __all__ = [
 # 10) are left out on purpose: the kernel already counts guest time in user and
 # guest_nice in nice, so adding them would count that time twice.
 MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# Idle time this far back is a CPU taken offline and back, not jitter (node_exporter's
+# threshold): its figures restart from what the kernel says.
+JUMP_BACK_S = 3.0
 # Kernels before 2.6.11 print only some columns; fewer than these four is not /proc/stat.
 _MIN_COLUMNS = 4
 _CPU_NAME = re.compile(r"^cpu(\d{1,6})$")
@@ -99,7 +111,9 @@ def _parse_lines(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], tupl
     return tuple(by_cpu[cpu] for cpu in sorted(by_cpu)), tuple(problems)
 
 
-def _parse_uniform(text: str, *, user_hz: int) -> ProcStatTimes | None:
+def _parse_uniform(
+    text: str, *, user_hz: int, floors: Mapping[int, CpuTimes] | None = None
+) -> ProcStatTimes | None:
     """parse_proc_stat's result for the kernel's usual output, else None.
 
     Usual: only cpu lines, all with the same number of columns, every counter plain
@@ -135,6 +149,7 @@ def _parse_uniform(text: str, *, user_hz: int) -> ProcStatTimes | None:
         width=counters,
         kept=min(counters, len(MODES)),
         user_hz=user_hz,
+        floors=floors,
     )
 
 
@@ -142,21 +157,31 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
     """The usual /proc/stat's CPU times by CPU, each converted to seconds when first
     looked up: a poll reads every CPU's line, but the join needs only the exclusive
     CPUs' (a 256-CPU node converts the few dozen lines containers hold, not 256).
+    A CPU found in ``floors`` (the figures given before) never goes below them
+    (``not_backwards``).
 
     Plain data once built: the counters were checked when read, nothing is read later.
     Two threads converting the same CPU at once both store the same figures.
     """
 
-    __slots__ = ("_converted", "_counters", "_kept", "_rows", "_user_hz", "_width")
+    __slots__ = ("_converted", "_counters", "_floors", "_kept", "_rows", "_user_hz", "_width")
 
     def __init__(
-        self, rows: dict[int, int], counters: list[str], *, width: int, kept: int, user_hz: int
+        self,
+        rows: dict[int, int],
+        counters: list[str],
+        *,
+        width: int,
+        kept: int,
+        user_hz: int,
+        floors: Mapping[int, CpuTimes] | None = None,
     ) -> None:
         self._rows = rows  # CPU -> its row of counters, in CPU order
         self._counters = counters  # every row's counters, as digits
         self._width = width  # counters per row
         self._kept = kept  # the leading counters that are MODES
         self._user_hz = user_hz
+        self._floors: Mapping[int, CpuTimes] = floors or {}
         self._converted: dict[int, CpuTimes] = {}
 
     def __getitem__(self, cpu: int) -> CpuTimes:
@@ -165,8 +190,19 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
             start = self._rows[cpu] * self._width
             ticks = self._counters[start : start + self._kept]
             seconds = [int(count) / self._user_hz for count in ticks]
-            found = self._converted[cpu] = CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False)))
+            found = CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False)))
+            floor = self._floors.get(cpu)
+            if floor is not None:
+                found = not_backwards(found, floor)
+            self._converted[cpu] = found
         return found
+
+    def given(self) -> dict[int, CpuTimes]:
+        """The figures given so far, and the floors of CPUs not looked up: the floors of
+        the next poll's times (a poll nobody scraped converts nothing, and must not
+        lose them)."""
+        rows = self._rows  # an offline CPU's floor goes: its figures restart when back
+        return {cpu: t for cpu, t in self._floors.items() if cpu in rows} | self._converted
 
     def __contains__(self, cpu: object) -> bool:
         return cpu in self._rows
@@ -179,6 +215,24 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
 
     def __repr__(self) -> str:
         return f"ProcStatTimes({len(self._rows)} CPUs)"
+
+
+def not_backwards(times: CpuTimes, floor: CpuTimes) -> CpuTimes:
+    """``times`` with each mode at least what ``floor`` gave, unless idle went back by
+    ``JUMP_BACK_S`` or more (the CPU went offline and back: ``times`` as they are)."""
+    before = dict(floor.seconds_by_mode)
+    idle = dict(times.seconds_by_mode).get("idle")
+    if idle is not None and before.get("idle", idle) - idle >= JUMP_BACK_S:
+        return times
+    if all(seconds >= before.get(mode, seconds) for mode, seconds in times.seconds_by_mode):
+        return times
+    return CpuTimes(
+        times.cpu,
+        tuple(
+            (mode, max(seconds, before.get(mode, seconds)))
+            for mode, seconds in times.seconds_by_mode
+        ),
+    )
 
 
 def read_proc_stat(path: Path) -> str:
@@ -216,19 +270,27 @@ class CpuCollector(Collector):
         super().__init__(context)
         # USER_HZ is fixed for the life of the kernel (100 on every common architecture).
         self._user_hz = user_hz if user_hz is not None else os.sysconf("SC_CLK_TCK")
+        self._last: Mapping[int, CpuTimes] = {}  # the last poll's times: this one's floors
 
     def collect(self) -> Readings:
         """Read ``/proc/stat`` once."""
         path = self.context.procfs / "stat"
         text = read_proc_stat(path)
-        cpu_times: Mapping[int, CpuTimes] | None = _parse_uniform(text, user_hz=self._user_hz)
+        last = self._last
+        floors = last.given() if isinstance(last, ProcStatTimes) else last
+        cpu_times: Mapping[int, CpuTimes] | None = _parse_uniform(
+            text, user_hz=self._user_hz, floors=floors
+        )
         problems: tuple[str, ...] = ()
         if cpu_times is None:  # unusual text: the per-line parser says what is wrong
             listed, problems = _parse_lines(text, user_hz=self._user_hz)
-            cpu_times = {times.cpu: times for times in listed}
+            cpu_times = {
+                t.cpu: t if t.cpu not in floors else not_backwards(t, floors[t.cpu]) for t in listed
+            }
         if not cpu_times:
             reason = problems[0] if problems else "no per-CPU lines"
             raise CollectorError(f"{path}: {reason}")
+        self._last = cpu_times
         return Readings(
             cpu_times=cpu_times,
             issues=tuple(issue(GARBAGE, f"{path}: {problem}") for problem in problems),

@@ -287,3 +287,75 @@ class TestProcStatTimes:
         readings = _collect(tmp_path)
         assert list(readings.cpu_times) == [0, 1]
         assert [i.error for i in readings.issues] == ["garbage"]
+
+
+class TestNeverBackwards:
+    """Figures that go back a little keep their last value: Prometheus would read the
+    decrease as a counter reset and count the CPU's whole lifetime again."""
+
+    def _polls(self, tmp_path: Path, *stats: str, look: tuple[bool, ...]) -> list[CpuTimes]:
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100)
+        seen = []
+        for text, looked_up in zip(stats, look, strict=True):
+            (tmp_path / "stat").write_text(text)
+            times = collector.collect().cpu_times
+            assert times is not None
+            if looked_up:  # a poll whose snapshot nobody scraped converts no CPU
+                seen.append(times[0])
+        return seen
+
+    def test_iowait_going_back_keeps_its_last_value(self, tmp_path: Path) -> None:
+        """iowait 500 -> 499 ticks (proc.rst: it 'will decrease in certain conditions'),
+        user 100 -> 90 (nohz_full): both stay; the others move on."""
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\n",
+            "cpu0 90 0 60 1100 499 0 0 0\n",
+            "cpu0 120 0 70 1200 505 0 0 0\n",
+            look=(True, True, True),
+        )
+        assert [
+            _times(0, 100, 0, 50, 1000, 500, 0, 0, 0),
+            _times(0, 100, 0, 60, 1100, 500, 0, 0, 0),
+            _times(0, 120, 0, 70, 1200, 505, 0, 0, 0),
+        ] == seen
+
+    def test_floors_survive_polls_nobody_looked_at(self, tmp_path: Path) -> None:
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+            "cpu0 100 0 50 1050 480 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+            look=(True, False, True),
+        )
+        assert _times(0, 100, 0, 50, 1050, 500, 0, 0, 0) == seen[-1]
+
+    def test_idle_far_back_is_a_cpu_that_went_offline(self, tmp_path: Path) -> None:
+        """Idle JUMP_BACK_S or more back: the figures restart, as the kernel's did."""
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\n",
+            "cpu0 5 0 3 600 2 0 0 0\n",
+            look=(True, True),
+        )
+        assert _times(0, 5, 0, 3, 600, 2, 0, 0, 0) == seen[-1]
+
+    def test_the_per_line_parser_keeps_floors_too(self, tmp_path: Path) -> None:
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 x 2 3 4\n",
+            "cpu0 100 0 50 1100 490 0 0 0\ncpu1 x 2 3 4\n",
+            look=(True, True),
+        )
+        assert _times(0, 100, 0, 50, 1100, 500, 0, 0, 0) == seen[-1]
+
+    def test_a_cpu_back_online_has_no_floor(self, tmp_path: Path) -> None:
+        """A CPU missing from a poll (offline) loses its floor: whatever it restarts at."""
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+            "cpu1 1 1 1 1 1 1 1 1\n",
+            "cpu0 90 0 40 998 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+            look=(True, False, True),
+        )
+        assert _times(0, 90, 0, 40, 998, 400, 0, 0, 0) == seen[-1]
