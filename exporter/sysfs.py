@@ -16,6 +16,7 @@ import os
 import re
 import resource
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
@@ -314,6 +315,14 @@ class KeptFiles:
         else:
             os.close(fd)
         return data
+
+    def forget(self, paths: Iterable[str]) -> None:
+        """Close the files kept at ``paths``: a kept descriptor follows its kernfs node,
+        so where a path may now name another device (a netdev renamed, its name taken
+        by another), the next read must open the path again."""
+        for path in paths:
+            if path in self._fds:
+                self._forget(path)
 
     def sweep(self) -> None:
         """Close the files not read since the last sweep (their devices are gone)."""

@@ -304,6 +304,10 @@ class NetdevCollector(Collector):
             if cached is not None and cached[0] == inode:
                 interface = cached[1]
             else:
+                if cached is not None and cached[1] is not None:
+                    # Another netdev has this name now (renamed, or gone and re-created):
+                    # the kept counter files still read the one that had it.
+                    self._files.forget(cached[1].counter_files)
                 before = len(issues)
                 interface = _interface(f"{class_dir}/{name}", name, issues)
                 if len(issues) > before:

@@ -603,6 +603,25 @@ class TestBetweenPolls:
         expected = (*devices[:2], _host_reading(moved, tick=0), devices[3])
         assert Readings(devices=expected) == collector.collect()
 
+    def test_name_taken_by_another_netdev_reads_that_netdev(self, tmp_path: Path) -> None:
+        """udev renames: ens1f0v1 becomes eth0 once eth0 is renamed away. The files stay
+        (kernfs moves the nodes, and a kept descriptor follows its node), so without
+        forgetting them eth0 would keep reading the old eth0's counters."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        class_net = tmp_path / "class" / "net"
+        (class_net / "eth0").unlink()
+        (class_net / VF1.netdev).rename(class_net / "eth0")  # a new inode for the name
+
+        eth0 = next(r for r in collector.collect().devices if r.name == "eth0")
+        assert (
+            _pci(VF1.pci_address),
+            _samples("eth0", net_fixture.interface_counters(VF1, tick=0)),
+        ) == (
+            eth0.keys[1],
+            eth0.samples,
+        )
+
     def test_vf_recreated_on_another_function(self, tmp_path: Path) -> None:
         """A PF's virtfn link re-pointed (VFs re-created) names the new VF next poll."""
         collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
