@@ -9,13 +9,16 @@ Counters follow node_exporter/procfs: ``counters_ext/*_64`` (kernels before 4.5,
 ``counters/`` were 32 bits and saturate) is preferred where present, else ``counters/``
 (64 bits since 4.5). ``port_rcv_data``/``port_xmit_data`` count 4-octet words and are
 multiplied by 4 here. ``hw_counters`` holds no data or packet counts (only RoCE
-events and errors), so it is not read. ``N/A (no PMA)`` means absent. A missing
+events and errors), so it is not read. A port without a performance-management agent
+makes older kernels print ``N/A (no PMA)`` and newer ones fail the read with EINVAL
+(or EOPNOTSUPP): both mean absent, as in procfs. A missing
 counter gives no sample; an unreadable or garbage one loses that figure and is
 reported as an issue with its path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +159,8 @@ def _read_counter(port_dir: Path, name: str, *, issues: list[CollectorIssue]) ->
         try:
             text = read_text(path)
         except CollectorError as error:
+            if _no_pma(error):
+                continue
             issues.append(file_issue(error))
             return None
         if text is None:
@@ -166,6 +171,13 @@ def _read_counter(port_dir: Path, name: str, *, issues: list[CollectorIssue]) ->
             issues.append(issue(GARBAGE, f"{path}: {error}"))
             return None
     return None
+
+
+def _no_pma(error: CollectorError) -> bool:
+    """Whether a failed counter read is the kernel saying the port has no PMA
+    (``show_pma_counter`` returns the MAD query's error since 5.x)."""
+    cause = error.__cause__
+    return isinstance(cause, OSError) and cause.errno in (errno.EINVAL, errno.EOPNOTSUPP)
 
 
 def _times(value: int | None, factor: int) -> int | None:
