@@ -35,6 +35,7 @@ __all__ = [
     "GarbageFile",
     "KeptFiles",
     "UnreadableFile",
+    "failed_with",
     "is_pci_address",
     "is_sysfs_mount",
     "kept_files_budget",
@@ -185,6 +186,13 @@ def _attribute_text(data: bytes, path: Path | str) -> str:
     if b"\0" in data:
         raise GarbageFile(f"{path}: binary contents")
     return data.decode("utf-8", errors="replace").strip()
+
+
+def failed_with(error: CollectorError, *codes: int) -> bool:
+    """Whether ``error`` is a read that failed with one of the errnos ``codes`` (the
+    kernel answering a read of an attribute with an error code of its own)."""
+    cause = error.__cause__
+    return isinstance(cause, OSError) and cause.errno in codes
 
 
 def read_int(path: Path | str, *, base: int = 10) -> int | None:

@@ -44,6 +44,7 @@ from exporter.sysfs import (
     GARBAGE,
     MAX_COUNTER,
     UNREADABLE,
+    failed_with,
     file_issue,
     is_pci_address,
     list_source,
@@ -159,8 +160,8 @@ def _read_counter(port_dir: Path, name: str, *, issues: list[CollectorIssue]) ->
         try:
             text = read_text(path)
         except CollectorError as error:
-            if _no_pma(error):
-                continue
+            if failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
+                continue  # no PMA: show_pma_counter returns the MAD query's error
             issues.append(file_issue(error))
             return None
         if text is None:
@@ -171,13 +172,6 @@ def _read_counter(port_dir: Path, name: str, *, issues: list[CollectorIssue]) ->
             issues.append(issue(GARBAGE, f"{path}: {error}"))
             return None
     return None
-
-
-def _no_pma(error: CollectorError) -> bool:
-    """Whether a failed counter read is the kernel saying the port has no PMA
-    (``show_pma_counter`` returns the MAD query's error since 5.x)."""
-    cause = error.__cause__
-    return isinstance(cause, OSError) and cause.errno in (errno.EINVAL, errno.EOPNOTSUPP)
 
 
 def _times(value: int | None, factor: int) -> int | None:

@@ -17,13 +17,15 @@ names cannot contain ``/``), which says where the figure came from. mlx5 writes
 read too. The per-VF counters have no error counts. Every VF, on the host or not, also
 carries ``SRIOV_VF <pf address>/<n>``.
 
-A missing counter (or a device gone since the listing) gives no sample and no issue;
+A missing counter (or a device gone since the listing, or being unregistered: its
+counters answer EINVAL) gives no sample and no issue;
 an unreadable or garbage one loses that figure and is reported as an issue with its
 path. Which kubelet or DRA device names a NIC is ``exporter.resolver``'s business.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Mapping
@@ -54,6 +56,7 @@ from exporter.sysfs import (
     MAX_COUNTER,
     UNREADABLE,
     KeptFiles,
+    failed_with,
     file_issue,
     is_pci_address,
     list_source_inodes,
@@ -367,7 +370,10 @@ class NetdevCollector(Collector):
             try:
                 value = read_int(path)
             except CollectorError as error:
-                issues.append(file_issue(error))
+                # EINVAL: netstat_show's answer for a netdev being unregistered (a VF
+                # going away): gone, like a file gone since the listing.
+                if not failed_with(error, errno.EINVAL):
+                    issues.append(file_issue(error))
                 continue
             if value is not None:
                 samples.append(Sample(spec, float(value), labels))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import inspect
 import os
 import shutil
@@ -437,6 +438,27 @@ class TestPartialFailures:
             (CollectorIssue("unreadable", f"cannot read {seen}: Is a directory"),),
         )
         assert expected == (readings.devices[1].samples, readings.issues)
+
+    @pytest.mark.parametrize(("code", "issues"), [(errno.EINVAL, 0), (errno.EIO, 1)])
+    def test_netdev_being_unregistered_is_gone_not_an_error(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, issues: int
+    ) -> None:
+        """A netdev being unregistered answers its counters with EINVAL (netstat_show
+        once the device is not alive): that figure is gone, not an error; EIO still is."""
+        _tree(tmp_path)
+        real_pread = os.pread
+
+        def pread(fd: int, size: int, offset: int) -> bytes:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith("ens1f0v1/statistics/tx_bytes"):
+                raise OSError(code, os.strerror(code))
+            return real_pread(fd, size, offset)
+
+        monkeypatch.setattr(os, "pread", pread)
+
+        readings = _collect(tmp_path)
+        vf1 = _host_reading(VF1, tick=0)
+        expected = tuple(s for s in vf1.samples if s.spec != NET_TRANSMIT_BYTES)
+        assert (expected, issues) == (readings.devices[1].samples, len(readings.issues))
 
     def test_netdev_vanishing_after_the_listing(self, tmp_path: Path) -> None:
         """A netdev listed but gone when read (dangling class link) is absent, not an error."""
