@@ -320,42 +320,50 @@ class TestNeverBackwards:
             _times(0, 120, 0, 70, 1200, 505, 0, 0, 0),
         ] == seen
 
-    def test_floors_survive_polls_nobody_looked_at(self, tmp_path: Path) -> None:
-        seen = self._polls(
-            tmp_path,
-            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
-            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
-            "cpu0 100 0 50 1050 480 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
-            look=(True, False, True),
-        )
-        assert _times(0, 100, 0, 50, 1050, 500, 0, 0, 0) == seen[-1]
-
-    def test_idle_far_back_is_a_cpu_that_went_offline(self, tmp_path: Path) -> None:
-        """Idle JUMP_BACK_S or more back: the figures restart, as the kernel's did."""
-        seen = self._polls(
-            tmp_path,
-            "cpu0 100 0 50 1000 500 0 0 0\n",
-            "cpu0 5 0 3 600 2 0 0 0\n",
-            look=(True, True),
-        )
-        assert _times(0, 5, 0, 3, 600, 2, 0, 0, 0) == seen[-1]
-
-    def test_the_per_line_parser_keeps_floors_too(self, tmp_path: Path) -> None:
-        seen = self._polls(
-            tmp_path,
-            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 x 2 3 4\n",
-            "cpu0 100 0 50 1100 490 0 0 0\ncpu1 x 2 3 4\n",
-            look=(True, True),
-        )
-        assert _times(0, 100, 0, 50, 1100, 500, 0, 0, 0) == seen[-1]
-
-    def test_a_cpu_back_online_has_no_floor(self, tmp_path: Path) -> None:
-        """A CPU missing from a poll (offline) loses its floor: whatever it restarts at."""
-        seen = self._polls(
-            tmp_path,
-            "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
-            "cpu1 1 1 1 1 1 1 1 1\n",
-            "cpu0 90 0 40 998 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
-            look=(True, False, True),
-        )
-        assert _times(0, 90, 0, 40, 998, 400, 0, 0, 0) == seen[-1]
+    @pytest.mark.parametrize(
+        ("stats", "look", "last"),
+        [
+            pytest.param(
+                (
+                    "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+                    "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+                    "cpu0 100 0 50 1050 480 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+                ),
+                (True, False, True),
+                (100, 0, 50, 1050, 500, 0, 0, 0),
+                id="floors-survive-polls-nobody-looked-at",
+            ),
+            pytest.param(
+                ("cpu0 100 0 50 1000 500 0 0 0\n", "cpu0 5 0 3 600 2 0 0 0\n"),
+                (True, True),
+                (5, 0, 3, 600, 2, 0, 0, 0),
+                id="idle-far-back-is-a-cpu-that-went-offline-and-back",
+            ),
+            pytest.param(
+                (
+                    "cpu0 100 0 50 1000 500 0 0 0\ncpu1 x 2 3 4\n",
+                    "cpu0 100 0 50 1100 490 0 0 0\ncpu1 x 2 3 4\n",
+                ),
+                (True, True),
+                (100, 0, 50, 1100, 500, 0, 0, 0),
+                id="the-per-line-parser-keeps-floors-too",
+            ),
+            pytest.param(
+                (
+                    "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+                    "cpu1 1 1 1 1 1 1 1 1\n",
+                    "cpu0 90 0 40 998 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+                ),
+                (True, False, True),
+                (90, 0, 40, 998, 400, 0, 0, 0),
+                id="a-cpu-missing-from-a-poll-loses-its-floor",
+            ),
+        ],
+    )
+    def test_last_figures(
+        self, tmp_path: Path, stats: tuple[str, ...], look: tuple[bool, ...], last: tuple[int, ...]
+    ) -> None:
+        """Floors carry over polls whose snapshot nobody scraped (nothing converted) and
+        hold in the per-line parser; idle JUMP_BACK_S or more back (a CPU offlined and
+        back) and a CPU absent from a poll restart from what the kernel says."""
+        assert _times(0, *last) == self._polls(tmp_path, *stats, look=look)[-1]
