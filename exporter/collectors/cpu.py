@@ -52,6 +52,7 @@ MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 # Idle time this far back is a CPU taken offline and back, not jitter (node_exporter's
 # threshold): its figures restart from what the kernel says.
 JUMP_BACK_S = 3.0
+_IDLE = MODES.index("idle")
 # Kernels before 2.6.11 print only some columns; fewer than these four is not /proc/stat.
 _MIN_COLUMNS = 4
 _CPU_NAME = re.compile(r"^cpu(\d{1,6})$")
@@ -220,19 +221,18 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
 def not_backwards(times: CpuTimes, floor: CpuTimes) -> CpuTimes:
     """``times`` with each mode at least what ``floor`` gave, unless idle went back by
     ``JUMP_BACK_S`` or more (the CPU went offline and back: ``times`` as they are)."""
-    before = dict(floor.seconds_by_mode)
-    idle = dict(times.seconds_by_mode).get("idle")
-    if idle is not None and before.get("idle", idle) - idle >= JUMP_BACK_S:
+    # Both list MODES in order (a prefix of it where the kernel prints fewer columns), so
+    # modes pair by position: this runs for every held CPU of every rendered snapshot.
+    new, old = times.seconds_by_mode, floor.seconds_by_mode
+    if len(new) > _IDLE and len(old) > _IDLE and old[_IDLE][1] - new[_IDLE][1] >= JUMP_BACK_S:
         return times
-    if all(seconds >= before.get(mode, seconds) for mode, seconds in times.seconds_by_mode):
-        return times
-    return CpuTimes(
-        times.cpu,
-        tuple(
-            (mode, max(seconds, before.get(mode, seconds)))
-            for mode, seconds in times.seconds_by_mode
-        ),
-    )
+    for n, o in zip(new, old, strict=False):
+        if n[1] < o[1]:
+            break
+    else:
+        return times  # nothing went back: most CPUs, most polls
+    kept = tuple((mode, max(seconds, o[1])) for (mode, seconds), o in zip(new, old, strict=False))
+    return CpuTimes(times.cpu, kept + new[len(kept) :])
 
 
 def read_proc_stat(path: Path) -> str:

@@ -11,7 +11,13 @@ from fifo import error_reading_fifo
 
 from exporter.collectors import cpu as cpu_module
 from exporter.collectors.base import CollectorContext, CollectorError, issue
-from exporter.collectors.cpu import REGISTRATION, CpuCollector, parse_proc_stat, read_proc_stat
+from exporter.collectors.cpu import (
+    REGISTRATION,
+    CpuCollector,
+    not_backwards,
+    parse_proc_stat,
+    read_proc_stat,
+)
 from exporter.model import CpuTimes, Readings
 from exporter.sim.fixtures import procfs as procfs_fixture
 from exporter.sim.hardware import GIB, SimHardware, SimNumaNode
@@ -367,3 +373,17 @@ class TestNeverBackwards:
         hold in the per-line parser; idle JUMP_BACK_S or more back (a CPU offlined and
         back) and a CPU absent from a poll restart from what the kernel says."""
         assert _times(0, *last) == self._polls(tmp_path, *stats, look=look)[-1]
+
+    @pytest.mark.parametrize(
+        ("new", "floor", "expected"),
+        [
+            ((101, 0, 51, 1001), (100, 0, 50, 1000, 500), (101, 0, 51, 1001)),
+            ((99, 0, 51, 1001, 7), (100, 0, 50, 1000), (100, 0, 51, 1001, 7)),
+        ],
+        ids=["fewer-columns-now", "fewer-columns-before"],
+    )
+    def test_modes_pair_by_position(
+        self, new: tuple[int, ...], floor: tuple[int, ...], expected: tuple[int, ...]
+    ) -> None:
+        """Both sides list MODES in order; a mode only one side has is left as it is."""
+        assert _times(0, *expected) == not_backwards(_times(0, *new), _times(0, *floor))
