@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.infiniband import (
@@ -178,47 +179,31 @@ class TestReadPortCounters:
         counters = read_port_counters(port_dir, port=1, issues=issues)
         assert (IbPortCounters(1, None, 4, None, None), []) == (counters, issues)
 
-    @pytest.mark.parametrize("code", [errno.EINVAL, errno.EOPNOTSUPP])
+    @pytest.mark.parametrize(
+        ("code", "errors"),
+        [(errno.EINVAL, []), (errno.EOPNOTSUPP, []), (errno.EIO, ["unreadable"])],
+        ids=["EINVAL", "EOPNOTSUPP", "EIO"],
+    )
     def test_no_pma_read_error_is_absent(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, errors: list[str]
     ) -> None:
         """Newer kernels fail the read where older ones printed ``N/A (no PMA)``
-        (EINVAL from the MAD query): absent too, not an error every poll."""
+        (EINVAL from the MAD query): absent too, not an error every poll. Other
+        errors lose the figure and are issues."""
         port_dir = _port(
             tmp_path,
             "mlx5_0",
             "1",
             {"counters/port_rcv_data": "7\n", "counters/port_xmit_data": "1\n"},
         )
-        real_read = os.read
-
-        def read(fd: int, size: int) -> bytes:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith("port_rcv_data"):
-                raise OSError(code, os.strerror(code))
-            return real_read(fd, size)
-
-        monkeypatch.setattr(os, "read", read)
+        fail_reads(monkeypatch, path_suffix="port_rcv_data", code=code)
         issues: list[CollectorIssue] = []
 
         counters = read_port_counters(port_dir, port=1, issues=issues)
-        assert (IbPortCounters(1, None, 4, None, None), []) == (counters, issues)
-
-    def test_other_read_errors_are_issues(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        port_dir = _port(tmp_path, "mlx5_0", "1", {"counters/port_rcv_data": "7\n"})
-        real_read = os.read
-
-        def read(fd: int, size: int) -> bytes:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith("port_rcv_data"):
-                raise OSError(errno.EIO, os.strerror(errno.EIO))
-            return real_read(fd, size)
-
-        monkeypatch.setattr(os, "read", read)
-        issues: list[CollectorIssue] = []
-
-        read_port_counters(port_dir, port=1, issues=issues)
-        assert ["unreadable"] == [i.error for i in issues]
+        assert (IbPortCounters(1, None, 4, None, None), errors) == (
+            counters,
+            [i.error for i in issues],
+        )
 
     def test_garbage_counters_ext_is_not_replaced_by_32_bit(self, tmp_path: Path) -> None:
         """A garbage 64-bit counter loses the figure rather than fall back to a saturated one."""

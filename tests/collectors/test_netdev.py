@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.netdev import (
@@ -446,14 +447,7 @@ class TestPartialFailures:
         """A netdev being unregistered answers its counters with EINVAL (netstat_show
         once the device is not alive): that figure is gone, not an error; EIO still is."""
         _tree(tmp_path)
-        real_pread = os.pread
-
-        def pread(fd: int, size: int, offset: int) -> bytes:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith("ens1f0v1/statistics/tx_bytes"):
-                raise OSError(code, os.strerror(code))
-            return real_pread(fd, size, offset)
-
-        monkeypatch.setattr(os, "pread", pread)
+        fail_reads(monkeypatch, path_suffix="ens1f0v1/statistics/tx_bytes", code=code)
 
         readings = _collect(tmp_path)
         vf1 = _host_reading(VF1, tick=0)
