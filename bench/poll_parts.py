@@ -1,0 +1,129 @@
+"""Where a steady poll's CPU goes, part by part: the breakdown behind bench.py's poll rows.
+
+    .venv/bin/python bench/poll_parts.py [--pods 250] [--polls 40] [--issue-node]
+
+Builds bench.py's dense node (the same tree, simulated kubelet and exporter), warms it
+up, then prints medians over ``--polls``: the whole poll (process CPU) beside its decode
+floor; the join's worker-thread time inside those polls; every collector's ``collect()``
+alone (thread time); the collectors' whole run as the poll makes it (one lane, one
+thread hop); and the kubelet's two calls, opening and closing the channel as the poller
+does at the default interval, and on a channel kept open. The parts are timed one after
+another, not inside the poll, so they do not add up to it exactly: the poll also pays
+the hops between the loop and its threads. Figures only, no pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from memory_worker import kubelet_socket
+
+import bench
+
+
+def _median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.2f} ms"
+
+
+async def _cpu_of(step: Callable[[], Awaitable[Any]], times: int) -> list[float]:
+    """Process CPU seconds of each of ``times`` awaits of ``step()``."""
+    spent = []
+    for _ in range(times):
+        started = time.process_time()
+        await step()
+        spent.append(time.process_time() - started)
+    return spent
+
+
+def _thread_cpu_of_collect(collector: Any, times: int) -> list[float]:
+    spent = []
+    for _ in range(times):
+        started = time.thread_time()
+        # Absent sources (InfiniBand, DRM here) raise: what they cost still counts.
+        with contextlib.suppress(Exception):
+            collector.collect()
+        spent.append(time.thread_time() - started)
+    return spent
+
+
+async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
+    from exporter.memory import tune_allocator, tune_gc
+    from exporter.sim.fixtures import write_tree
+
+    bench._quiet()
+    tune_allocator()
+    tune_gc()
+    root = Path(tempfile.mkdtemp(prefix="prx-parts-"))
+    tree = root / "issue" if issue_node else root
+    hardware = bench._hardware(issue_node=issue_node)
+    write_tree(sysfs=tree / "sys", procfs_root=tree / "proc", hardware=hardware, tick=0)
+    kubelet = bench._Kubelet(kubelet_socket(root))
+    kubelet.ask("issue_node", int(issue_node))
+    kubelet.ask("pods", pods)
+    kubelet.ask("tick", 0)
+    exporter = bench._exporter(tree, kubelet_socket(root), issue_node=issue_node)
+    poller = exporter.poller
+    try:
+        for _ in range(3):  # warm-up: channel, caches, first join, first render
+            await exporter.store.exposition(await poller.poll_once())
+        floor = bench._DecodeFloor(pods, issue_node=issue_node)
+        joins: list[float] = []
+        join = poller._join
+
+        def timed_join(*args: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return join(*args)
+            finally:
+                joins.append(time.thread_time() - started)
+
+        poller._join = timed_join
+        whole, floors = [], []
+        for _ in range(polls):
+            whole += await _cpu_of(poller.poll_once, 1)
+            floors.append(floor.seconds())
+        poller._join = join
+        node = "the issue's node" if issue_node else "the default dense node"
+        print(f"{pods} pods on {node}, medians of {polls}")
+        print(f"  poll, process CPU            {_median_ms(whole)}   floor {_median_ms(floors)}")
+        print(f"  join (its worker thread)     {_median_ms(joins)}")
+        runner = poller._runner
+        collected = {c.name: _thread_cpu_of_collect(c, polls) for c in runner._collectors}
+        print(f"  run_all (lane and hop)       {_median_ms(await _cpu_of(runner.run_all, polls))}")
+        total = sum(statistics.median(v) for v in collected.values())
+        print(f"  collect() alone, summed      {total * 1000:.2f} ms")
+        for name, spent in collected.items():
+            print(f"      {name:<24} {_median_ms(spent)}")
+        client = poller._client
+
+        async def reopened() -> None:
+            await poller._poll_kubelet()
+            await client.release_channel()
+
+        print(f"  kubelet, channel reopened    {_median_ms(await _cpu_of(reopened, polls))}")
+        kept = await _cpu_of(poller._poll_kubelet, polls)
+        print(f"  kubelet, channel kept open   {_median_ms(kept)}")
+    finally:
+        await exporter.close()
+        kubelet.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--pods", type=int, default=bench.SCRAPE_PODS)
+    parser.add_argument("--polls", type=int, default=40)
+    parser.add_argument("--issue-node", action="store_true", help="the node issue 11 set")
+    args = parser.parse_args()
+    asyncio.run(_main(args.pods, args.polls, issue_node=args.issue_node))
+
+
+if __name__ == "__main__":
+    main()
