@@ -59,9 +59,9 @@ log = structlog.get_logger(__name__)
 
 GET_PROBE_INTERVAL_S = 300.0
 # From this poll interval up, the kubelet channel is closed after each poll's calls.
-# While a channel is open gRPC's threads cost ~1.3 ms of CPU a second; opening one again
-# costs the next poll ~3.5 ms. Measured per poll and the idle time after it (250 pods,
-# docs/benchmarks.md): a wash at 3 s, 43.1 -> 29.9 ms at the default 10 s.
+# While a channel is open gRPC's threads cost 0.6-1.6 ms of CPU a second; opening one
+# again costs the next poll 1.5-3.5 ms (two machines, docs/benchmarks.md). Measured per
+# poll and the idle time after it (250 pods): a wash at 3 s, 43.1 -> 29.9 ms at 10 s.
 RELEASE_CHANNEL_MIN_INTERVAL_S = 5.0
 # Once the kubelet's replies shrink from LARGE_REPLY_BYTES or more, the heap is trimmed
 # (glibc malloc_trim) after each of the next TRIM_POLLS polls: the memory a large reply
