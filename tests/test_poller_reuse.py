@@ -98,3 +98,30 @@ class TestByteIdenticalReplies:
         finally:
             await exporter.close()
         assert [e for e in logs if e["event"] == "allocation_changed"]
+
+
+class TestCpuNumaMap:
+    async def test_a_changed_map_is_joined_again_and_an_unchanged_one_is_not(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """CPUs moving to another NUMA node (the cpulists rewritten) reach the snapshot
+        at the next poll; the poll after that, with nothing changed, keeps every view."""
+        config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+        exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+        nodes = sim_node.sysfs / "devices" / "system" / "node"
+        try:
+            before = (await exporter.poller.poll_once()).snapshot
+            for name, cpus in (("node0", "0-15\n"), ("node1", "16-63\n")):
+                staged = nodes / name / "cpulist.new"
+                staged.write_text(cpus)
+                staged.replace(nodes / name / "cpulist")  # as the fixtures write: atomically
+            moved = (await exporter.poller.poll_once()).snapshot
+            kept = (await exporter.poller.poll_once()).snapshot
+        finally:
+            await exporter.close()
+        assert (16, 0) in before.cpu_numa
+        assert (16, 1) in moved.cpu_numa
+        assert (15, 0) in moved.cpu_numa
+        assert moved.cpu_numa == kept.cpu_numa
+        assert moved.pods
+        assert all(a is b for a, b in zip(moved.pods, kept.pods, strict=True))
