@@ -249,12 +249,24 @@ class TestCaches:
         assert gzip.decompress(later).endswith(b"# EOF\n")
 
 
-def test_content_types_are_prometheus_clients() -> None:
-    """The content types written out are the ones prometheus_client's writers declare."""
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "",  # no header, as curl without -H
+        "*/*",
+        "text/plain",
+        # Prometheus 2.x's default scrape, OpenMetrics left out
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    ],
+)
+def test_content_types_are_prometheus_clients(accept: str) -> None:
+    """The content types written out are the ones prometheus_client answers: text
+    0.0.4 to every scraper that does not name text 1.0.0, and OpenMetrics 1.0.0."""
     from prometheus_client import exposition as text_format
     from prometheus_client.openmetrics import exposition as openmetrics_format
 
-    assert exposition_module.TEXT_CONTENT_TYPE == text_format.CONTENT_TYPE_LATEST
+    assert exposition_module.TEXT_CONTENT_TYPE == text_format.choose_encoder(accept)[1]
+    assert exposition_module.TEXT_CONTENT_TYPE == text_format.CONTENT_TYPE_PLAIN_0_0_4
     assert exposition_module.OPENMETRICS_CONTENT_TYPE == openmetrics_format.CONTENT_TYPE_LATEST
 
 

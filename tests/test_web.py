@@ -166,6 +166,31 @@ class TestMethodsAndNegotiation:
         )
 
     @pytest.mark.parametrize(
+        "accept",
+        [
+            "",
+            "text/plain;version=0.0.4",
+            # Prometheus 3.x with scrape_protocols: [PrometheusText1.0.0, PrometheusText0.0.4]
+            "text/plain;version=1.0.0;escaping=allow-utf-8,text/plain;version=0.0.4;q=0.9",
+        ],
+    )
+    async def test_text_is_version_0_0_4_whatever_version_was_asked(
+        self, exporter: Exporter, aiohttp_client: Any, accept: str
+    ) -> None:
+        """Every name is a legacy one, so the page is text 0.0.4 and says so: older
+        parsers take another version of text/plain for an unknown format."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        client = await aiohttp_client(exporter.create_app())
+        response = await client.get("/metrics", headers={"Accept": accept})
+        families = list(text_string_to_metric_families(await response.text()))
+        assert (200, "text/plain; version=0.0.4; charset=utf-8") == (
+            response.status,
+            response.headers["Content-Type"],
+        )
+        assert "podresources_exporter_build_info" in {f.name for f in families}
+
+    @pytest.mark.parametrize(
         "path",
         [
             "/metrics",
