@@ -332,6 +332,34 @@ def _exporter(
     return Exporter(config, collectors=built)
 
 
+def _write_tree(root: Path, *, issue_node: bool = False) -> None:
+    """The dense node's sysfs/procfs tree under ``root``, the issue's under ``root / "issue"``."""
+    from exporter.sim.fixtures import write_tree
+
+    tree = root / "issue" if issue_node else root
+    hardware = _hardware(issue_node=issue_node)
+    write_tree(sysfs=tree / "sys", procfs_root=tree / "proc", hardware=hardware, tick=0)
+
+
+async def _warmed_exporter(
+    root: Path, kubelet: _Kubelet, *, pods: int, collectors: bool = True, issue_node: bool = False
+) -> Any:
+    """An exporter reading ``_write_tree``'s tree, its kubelet listing ``pods`` pods, after
+    three polls and renders (channel, caches, first join, first render). Closed by the caller."""
+    kubelet.ask("issue_node", int(issue_node))
+    kubelet.ask("pods", pods)
+    kubelet.ask("tick", 0)
+    tree = root / "issue" if issue_node else root
+    exporter = _exporter(tree, kubelet_socket(root), collectors=collectors, issue_node=issue_node)
+    try:
+        for _ in range(3):
+            await exporter.store.exposition(await exporter.poller.poll_once())
+    except BaseException:
+        await exporter.close()
+        raise
+    return exporter
+
+
 async def _poll_cpu(
     exporter: Any, kubelet: _Kubelet, floor: _DecodeFloor, *, churn: bool, tick: int
 ) -> tuple[list[float], list[float], list[float]]:
@@ -379,14 +407,10 @@ async def _poll_rows(
 ) -> tuple[list[Row], float]:
     """The steady and churn rows, and a steady poll's median CPU seconds with its render.
     On the issue's node, the hardware tree is ``root / "issue"``."""
-    kubelet.ask("issue_node", int(issue_node))
-    kubelet.ask("pods", pods)
-    kubelet.ask("tick", 0)
-    tree = root / "issue" if issue_node else root
-    exporter = _exporter(tree, kubelet_socket(root), collectors=collectors, issue_node=issue_node)
+    exporter = await _warmed_exporter(
+        root, kubelet, pods=pods, collectors=collectors, issue_node=issue_node
+    )
     try:
-        for _ in range(3):  # warm-up: channel, caches, first join, first render
-            await exporter.store.exposition(await exporter.poller.poll_once())
         decode = _DecodeFloor(pods, issue_node=issue_node)
         steady: tuple[list[float], list[float]] = ([], [])
         churn: tuple[list[float], list[float]] = ([], [])
@@ -797,7 +821,6 @@ def _own_peak_mib() -> float:
 
 async def _main(*, runs: int) -> None:
     from exporter.memory import tune_allocator, tune_gc
-    from exporter.sim.fixtures import write_tree
 
     _quiet()
     # The poll and scrape rows measure an exporter in this process: tune it as run()
@@ -809,11 +832,8 @@ async def _main(*, runs: int) -> None:
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="prx-bench-"))
     idle_floor = await _idle_cpu_per_s(1.0)
-    write_tree(sysfs=root / "sys", procfs_root=root / "proc", hardware=_hardware(), tick=0)
-    issue = root / "issue"
-    write_tree(
-        sysfs=issue / "sys", procfs_root=issue / "proc", hardware=_hardware(issue_node=True), tick=0
-    )
+    _write_tree(root)
+    _write_tree(root, issue_node=True)
     kubelet = _Kubelet(kubelet_socket(root))
     try:
         rows, steady_poll_s = await _measure_polls(root, kubelet, runs=runs)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import statistics
 import tempfile
 import time
@@ -56,64 +57,65 @@ def _thread_cpu_of_collect(collector: Any, times: int) -> list[float]:
 
 async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
     from exporter.memory import tune_allocator, tune_gc
-    from exporter.sim.fixtures import write_tree
 
     bench._quiet()
     tune_allocator()
     tune_gc()
     root = Path(tempfile.mkdtemp(prefix="prx-parts-"))
-    tree = root / "issue" if issue_node else root
-    hardware = bench._hardware(issue_node=issue_node)
-    write_tree(sysfs=tree / "sys", procfs_root=tree / "proc", hardware=hardware, tick=0)
+    bench._write_tree(root, issue_node=issue_node)
     kubelet = bench._Kubelet(kubelet_socket(root))
-    kubelet.ask("issue_node", int(issue_node))
-    kubelet.ask("pods", pods)
-    kubelet.ask("tick", 0)
-    exporter = bench._exporter(tree, kubelet_socket(root), issue_node=issue_node)
-    poller = exporter.poller
     try:
-        for _ in range(3):  # warm-up: channel, caches, first join, first render
-            await exporter.store.exposition(await poller.poll_once())
-        floor = bench._DecodeFloor(pods, issue_node=issue_node)
-        joins: list[float] = []
-        join = poller._join
-
-        def timed_join(*args: Any) -> Any:
-            started = time.thread_time()
-            try:
-                return join(*args)
-            finally:
-                joins.append(time.thread_time() - started)
-
-        poller._join = timed_join
-        whole, floors = [], []
-        for _ in range(polls):
-            whole += await _cpu_of(poller.poll_once, 1)
-            floors.append(floor.seconds())
-        poller._join = join
-        node = "the issue's node" if issue_node else "the default dense node"
-        print(f"{pods} pods on {node}, medians of {polls}")
-        print(f"  poll, process CPU            {_median_ms(whole)}   floor {_median_ms(floors)}")
-        print(f"  join (its worker thread)     {_median_ms(joins)}")
-        runner = poller._runner
-        collected = {c.name: _thread_cpu_of_collect(c, polls) for c in runner._collectors}
-        print(f"  run_all (lane and hop)       {_median_ms(await _cpu_of(runner.run_all, polls))}")
-        total = sum(statistics.median(v) for v in collected.values())
-        print(f"  collect() alone, summed      {total * 1000:.2f} ms")
-        for name, spent in collected.items():
-            print(f"      {name:<24} {_median_ms(spent)}")
-        client = poller._client
-
-        async def reopened() -> None:
-            await poller._poll_kubelet()
-            await client.release_channel()
-
-        print(f"  kubelet, channel reopened    {_median_ms(await _cpu_of(reopened, polls))}")
-        kept = await _cpu_of(poller._poll_kubelet, polls)
-        print(f"  kubelet, channel kept open   {_median_ms(kept)}")
+        exporter = await bench._warmed_exporter(root, kubelet, pods=pods, issue_node=issue_node)
+        try:
+            await _print_parts(exporter, pods, polls, issue_node=issue_node)
+        finally:
+            await exporter.close()
     finally:
-        await exporter.close()
         kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool) -> None:
+    poller = exporter.poller
+    floor = bench._DecodeFloor(pods, issue_node=issue_node)
+    joins: list[float] = []
+    join = poller._join
+
+    def timed_join(*args: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return join(*args)
+        finally:
+            joins.append(time.thread_time() - started)
+
+    poller._join = timed_join
+    whole, floors = [], []
+    for _ in range(polls):  # each poll beside its floor, as bench.py times them
+        started = time.process_time()
+        await poller.poll_once()
+        whole.append(time.process_time() - started)
+        floors.append(floor.seconds())
+    poller._join = join
+    node = "the issue's node" if issue_node else "the default dense node"
+    print(f"{pods} pods on {node}, medians of {polls}")
+    print(f"  poll, process CPU            {_median_ms(whole)}   floor {_median_ms(floors)}")
+    print(f"  join (its worker thread)     {_median_ms(joins)}")
+    runner = poller._runner
+    collected = {c.name: _thread_cpu_of_collect(c, polls) for c in runner._collectors}
+    print(f"  run_all (lane and hop)       {_median_ms(await _cpu_of(runner.run_all, polls))}")
+    total = sum(statistics.median(v) for v in collected.values())
+    print(f"  collect() alone, summed      {total * 1000:.2f} ms")
+    for name, spent in collected.items():
+        print(f"      {name:<24} {_median_ms(spent)}")
+    client = poller._client
+
+    async def reopened() -> None:
+        await poller._poll_kubelet()
+        await client.release_channel()
+
+    print(f"  kubelet, channel reopened    {_median_ms(await _cpu_of(reopened, polls))}")
+    kept = await _cpu_of(poller._poll_kubelet, polls)
+    print(f"  kubelet, channel kept open   {_median_ms(kept)}")
 
 
 def main() -> None:
