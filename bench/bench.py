@@ -283,27 +283,38 @@ class _DecodeFloor:
         self._allocatable = allocatable_to_proto(state.allocatable).SerializeToString()
 
     def seconds(self) -> float:
-        """Seconds of CPU one decode takes."""
+        """Seconds of CPU one decode takes, every field read once (into ``_``): with upb,
+        parsing makes no Python objects, so a field left unread would cost the floor
+        nothing of what the exporter, which reads them all, pays."""
         from exporter.kubelet.api.v1 import api_pb2 as v1
 
-        def read(groups: Any) -> int:
-            n = 0
+        def devices(groups: Any) -> None:
             for group in groups:
-                n += len(group.resource_name) + len(group.device_ids) + len(group.topology.nodes)
-            return n
+                _ = group.resource_name, list(group.device_ids)
+                _ = [node.ID for node in group.topology.nodes]
+
+        def memory(blocks: Any) -> None:
+            for block in blocks:
+                _ = block.memory_type, block.size, [node.ID for node in block.topology.nodes]
 
         started = time.process_time()
         reply = v1.ListPodResourcesResponse.FromString(self._listed)
         for pod in reply.pod_resources:
+            _ = pod.name, pod.namespace, list(pod.cpu_ids)
+            memory(pod.memory)
             for container in pod.containers:
-                read(container.devices)
-                sum(container.cpu_ids)
-                for block in container.memory:
-                    block.size  # noqa: B018 - reading it is the point
-                len(container.dynamic_resources)
+                _ = container.name, list(container.cpu_ids)
+                devices(container.devices)
+                memory(container.memory)
+                for claim in container.dynamic_resources:
+                    _ = claim.claim_name, claim.claim_namespace
+                    for got in claim.claim_resources:
+                        _ = got.driver_name, got.pool_name, got.device_name, got.share_id
+                        _ = [cdi.name for cdi in got.cdi_devices]
         inventory = v1.AllocatableResourcesResponse.FromString(self._allocatable)
-        read(inventory.devices)
-        sum(inventory.cpu_ids)
+        devices(inventory.devices)
+        _ = list(inventory.cpu_ids)
+        memory(inventory.memory)
         return time.process_time() - started
 
 
