@@ -9,7 +9,11 @@ alone (thread time); the collectors' whole run as the poll makes it (one lane, o
 thread hop); and the kubelet's two calls, opening and closing the channel as the poller
 does at the default interval, and on a channel kept open. The parts are timed one after
 another, not inside the poll, so they do not add up to it exactly: the poll also pays
-the hops between the loop and its threads. Figures only, no pass/fail.
+the hops between the loop and its threads, and runs colder than a part repeated alone.
+So last, the same polls again, their CPU split by thread (the kernel's per-thread
+``schedstat``): what each thread spent inside the polls, and what threads that ended
+before the last poll did (gRPC starts its threads again with each channel). Figures
+only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +60,53 @@ def _thread_cpu_of_collect(collector: Any, times: int) -> list[float]:
             collector.collect()
         spent.append(time.thread_time() - started)
     return spent
+
+
+_THREAD_ROLES = {
+    "MainThread": "MainThread (event loop, gRPC calls, publish)",
+    "collector-lane": "collector-lane (collectors)",
+    "asyncio": "asyncio (to_thread: join, decoding replies)",
+}
+
+
+def _thread_cpu() -> dict[int, tuple[str, int]]:
+    """Each live thread of this process: its name and nanoseconds on a CPU so far."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    found = {}
+    for entry in os.listdir("/proc/self/task"):
+        tid = int(entry)
+        try:
+            with open(f"/proc/self/task/{entry}/schedstat", encoding="ascii") as file:
+                ran = int(file.read().split()[0])
+            with open(f"/proc/self/task/{entry}/comm", encoding="utf-8") as file:
+                comm = file.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile, or no schedstat in this kernel
+        found[tid] = (names.get(tid, comm), ran)
+    return found
+
+
+async def _print_by_thread(poller: Any, polls: int) -> None:
+    """CPU of ``polls`` back-to-back polls, by thread; names such as asyncio_0 merged."""
+    before = _thread_cpu()
+    started = time.process_time()
+    for _ in range(polls):
+        await poller.poll_once()
+    process_ns = int((time.process_time() - started) * 1e9)
+    after = _thread_cpu()
+    if not after:
+        print("  by thread: /proc/self/task/*/schedstat not readable here")
+        return
+    spent: Counter[str] = Counter()
+    for tid, (name, ran) in after.items():
+        spent[name.rstrip("0123456789").rstrip("_-")] += ran - before.get(tid, (name, 0))[1]
+    # Threads alive at the start that ended since took their time with them.
+    spent["threads that ended (gRPC's)"] = max(0, process_ns - sum(spent.values()))
+    print(f"  by thread, {polls} polls again (ms a poll, of {process_ns / polls / 1e6:.2f})")
+    for name, ran in spent.most_common():
+        if ran / polls >= 5_000:  # 0.005 ms
+            name = _THREAD_ROLES.get(name, name)
+            print(f"      {name:<44} {ran / polls / 1e6:.2f} ms")
 
 
 async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
@@ -116,6 +170,8 @@ async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool
     print(f"  kubelet, channel reopened    {_median_ms(await _cpu_of(reopened, polls))}")
     kept = await _cpu_of(poller._poll_kubelet, polls)
     print(f"  kubelet, channel kept open   {_median_ms(kept)}")
+    await client.release_channel()
+    await _print_by_thread(poller, polls)
 
 
 def main() -> None:
