@@ -87,7 +87,7 @@ def _thread_cpu() -> dict[int, tuple[str, int]]:
 
 
 async def _print_by_thread(poller: Any, polls: int) -> None:
-    """CPU of ``polls`` back-to-back polls, by thread; names such as asyncio_0 merged."""
+    """Mean CPU of ``polls`` back-to-back polls, by thread; names such as asyncio_0 merged."""
     before = _thread_cpu()
     started = time.process_time()
     for _ in range(polls):
@@ -100,9 +100,9 @@ async def _print_by_thread(poller: Any, polls: int) -> None:
     spent: Counter[str] = Counter()
     for tid, (name, ran) in after.items():
         spent[name.rstrip("0123456789").rstrip("_-")] += ran - before.get(tid, (name, 0))[1]
-    # Threads alive at the start that ended since took their time with them.
+    # Threads that ended within the polls took their figures with them: the remainder.
     spent["threads that ended (gRPC's)"] = max(0, process_ns - sum(spent.values()))
-    print(f"  by thread, {polls} polls again (ms a poll, of {process_ns / polls / 1e6:.2f})")
+    print(f"  by thread, {polls} polls again (mean ms a poll, of {process_ns / polls / 1e6:.2f})")
     for name, ran in spent.most_common():
         if ran / polls >= 5_000:  # 0.005 ms
             name = _THREAD_ROLES.get(name, name)
