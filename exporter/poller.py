@@ -63,11 +63,13 @@ GET_PROBE_INTERVAL_S = 300.0
 # again costs the next poll 1.5-3.5 ms (two machines, docs/benchmarks.md). Measured per
 # poll and the idle time after it (250 pods): a wash at 3 s, 43.1 -> 29.9 ms at 10 s.
 RELEASE_CHANNEL_MIN_INTERVAL_S = 5.0
-# Once the kubelet's replies shrink from LARGE_REPLY_BYTES or more, the heap is trimmed
-# (glibc malloc_trim) after each of the next TRIM_POLLS polls: the memory a large reply
-# took is freed within a poll or two, or at the next scrape for its rendered page, but
-# glibc keeps most of it resident, 17-140 MiB after a 15 MiB reply, varying run to run.
-# A trim costs ~2.5 ms, so it is not done every poll.
+# Once a small reply replaces kubelet data that came in a reply of LARGE_REPLY_BYTES or
+# more, the heap is trimmed (glibc malloc_trim) on TRIM_POLLS polls, from that one on:
+# the memory the large data took is freed within a poll or two, or at the next scrape
+# for its rendered page, but glibc keeps most of it resident, 17-140 MiB after a 15 MiB
+# reply, varying run to run. Not before: while later replies fail (refused as too large,
+# or the kubelet gone) the large data is still served as the last good. A trim costs
+# ~2.5 ms, so it is not done every poll.
 LARGE_REPLY_BYTES = 512 * 1024
 TRIM_POLLS = 6
 
@@ -107,7 +109,8 @@ class Poller:
         self._allocations = 0  # the published snapshots' allocations number
         self._join_cache = JoinCache()  # re-used for pods the kubelet reports unchanged
         self._outage = OutageLog("kubelet")
-        self._trims_due = 0  # polls left that trim the heap after a large reply went
+        self._large_data_held = False  # the last good kubelet data came in a large reply
+        self._trims_due = 0  # polls left that trim the heap after large data was let go
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
@@ -152,12 +155,21 @@ class Poller:
             )
         published = Published(snapshot, allocations=self._allocations)
         self._store.current = published
+        await self._trim_after_large_data(replaced=kubelet_status.up)
+        return published
+
+    async def _trim_after_large_data(self, *, replaced: bool) -> None:
+        """Trim the heap on the polls after large kubelet data was let go; ``replaced``:
+        this poll's replies became the last good data."""
         if self._client.take_largest_reply_bytes() >= LARGE_REPLY_BYTES:
-            self._trims_due = TRIM_POLLS  # not while large replies keep coming
-        elif self._trims_due:
+            self._large_data_held = True
+            self._trims_due = 0  # not while large replies keep coming
+        elif replaced and self._large_data_held:
+            self._large_data_held = False
+            self._trims_due = TRIM_POLLS
+        if self._trims_due:
             self._trims_due -= 1
             await asyncio.to_thread(trim)
-        return published
 
     def _keep_node_state(self, runs: tuple[CollectorRun, ...]) -> None:
         """The CPU-to-NUMA map and DRA state from runs that read them, else the last."""

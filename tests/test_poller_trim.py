@@ -37,3 +37,36 @@ async def test_the_polls_after_a_large_reply_trim_the_heap_and_then_stop(
         await client.close()
 
     assert list(range(5, 5 + TRIM_POLLS)) == trims
+
+
+async def test_a_large_reply_kept_through_refused_ones_is_trimmed_once_let_go(
+    sim_node: SimulatedNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large reply, then replies over --kubelet.max-message-bytes (refused: the large
+    data stays served, as the last good), then small ones: the heap is trimmed on the
+    TRIM_POLLS polls after the small reply replaced the large data, not while it was
+    held. Trimming only during the refusals, as it once did, kept ~100 MiB resident."""
+    trims: list[int] = []
+    polls = 0
+    monkeypatch.setattr(exporter.poller, "trim", lambda: trims.append(polls) or True)
+    limit = 4 << 20
+    client = KubeletClient(socket_path=sim_node.socket_path, max_message_bytes=limit, timeout_s=5)
+    poller = Poller(
+        client=client,
+        runner=CollectorRunner([], timeout_s=1.0),
+        store=SnapshotStore(),
+        node="demo-node",
+        interval_s=10.0,
+    )
+    refused = TRIM_POLLS + 2
+    try:
+        for padding in (0, LARGE_REPLY_BYTES, *[limit + 1] * refused, *[0] * (TRIM_POLLS + 2)):
+            sim_node.kubelet.padding_bytes = padding
+            polls += 1
+            published = await poller.poll_once()
+            assert published.snapshot.kubelet.up == (padding <= limit)
+    finally:
+        await client.close()
+
+    first_small = 2 + refused + 1
+    assert list(range(first_small, first_small + TRIM_POLLS)) == trims

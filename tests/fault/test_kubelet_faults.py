@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import DEFAULT_MAX_MESSAGE_BYTES
 from exporter.kubelet.convert import list_response_to_proto
 from exporter.model import ContainerResources, DeviceGroup, PodResources
+from exporter.poller import TRIM_POLLS
 from exporter.sim.kubelet import PADDING_NAMESPACE, V1_GET_ALLOCATABLE, V1_LIST
 from exporter.sim.node import SimulatedNode
 
@@ -119,6 +120,17 @@ def _thread_names(pid: int) -> list[str]:
         except FileNotFoundError:
             continue  # a thread that ended while listed
     return names
+
+
+def _refused_lists(scraped: Scrape) -> float:
+    """List calls counted RESOURCE_EXHAUSTED (a reply over the size limit among them)."""
+    found = re.search(
+        r'^podresources_kubelet_requests_total\{(?=[^}]*code="RESOURCE_EXHAUSTED")'
+        r'(?=[^}]*method="List")[^}]*\} (\S+)$',
+        scraped.text,
+        re.MULTILINE,
+    )
+    return float(found.group(1)) if found else 0.0
 
 
 def demo_pods(node: SimulatedNode) -> set[tuple[str, str]]:
@@ -333,7 +345,8 @@ class TestLargeReplies:
         self, sim_node: SimulatedNode, running: Callable[..., Any]
     ) -> None:
         """With the limit at 16 MiB, 15 MiB is served; 20 MiB fails naming the flag and
-        both sizes, the 15 MiB data kept; memory returns to its level after."""
+        both sizes, the 15 MiB data kept; memory returns to its level after, however many
+        polls were refused (the heap is trimmed once small data replaces the large)."""
         exporter = await running(f"--kubelet.max-message-bytes={16 * MIB}", ready_path="/readyz")
         await scrape(exporter)
         baseline = rss_kib(exporter.pid)
@@ -349,8 +362,14 @@ class TestLargeReplies:
         sim_node.kubelet.padding_bytes = 20 * MIB
         refused = await scrape_until(exporter, lambda s: s.up == 0, within_s=20, what="refused")
         error = refused.debug["kubelet"]["last_error"]
-        await asyncio.sleep(1.5)  # another refused poll: the same last good data
-        still = await scrape(exporter)
+        # More refused polls than TRIM_POLLS: trims made while the large data was still
+        # held (as they once were) would all be spent before it is let go.
+        still = await scrape_until(
+            exporter,
+            lambda s: _refused_lists(s) > TRIM_POLLS,
+            within_s=3 * TRIM_POLLS,
+            what=f"{TRIM_POLLS + 1} refused polls",
+        )
         assert (big.pods, refused.debug["collected_at"]) == (
             still.pods,
             still.debug["collected_at"],
