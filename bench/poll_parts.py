@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import statistics
 import tempfile
 import threading
 import time
@@ -38,7 +37,7 @@ import bench
 
 
 def _median_ms(values: list[float]) -> str:
-    return f"{statistics.median(values) * 1000:.2f} ms"
+    return bench._ms(bench._median(values))
 
 
 async def _cpu_of(step: Callable[[], Awaitable[Any]], times: int) -> list[float]:
@@ -89,14 +88,14 @@ def _thread_cpu() -> dict[int, tuple[str, int]]:
 async def _print_by_thread(poller: Any, polls: int) -> None:
     """Mean CPU of ``polls`` back-to-back polls, by thread; names such as asyncio_0 merged."""
     before = _thread_cpu()
+    if not before:
+        print("  by thread: /proc/self/task/*/schedstat not readable here")
+        return
     started = time.process_time()
     for _ in range(polls):
         await poller.poll_once()
     process_ns = int((time.process_time() - started) * 1e9)
     after = _thread_cpu()
-    if not after:
-        print("  by thread: /proc/self/task/*/schedstat not readable here")
-        return
     spent: Counter[str] = Counter()
     for tid, (name, ran) in after.items():
         spent[name.rstrip("0123456789").rstrip("_-")] += ran - before.get(tid, (name, 0))[1]
@@ -157,8 +156,8 @@ async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool
     runner = poller._runner
     collected = {c.name: _thread_cpu_of_collect(c, polls) for c in runner._collectors}
     print(f"  run_all (lane and hop)       {_median_ms(await _cpu_of(runner.run_all, polls))}")
-    total = sum(statistics.median(v) for v in collected.values())
-    print(f"  collect() alone, summed      {total * 1000:.2f} ms")
+    total = sum(bench._median(v) for v in collected.values())
+    print(f"  collect() alone, summed      {bench._ms(total)}")
     for name, spent in collected.items():
         print(f"      {name:<24} {_median_ms(spent)}")
     client = poller._client

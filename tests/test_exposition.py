@@ -259,13 +259,18 @@ class TestCaches:
         "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
     ],
 )
-def test_content_types_are_prometheus_clients(accept: str) -> None:
-    """The content types written out are the ones prometheus_client answers: text
-    0.0.4 to every scraper that does not name text 1.0.0, and OpenMetrics 1.0.0."""
+def test_text_is_what_prometheus_client_answers_a_scraper_not_naming_1_0_0(accept: str) -> None:
+    from prometheus_client import exposition as text_format
+
+    assert exposition_module.TEXT_CONTENT_TYPE == text_format.choose_encoder(accept)[1]
+
+
+def test_content_types_are_prometheus_clients() -> None:
+    """The content types written out are prometheus_client's: text 0.0.4 and
+    OpenMetrics 1.0.0."""
     from prometheus_client import exposition as text_format
     from prometheus_client.openmetrics import exposition as openmetrics_format
 
-    assert exposition_module.TEXT_CONTENT_TYPE == text_format.choose_encoder(accept)[1]
     assert exposition_module.TEXT_CONTENT_TYPE == text_format.CONTENT_TYPE_PLAIN_0_0_4
     assert exposition_module.OPENMETRICS_CONTENT_TYPE == openmetrics_format.CONTENT_TYPE_LATEST
 

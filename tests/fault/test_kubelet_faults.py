@@ -125,8 +125,7 @@ def _thread_names(pid: int) -> list[str]:
 def _refused_lists(scraped: Scrape) -> float:
     """List calls counted RESOURCE_EXHAUSTED (a reply over the size limit among them)."""
     found = re.search(
-        r'^podresources_kubelet_requests_total\{(?=[^}]*code="RESOURCE_EXHAUSTED")'
-        r'(?=[^}]*method="List")[^}]*\} (\S+)$',
+        r'^podresources_kubelet_requests_total\{code="RESOURCE_EXHAUSTED",method="List"\} (\S+)$',
         scraped.text,
         re.MULTILINE,
     )
