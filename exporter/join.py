@@ -683,15 +683,10 @@ class AllocationChange:
     cpus_removed: tuple[int, ...]
 
 
-def _holders(snapshot: Snapshot | None) -> dict[Owner, ContainerView]:
-    """The containers that hold devices or exclusive CPUs, by owner."""
-    if snapshot is None:
-        return {}
+def _holders(pods: Iterable[PodView]) -> dict[Owner, ContainerView]:
+    """The containers of ``pods`` that hold devices or exclusive CPUs, by owner."""
     return {
-        c.owner: c
-        for p in snapshot.pods
-        for c in p.containers
-        if c.devices or c.claim_devices or c.cpu_ids
+        c.owner: c for p in pods for c in p.containers if c.devices or c.claim_devices or c.cpu_ids
     }
 
 
@@ -705,8 +700,12 @@ def _holdings(container: ContainerView | None) -> tuple[set[str], set[int]]:
 
 def diff_allocations(old: Snapshot | None, new: Snapshot) -> tuple[AllocationChange, ...]:
     """What changed hands: one entry per container whose devices or CPUs changed."""
-    before, after = _holders(old), _holders(new)
-    # A view the join kept from the last poll (the very object) holds what it held.
+    old_pods = old.pods if old is not None else ()
+    # A view the join kept from the last poll (the very object) holds what it held: only
+    # the pods on one side alone are looked into (by id(): both snapshots hold them).
+    old_ids, new_ids = {id(p) for p in old_pods}, {id(p) for p in new.pods}
+    before = _holders(p for p in old_pods if id(p) not in new_ids)
+    after = _holders(p for p in new.pods if id(p) not in old_ids)
     moved = [o for o in before.keys() | after.keys() if before.get(o) is not after.get(o)]
     changes = []
     for owner in sorted(moved, key=lambda o: (o.namespace, o.pod, o.container)):

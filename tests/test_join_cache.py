@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.collectors.gpu_metrics import GPU_UTILIZATION
-from exporter.join import JoinCache, join_snapshot
+from exporter.join import JoinCache, diff_allocations, join_snapshot
 from exporter.kubelet.convert import list_response_to_proto, pods_from_list_response_reusing
 from exporter.model import (
     CollectorRun,
@@ -97,3 +97,18 @@ class TestJoinCache:
         assert [len(p.containers) for p in cold.pods] == [1]
         held = [d.device_id for d in cold.pods[0].containers[0].devices]
         assert held == list(group.device_ids)
+
+    def test_churn_diff_over_cached_joins_is_the_diff_over_joins_from_scratch(self) -> None:
+        """diff_allocations looks only into pod views the join did not keep: the changes
+        it finds between cached joins are those between joins from scratch."""
+        before, known = pods_from_list_response_reusing(
+            list_response_to_proto(SCENARIO.state_at(0).pods), {}
+        )
+        after, _ = pods_from_list_response_reusing(
+            list_response_to_proto(SCENARIO.state_at(1).pods), known
+        )
+        cache = JoinCache()
+        cached = diff_allocations(_join(before, 1.0, cache), _join(after, 2.0, cache))
+        cold = diff_allocations(_join(before, 1.0, None), _join(after, 2.0, None))
+        assert cached == cold
+        assert cold  # the scenario moves devices between its two states
