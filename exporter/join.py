@@ -356,6 +356,37 @@ class _Prepared:
     resources: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class _AllocatableTotals:
+    """What the join takes from ``GetAllocatableResources`` and the CPU map alone."""
+
+    topology: Mapping[str, tuple[int, ...]]  # device ID -> its NUMA nodes, sorted
+    resource: Mapping[str, str]  # device ID -> its resource
+    devices: Mapping[tuple[str, ...], int]  # (resource, numa_node) -> device IDs
+    cpus: Mapping[str, int]  # numa_node -> CPUs
+    memory: Mapping[tuple[str, ...], int]  # (type, numa_node) -> bytes
+
+
+def _allocatable_totals(
+    allocatable: AllocatableResources, cpu_numa: Mapping[int, int]
+) -> _AllocatableTotals:
+    topology = {
+        device_id: _sorted_nodes(group.numa_nodes)
+        for group in allocatable.devices
+        for device_id in group.device_ids
+    }
+    resource = {
+        device_id: group.resource for group in allocatable.devices for device_id in group.device_ids
+    }
+    return _AllocatableTotals(
+        topology=topology,
+        resource=resource,
+        devices=Counter((resource[d], numa_label(t)) for d, t in topology.items()),
+        cpus=_cpus_by_numa(allocatable.cpu_ids, cpu_numa),
+        memory=_memory_totals(allocatable.memory),
+    )
+
+
 def _prepare_pods(
     pods: tuple[PodResources, ...], *, last: Mapping[int, _Prepared]
 ) -> dict[int, _Prepared]:
@@ -491,14 +522,17 @@ def join_snapshot(
     collector_runs = judge_collectors(collector_runs, advertised=advertised)
     matcher = _Matcher(merge_readings(collector_runs))
     pods = tuple(p.unique for p in prepared.values())
-    allocatable_topology = {
-        device_id: _sorted_nodes(group.numa_nodes)
-        for group in allocatable.devices
-        for device_id in group.device_ids
-    }
-    allocatable_resource = {
-        device_id: group.resource for group in allocatable.devices for device_id in group.device_ids
-    }
+    inputs = (allocatable, cpu_numa, dra)
+    same_inputs = (
+        cache is not None
+        and cache.inputs is not None
+        and all(a is b for a, b in zip(inputs, cache.inputs, strict=True))
+    )
+    if cache is not None and same_inputs and cache.totals is not None:
+        totals = cache.totals
+    else:
+        totals = _allocatable_totals(allocatable, cpu_numa)
+    allocatable_topology, allocatable_resource = totals.topology, totals.resource
 
     def pod_view(pod: PodResources) -> PodView:
         return PodView(
@@ -519,13 +553,8 @@ def join_snapshot(
             memory=pod.memory,
         )
 
-    inputs = (allocatable, cpu_numa, dra)
     last: dict[int, tuple[PodResources, PodView]] = {}
-    if (
-        cache is not None
-        and cache.inputs is not None
-        and all(a is b for a, b in zip(inputs, cache.inputs, strict=True))
-    ):
+    if cache is not None and same_inputs:
         last = cache.views
     views: dict[int, tuple[PodResources, PodView]] = {}
     for pod in pods:
@@ -535,6 +564,7 @@ def join_snapshot(
     pod_views = tuple(view for _, view in views.values())
     if cache is not None:
         cache.inputs, cache.views, cache.prepared = inputs, views, prepared
+        cache.totals = totals
 
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
@@ -554,23 +584,17 @@ def join_snapshot(
     unallocated.sort(key=_device_key)
     devices, hardware = _with_hardware(matcher, (*allocated, *claimed, *unallocated))
 
-    allocatable_devices: Counter[tuple[str, ...]] = Counter(
-        (allocatable_resource[d], numa_label(t)) for d, t in allocatable_topology.items()
-    )
-    allocated_devices: Counter[tuple[str, ...]] = Counter({key: 0 for key in allocatable_devices})
+    allocated_devices: Counter[tuple[str, ...]] = Counter(dict.fromkeys(totals.devices, 0))
     for device in allocated:
         # One topology per device ID on both sides: the allocatable one where there is one.
         topology = allocatable_topology.get(device.device_id, device.numa_nodes)
         allocated_devices[(device.resource, numa_label(topology))] += 1
 
-    allocatable_cpus = _cpus_by_numa(allocatable.cpu_ids, cpu_numa)
     allocated_cpu_ids = {c for p in pod_views for c in p.cpu_ids} | {
         c for p in pod_views for ct in p.containers for c in ct.cpu_ids
     }
-    allocated_cpus = dict.fromkeys(allocatable_cpus, 0) | _cpus_by_numa(allocated_cpu_ids, cpu_numa)
-
-    allocatable_memory = _memory_totals(allocatable.memory)
-    allocated_memory = dict.fromkeys(allocatable_memory, 0) | _memory_totals(
+    allocated_cpus = dict.fromkeys(totals.cpus, 0) | _cpus_by_numa(allocated_cpu_ids, cpu_numa)
+    allocated_memory = dict.fromkeys(totals.memory, 0) | _memory_totals(
         [
             *(b for p in pod_views for b in p.memory),
             *(b for p in pod_views for c in p.containers for b in c.memory),
@@ -585,11 +609,11 @@ def join_snapshot(
         allocatable=allocatable,
         pods=pod_views,
         devices=devices,
-        allocatable_devices=_counts(allocatable_devices),
+        allocatable_devices=_counts(totals.devices),
         allocated_devices=_counts(allocated_devices),
-        allocatable_cpus=_counts({(k,): v for k, v in allocatable_cpus.items()}),
+        allocatable_cpus=_counts({(k,): v for k, v in totals.cpus.items()}),
         allocated_cpus=_counts({(k,): v for k, v in allocated_cpus.items()}),
-        allocatable_memory=_counts(allocatable_memory),
+        allocatable_memory=_counts(totals.memory),
         allocated_memory=_counts(allocated_memory),
         collectors=collector_runs,
         node_samples=matcher.readings.node_samples,
@@ -608,14 +632,16 @@ class JoinCache:
     A pod reported again as the very same object (the kubelet client hands back the
     last model of each pod whose bytes did not change) is not joined again while the
     allocatable resources, CPU map and DRA state are the same objects too: its view is
-    taken as it was (views hold no readings). The result is what a join from scratch
-    gives. Holds one poll's pods, so it does not grow over churn.
+    taken as it was (views hold no readings); nor are the node's allocatable totals
+    counted again. The result is what a join from scratch gives. Holds one poll's pods,
+    so it does not grow over churn.
     """
 
     def __init__(self) -> None:
         self.inputs: tuple[object, ...] | None = None
         self.views: dict[int, tuple[PodResources, PodView]] = {}
         self.prepared: dict[int, _Prepared] = {}  # by id() of the pod the kubelet sent
+        self.totals: _AllocatableTotals | None = None  # of inputs' allocatable and CPU map
 
 
 def refresh_readings(

@@ -14,6 +14,7 @@ NUMA node tuples are always sorted and free of duplicates.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -65,6 +66,7 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=1024)  # a node has a few topologies; each join and render asks
 def numa_label(numa_nodes: tuple[int, ...]) -> str:
     """The ``numa_node`` label value: decimal ids, sorted, comma-joined; "" when unknown."""
     return ",".join(str(n) for n in sorted(set(numa_nodes)))

@@ -8,12 +8,14 @@ from exporter.collectors.gpu_metrics import GPU_UTILIZATION
 from exporter.join import JoinCache, diff_allocations, join_snapshot
 from exporter.kubelet.convert import list_response_to_proto, pods_from_list_response_reusing
 from exporter.model import (
+    AllocatableResources,
     CollectorRun,
     CpuTimes,
     DeviceReading,
     HardwareKey,
     KeyKind,
     KubeletStatus,
+    NodeCount,
     PodResources,
     Readings,
     Sample,
@@ -23,6 +25,7 @@ from exporter.sim.scenario import DenseScenario
 
 SCENARIO = DenseScenario.create(pod_count=80, cpus=16)  # pods past 64 hold no device
 CPU_NUMA = {cpu: cpu // 8 for cpu in range(16)}
+ALLOCATABLE = SCENARIO.allocatable()
 KUBELET = KubeletStatus(up=True, socket="/s", api=())
 
 
@@ -41,20 +44,24 @@ def _runs(value: float) -> tuple[CollectorRun, ...]:
     return (CollectorRun("test", True, 0.0, Readings(devices=gpus, cpu_times=cpus)),)
 
 
-def _join(pods: tuple[PodResources, ...], value: float, cache: JoinCache | None) -> Snapshot:
+def _join(
+    pods: tuple[PodResources, ...],
+    value: float,
+    cache: JoinCache | None,
+    *,
+    allocatable: AllocatableResources = ALLOCATABLE,
+    cpu_numa: dict[int, int] = CPU_NUMA,
+) -> Snapshot:
     return join_snapshot(
         node="n",
         collected_at=value,
         kubelet=KUBELET,
         pods=pods,
-        allocatable=ALLOCATABLE,
-        cpu_numa=CPU_NUMA,
+        allocatable=allocatable,
+        cpu_numa=cpu_numa,
         collector_runs=_runs(value),
         cache=cache,
     )
-
-
-ALLOCATABLE = SCENARIO.allocatable()
 
 
 class TestJoinCache:
@@ -97,6 +104,23 @@ class TestJoinCache:
         assert [len(p.containers) for p in cold.pods] == [1]
         held = [d.device_id for d in cold.pods[0].containers[0].devices]
         assert held == list(group.device_ids)
+
+    def test_allocatable_totals_follow_a_new_allocatable_or_cpu_map(self) -> None:
+        """The node's allocatable totals are kept with the views: a new allocatable reply
+        or CPU map counts them again, as a join from scratch does."""
+        pods = SCENARIO.state_at(0).pods
+        fewer = replace(
+            ALLOCATABLE, devices=ALLOCATABLE.devices[1:], cpu_ids=ALLOCATABLE.cpu_ids[2:]
+        )
+        one_node = dict.fromkeys(range(16), 0)
+        cache = JoinCache()
+        _join(pods, 1.0, cache)
+        first = _join(pods, 1.0, None)
+        for allocatable, cpu_numa in ((fewer, CPU_NUMA), (fewer, one_node)):
+            cached = _join(pods, 1.0, cache, allocatable=allocatable, cpu_numa=cpu_numa)
+            assert cached == _join(pods, 1.0, None, allocatable=allocatable, cpu_numa=cpu_numa)
+        assert cached.allocatable_devices != first.allocatable_devices
+        assert cached.allocatable_cpus == (NodeCount(("0",), len(fewer.cpu_ids)),)
 
     def test_churn_diff_over_cached_joins_is_the_diff_over_joins_from_scratch(self) -> None:
         """diff_allocations looks only into pod views the join did not keep: the changes
