@@ -94,6 +94,15 @@ def _quiet() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
 
 
+def _log_as_deployed() -> None:
+    """The exporter's logging at its defaults (JSON lines at info) into /dev/null: a
+    churn poll's ``allocation_changed`` lines are part of what a node pays for it."""
+    from exporter.logs import configure_logging
+
+    devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - open for good
+    configure_logging(level="info", fmt="json", stream=devnull)
+
+
 # --- the simulated kubelet, in its own process --------------------------------------------
 
 
@@ -833,7 +842,7 @@ def _own_peak_mib() -> float:
 async def _main(*, runs: int) -> None:
     from exporter.memory import tune_allocator, tune_gc
 
-    _quiet()
+    _log_as_deployed()
     # The poll and scrape rows measure an exporter in this process: tune it as run()
     # tunes the exporter's (the kubelet and scraper processes, whose CPU is not
     # counted, inherit it).

@@ -111,7 +111,7 @@ async def _print_by_thread(poller: Any, polls: int) -> None:
 async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
     from exporter.memory import tune_allocator, tune_gc
 
-    bench._quiet()
+    bench._log_as_deployed()
     tune_allocator()
     tune_gc()
     root = Path(tempfile.mkdtemp(prefix="prx-parts-"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -14,11 +15,13 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 
 
-def configure_logging(*, level: str, fmt: str) -> None:
-    """Route structlog (and stdlib logging, for grpc and aiohttp) to stderr."""
+def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> None:
+    """Route structlog (and stdlib logging, for grpc and aiohttp) to ``stream``, stderr
+    unless told (the bench logs as a deployed exporter does, to /dev/null)."""
+    stream = sys.stderr if stream is None else stream
     renderer: structlog.typing.Processor
     if fmt == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty())
     else:
         renderer = structlog.processors.JSONRenderer()
     structlog.configure(
@@ -30,11 +33,11 @@ def configure_logging(*, level: str, fmt: str) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=True,
     )
     # Libraries log through stdlib logging; keep their warnings, one JSON line each.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(_OneLineJson())
     logging.basicConfig(
         level=max(logging.getLevelName(level.upper()), logging.WARNING),
