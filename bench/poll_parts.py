@@ -1,4 +1,4 @@
-"""Where a steady poll's CPU goes, part by part: the breakdown behind bench.py's poll rows.
+"""Where a poll's CPU goes, part by part: the breakdown behind bench.py's poll rows.
 
     .venv/bin/python bench/poll_parts.py [--pods 250] [--polls 40] [--issue-node]
 
@@ -12,7 +12,9 @@ another, not inside the poll, so they do not add up to it exactly: the poll also
 the hops between the loop and its threads, and runs colder than a part repeated alone.
 So last, the same polls again, their CPU split by thread (the kernel's per-thread
 ``schedstat``): what each thread spent inside the polls, and what threads that ended
-before the last poll did (gRPC starts its threads again with each channel). Figures
+before the last poll did (gRPC starts its threads again with each channel); then the
+same split for polls after churn (one pod in ten replaced before each, as bench.py's
+churn rows have it), with the thread time of their join and allocation diff. Figures
 only, no pass/fail.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -85,14 +88,19 @@ def _thread_cpu() -> dict[int, tuple[str, int]]:
     return found
 
 
-async def _print_by_thread(poller: Any, polls: int) -> None:
-    """Mean CPU of ``polls`` back-to-back polls, by thread; names such as asyncio_0 merged."""
+async def _print_by_thread(
+    poller: Any, polls: int, *, title: str, before_each: Callable[[], None] = lambda: None
+) -> None:
+    """Mean CPU of ``polls`` back-to-back polls, by thread; names such as asyncio_0 merged.
+    ``before_each`` runs before each poll, inside the figures (a churn tick: a message to
+    the kubelet process, ~0.02 ms)."""
     before = _thread_cpu()
     if not before:
         print("  by thread: /proc/self/task/*/schedstat not readable here")
         return
     started = time.process_time()
     for _ in range(polls):
+        before_each()
         await poller.poll_once()
     process_ns = int((time.process_time() - started) * 1e9)
     after = _thread_cpu()
@@ -101,7 +109,7 @@ async def _print_by_thread(poller: Any, polls: int) -> None:
         spent[name.rstrip("0123456789").rstrip("_-")] += ran - before.get(tid, (name, 0))[1]
     # Threads that ended within the polls took their figures with them: the remainder.
     spent["threads that ended (gRPC's)"] = max(0, process_ns - sum(spent.values()))
-    print(f"  by thread, {polls} polls again (mean ms a poll, of {process_ns / polls / 1e6:.2f})")
+    print(f"  by thread, {polls} {title} (mean ms a poll, of {process_ns / polls / 1e6:.2f})")
     for name, ran in spent.most_common():
         if ran / polls >= 5_000:  # 0.005 ms
             name = _THREAD_ROLES.get(name, name)
@@ -121,6 +129,7 @@ async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
         exporter = await bench._warmed_exporter(root, kubelet, pods=pods, issue_node=issue_node)
         try:
             await _print_parts(exporter, pods, polls, issue_node=issue_node)
+            await _print_churn(exporter.poller, kubelet, polls)
         finally:
             await exporter.close()
     finally:
@@ -170,7 +179,34 @@ async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool
     kept = await _cpu_of(poller._poll_kubelet, polls)
     print(f"  kubelet, channel kept open   {_median_ms(kept)}")
     await client.release_channel()
-    await _print_by_thread(poller, polls)
+    await _print_by_thread(poller, polls, title="polls again")
+
+
+async def _print_churn(poller: Any, kubelet: Any, polls: int) -> None:
+    """The same split for polls after churn, as bench.py's churn rows make them (one pod
+    in ten replaced before each poll), and the thread time of their joins."""
+    ticks = itertools.count(1)
+    joins: list[float] = []
+    join = poller._join
+
+    def timed_join(*args: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return join(*args)
+        finally:
+            joins.append(time.thread_time() - started)
+
+    poller._join = timed_join
+    try:
+        await _print_by_thread(
+            poller,
+            polls,
+            title="polls after churn",
+            before_each=lambda: kubelet.ask("tick", next(ticks)),
+        )
+    finally:
+        poller._join = join
+    print(f"  join and allocation diff after churn, its thread (median)  {_median_ms(joins)}")
 
 
 def main() -> None:

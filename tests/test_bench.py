@@ -78,14 +78,16 @@ def test_poll_parts_runs_and_its_threads_add_up_to_the_polls() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    parts, by_thread = done.stdout.split("  by thread, ")
+    parts, steady, churn = done.stdout.split("  by thread, ")
     assert _figure(r"poll, process CPU\s+([\d.]+) ms", parts) > 0
     assert _figure(r"floor ([\d.]+) ms", parts) > 0
     for part in ("join", "run_all", "netdev", "cpu", "channel reopened", "channel kept open"):
         assert _figure(rf"{part}[^\n]*?([\d.]+) ms\n", parts) > 0
-    total = _figure(r"^3 polls again \(mean ms a poll, of ([\d.]+)\)", by_thread)
-    shares = [float(s) for s in re.findall(r"\n {6}\S[^\n]*?([\d.]+) ms", by_thread)]
-    assert "collector-lane" in by_thread
-    assert len(shares) >= 3  # the lane, the loop, the workers at least
-    # Every share over 0.005 ms is printed, each rounded to 0.01 ms.
-    assert abs(sum(shares) - total) <= 0.01 * len(shares) + 0.05, by_thread
+    for by_thread, title in ((steady, "polls again"), (churn, "polls after churn")):
+        total = _figure(rf"^3 {title} \(mean ms a poll, of ([\d.]+)\)", by_thread)
+        shares = [float(s) for s in re.findall(r"\n {6}\S[^\n]*?([\d.]+) ms", by_thread)]
+        assert "collector-lane" in by_thread
+        assert len(shares) >= 3  # the lane, the loop, the workers at least
+        # Every share over 0.005 ms is printed, each rounded to 0.01 ms.
+        assert abs(sum(shares) - total) <= 0.01 * len(shares) + 0.05, by_thread
+    assert _figure(r"join and allocation diff after churn[^\n]*?([\d.]+) ms", churn) > 0
