@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +137,9 @@ async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool) -> None:
-    poller = exporter.poller
-    floor = bench._DecodeFloor(pods, issue_node=issue_node)
+@contextlib.contextmanager
+def _joins_timed(poller: Any) -> Iterator[list[float]]:
+    """The thread time of each join (and allocation diff) the poller makes meanwhile."""
     joins: list[float] = []
     join = poller._join
 
@@ -151,13 +151,22 @@ async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool
             joins.append(time.thread_time() - started)
 
     poller._join = timed_join
+    try:
+        yield joins
+    finally:
+        poller._join = join
+
+
+async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool) -> None:
+    poller = exporter.poller
+    floor = bench._DecodeFloor(pods, issue_node=issue_node)
     whole, floors = [], []
-    for _ in range(polls):  # each poll beside its floor, as bench.py times them
-        started = time.process_time()
-        await poller.poll_once()
-        whole.append(time.process_time() - started)
-        floors.append(floor.seconds())
-    poller._join = join
+    with _joins_timed(poller) as joins:
+        for _ in range(polls):  # each poll beside its floor, as bench.py times them
+            started = time.process_time()
+            await poller.poll_once()
+            whole.append(time.process_time() - started)
+            floors.append(floor.seconds())
     node = "the issue's node" if issue_node else "the default dense node"
     print(f"{pods} pods on {node}, medians of {polls}")
     print(f"  poll, process CPU            {_median_ms(whole)}   floor {_median_ms(floors)}")
@@ -186,26 +195,13 @@ async def _print_churn(poller: Any, kubelet: Any, polls: int) -> None:
     """The same split for polls after churn, as bench.py's churn rows make them (one pod
     in ten replaced before each poll), and the thread time of their joins."""
     ticks = itertools.count(1)
-    joins: list[float] = []
-    join = poller._join
-
-    def timed_join(*args: Any) -> Any:
-        started = time.thread_time()
-        try:
-            return join(*args)
-        finally:
-            joins.append(time.thread_time() - started)
-
-    poller._join = timed_join
-    try:
+    with _joins_timed(poller) as joins:
         await _print_by_thread(
             poller,
             polls,
             title="polls after churn",
             before_each=lambda: kubelet.ask("tick", next(ticks)),
         )
-    finally:
-        poller._join = join
     print(f"  join and allocation diff after churn, its thread (median)  {_median_ms(joins)}")
 
 
