@@ -528,11 +528,9 @@ def join_snapshot(
         and cache.inputs is not None
         and all(a is b for a, b in zip(inputs, cache.inputs, strict=True))
     )
-    if cache is not None and same_inputs and cache.totals is not None:
-        totals = cache.totals
-    else:
+    totals = cache.totals if cache is not None and same_inputs else None
+    if totals is None:
         totals = _allocatable_totals(allocatable, cpu_numa)
-    allocatable_topology, allocatable_resource = totals.topology, totals.resource
 
     def pod_view(pod: PodResources) -> PodView:
         return PodView(
@@ -542,7 +540,7 @@ def join_snapshot(
                 _container_view(
                     owner=Owner(pod.namespace, pod.name, container.name),
                     container=container,
-                    allocatable_topology=allocatable_topology,
+                    allocatable_topology=totals.topology,
                     matcher=matcher,
                     cpu_numa=cpu_numa,
                     dra=dra,
@@ -563,22 +561,21 @@ def join_snapshot(
         views[id(pod)] = (pod, view)
     pod_views = tuple(view for _, view in views.values())
     if cache is not None:
-        cache.inputs, cache.views, cache.prepared = inputs, views, prepared
-        cache.totals = totals
+        cache.inputs, cache.views, cache.prepared, cache.totals = inputs, views, prepared, totals
 
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
     allocated_ids = {d.device_id for d in allocated}
     unallocated = [
         DeviceView(
-            resource=allocatable_resource[device_id],
+            resource=totals.resource[device_id],
             device_id=device_id,
             numa_nodes=topology,
             owner=UNALLOCATED,
             allocatable=True,
             resolution=resolve_device_id(device_id),
         )
-        for device_id, topology in allocatable_topology.items()
+        for device_id, topology in totals.topology.items()
         if device_id not in allocated_ids
     ]
     unallocated.sort(key=_device_key)
@@ -587,7 +584,7 @@ def join_snapshot(
     allocated_devices: Counter[tuple[str, ...]] = Counter(dict.fromkeys(totals.devices, 0))
     for device in allocated:
         # One topology per device ID on both sides: the allocatable one where there is one.
-        topology = allocatable_topology.get(device.device_id, device.numa_nodes)
+        topology = totals.topology.get(device.device_id, device.numa_nodes)
         allocated_devices[(device.resource, numa_label(topology))] += 1
 
     allocated_cpu_ids = {c for p in pod_views for c in p.cpu_ids} | {

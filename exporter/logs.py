@@ -17,7 +17,7 @@ LOG_FORMATS = ("json", "console")
 
 def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> None:
     """Route structlog (and stdlib logging, for grpc and aiohttp) to ``stream``, stderr
-    unless told (the bench logs as a deployed exporter does, to /dev/null)."""
+    unless told."""
     stream = sys.stderr if stream is None else stream
     renderer: structlog.typing.Processor
     if fmt == "console":
