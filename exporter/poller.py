@@ -64,12 +64,13 @@ GET_PROBE_INTERVAL_S = 300.0
 # poll and the idle time after it (250 pods): a wash at 3 s, 43.1 -> 29.9 ms at 10 s.
 RELEASE_CHANNEL_MIN_INTERVAL_S = 5.0
 # Once a small reply replaces kubelet data that came in a reply of LARGE_REPLY_BYTES or
-# more, the heap is trimmed (glibc malloc_trim) on TRIM_POLLS polls, from that one on:
-# the memory the large data took is freed within a poll or two, or at the next scrape
-# for its rendered page, but glibc keeps most of it resident, 17-140 MiB after a 15 MiB
-# reply, varying run to run. Not before: while later replies fail (refused as too large,
-# or the kubelet gone) the large data is still served as the last good. A trim costs
-# ~2.5 ms, so it is not done every poll.
+# more, the heap is trimmed (glibc malloc_trim) on TRIM_POLLS polls: that one (the model
+# and caches are freed within it), then the polls after the next scrape has rendered a
+# newer page (the large data's page is freed then, however late the scrape). glibc keeps
+# most of the freed memory resident otherwise, 17-140 MiB after a 15 MiB reply, varying
+# run to run. Not before: while later replies fail (refused as too large, or the kubelet
+# gone) the large data is still served as the last good. A trim costs ~2.5 ms, so it is
+# not done every poll.
 LARGE_REPLY_BYTES = 512 * 1024
 TRIM_POLLS = 6
 
@@ -111,6 +112,7 @@ class Poller:
         self._outage = OutageLog("kubelet")
         self._large_data_held = False  # the last good kubelet data came in a large reply
         self._trims_due = 0  # polls left that trim the heap after large data was let go
+        self._let_go_at = 0  # the allocations number of the first snapshot without it
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
@@ -167,9 +169,15 @@ class Poller:
         elif replaced and self._large_data_held:
             self._large_data_held = False
             self._trims_due = TRIM_POLLS
-        if self._trims_due:
-            self._trims_due -= 1
-            await asyncio.to_thread(trim)
+            self._let_go_at = self._allocations
+        if not self._trims_due:
+            return
+        # The page rendered from the large data is let go only when a scrape renders a
+        # newer one: after the first trim (the model and caches), the rest wait for it.
+        if self._trims_due < TRIM_POLLS and self._store.holds_page_before(self._let_go_at):
+            return
+        self._trims_due -= 1
+        await asyncio.to_thread(trim)
 
     def _keep_node_state(self, runs: tuple[CollectorRun, ...]) -> None:
         """The CPU-to-NUMA map and DRA state from runs that read them, else the last."""

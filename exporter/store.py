@@ -81,6 +81,10 @@ class SnapshotStore:
             self._rendered = (published.allocations, exposition)
             return exposition
 
+    def holds_page_before(self, allocations: int) -> bool:
+        """Whether the last page rendered is of a snapshot older than ``allocations``."""
+        return self._rendered is not None and self._rendered[0] < allocations
+
     def _log_failure(self, error: Exception, published: Published) -> None:
         text = f"{type(error).__name__}: {error}"
         collected_at = published.snapshot.collected_at

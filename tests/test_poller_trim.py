@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import pytest
 
@@ -17,10 +17,15 @@ LIMIT = 4 << 20  # --kubelet.max-message-bytes: a List padded past it is refused
 
 
 async def _trimming_polls(
-    sim_node: SimulatedNode, monkeypatch: pytest.MonkeyPatch, paddings: Sequence[int]
+    sim_node: SimulatedNode,
+    monkeypatch: pytest.MonkeyPatch,
+    paddings: Sequence[int],
+    *,
+    scraped: Container[int] = (),
 ) -> list[int]:
     """One poll per padding of the List reply, numbered from 1: the polls that trimmed.
-    A poll whose reply is over LIMIT must find the kubelet down (refused), any other up."""
+    A poll whose reply is over LIMIT must find the kubelet down (refused), any other up.
+    After the polls in ``scraped`` the page is rendered, as a scrape renders it."""
     trims: list[int] = []
     polls = 0
 
@@ -30,10 +35,11 @@ async def _trimming_polls(
 
     monkeypatch.setattr(exporter.poller, "trim", trim)
     client = KubeletClient(socket_path=sim_node.socket_path, max_message_bytes=LIMIT, timeout_s=5)
+    store = SnapshotStore()
     poller = Poller(
         client=client,
         runner=CollectorRunner([], timeout_s=1.0),
-        store=SnapshotStore(),
+        store=store,
         node="demo-node",
         interval_s=10.0,
     )
@@ -43,6 +49,8 @@ async def _trimming_polls(
             polls += 1
             published = await poller.poll_once()
             assert published.snapshot.kubelet.up == (padding <= LIMIT)
+            if polls in scraped:
+                await store.exposition(published)
     finally:
         await client.close()
     return trims
@@ -71,3 +79,15 @@ async def test_a_large_reply_kept_through_refused_ones_is_trimmed_once_let_go(
     trims = await _trimming_polls(sim_node, monkeypatch, paddings)
     first_small = 2 + refused + 1
     assert list(range(first_small, first_small + TRIM_POLLS)) == trims
+
+
+async def test_trims_after_the_first_wait_for_the_large_datas_page_to_be_let_go(
+    sim_node: SimulatedNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page rendered from the large data is freed when a scrape renders a newer one,
+    however many polls later: one trim when the small reply arrives, the others from
+    the poll after that scrape. Counting them from the small reply alone, as before,
+    spent them while a slow scrape still held the page (a fault test kept +113 MiB)."""
+    paddings = (0, LARGE_REPLY_BYTES, *[0] * (TRIM_POLLS + 6))
+    trims = await _trimming_polls(sim_node, monkeypatch, paddings, scraped={2, 8})
+    assert [3, *range(9, 9 + TRIM_POLLS - 1)] == trims
