@@ -73,8 +73,8 @@ class Exporter:
             socket_path=config.kubelet_socket,
             max_message_bytes=config.kubelet_max_message_bytes,
             timeout_s=config.kubelet_timeout_s,
-            # Never longer than half a poll: the poller's own calls are never refused, so
-            # data returns at the first poll after the kubelet does.
+            # Fresh look-ups wait out at most half a poll after a failed call (the
+            # poller's own calls are never held back).
             backoff_max_s=config.poll_interval_s / 2,
         )
         self.runner = CollectorRunner(collectors, timeout_s=config.collector_timeout_s)

@@ -11,12 +11,12 @@ socket. Every call has a deadline, is counted in ``stats()``, and fails with an
 
 Two things keep load off the kubelet, whose socket is rate-limited for every client on
 the node: a method found missing or disabled is not asked again for
-``capability_recheck_s``, and after RESOURCE_EXHAUSTED, UNAVAILABLE or a deadline every
-call is refused locally for a jittered window that doubles up to ``backoff_max_s``,
-counted from the start of the failed call, and a successful call closes it. The exporter
-sets ``backoff_max_s`` to half the poll interval: the poller's own calls, one set per
-interval, are never refused, so data returns at the first poll after the kubelet does;
-only the extra calls (fresh ``Get`` look-ups) are held back.
+``capability_recheck_s`` (``probe_get``, the recheck itself, always asks), and after
+RESOURCE_EXHAUSTED, UNAVAILABLE or a deadline, of any call, fresh ``Get`` look-ups are
+refused locally for a jittered window that doubles up to ``backoff_max_s``, counted from
+the start of the failed call; a successful call closes it. The poller's own calls, one
+set per interval, are never refused: data returns at the first poll after the kubelet
+does, and a look-up that failed cannot cost a poll its data.
 """
 
 from __future__ import annotations
@@ -91,6 +91,10 @@ _PROBE_NAMESPACE = "-podresources-exporter-probe-"
 _PROBE_NAME = "-probe-"
 
 _NOT_FOUND = re.compile(r"^pod \S* in namespace \S* not found")
+# The kubelet's words for a method its feature gate turns off ("PodResources API Get
+# method disabled", "PodResources API GetAllocatableResources disabled"), whole: a
+# not-found message naming a pod "nightly-disabled-check" must not read as one.
+_DISABLED = re.compile(r"PodResources API \w+( method)? disabled")
 _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 _SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")  # gRPC: "larger than max (20971780 vs. 16777216)"
 
@@ -287,13 +291,19 @@ class KubeletClient:
         )
 
     async def get_pod(self, *, namespace: str, name: str) -> PodResources:
-        """One pod's resources, fresh; PodNotFound, MethodUnavailable."""
+        """One pod's resources, fresh; PodNotFound, MethodUnavailable. A look-up: refused
+        locally while Get is known unavailable or the kubelet is being backed off from."""
+        return await self._get_pod(namespace, name, look_up=True)
+
+    async def _get_pod(self, namespace: str, name: str, *, look_up: bool) -> PodResources:
         request = v1.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
         reply = await self._call(
             METHOD_GET,
             request,
             _decoded(lambda raw: _parse(v1.GetPodResourcesResponse, raw)),
             pod=(namespace, name),
+            look_up=look_up,
+            recheck=not look_up,
         )
         if not reply.HasField("pod_resources"):
             raise PodNotFound(
@@ -304,9 +314,11 @@ class KubeletClient:
         return pod_from_proto(reply.pod_resources)
 
     async def probe_get(self) -> bool:
-        """Whether Get works, asked about a pod that cannot exist; updates api_status()."""
+        """Whether Get works, asked about a pod that cannot exist; updates api_status().
+        The caller paces it: it asks even while Get is known unavailable (it is the
+        recheck) or the kubelet is backed off from."""
         try:
-            await self.get_pod(namespace=_PROBE_NAMESPACE, name=_PROBE_NAME)
+            await self._get_pod(_PROBE_NAMESPACE, _PROBE_NAME, look_up=False)
         except PodNotFound:
             return True
         except MethodUnavailable:
@@ -399,17 +411,21 @@ class KubeletClient:
         decode: Callable[[bytes], Awaitable[_T]],
         *,
         pod: tuple[str, str] | None = None,
+        look_up: bool = False,
+        recheck: bool = False,
     ) -> _T:
         """One RPC: local refusals first, then the call, its stats and error translation.
 
         ``decode`` turns the reply's bytes into the result (ReplyUndecodable when they are
         not the message). ``pod`` is the (namespace, name) a Get asks for, to tell "not
-        found" apart.
+        found" apart. ``look_up``: an extra call, refused during a backoff window;
+        ``recheck``: asked even while the method is known unavailable.
         """
         if self._closed:
             raise KubeletError(f"{method}: kubelet client is closed")
-        self._refuse_if_unavailable(method)
-        refusal = self._backoff.refusal()
+        if not recheck:
+            self._refuse_if_unavailable(method)
+        refusal = self._backoff.refusal() if look_up else None
         if refusal is not None:
             raise refusal
         started = time.perf_counter()
@@ -475,7 +491,7 @@ class KubeletClient:
             unavailable = KubeletUnavailable(f"{message} (socket {self._socket_path})")
             self._backoff.failed(unavailable, started=started)
             return unavailable
-        if code == "UNIMPLEMENTED" or (code == "UNKNOWN" and "disabled" in details):
+        if code == "UNIMPLEMENTED" or (code == "UNKNOWN" and _DISABLED.fullmatch(details)):
             self._mark_unavailable(method, reason=f"{code}: {details}")
             return MethodUnavailable(message, method=method)
         # The kubelet says UNKNOWN "pod X in namespace Y not found"; NOT_FOUND would be the

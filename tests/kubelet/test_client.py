@@ -275,6 +275,30 @@ class TestCapabilities:
         setattr(sim, knob, {V1_GET})
         assert (await client.probe_get(), client.api_status()["Get"]) == (False, False)
 
+    async def test_a_pod_named_disabled_is_not_a_disabled_method(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """The kubelet's not-found answer names the pod: "disabled" in a pod's name does
+        not read as the feature gate being off."""
+        with pytest.raises(PodNotFound):
+            await client.get_pod(namespace="default", name="nightly-disabled-check")
+        assert (await look_up(client), client.api_status()["Get"]) == (TRAINER, True)
+
+    async def test_probe_rechecks_while_get_is_known_unavailable(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """The probe is the recheck: it asks the kubelet whenever it is made, even inside
+        the quiet period its last failure started (the poller paces it), so a kubelet
+        upgraded to Get is found at the next probe; look-ups meanwhile are refused."""
+        sim.disabled = {V1_GET}
+        assert await client.probe_get() is False
+        clock.advance(RECHECK_S - 0.001)  # the poller's next probe, a hair early
+        with pytest.raises(MethodUnavailable):
+            await look_up(client)
+        sim.disabled = set()
+        assert (await client.probe_get(), sim.calls[V1_GET]) == (True, 2)
+        assert await look_up(client) == TRAINER
+
 
 class TestV1alpha1Fallback:
     async def test_list_falls_back_to_v1alpha1(
@@ -332,20 +356,41 @@ class TestV1alpha1Fallback:
         assert (caught.value.method, client.api_status()["List"]) == ("List", False)
 
 
+async def look_up(client: KubeletClient) -> PodResources:
+    """A fresh look-up of TRAINER, as /debug/allocations/ml/trainer-0 makes it."""
+    return await client.get_pod(namespace=TRAINER.namespace, name=TRAINER.name)
+
+
 class TestBackoff:
-    async def test_rate_limited_call_raises_and_backs_off(
+    async def test_rate_limited_call_holds_back_look_ups(
         self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
     ) -> None:
-        """RESOURCE_EXHAUSTED raises KubeletRateLimited; calls in the window never reach it."""
+        """RESOURCE_EXHAUSTED raises KubeletRateLimited; look-ups in the window never
+        reach the kubelet, the poller's own calls still do."""
         sim.rate_limit(qps=0.001, burst=1)
         await client.list_pods()
         with pytest.raises(KubeletRateLimited):
             await client.list_pods()
+        for _ in range(2):
+            with pytest.raises(KubeletRateLimited) as caught:
+                await look_up(client)
+            assert caught.value.message.endswith("(backing off)")
         with pytest.raises(KubeletRateLimited):
             await client.get_allocatable()
+        assert (sim.calls[V1_LIST], sim.calls[V1_GET_ALLOCATABLE], sim.calls[V1_GET]) == (2, 1, 0)
+
+    async def test_a_failed_look_up_costs_the_next_poll_nothing(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """An on-call curl's Get rate-limited by a busy socket opens the window; the
+        poller's List and GetAllocatableResources right after are still made, and get
+        the data the kubelet has by then."""
+        sim.rate_limit(qps=0.001, burst=0)
         with pytest.raises(KubeletRateLimited):
-            await client.list_pods()
-        assert (sim.calls[V1_LIST], sim.calls[V1_GET_ALLOCATABLE]) == (2, 0)
+            await look_up(client)
+        sim.clear_rate_limit()
+        assert (await client.list_pods(), await client.get_allocatable()) == (PODS, ALLOCATABLE)
+        assert (sim.calls[V1_GET], sim.calls[V1_LIST], sim.calls[V1_GET_ALLOCATABLE]) == (1, 1, 1)
 
     async def test_backoff_ends_after_window(
         self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
@@ -353,10 +398,23 @@ class TestBackoff:
         """Once the window has passed the kubelet is asked again."""
         sim.rate_limit(qps=0.001, burst=0)
         with pytest.raises(KubeletRateLimited):
-            await client.list_pods()
+            await look_up(client)
         sim.clear_rate_limit()
+        with pytest.raises(KubeletRateLimited):
+            await look_up(client)
         clock.advance(1.0)  # the first window is at most backoff_initial_s
-        assert (await client.list_pods(), sim.calls[V1_LIST]) == (PODS, 2)
+        assert (await look_up(client), sim.calls[V1_GET]) == (TRAINER, 2)
+
+    async def test_a_poll_that_works_ends_the_window(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """The kubelet answering the poller closes the window for look-ups too."""
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(KubeletUnavailable):
+            await client.list_pods()
+        sim.force_code = None
+        await client.list_pods()
+        assert await look_up(client) == TRAINER
 
     async def test_window_doubles_and_resets_on_success(
         self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
@@ -368,17 +426,17 @@ class TestBackoff:
         for step in (0.0, 1.0, 0.99, 1.01, 1.99, 2.01):
             clock.advance(step)
             with pytest.raises(KubeletUnavailable):
-                await client.list_pods()
-            asked.append(sim.calls[V1_LIST])
+                await look_up(client)
+            asked.append(sim.calls[V1_GET])
         sim.force_code = None
         clock.advance(8.0)
-        await client.list_pods()
+        await look_up(client)
         sim.force_code = grpc.StatusCode.UNAVAILABLE
         for step in (0.0, 1.0):  # back to a window <= 1 s
             clock.advance(step)
             with pytest.raises(KubeletUnavailable):
-                await client.list_pods()
-            asked.append(sim.calls[V1_LIST])
+                await look_up(client)
+            asked.append(sim.calls[V1_GET])
         assert asked == [1, 2, 2, 3, 3, 4, 6, 7]
 
     async def test_window_is_capped(
@@ -389,32 +447,32 @@ class TestBackoff:
         sim.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
         for _ in range(6):
             with pytest.raises(KubeletRateLimited):
-                await client.list_pods()
+                await look_up(client)
             clock.advance(2.0)
-        assert sim.calls[V1_LIST] == 6
+        assert sim.calls[V1_GET] == 6
 
     async def test_window_counts_from_the_start_of_the_failed_call(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
     ) -> None:
-        """A call that ran to its deadline does not push the window past the next poll."""
+        """A call that ran to its deadline does not hold look-ups back past its window."""
         client = make_client(clock=time.monotonic, timeout_s=0.3, backoff_max_s=0.2)
         sim.hang = True
         with pytest.raises(KubeletUnavailable):
             await client.list_pods()
         sim.hang = False
         # The window (<= 0.2 s from the start) closed before the 0.3 s deadline struck.
-        assert (await client.list_pods(), sim.calls[V1_LIST]) == (PODS, 2)
+        assert (await look_up(client), sim.calls[V1_GET]) == (TRAINER, 1)
 
     async def test_refusals_say_the_same_thing_each_time(
         self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
     ) -> None:
-        """A refusal's message holds no countdown, so an outage reads the same every poll."""
+        """A refusal's message holds no countdown, so an outage reads the same each time."""
         sim.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
         messages = []
         for step in (0.0, 0.1, 0.3):
             clock.advance(step)
             with pytest.raises(KubeletRateLimited) as caught:
-                await client.list_pods()
+                await look_up(client)
             messages.append(caught.value.message)
         assert [messages[0] + " (backing off)"] * 2 == messages[1:]
 
@@ -644,13 +702,13 @@ class TestStats:
             with pytest.raises(MethodUnavailable):
                 await client.get_allocatable()
             with pytest.raises(KubeletUnavailable):
-                await client.list_pods()
+                await look_up(client)
         sim.force_code = None
         stats = client.stats()
-        assert (stats.requests, stats.count(method="List", code="UNAVAILABLE")) == (
+        assert (stats.requests, stats.count(method="Get", code="UNAVAILABLE")) == (
             (
+                RequestCount(method="Get", code="UNAVAILABLE", count=1),
                 RequestCount(method="GetAllocatableResources", code="UNIMPLEMENTED", count=1),
-                RequestCount(method="List", code="UNAVAILABLE", count=1),
             ),
             1,
         )
