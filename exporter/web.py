@@ -32,7 +32,7 @@ from exporter import __version__
 from exporter.debugview import FILTER_KEYS, EncodedView, Filters, encode_json, encode_text
 from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from exporter.join import join_fresh_pod
-from exporter.kubelet.errors import KubeletError, PodNotFound
+from exporter.kubelet.errors import KubeletError, MethodUnavailable, PodNotFound
 from exporter.lookup import CoalescingLookup, LookupRefused
 from exporter.model import Snapshot
 from exporter.store import Published, SnapshotStore
@@ -158,8 +158,15 @@ SETTINGS = web.AppKey("settings", WebSettings)
 LOOKUP = web.AppKey("lookup", CoalescingLookup)
 
 
-class BadRequest(Exception):
-    """Client error: answered 400 with this message."""
+class ErrorAnswer(Exception):
+    """Answered ``status`` (400, bad input, unless told) with this message as one line
+    of JSON. The message may hold anything the request or the kubelet said, which an
+    HTTP reason line (``web.HTTPException(reason=...)``) may not: a newline raises."""
+
+    def __init__(self, message: str, *, status: int = 400, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after_s = retry_after_s
 
 
 def _json_error(
@@ -177,8 +184,9 @@ def _json_error(
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except BadRequest as error:
-        return _json_error(400, str(error))
+    except ErrorAnswer as error:
+        retry = {} if error.retry_after_s is None else {"Retry-After": str(error.retry_after_s)}
+        return _json_error(error.status, str(error), headers=retry)
     except ConnectionResetError:
         # The client went (reset, or half-closed so aiohttp closed): nothing to answer,
         # nothing broken on our side.
@@ -262,19 +270,19 @@ def _query(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
     values: dict[str, str] = {}
     for key, value in request.query.items():
         if key not in allowed:
-            raise BadRequest(f"unknown query parameter {key!r}; known: {', '.join(allowed)}")
+            raise ErrorAnswer(f"unknown query parameter {key!r}; known: {', '.join(allowed)}")
         if key in values:
-            raise BadRequest(f"query parameter {key!r} given twice")
+            raise ErrorAnswer(f"query parameter {key!r} given twice")
         if len(value) > MAX_QUERY_VALUE_LENGTH or not value.isprintable():
-            raise BadRequest(f"query parameter {key!r}: not a printable value of sane length")
+            raise ErrorAnswer(f"query parameter {key!r}: not a printable value of sane length")
         if not value:
-            raise BadRequest(f"query parameter {key!r} is empty")
+            raise ErrorAnswer(f"query parameter {key!r} is empty")
         if "\ufffd" in value:  # how aiohttp decodes percent-escapes that are not UTF-8
-            raise BadRequest(f"query parameter {key!r}: not UTF-8")
+            raise ErrorAnswer(f"query parameter {key!r}: not UTF-8")
         values[key] = value
     output = values.get("format", "json")
     if output not in ("json", "text"):
-        raise BadRequest(f"format must be json or text, not {output!r}")
+        raise ErrorAnswer(f"format must be json or text, not {output!r}")
     return values
 
 
@@ -351,24 +359,34 @@ async def allocations(request: web.Request) -> web.StreamResponse:
 async def pod_allocations(request: web.Request) -> web.StreamResponse:
     query = _query(request, ("format",))
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
-    if not _NAMESPACE.match(namespace):
-        raise BadRequest(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
-    if not _POD_NAME.match(name):
-        raise BadRequest(f"pod {name!r} is not a valid Kubernetes pod name")
+    # fullmatch: "$" would also match before a final newline ("%0A").
+    if not _NAMESPACE.fullmatch(namespace):
+        raise ErrorAnswer(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
+    if not _POD_NAME.fullmatch(name):
+        raise ErrorAnswer(f"pod {name!r} is not a valid Kubernetes pod name")
     snapshot = _current(request)
     filters = Filters(namespace=namespace, pod=name)
     output = query.get("format", "json")
     try:
         fresh = await request.app[LOOKUP].get(namespace=namespace, name=name)
     except PodNotFound as error:
-        raise web.HTTPNotFound(reason=f"pod {namespace}/{name} not found: {error}") from error
+        raise ErrorAnswer(f"pod {namespace}/{name} not found: {error}", status=404) from error
     except (LookupRefused, KubeletError) as error:  # Get missing, disabled or failing
-        source = f"snapshot ({error})"
+        unanswered = error
     else:
         joined = join_fresh_pod(snapshot, fresh, collected_at=time.time())
         return await _respond(request, joined, filters=filters, output=output, source="kubelet Get")
     if not any(filters.keeps_pod(p) for p in snapshot.pods):
-        raise web.HTTPNotFound(reason=f"pod {namespace}/{name} not in the last snapshot")
+        if isinstance(unanswered, MethodUnavailable):  # the snapshot is all there is
+            raise ErrorAnswer(f"pod {namespace}/{name} not in the last snapshot", status=404)
+        # Held back or failing: the pod may be newer than the snapshot. Not a "no".
+        raise ErrorAnswer(
+            f"pod {namespace}/{name} not in the last snapshot, and the kubelet gave no "
+            f"answer ({unanswered}); retry shortly",
+            status=503,
+            retry_after_s=DEBUG_RETRY_AFTER_S,
+        )
+    source = f"snapshot ({unanswered})"
     return await _respond(request, snapshot, filters=filters, output=output, source=source)
 
 

@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -367,6 +368,9 @@ class TestDebugEndpoints:
             ("/debug/allocations/ml-training/NOT_A_NAME", 400),
             ("/debug/allocations/ml.training/trainer-0", 400),  # namespaces have no dots
             (f"/debug/allocations/{'n' * 64}/trainer-0", 400),  # nor more than 63 characters
+            # Python's "$" matches before a final newline: names are matched whole.
+            ("/debug/allocations/ml-training/trainer-0%0A", 400),
+            ("/debug/allocations/ml-training%0A/trainer-0", 400),
             ("/debug/allocations/ml-training/no-such-pod", 404),
             ("/debug/allocations/ml-training/no.such.pod", 404),  # pod names may have dots
             ("/nope", 404),
@@ -404,6 +408,28 @@ class TestDebugEndpoints:
         body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
         assert body["source"].startswith("snapshot")
         assert body["pods"][0]["name"] == "trainer-0"
+
+    async def test_a_pod_newer_than_the_snapshot_is_not_denied_when_unasked(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """A pod scheduled since the last poll, looked up while fresh look-ups are held
+        back: 503 with Retry-After, not a 404 saying it does not exist. With Get disabled
+        the snapshot is all there is, and a pod missing from it is a 404."""
+        await exporter.poller.poll_once()
+        kubelet = sim_node.kubelet
+        pods = kubelet.listed_pods()
+        new = replace(next(p for p in pods if p.namespace == "ml-training"), name="just-started")
+        kubelet.set_state(pods=(*pods, new), allocatable=kubelet.allocatable())
+        for _ in range(5):  # others spend the look-ups' burst
+            await client.get("/debug/allocations/ml-training/elsewhere")
+        response = await client.get("/debug/allocations/ml-training/just-started")
+        assert (response.status, response.headers.get("Retry-After")) == (503, "1")
+        assert "rate-limited" in (await response.json())["error"]
+        kubelet.disabled.add("v1.Get")
+        await asyncio.sleep(1.0)  # a token again
+        response = await client.get("/debug/allocations/ml-training/just-started")
+        assert response.status == 404
+        assert (await response.json())["error"].endswith("not in the last snapshot")
 
     async def test_fresh_lookups_are_coalesced_and_rate_limited(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
