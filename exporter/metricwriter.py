@@ -5,7 +5,8 @@ prometheus_client escapes every label name and value of every sample on every ca
 once and looked up by its raw label values afterwards, so a poll pays only for its
 values. The output is byte for byte what ``prometheus_client`` writes for the same
 gauge, counter or histogram family (the tests hold it to that, and to the official
-parsers and ``promtool``). It covers what the exporter writes: no timestamps,
+parsers and ``promtool``), but for label values UTF-8 cannot encode, on which
+prometheus_client fails (``_utf8_text``). It covers what the exporter writes: no timestamps,
 exemplars, units, nor names outside the legacy character set (refused).
 
 The sample lines of a family are the same in both formats; only the HELP/TYPE header
@@ -44,7 +45,29 @@ PrefixCache = dict[Hashable, str]
 
 
 def _escape_value(value: str) -> str:
+    if not value.isascii():
+        value = _utf8_text(value)
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _utf8_text(value: str) -> str:
+    """``value``, with what UTF-8 cannot encode shown as escapes.
+
+    Names read from the kernel are bytes: a netdev may be named with any byte but '/',
+    ':' and whitespace, and Python hands a name that is not UTF-8 over with surrogates
+    standing for its bytes (``'eth\\udce9'`` for ``b'eth\\xe9'``). Such a value cannot be
+    encoded, so one of them would fail the whole page; Prometheus would refuse invalid
+    UTF-8 anyway. Each such byte is written as ``\\xe9``, as the kernel's tools show it.
+    """
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        try:
+            raw = value.encode(errors="surrogateescape")  # the bytes the name came from
+        except UnicodeEncodeError:  # a lone surrogate no byte stands for
+            raw = value.encode(errors="surrogatepass")
+        return raw.decode(errors="backslashreplace")
+    return value
 
 
 def label_prefix(name: str, labels: Iterable[tuple[str, str]]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -227,6 +228,27 @@ class TestMetrics:
         assert [r.status for r in responses] == [200] * 60
         assert dict(sim_node.kubelet.calls) == before
         assert before == {"v1.List": 1, "v1.GetAllocatableResources": 1, "v1.Get": 1}
+
+    async def test_a_netdev_named_by_a_byte_that_is_not_utf8(
+        self, sim_node: SimulatedNode, aiohttp_client: Any
+    ) -> None:
+        """The kernel lets a netdev's name hold any byte but '/', ':' and whitespace.
+        One not UTF-8 used to fail every scrape with a 500 (the page could not be
+        encoded); its series now name it with the byte escaped, in both formats."""
+        net = sim_node.sysfs / "class" / "net"
+        os.rename(os.fsencode(net / "ens1f0np0"), os.fsencode(net) + b"/eth\xe9")
+        exporter = Exporter(
+            _config(sim_node), collectors=demo_collectors(_config(sim_node), sim_node)
+        )
+        try:
+            await exporter.poller.poll_once()
+            client = await aiohttp_client(exporter.create_app())
+            for accept in ("text/plain", "application/openmetrics-text;version=1.0.0"):
+                response = await client.get("/metrics", headers={"Accept": accept})
+                assert response.status == 200
+                assert 'interface="eth\\\\xe9"' in await response.text()
+        finally:
+            await exporter.close()
 
 
 class TestKubeletFailures:

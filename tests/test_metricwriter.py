@@ -241,6 +241,30 @@ def _help_texts(package: Path) -> list[tuple[str, str]]:
     return found
 
 
+class TestNamesThatAreNotUTF8:
+    # A netdev named b"eth\xe9" as Python lists it, and a lone surrogate no byte stands for.
+    NAMES = ("eth\udce9", "x\ud800y")
+
+    def _page(self, *, openmetrics: bool) -> str:
+        rows = Rows("test_bytes", "counter", "Bytes.", ("interface",), [])
+        for name in self.NAMES:
+            rows.add((name,), 1)
+        return join_families([write_family(rows, cache={})], openmetrics=openmetrics)
+
+    @pytest.mark.parametrize("openmetrics", [False, True], ids=["text", "openmetrics"])
+    def test_each_byte_is_written_as_an_escape(self, openmetrics: bool) -> None:
+        """The page encodes (one such name used to fail every scrape), and the official
+        parsers read the name back with the byte as the kernel's tools show it."""
+        page = self._page(openmetrics=openmetrics).encode()
+        parse = parse_openmetrics if openmetrics else parse_text
+        samples = next(iter(parse(page.decode()))).samples
+        assert [s.labels["interface"] for s in samples] == ["eth\\xe9", "x\\xed\\xa0\\x80y"]
+
+    @pytest.mark.skipif(PROMTOOL is None, reason="promtool not found: apt-get install prometheus")
+    def test_promtool_accepts_the_page(self) -> None:
+        assert [] == promtool_problems(self._page(openmetrics=False), openmetrics=False)
+
+
 class TestPrefixCache:
     def test_a_warm_cache_writes_the_same_bytes_and_keeps_only_what_was_used(self) -> None:
         """Re-using prefixes changes nothing written; labels sets gone drop out."""
