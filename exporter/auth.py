@@ -178,7 +178,8 @@ def _client_certificate_refusal(request: web.Request, tls: TlsSettings) -> web.R
     transport = request.transport
     peer = transport.get_extra_info("peercert") if transport is not None else None
     if not peer:
-        if tls.client_cert_required:
+        # No certificate cannot beat a wrong one: with SANs listed, one is required.
+        if tls.client_cert_required or tls.client_allowed_sans is not None:
             return _refusal(401, "a client certificate is required")
         return None
     if tls.client_allowed_sans is None:

@@ -12,6 +12,11 @@ with the reason rather than silently weakened:
   Python verifies every client certificate it asks for; it cannot accept an unverified one.
 - ``curve_preferences`` with more than one curve: Python 3.11's ``ssl`` sets one curve.
 
+One more refusal than exporter-toolkit's: ``client_allowed_sans`` without a client auth
+type that verifies, which exporter-toolkit accepts and then ignores (no certificate is
+asked for). With ``VerifyClientCertIfGiven`` a client without a certificate is refused
+where SANs are listed (``exporter.auth``), as exporter-toolkit's handshake does.
+
 ``RequireAndVerifyClientCert`` is enforced per request (``exporter.auth``), with the TLS
 layer verifying any certificate that is offered: so the kubelet's probes, which carry no
 client certificate, still reach ``/healthz`` and ``/readyz``.
@@ -275,6 +280,14 @@ def _parse_tls(reader: _Reader, base: Path) -> TlsSettings | None:
         if name not in CURVES:
             raise reader.error(reader.key("curve_preferences"), f"unknown curve: {name}")
     sans = reader.strings("client_allowed_sans")
+    if sans is not None and auth not in _VERIFIES:
+        # exporter-toolkit lets this load and then never asks for a certificate: the
+        # list that was meant to restrict clients restricts nothing. Refused here.
+        raise reader.error(
+            reader.key("client_allowed_sans"),
+            "checks the SANs of a verified client certificate, but none is asked for: "
+            f"set client_auth_type to one of {', '.join(_VERIFIES)}",
+        )
     prefer_server = reader.get("prefer_server_cipher_suites", bool, True)
     if not any((cert_file, key_file, cert, key, client_ca_file, client_ca, auth)):
         return None

@@ -175,6 +175,12 @@ REFUSALS = [
     (f"{TLS}  client_auth_type: RequestClientCert\n", "without verifying them"),
     (f"{TLS}  client_auth_type: RequireAnyClientCert\n", "without verifying them"),
     (f"{TLS}  client_ca_file: ca.crt\n", "client CA's have been configured without"),
+    # exporter-toolkit loads these and asks for no certificate: the list restricts nothing.
+    (f"{TLS}  client_allowed_sans: [prometheus]\n", "client_allowed_sans: checks the SANs"),
+    (
+        f"{TLS}  client_auth_type: NoClientCert\n  client_allowed_sans: [prometheus]\n",
+        "set client_auth_type to one of VerifyClientCertIfGiven, RequireAndVerifyClientCert",
+    ),
     (
         f"{TLS}  client_ca_file: ca.crt\n  client_auth_type: NoClientCert\n",
         "client CA's have been configured without",
@@ -384,6 +390,22 @@ class TestServedTls:
                 assert 403 == (await _get(metrics, _client(pki, client="intruder")))[0]
                 probe = server.url("/readyz")
                 assert 200 == (await _get(probe, _client(pki, client="intruder")))[0]
+
+    async def test_client_allowed_sans_with_verify_if_given(self, folder: Path, pki: Pki) -> None:
+        """With SANs listed, no certificate is refused too (it used to pass where a wrong
+        one got 403); the probes stay open."""
+        text = (
+            f"{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n"
+            "  client_allowed_sans: [prometheus.monitoring.svc]\n"
+        )
+        async with served(_live(folder, text)) as server:
+            metrics = server.url("/metrics")
+            assert 200 == (await _get(metrics, _client(pki, client="prometheus")))[0]
+            assert 403 == (await _get(metrics, _client(pki, client="intruder")))[0]
+            assert 401 == (await _get(metrics, _client(pki)))[0]
+            assert 401 == (await _get(server.url("/debug/allocations"), _client(pki)))[0]
+            for probe in ("/healthz", "/readyz"):
+                assert 200 == (await _get(server.url(probe), _client(pki)))[0]
 
     async def test_headers_on_every_response(self, folder: Path, pki: Pki) -> None:
         """http_server_config.headers are sent on every response, refusals and probes too."""
