@@ -576,8 +576,9 @@ class LiveWebConfig:
 
     def __init__(self, path: Path, *, users_only: bool = False) -> None:
         self.path = path
+        self._users_only = users_only
         self._keys = ("basic_auth_users",) if users_only else _TOP_KEYS
-        self._config = read_web_config(path, keys=self._keys)
+        self._config = self._read()
         self._context = self._build(self._config)
         self._seen = self._signature_of(self._config)
         self._failed: tuple[object, ...] | None = None
@@ -585,6 +586,17 @@ class LiveWebConfig:
     @property
     def tls_enabled(self) -> bool:
         return self._config.tls is not None
+
+    def _read(self) -> WebConfig:
+        config = read_web_config(self.path, keys=self._keys)
+        if self._users_only and not config.users:
+            # Users that replace the web config's for /debug: none would mean no check
+            # at all, /debug open while /metrics is locked (an empty Secret, a template).
+            raise WebConfigError(
+                f"{self.path}: basic_auth_users: no users; name at least one, or /debug "
+                "would be open to anyone"
+            )
+        return config
 
     def _signature_of(self, config: WebConfig) -> tuple[object, ...]:
         return _signature((self.path, *(config.tls.files if config.tls else ())))
@@ -605,7 +617,7 @@ class LiveWebConfig:
         if seen == self._failed:
             return  # already logged; keep serving the last good config
         try:
-            config = read_web_config(self.path, keys=self._keys)
+            config = self._read()
             if (config.tls is None) != (self._config.tls is None):
                 raise WebConfigError(
                     f"{self.path}: tls_server_config: turning TLS on or off needs a restart"

@@ -141,6 +141,29 @@ class TestDebugUsers:
         with pytest.raises(WebConfigError, match="tls_server_config: unknown key"):
             LiveWebConfig(path, users_only=True)
 
+    @pytest.mark.parametrize("text", ["", "basic_auth_users:\n", "basic_auth_users: {}\n"])
+    def test_a_debug_file_without_users_is_refused(self, tmp_path: Path, text: str) -> None:
+        """Its users replace the web config's for /debug: none would leave /debug open
+        to anyone while /metrics stays locked (an empty Secret, a broken template)."""
+        from exporter.webconfig import WebConfigError
+
+        path = tmp_path / "debug.yml"
+        path.write_text(text)
+        with pytest.raises(WebConfigError, match="basic_auth_users: no users"):
+            LiveWebConfig(path, users_only=True)
+
+    async def test_emptied_debug_file_keeps_the_last_users(self, tmp_path: Path) -> None:
+        """An edit that leaves no users is refused like any bad edit: the last users stay."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"scrape")})
+        path = tmp_path / "debug.yml"
+        path.write_text(f"basic_auth_users:\n  oncall: '{_hash(b'pager')}'\n")
+        debug = LiveWebConfig(path, users_only=True)
+        async with served(live, debug_users=debug) as server:
+            allocations = server.url("/debug/allocations")
+            path.write_text("basic_auth_users:\n")
+            assert 401 == await _status(allocations)
+            assert 200 == await _status(allocations, basic("oncall", "pager"))
+
 
 class TestChecker:
     async def test_unknown_users_cost_a_bcrypt_check(self) -> None:
