@@ -6,13 +6,17 @@ One middleware answers for the whole HTTP surface, from the live web config:
   probes carry neither a password nor a client certificate.
 - ``/debug/*`` can require other users than ``/metrics`` (``--web.debug-auth.file``).
 - A wrong password costs the same whether the user exists or not (unknown users are
-  checked against a dummy hash of the same cost), and no credential makes a 500: over-long
+  checked against a dummy hash of the file's highest cost; a file mixing costs is logged,
+  ``basic_auth_mixed_costs``, as it lets a cheaper user be told apart), and no
+  credential makes a 500: over-long
   passwords and undecodable headers are refused like wrong ones; hashes were checked
   when the file was loaded.
 - bcrypt runs on its own one-thread executor with a short queue; past it, a request is
-  answered 429 at once. A recently verified credential is answered from a small
-  time-limited cache (keyed by a digest, never the password), so Prometheus' scrapes do
-  not queue behind a flood of wrong passwords, and neither do the poller's threads.
+  answered 429 at once. Checked credentials are answered from caches keyed by a digest
+  (never the password): a right one from its own, kept while it is used (a flood of
+  wrong passwords cannot push it out), a wrong one for a minute. So Prometheus' scrapes,
+  once their credential was checked, never queue behind a flood of wrong passwords, and
+  neither do the poller's threads.
 """
 
 from __future__ import annotations
@@ -54,8 +58,13 @@ SERVER_HEADER = "podresources-exporter"  # no versions for a scanner to match
 # bcrypt reads at most 72 bytes; Go's bcrypt refuses longer passwords, and so do we.
 MAX_PASSWORD_BYTES = 72
 DEFAULT_COST = 10
-CACHE_SIZE = 1024
+CACHE_SIZE = 1024  # wrong credentials
 CACHE_TTL_S = 60.0
+# Right credentials: a few per node (Prometheus replicas, on-call). The digest binds the
+# user's hash, so an edited or removed user never matches an old entry: the time limit,
+# counted from the last use, only lets go of credentials nobody sends any more.
+ALLOWED_CACHE_SIZE = 64
+ALLOWED_CACHE_TTL_S = 3600.0
 MAX_QUEUED_CHECKS = 8
 OVERLOAD_LOG_INTERVAL_S = 10.0  # a flood is one log line per interval, not one per request
 
@@ -85,9 +94,8 @@ class PasswordChecker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
         self._max_queued = max_queued
         self._queued = 0
-        self._cache: OrderedDict[bytes, tuple[bool, float]] = OrderedDict()
-        self._cache_size = cache_size
-        self._cache_ttl_s = cache_ttl_s
+        self._denied = _ExpiringSet(size=cache_size, ttl_s=cache_ttl_s)
+        self._allowed = _ExpiringSet(size=ALLOWED_CACHE_SIZE, ttl_s=ALLOWED_CACHE_TTL_S)
         self._clock = clock
         self._dummies: dict[int, bytes] = {}
 
@@ -119,9 +127,10 @@ class PasswordChecker:
             return Verdict.DENIED
         key = _digest(user.encode(), hashed or b"", password)
         now = self._clock()
-        cached = self._cache.get(key)
-        if cached is not None and cached[1] > now:
-            return Verdict.ALLOWED if cached[0] else Verdict.DENIED
+        if self._allowed.holds(key, now, renew=True):
+            return Verdict.ALLOWED
+        if self._denied.holds(key, now, renew=False):
+            return Verdict.DENIED
         if self._queued >= self._max_queued:
             return Verdict.BUSY
         costs = [bcrypt_cost(h.decode()) or DEFAULT_COST for h in users.values()]
@@ -133,11 +142,33 @@ class PasswordChecker:
             )
         finally:
             self._queued -= 1
-        self._cache[key] = (ok, now + self._cache_ttl_s)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        (self._allowed if ok else self._denied).add(key, now)
         return Verdict.ALLOWED if ok else Verdict.DENIED
+
+
+class _ExpiringSet:
+    """At most ``size`` keys, each held ``ttl_s`` from when it was added (or last
+    renewed); the least recently added or renewed goes first."""
+
+    def __init__(self, *, size: int, ttl_s: float) -> None:
+        self._size = size
+        self._ttl_s = ttl_s
+        self._until: OrderedDict[bytes, float] = OrderedDict()
+
+    def holds(self, key: bytes, now: float, *, renew: bool) -> bool:
+        until = self._until.get(key)
+        if until is None or until <= now:
+            return False
+        if renew:
+            self._until[key] = now + self._ttl_s
+            self._until.move_to_end(key)
+        return True
+
+    def add(self, key: bytes, now: float) -> None:
+        self._until[key] = now + self._ttl_s
+        self._until.move_to_end(key)
+        while len(self._until) > self._size:
+            self._until.popitem(last=False)
 
 
 def parse_basic_auth(header: str) -> tuple[str, bytes] | None:

@@ -596,6 +596,11 @@ class LiveWebConfig:
                 f"{self.path}: basic_auth_users: no users; name at least one, or /debug "
                 "would be open to anyone"
             )
+        costs = sorted({bcrypt_cost(hashed.decode()) or 0 for hashed in config.users.values()})
+        if len(costs) > 1:
+            # An unknown user is checked at the highest cost; a user whose hash is cheaper
+            # answers sooner, which tells user names apart.
+            log.warning("basic_auth_mixed_costs", path=str(self.path), costs=costs)
         return config
 
     def _signature_of(self, config: WebConfig) -> tuple[object, ...]:

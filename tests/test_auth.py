@@ -9,6 +9,7 @@ from pathlib import Path
 import aiohttp
 import bcrypt
 import pytest
+from structlog.testing import capture_logs
 from webserving import basic, free_port, served
 
 from exporter.auth import PasswordChecker, Verdict, parse_basic_auth
@@ -164,6 +165,15 @@ class TestDebugUsers:
             assert 401 == await _status(allocations)
             assert 200 == await _status(allocations, basic("oncall", "pager"))
 
+    def test_users_of_mixed_costs_are_logged(self, tmp_path: Path) -> None:
+        """A cheaper user answers sooner than an unknown one (checked at the highest
+        cost): the file is loaded, and the operator told."""
+        users = {"prom": _hash(b"a", rounds=4), "admin": _hash(b"b", rounds=5)}
+        with capture_logs() as logs:
+            _users_file(tmp_path, users)
+            _users_file(tmp_path, {"prom": _hash(b"a", rounds=4)}, name="one.yml")
+        assert [(e["event"], e["costs"]) for e in logs] == [("basic_auth_mixed_costs", [4, 5])]
+
 
 class TestChecker:
     async def test_unknown_users_cost_a_bcrypt_check(self) -> None:
@@ -195,6 +205,25 @@ class TestChecker:
             ]
             changed = {"alice": _hash(b"s3cret").encode()}  # a new hash: a new cache key
             assert Verdict.BUSY == await checker.check(changed, "alice", b"s3cret")
+        finally:
+            checker.close()
+
+    async def test_a_flood_cannot_push_out_a_right_credential(self) -> None:
+        """Wrong passwords, more than the cache holds and for longer than a wrong one is
+        kept, do not push out a right one still in use: Prometheus, verified once, is
+        answered without a bcrypt slot all through a flood that keeps the queue full."""
+        now = [0.0]
+        checker = PasswordChecker(max_queued=1, cache_size=4, clock=lambda: now[0])
+        users = {"prometheus": _hash(b"s3cret").encode()}
+        try:
+            assert Verdict.ALLOWED == await checker.check(users, "prometheus", b"s3cret")
+            for second in range(1, 600):  # ten minutes of it, a scrape every 15 s
+                now[0] = float(second)
+                await checker.check(users, "prometheus", f"wrong-{second}".encode())
+                if second % 15 == 0:
+                    checker._max_queued = 0  # the flood holds every bcrypt slot
+                    assert Verdict.ALLOWED == await checker.check(users, "prometheus", b"s3cret")
+                    checker._max_queued = 1
         finally:
             checker.close()
 
