@@ -87,10 +87,12 @@ CONTAINER_UNKNOWN = "container_unknown"
 # Static pods' UIDs are 32-hex config hashes.
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 # Then the container: cgroupfs "<id>"; systemd "cri-containerd-<id>.scope",
-# "crio-<id>.scope", "docker-<id>.scope" (cri-dockerd).
+# "crio-<id>.scope", "docker-<id>.scope" (cri-dockerd). A container may make cgroups of
+# its own below that (systemd in a pod, Slurm's job steps, docker-in-docker): a process
+# in one is still the container's.
 _POD_CONTAINER = re.compile(
     rf"(?:^|/)(?:kubepods(?:-[a-z]+)?-)?pod(?P<uid>{_UID})(?:\.slice)?"
-    r"/(?:(?:cri-containerd|crio|docker)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$"
+    r"/(?:(?:cri-containerd|crio|docker)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?(?:/|$)"
 )
 _KUBEPODS = re.compile(r"(?:^|/)kubepods\b")
 

@@ -47,6 +47,20 @@ class TestParseCgroup:
             (CGROUPS / layout).read_text()
         )
 
+    @pytest.mark.parametrize(
+        "below",
+        [
+            "/init.scope",  # systemd as a pod's init
+            "/system.slice/slurmstepd.scope/job_12/step_0/user/task_0",  # Slurm's cgroup v2
+            "/" + "b" * 64,  # docker-in-docker: another 64-hex ID deeper down
+        ],
+    )
+    def test_cgroups_a_container_makes_below_its_own(self, below: str) -> None:
+        """cgroup v2 delegation lets a container make cgroups under its own; a process in
+        one belongs to the container (it used to be counted cgroup_unknown and dropped)."""
+        text = (CGROUPS / "v2-systemd-containerd").read_text().rstrip("\n") + below + "\n"
+        assert ProcessOrigin(pod_uid=UID, container_id=ID) == parse_cgroup(text)
+
     def test_captured_gke_cgroupfs(self) -> None:
         """A captured cgroupfs/containerd file: UID with dashes, bare 64-hex container ID."""
         expected = ProcessOrigin(
