@@ -43,11 +43,20 @@ function; the function's ``drm/`` directory holds every minor of that DRM device
 on the device; libdrm's ``drmGetMinorNameForFD`` finds a render node the same way,
 listing ``/sys/dev/char/<major>:<minor>/device/drm``).
 
-Cards of other drivers (nvidia-drm, ast), cards of no PCI device (simpledrm, vkms)
-and connectors (``card0-DP-1``) are skipped. A missing optional file leaves its figure
-absent, silently; an unreadable or garbage one loses that figure with an issue
-(``unreadable``/``garbage``); a card whose ``device`` link is gone by the time it is
-read is left out as ``vanished``.
+An AMD Instinct GPU split into compute partitions (``device/current_compute_partition``
+other than ``SPX``: MI300X in DPX, QPX or CPX mode) keeps its PCI function's ``cardN``
+and ``renderD<minor>`` for partition 0 only; partitions 1 and up are DRM devices of
+platform devices (``amdgpu_xcp``, ``amdgpu_xcp_drv.c``), and the AMD DRA driver names
+each partition ``gpu-<card>-<render>``. The PCI function's figures (busy percent, VRAM
+used, power, temperature) stay the whole board's, so they are reported under its PCI key
+alone: under partition 0's card and render node they would be shown as its holder's,
+and no partition has figures of its own in sysfs.
+
+Cards of other drivers (nvidia-drm, ast), cards of no PCI device (simpledrm, vkms, the
+partitions' platform devices) and connectors (``card0-DP-1``) are skipped. A missing
+optional file leaves its figure absent, silently; an unreadable or garbage one loses
+that figure with an issue (``unreadable``/``garbage``); a card whose ``device`` link
+is gone by the time it is read is left out as ``vanished``.
 """
 
 from __future__ import annotations
@@ -162,6 +171,14 @@ class DrmCard:
     energy_joules: float | None = None
     temperature_celsius: float | None = None
     clock_hertz: float | None = None
+    # amdgpu's current_compute_partition ("spx", "dpx", "qpx", "cpx"); None where absent.
+    compute_partition: str | None = None
+
+    @property
+    def partitioned(self) -> bool:
+        """Split into compute partitions: this card is partition 0 only, while its
+        figures are the whole board's (see the module's docstring)."""
+        return self.compute_partition not in (None, "spx")
 
 
 def parse_card_name(name: str) -> int | None:
@@ -191,10 +208,14 @@ def card_samples(card: DrmCard) -> tuple[Sample, ...]:
 
 
 def card_reading(card: DrmCard) -> DeviceReading:
-    """One card's reading under its card, render node and PCI keys; shown even unallocated."""
-    keys = [HardwareKey(KeyKind.DRM_CARD, str(card.card))]
-    if card.render is not None:
-        keys.append(HardwareKey(KeyKind.DRM_RENDER, str(card.render)))
+    """One card's reading under its card, render node and PCI keys; shown even unallocated.
+    A partitioned card's board-wide figures are under its PCI key only: its card and
+    render node name partition 0, whose holder is not the whole board's."""
+    keys = []
+    if not card.partitioned:
+        keys.append(HardwareKey(KeyKind.DRM_CARD, str(card.card)))
+        if card.render is not None:
+            keys.append(HardwareKey(KeyKind.DRM_RENDER, str(card.render)))
     keys.append(HardwareKey(KeyKind.PCI, card.pci_address))
     identity = DeviceIdentity(pci_address=card.pci_address, model=card.model, vendor=card.vendor)
     return DeviceReading(
@@ -247,8 +268,10 @@ def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) 
         return None  # another vendor's card: NVIDIA has its own collector
     device_id = _attribute(device / "device", issues)
     hwmon = _hwmon_dir(device, issues)
+    partition = None
     if vendor == "amd":
         own = _amd_figures(device, hwmon, issues)
+        partition = _attribute(device / "current_compute_partition", issues)
     else:
         own = _intel_figures(card_dir, device, issues)
     return DrmCard(
@@ -266,6 +289,7 @@ def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) 
             _under(hwmon, "temp1_input", "temp2_input"), issues, _MILLI, signed=True
         ),
         clock_hertz=own.clock_hertz,
+        compute_partition=partition,
     )
 
 

@@ -222,6 +222,18 @@ class TestCardReading:
         )
         assert expected == card_reading(card).keys
 
+    @pytest.mark.parametrize("partition", ["dpx", "qpx", "cpx"])
+    def test_a_partitioned_card_is_keyed_by_its_address_only(self, partition: str) -> None:
+        """A partitioned MI300X's card and render node are partition 0's, its figures the
+        whole board's: the AMD DRA driver's gpu-<card>-<render> for partition 0 must not
+        resolve to them. SPX (one partition, the whole board) keeps every key."""
+        card = DrmCard(1, 129, AMD_ADDRESS, "amd", utilization_ratio=0.87)
+        partitioned = replace(card, compute_partition=partition)
+        assert (HardwareKey(KeyKind.PCI, AMD_ADDRESS),) == card_reading(partitioned).keys
+        assert card_reading(partitioned).samples == card_reading(card).samples
+        whole = replace(card, compute_partition="spx")
+        assert _keys(1, 129, AMD_ADDRESS) == card_reading(whole).keys
+
     def test_absent_figures_give_no_samples(self) -> None:
         """A card exposing nothing has no samples, not zeros."""
         expected: tuple[Sample, ...] = ()
@@ -259,6 +271,21 @@ class TestReadDrmCard:
 
         expected = AMD_CARD  # not the nvme sensor's 1 W
         assert expected == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
+
+    def test_mi300x_in_cpx_mode(self, tmp_path: Path) -> None:
+        """CPX: the PCI function keeps card1/renderD129 for partition 0 and says its
+        mode in current_compute_partition; partitions 1 and up are DRM devices of
+        platform devices (amdgpu_xcp), skipped like any card of no PCI function."""
+        device_dir = _amd(tmp_path)
+        write_attribute(device_dir / "current_compute_partition", "CPX\n")
+        for n in range(1, 8):
+            platform = tmp_path / "devices" / "platform" / f"amdgpu_xcp.{n}"
+            _card(tmp_path, 1 + n, platform, render=129 + n)
+
+        readings = _collect(tmp_path)
+        assert [r.keys for r in readings.devices] == [(HardwareKey(KeyKind.PCI, AMD_ADDRESS),)]
+        assert readings.devices[0].samples == card_samples(AMD_CARD)
+        assert readings.issues == ()
 
     def test_render_minor_is_read_not_derived(self, tmp_path: Path) -> None:
         """The render node is whatever sits beside the card, not 128 plus the card index."""
