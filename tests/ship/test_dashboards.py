@@ -167,6 +167,17 @@ class TestDashboardJson:
             assert len(set(ref_ids)) == len(ref_ids), panel["title"]
             assert all(t["expr"].strip() for t in targets), panel["title"]
 
+    def test_every_panel_says_why_it_may_be_empty(self, dashboard: Dashboard) -> None:
+        """A panel with nothing to show says so, and why (none misaligned, no exclusive
+        CPUs, an opt-in collector off), instead of Grafana's bare "No data": a Grafana
+        user must never meet an unexplained empty panel on a healthy node."""
+        silent = [
+            panel["title"]
+            for panel in _query_panels(dashboard)
+            if not str(panel.get("fieldConfig", {}).get("defaults", {}).get("noValue", "")).strip()
+        ]
+        assert silent == []
+
     def test_queries_use_only_defined_variables(self, dashboard: Dashboard) -> None:
         """Every $variable in a query is a template variable or a Grafana built-in."""
         known = set(_variables(dashboard)) | set(BUILTINS)
