@@ -71,11 +71,19 @@ _CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
 
+# Shares of one device that other device plugins name apart: GKE's GPU time-sharing
+# ("nvidia0/vgpu1") and Intel's GPU plugin with shared-dev-num ("card0-1").
+_SHARE = re.compile(r"^(nvidia\d+)/vgpu\d+$|^(card\d+)-\d+$")
+
+
 def physical_id(device_id: str) -> str:
-    """The device a kubelet ID names: a replica ``<id>::<n>`` without its suffix."""
+    """The device a kubelet ID names: a replica ``<id>::<n>`` without its suffix, a GKE
+    or Intel share (``nvidia0/vgpu1``, ``card0-1``) as its GPU (``nvidia0``, ``card0``)."""
     head, separator, tail = device_id.rpartition(REPLICA_SEPARATOR)
     if separator and head and tail.isdigit():
         return head
+    if share := _SHARE.match(device_id):
+        return share[1] or share[2]
     return device_id
 
 

@@ -33,17 +33,18 @@ def key(kind: KeyKind, value: str) -> HardwareKey:
             "nvidia1/gi2",
             Resolution("nvidia1/gi2", (key(KeyKind.NVIDIA_MINOR_GI, "1/2"),), source="device id"),
         ),
-        # A GKE vGPU share is a share of the whole GPU.
+        # A GKE time-sharing share is a share of the whole GPU, as a replica is.
         (
             "nvidia0/vgpu1",
-            Resolution("nvidia0/vgpu1", (key(KeyKind.NVIDIA_MINOR, "0"),), source="device id"),
+            Resolution("nvidia0", (key(KeyKind.NVIDIA_MINOR, "0"),), source="device id"),
         ),
         # PCI addresses in any case resolve to the kernel's lower-case form.
         (
             "0000:AF:00.1",
             Resolution("0000:AF:00.1", (key(KeyKind.PCI, "0000:af:00.1"),), source="device id"),
         ),
-        ("card1-3", Resolution("card1-3", (key(KeyKind.DRM_CARD, "1"),), source="device id")),
+        # Intel's GPU plugin names shares of card1 card1-0, card1-1, ...
+        ("card1-3", Resolution("card1", (key(KeyKind.DRM_CARD, "1"),), source="device id")),
         ("card0", Resolution("card0", (key(KeyKind.DRM_CARD, "0"),), source="device id")),
         (
             "mlx5_0",
@@ -67,7 +68,16 @@ def test_resolve_device_id(device_id: str, expected: Resolution) -> None:
 
 @pytest.mark.parametrize(
     ("device_id", "expected"),
-    [("GPU-a::0", "GPU-a"), ("GPU-a", "GPU-a"), ("opaque::id", "opaque::id"), ("::3", "::3")],
+    [
+        ("GPU-a::0", "GPU-a"),
+        ("GPU-a", "GPU-a"),
+        ("opaque::id", "opaque::id"),
+        ("::3", "::3"),
+        ("nvidia2/vgpu7", "nvidia2"),
+        ("nvidia2/gi1", "nvidia2/gi1"),  # a MIG device is not a share
+        ("card0-12", "card0"),
+        ("card0-x", "card0-x"),
+    ],
 )
-def test_physical_id_strips_only_numeric_replica_suffixes(device_id: str, expected: str) -> None:
+def test_physical_id_strips_only_share_and_replica_suffixes(device_id: str, expected: str) -> None:
     assert expected == physical_id(device_id)
