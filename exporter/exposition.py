@@ -465,21 +465,25 @@ def _container_lines(container: ContainerView) -> _ContainerLines:
         _line(names[2], (*owner, ("memory_type", kind), ("numa_node", node)), size)
         for (kind, node), size in sorted(totals.items())
     )
+    # dict.fromkeys: two shares of one device (KEP-5075, told apart by share_id only)
+    # are one series.
     claims = "".join(
-        _line(
-            names[3],
-            (
-                *owner,
-                ("claim_namespace", claim.claim_namespace),
-                ("claim_name", claim.claim_name),
-                ("driver", claimed.driver),
-                ("pool", claimed.pool),
-                ("device", claimed.device),
-            ),
-            1,
+        dict.fromkeys(
+            _line(
+                names[3],
+                (
+                    *owner,
+                    ("claim_namespace", claim.claim_namespace),
+                    ("claim_name", claim.claim_name),
+                    ("driver", claimed.driver),
+                    ("pool", claimed.pool),
+                    ("device", claimed.device),
+                ),
+                1,
+            )
+            for claim in container.dynamic_resources
+            for claimed in claim.devices
         )
-        for claim in container.dynamic_resources
-        for claimed in claim.devices
     )
     aligned = (
         ""

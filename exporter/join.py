@@ -42,6 +42,7 @@ from exporter.model import (
     DeviceReading,
     DeviceView,
     DraState,
+    DynamicResource,
     HardwareKey,
     KeyKind,
     KubeletStatus,
@@ -435,7 +436,27 @@ def _unique_devices(container: ContainerResources) -> ContainerResources:
             dropped = True
         if ids:
             groups.append(group if ids == group.device_ids else replace(group, device_ids=ids))
+    claims = _unique_claims(container.dynamic_resources)
+    if claims is not container.dynamic_resources:
+        container = replace(container, dynamic_resources=claims)
     return replace(container, devices=tuple(groups)) if dropped else container
+
+
+def _unique_claims(claims: tuple[DynamicResource, ...]) -> tuple[DynamicResource, ...]:
+    """Each claim once: the kubelet lists a claim once per reference in the container's
+    ``resources.claims`` (two requests of one claim: twice), with the same devices."""
+    if len(claims) < 2:
+        return claims
+    merged: dict[tuple[str, str], DynamicResource] = {}
+    for claim in claims:
+        key = (claim.claim_namespace, claim.claim_name)
+        found = merged.get(key)
+        if found is None:
+            merged[key] = claim
+        elif found != claim:
+            more = tuple(d for d in claim.devices if d not in found.devices)
+            merged[key] = replace(found, devices=found.devices + more)
+    return claims if len(merged) == len(claims) else tuple(merged.values())
 
 
 def _counts(values: Mapping[tuple[str, ...], float]) -> tuple[NodeCount, ...]:

@@ -17,9 +17,11 @@ from exporter.exposition import Exposition, render
 from exporter.join import container_cpu_seconds, join_snapshot
 from exporter.model import (
     AllocatableResources,
+    ClaimDevice,
     ContainerResources,
     CpuTimes,
     DeviceGroup,
+    DynamicResource,
     KubeletStatus,
     PodResources,
     Snapshot,
@@ -309,3 +311,49 @@ async def test_request_latency_histogram_is_what_prometheus_client_writes(
     start = page.index(f"# HELP {name} ")
     ours = page[start : page.index("# HELP ", start + 1)]
     assert theirs == ours
+
+
+def _series_twice(snapshot: Snapshot) -> list[str]:
+    """Series (name and labels) on the page more than once: Prometheus keeps only one."""
+    page = render(snapshot).text.decode()
+    series = [line.rsplit(" ", 1)[0] for line in page.splitlines() if not line.startswith("#")]
+    return sorted(s for s in set(series) if series.count(s) > 1)
+
+
+def _claims_page(*claims: DynamicResource) -> Snapshot:
+    container = ContainerResources("c", dynamic_resources=claims)
+    return join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(PodResources("ns", "p", (container,)),),
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+    )
+
+
+def test_a_claim_referenced_twice_is_one_claim() -> None:
+    """The kubelet lists a claim once per reference in the container (two requests of
+    one claim: twice); it is one claim, each device one series."""
+    gpus = DynamicResource(
+        "gpus",
+        "ns",
+        (ClaimDevice("gpu.nvidia.com", "a", "gpu-0"), ClaimDevice("gpu.nvidia.com", "a", "gpu-1")),
+    )
+    snapshot = _claims_page(gpus, gpus)
+    assert _series_twice(snapshot) == []
+    assert [c.dynamic_resources for c in snapshot.pods[0].containers] == [(gpus,)]
+
+
+def test_two_shares_of_one_device_are_one_series() -> None:
+    """KEP-5075: two requests of one claim may get shares of one device, told apart by
+    share_id alone, which is no label."""
+    net = DynamicResource(
+        "net",
+        "ns",
+        (
+            ClaimDevice("dra.net", "a", "eth1", share_id="aaaa"),
+            ClaimDevice("dra.net", "a", "eth1", share_id="bbbb"),
+        ),
+    )
+    assert _series_twice(_claims_page(net)) == []
