@@ -270,12 +270,11 @@ def _claim_views(
                 claim_name=claim.claim_name,
                 dra=dra,
             )
-            pci = matcher.hardware(resolution).pci
             views.append(
                 DeviceView(
                     resource=device.driver,
                     device_id=device.device,
-                    numa_nodes=() if pci is None or pci.numa_node is None else (pci.numa_node,),
+                    numa_nodes=_sysfs_numa(matcher.hardware(resolution)),
                     owner=owner,
                     allocatable=False,
                     resolution=resolution,
@@ -285,6 +284,23 @@ def _claim_views(
                 )
             )
     return tuple(views)
+
+
+def _sysfs_numa(hardware: DeviceHardware) -> tuple[int, ...]:
+    """A DRA device's NUMA node, which the kubelet does not report: its PCI function's."""
+    pci = hardware.pci
+    return () if pci is None or pci.numa_node is None else (pci.numa_node,)
+
+
+def _claims_read_alike(view: PodView, matcher: _Matcher) -> bool:
+    """Whether the NUMA nodes of the pod's DRA devices are still what this poll's readings
+    give. They come from sysfs and NVML, not from the kubelet: a view made while a
+    collector failed, or before NVML was up, must not keep them missing."""
+    return all(
+        d.numa_nodes == _sysfs_numa(matcher.hardware(d.resolution))
+        for container in view.containers
+        for d in container.claim_devices
+    )
 
 
 def _container_view(
@@ -573,16 +589,31 @@ def join_snapshot(
         )
 
     last: dict[int, tuple[PodResources, PodView]] = {}
+    last_claiming: frozenset[int] = frozenset()
     if cache is not None and same_inputs:
-        last = cache.views
+        last, last_claiming = cache.views, cache.claiming
     views: dict[int, tuple[PodResources, PodView]] = {}
+    claiming: set[int] = set()  # pods whose views hold DRA devices
     for pod in pods:
-        found = last.get(id(pod))
-        view = found[1] if found and found[0] is pod else pod_view(pod)
-        views[id(pod)] = (pod, view)
+        key = id(pod)
+        found = last.get(key)
+        if (
+            found is not None
+            and found[0] is pod
+            and (key not in last_claiming or _claims_read_alike(found[1], matcher))
+        ):
+            view = found[1]
+            if key in last_claiming:
+                claiming.add(key)
+        else:
+            view = pod_view(pod)
+            if any(c.claim_devices for c in view.containers):
+                claiming.add(key)
+        views[key] = (pod, view)
     pod_views = tuple(view for _, view in views.values())
     if cache is not None:
         cache.inputs, cache.views, cache.prepared, cache.totals = inputs, views, prepared, totals
+        cache.claiming = frozenset(claiming)
 
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
@@ -651,8 +682,9 @@ class JoinCache:
     last model of each pod whose bytes did not change) is not joined again while the
     allocatable resources, CPU map and DRA state are the same objects too: its view is
     taken as it was (views hold no readings); nor are the node's allocatable totals
-    counted again. The result is what a join from scratch gives. Holds one poll's pods,
-    so it does not grow over churn.
+    counted again. A view holding DRA devices is made again when their NUMA nodes, which
+    this poll's readings give, differ. The result is what a join from scratch gives.
+    Holds one poll's pods, so it does not grow over churn.
     """
 
     def __init__(self) -> None:
@@ -660,6 +692,7 @@ class JoinCache:
         self.views: dict[int, tuple[PodResources, PodView]] = {}
         self.prepared: dict[int, _Prepared] = {}  # by id() of the pod the kubelet sent
         self.totals: _AllocatableTotals | None = None  # of inputs' allocatable and CPU map
+        self.claiming: frozenset[int] = frozenset()  # views' keys holding DRA devices
 
 
 def refresh_readings(
@@ -668,11 +701,12 @@ def refresh_readings(
     collected_at: float | None,
     kubelet: KubeletStatus,
     collector_runs: tuple[CollectorRun, ...] = (),
-) -> Snapshot:
+) -> Snapshot | None:
     """``previous`` with this poll's readings, for a poll whose kubelet data, CPU map and
     DRA state are those ``previous`` was joined from: the same result as
     ``join_snapshot`` at a fraction of the cost. The views stay as they were (readings
-    are beside them): only each device's reading is looked up again."""
+    are beside them): only each device's reading is looked up again. None where a DRA
+    device's NUMA node, which the readings give, changed: that needs a join."""
     collector_runs = judge_collectors(collector_runs, advertised=previous.advertised)
     matcher = _Matcher(merge_readings(collector_runs))
     known = tuple(
@@ -681,6 +715,10 @@ def refresh_readings(
         if not (d.resource == "" and d.resolution.source == DISCOVERED_SOURCE)
     )
     devices, hardware = _with_hardware(matcher, known)
+    if any(
+        d.claim is not None and d.numa_nodes != _sysfs_numa(hardware[d.resolution]) for d in known
+    ):
+        return None
     listed = matcher.readings.gpu_processes  # processes come and go between polls
     return replace(
         previous,

@@ -223,13 +223,17 @@ class Poller:
             and self._joined_from is not None
             and all(a is b for a, b in zip(joined_from, self._joined_from, strict=True))
         )
+        refreshed = None
         if previous is not None and unchanged:
-            snapshot = refresh_readings(
+            refreshed = refresh_readings(
                 previous.snapshot,
                 collected_at=kubelet_data.collected_at,
                 kubelet=kubelet_status,
                 collector_runs=runs,
             )
+            unchanged = refreshed is not None  # else a DRA device's NUMA node changed
+        if refreshed is not None:
+            snapshot = refreshed
         else:
             self._allocations += 1
             snapshot = join_snapshot(

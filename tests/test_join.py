@@ -514,6 +514,7 @@ class TestRefreshReadings:
             kubelet=STATUS,
             collector_runs=runs(7, 8),
         )
+        assert refreshed is not None
         assert (
             refreshed.gpu_processes == _join(pods, AllocatableResources(), runs(7, 8)).gpu_processes
         )

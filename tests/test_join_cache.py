@@ -5,17 +5,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.collectors.gpu_metrics import GPU_UTILIZATION
-from exporter.join import JoinCache, diff_allocations, join_snapshot
+from exporter.join import JoinCache, diff_allocations, join_snapshot, refresh_readings
 from exporter.kubelet.convert import list_response_to_proto, pods_from_list_response_reusing
 from exporter.model import (
     AllocatableResources,
+    ClaimDevice,
     CollectorRun,
+    ContainerResources,
     CpuTimes,
     DeviceReading,
+    DraDevice,
+    DraState,
+    DynamicResource,
     HardwareKey,
     KeyKind,
     KubeletStatus,
     NodeCount,
+    PciDevice,
     PodResources,
     Readings,
     Sample,
@@ -136,3 +142,72 @@ class TestJoinCache:
         cold = diff_allocations(_join(before, 1.0, None), _join(after, 2.0, None))
         assert cached == cold
         assert cold  # the scenario moves devices between its two states
+
+
+class TestDraNumaFromReadings:
+    """A DRA device's NUMA node comes from this poll's readings (its PCI function, found
+    through the checkpoint or NVML), not from the kubelet: a view made while a collector
+    failed must not keep it missing while the pod stays the same."""
+
+    DRA = DraState(
+        devices=(
+            DraDevice(
+                "gpu.nvidia.com",
+                "node-a",
+                "gpu-0",
+                (HardwareKey(KeyKind.PCI, "0000:af:00.0"),),
+                "checkpoint",
+            ),
+        )
+    )
+    CLAIM = DynamicResource("claim", "ns", (ClaimDevice("gpu.nvidia.com", "node-a", "gpu-0"),))
+    POD = PodResources(
+        "ns", "p", (ContainerResources("c", cpu_ids=(0, 1), dynamic_resources=(CLAIM,)),)
+    )
+    PCI_READ = (
+        CollectorRun(
+            "pci",
+            True,
+            0.0,
+            Readings(pci_devices=(PciDevice("0000:af:00.0", "0x10de", "0x2330", "0x030200", 1),)),
+        ),
+    )
+    PCI_FAILED = (CollectorRun("pci", False, 0.0, Readings(), error="timeout"),)
+    ALLOCATABLE = AllocatableResources(cpu_ids=tuple(range(16)))
+
+    def _join(self, runs: tuple[CollectorRun, ...], cache: JoinCache | None = None) -> Snapshot:
+        return join_snapshot(
+            node="n",
+            collected_at=1.0,
+            kubelet=KUBELET,
+            pods=(self.POD,),
+            allocatable=self.ALLOCATABLE,
+            cpu_numa=CPU_NUMA,
+            dra=self.DRA,
+            collector_runs=runs,
+            cache=cache,
+        )
+
+    def test_a_cached_view_follows_the_numa_node_found_later(self) -> None:
+        cache = JoinCache()
+        first = self._join(self.PCI_FAILED, cache)
+        assert first.pods[0].containers[0].claim_devices[0].numa_nodes == ()
+        cached = self._join(self.PCI_READ, cache)
+        fresh = self._join(self.PCI_READ)
+        assert cached.pods == fresh.pods
+        assert fresh.pods[0].containers[0].numa_aligned is False  # GPU on 1, CPUs on 0
+        again = self._join(self.PCI_READ, cache)  # and kept from then on
+        assert again.pods[0] is cached.pods[0]
+
+    def test_refreshing_readings_asks_for_a_join_when_it_changes(self) -> None:
+        first = self._join(self.PCI_FAILED)
+        assert (
+            refresh_readings(first, collected_at=2.0, kubelet=KUBELET, collector_runs=self.PCI_READ)
+            is None
+        )
+        read = self._join(self.PCI_READ)
+        kept = refresh_readings(
+            read, collected_at=2.0, kubelet=KUBELET, collector_runs=self.PCI_READ
+        )
+        assert kept is not None
+        assert kept.pods is read.pods

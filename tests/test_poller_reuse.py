@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
+from exporter.collectors.base import CollectorError
 from exporter.join import join_snapshot
 from exporter.kubelet.stats import KubeletRequestStats
 from exporter.model import Snapshot
@@ -133,3 +135,38 @@ def _cpus_by_numa(snapshot: Snapshot, pod: str) -> tuple[tuple[str, int], ...]:
     (view,) = [p for p in snapshot.pods if p.name == pod]
     (container,) = view.containers
     return tuple(sorted(container.cpus_by_numa))
+
+
+class TestLateReadings:
+    async def test_a_dra_device_numa_node_found_a_poll_late_is_joined(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """The pci collector fails on the first poll: the demo's DRA devices have no NUMA
+        node. The next poll's replies are byte-identical, but their readings give the
+        NUMA nodes: the poll joins again instead of only refreshing readings."""
+        config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+        collectors = demo_collectors(config, sim_node)
+        pci = next(c for c in collectors if c.name == "pci")
+        collect = pci.collect
+        failing = [True]
+
+        def late_collect() -> Any:
+            if failing[0]:
+                raise CollectorError("sysfs busy")
+            return collect()
+
+        pci.collect = late_collect  # type: ignore[method-assign]
+        exporter = Exporter(config, collectors=collectors)
+        try:
+            first = (await exporter.poller.poll_once()).snapshot
+            failing[0] = False
+            second = (await exporter.poller.poll_once()).snapshot
+        finally:
+            await exporter.close()
+
+        def dra_numa(snapshot: Snapshot) -> list[tuple[int, ...]]:
+            return [d.numa_nodes for d in snapshot.devices if d.claim is not None]
+
+        assert dra_numa(first)
+        assert all(nodes == () for nodes in dra_numa(first))
+        assert any(nodes != () for nodes in dra_numa(second))
