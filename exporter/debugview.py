@@ -22,6 +22,7 @@ from exporter.model import (
     PodView,
     Snapshot,
     ViewedProcess,
+    cpulist,
     numa_label,
 )
 
@@ -347,20 +348,6 @@ def _keeps_processes(device: GpuDeviceProcesses, filters: Filters) -> bool:
     ) or (filters.namespace is None and filters.pod is None and filters.container is None)
 
 
-def _cpu_ranges(cpus: tuple[int, ...]) -> str:
-    """0,1,2,3,8 -> "0-3,8": the kernel's cpulist notation, short enough for a table."""
-    ranges: list[str] = []
-    start = previous = None
-    for cpu in (*cpus, None):
-        if cpu is not None and previous is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        if start is not None:
-            ranges.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = cpu
-    return ",".join(ranges)
-
-
 def _hardware_cell(device: DeviceView | None, snapshot: Snapshot) -> str:
     """What the device resolved to: the telemetry's device, else the first key, else why not."""
     if device is None:
@@ -418,7 +405,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
             if not filters.keeps_container(container):
                 continue
             aligned = {None: "-", True: "yes", False: "NO"}[container.numa_aligned]
-            cpus = _cpu_ranges(container.cpu_ids) or "-"
+            cpus = cpulist(container.cpu_ids) or "-"
             devices = (*container.devices, *container.claim_devices) or (None,)
             for device in devices:
                 rows.append(

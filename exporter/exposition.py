@@ -51,6 +51,7 @@ from exporter.model import (
     Owner,
     Sample,
     Snapshot,
+    cpulist,
     numa_label,
 )
 from exporter.process_metrics import process_families
@@ -98,8 +99,10 @@ class RenderCache:
     views: dict[int, tuple[ContainerView, Hashable, _ContainerLines]] = field(default_factory=dict)
     # The allocation families' bodies, and the container lines they were joined from.
     container_bodies: tuple[list[_ContainerLines], tuple[FamilyText, ...]] | None = None
-    # Escaped "name{labels} " of each exclusive-CPU mode, by owner: (modes, prefixes).
-    cpu_prefixes: dict[Owner, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    # Escaped "name{labels} " of each exclusive-CPU mode, by owner: (modes, CPUs, prefixes).
+    cpu_prefixes: dict[Owner, tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]] = field(
+        default_factory=dict
+    )
     # Escaped "name{labels} " of each sample of a telemetry series owner, by shape.
     telemetry: dict[tuple[Hashable, _Shape], tuple[str, ...]] = field(default_factory=dict)
 
@@ -502,16 +505,22 @@ def _cpu_seconds_lines(
 ) -> Iterator[str]:
     modes = tuple([mode for mode, _ in pairs])
     found = previous.cpu_prefixes.get(container.owner)
-    if found is None or found[0] != modes:
-        owner = tuple(zip(OWNER_LABELS, _owner_values(container.owner), strict=True))
+    if found is None or found[0] != modes or found[1] != container.cpu_ids:
+        # The CPUs are part of the series: the figure is their since-boot time, so the
+        # same container on other CPUs (a pod made again) counts from elsewhere.
+        labels = (
+            *zip(OWNER_LABELS, _owner_values(container.owner), strict=True),
+            ("cpus", cpulist(container.cpu_ids)),
+        )
         found = (
             modes,
-            tuple(label_prefix(_CPU_SECONDS, (*owner, ("mode", m))) + " " for m in modes),
+            container.cpu_ids,
+            tuple(label_prefix(_CPU_SECONDS, (*labels, ("mode", m))) + " " for m in modes),
         )
     cache.cpu_prefixes[container.owner] = found
     return (
         f"{prefix}{format_value(seconds)}\n"
-        for prefix, (_, seconds) in zip(found[1], pairs, strict=True)
+        for prefix, (_, seconds) in zip(found[2], pairs, strict=True)
     )
 
 
@@ -566,7 +575,8 @@ def _cpu_seconds_family(lines: list[str]) -> FamilyText:
     return FamilyText(
         _CPU_SECONDS.removesuffix("_total"),
         "counter",
-        "Seconds the container's exclusive CPUs spent in each mode.",
+        "Seconds the container's exclusive CPUs (cpus, in cpulist notation) spent in each "
+        "mode since boot; other CPUs for the same container are another series.",
         "".join(lines),
         len(lines),
     )

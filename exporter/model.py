@@ -72,6 +72,20 @@ def numa_label(numa_nodes: tuple[int, ...]) -> str:
     return ",".join(str(n) for n in sorted(set(numa_nodes)))
 
 
+def cpulist(cpus: tuple[int, ...]) -> str:
+    """Sorted CPU ids in the kernel's cpulist notation: (0, 1, 2, 3, 8) -> "0-3,8"."""
+    ranges: list[str] = []
+    start = previous = None
+    for cpu in (*cpus, None):
+        if cpu is not None and previous is not None and cpu == previous + 1:
+            previous = cpu
+            continue
+        if start is not None:
+            ranges.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = cpu
+    return ",".join(ranges)
+
+
 # --- What the kubelet says ------------------------------------------------------------
 
 

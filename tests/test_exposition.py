@@ -357,3 +357,38 @@ def test_two_shares_of_one_device_are_one_series() -> None:
         ),
     )
     assert _series_twice(_claims_page(net)) == []
+
+
+def test_the_same_container_on_other_cpus_is_another_cpu_seconds_series() -> None:
+    """The figure is the since-boot time of the CPUs held: db-0 made again on other CPUs
+    would make one series jump (down: a false counter reset that rate() turns into days
+    of CPU time; or up). The CPUs are a label, so each holding is its own series."""
+    from exporter.model import CollectorRun, Readings
+
+    times = {
+        cpu: CpuTimes(cpu, (("user", 100_000.0 if cpu < 8 else 1_000.0),)) for cpu in range(16)
+    }
+    runs = (CollectorRun("cpu", True, 0.0, Readings(cpu_times=times)),)
+
+    def page(*cpus: int) -> list[str]:
+        pod = PodResources("ns", "db-0", (ContainerResources("db", cpu_ids=cpus),))
+        snapshot = join_snapshot(
+            node="n",
+            collected_at=1.0,
+            kubelet=KubeletStatus(up=True, socket="/s", api=()),
+            pods=(pod,),
+            allocatable=AllocatableResources(cpu_ids=tuple(range(16))),
+            cpu_numa={},
+            collector_runs=runs,
+        )
+        text = render(snapshot).text.decode()
+        return [
+            line
+            for line in text.splitlines()
+            if line.startswith("podresources_container_exclusive_cpu_seconds_total{")
+        ]
+
+    name = "podresources_container_exclusive_cpu_seconds_total"
+    owner = 'mode="user",namespace="ns",pod="db-0"'
+    assert page(2, 3) == [f'{name}{{container="db",cpus="2-3",{owner}}} 200000.0']
+    assert page(10, 11) == [f'{name}{{container="db",cpus="10-11",{owner}}} 2000.0']
