@@ -65,8 +65,10 @@ class Filters:
         return cls(**{key: query.get(key) for key in FILTER_KEYS})
 
     def _device_matches(self, device: DeviceView) -> bool:
+        # device: the kubelet's ID, or the physical device its telemetry series name (a
+        # replica "GPU-x::1" is found as "GPU-x", a share "card0-1" as "card0").
         return (self.resource is None or device.resource == self.resource) and (
-            self.device is None or device.device_id == self.device
+            self.device is None or self.device in (device.device_id, device.resolution.physical_id)
         )
 
     def keeps_pod(self, pod: PodView) -> bool:

@@ -123,3 +123,17 @@ class TestEncodedText:
         view = replace(snapshot("gpu-ü-0"), node="nœud-1")
         text = render_text(view, filters=Filters(), now=COLLECTED_AT)
         assert ("gpu-ü-0" in text, text.startswith("# node nœud-1,")) == (True, True)
+
+
+class TestDeviceFilter:
+    @pytest.mark.parametrize(
+        ("asked", "found"),
+        [("GPU-a::1", True), ("GPU-a", True), ("GPU-a::2", False), ("GPU-b", False)],
+    )
+    def test_a_replica_is_found_by_its_id_or_its_physical_device(
+        self, asked: str, found: bool
+    ) -> None:
+        """Telemetry names a replica's GPU ("GPU-a"): ?device= with that name finds the
+        holder, as ?device= with the replica's own ID does."""
+        body = render_json(snapshot("GPU-a::1"), filters=Filters(device=asked), now=COLLECTED_AT)
+        assert bool(body["pods"]) is found
