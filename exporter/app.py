@@ -224,8 +224,8 @@ class _Signals:
         if self._stop.is_set():
             log.info("stop_already_requested", signal=name)
             return
+        self._stop.set()  # first: nothing, not even a failing log write, may keep it
         log.info("stopping", signal=name)
-        self._stop.set()
 
     def _on_hangup(self) -> None:
         if self._on_reload is None:

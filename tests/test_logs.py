@@ -34,3 +34,30 @@ def test_exporter_and_library_lines_go_to_the_stream_as_json() -> None:
     ]
     assert lines[0]["pod"] == "p"
     assert lines[0]["timestamp"].endswith("Z")
+
+
+class _GoneReader(io.StringIO):
+    """A stream whose reader went away: every write raises, as a closed pipe does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_log_reader_that_went_away_stops_nothing() -> None:
+    """With stderr's reader gone every write raises BrokenPipeError; raised into the
+    program it killed the poller (its failures are logged) and the SIGTERM handler.
+    The lines are lost; the calls return."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(level="info", fmt="json", stream=_GoneReader())
+        structlog.get_logger("test-gone").info("poll_failed")
+        logging.getLogger("aiohttp").error("from a library")
+        configure_logging(level="info", fmt="console", stream=_GoneReader())
+        structlog.get_logger("test-gone-console").warning("stopping")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
