@@ -24,13 +24,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import concurrent.futures
 import enum
 import hashlib
 import json
+import queue
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 from aiohttp import web, web_response
@@ -91,7 +93,7 @@ class PasswordChecker:
         cache_ttl_s: float = CACHE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
+        self._worker = _DaemonWorker("bcrypt")
         self._max_queued = max_queued
         self._queued = 0
         self._denied = _ExpiringSet(size=cache_size, ttl_s=cache_ttl_s)
@@ -100,7 +102,7 @@ class PasswordChecker:
         self._dummies: dict[int, bytes] = {}
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._worker.close()
 
     def _dummy(self, cost: int) -> bytes:
         """A hash of nothing anyone knows, at ``cost``: an unknown user costs a real check."""
@@ -136,14 +138,49 @@ class PasswordChecker:
         costs = [bcrypt_cost(h.decode()) or DEFAULT_COST for h in users.values()]
         self._queued += 1
         try:
-            loop = asyncio.get_running_loop()
-            ok = await loop.run_in_executor(
-                self._executor, self._verify, password, hashed, max(costs, default=DEFAULT_COST)
+            ok = await self._worker.run(
+                self._verify, password, hashed, max(costs, default=DEFAULT_COST)
             )
         finally:
             self._queued -= 1
         (self._allowed if ok else self._denied).add(key, now)
         return Verdict.ALLOWED if ok else Verdict.DENIED
+
+
+class _DaemonWorker:
+    """One daemon thread running calls in turn. A ThreadPoolExecutor's thread is joined
+    when the process exits: a bcrypt check in flight (seconds at a high cost, and any
+    client can start one) held the exit past the pod's grace period after "stopped".
+    As with an executor, a call whose request went away before its turn is not made."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def run(self, call: Callable[..., bool], *args: object) -> asyncio.Future[bool]:
+        job: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+            self._thread.start()
+        self._jobs.put((job, call, args))
+        return asyncio.wrap_future(job)  # cancelling it cancels the job
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, call, args = item
+            if not job.set_running_or_notify_cancel():
+                continue
+            try:
+                job.set_result(call(*args))
+            except Exception as error:  # handed to the awaiting request
+                job.set_exception(error)
+
+
+_Job = tuple["concurrent.futures.Future[bool]", Callable[..., bool], tuple[object, ...]]
 
 
 class _ExpiringSet:

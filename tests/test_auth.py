@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import aiohttp
@@ -308,3 +311,27 @@ async def test_wrong_password_flood_does_not_stop_polling(tmp_path: Path) -> Non
     finally:
         stop.set()
         await asyncio.wait_for(server, timeout=30)
+
+
+def test_an_exiting_process_does_not_wait_for_a_check_in_flight() -> None:
+    """A check in flight at exit (seconds at a high bcrypt cost; any client can start
+    one) used to hold the process after "stopped", past the pod's grace period: the
+    executor's thread was joined at exit. A minute-long check must not hold it."""
+    code = textwrap.dedent(
+        """
+        import asyncio, time
+        from exporter.auth import PasswordChecker
+
+        async def main():
+            checker = PasswordChecker()
+            checker._verify = lambda *args: time.sleep(60) or False
+            users = {"alice": b"$2b$04$" + b"x" * 53}
+            asyncio.get_running_loop().create_task(checker.check(users, "alice", b"pw"))
+            await asyncio.sleep(0.5)  # the check is running
+            checker.close()
+
+        asyncio.run(main())
+        """
+    )
+    # The timeout only catches the hang; the exit itself takes well under a second.
+    subprocess.run([sys.executable, "-c", code], timeout=30, check=True)
