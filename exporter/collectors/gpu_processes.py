@@ -310,22 +310,24 @@ class GpuProcessesCollector(Collector):
                 return [] if found is None else [found]
             # On a MIG GPU each MIG device lists its own processes; the parent lists them
             # all again, so it is not asked.
-            listed: list[_Listed] = []
-            for slot in range(source.max_mig_device_count(handle)):
-                try:
-                    mig_handle = source.mig_device_handle(handle, slot)
-                except NvmlError as error:
-                    if error.error_name in (NOT_FOUND, NOT_SUPPORTED):
-                        continue  # an empty slot
-                    raise
-                key = HardwareKey(KeyKind.MIG_UUID, source.uuid(mig_handle))
-                found = self._list_device(key, mig_handle)
-                if found is not None:
-                    listed.append(found)
-            return listed
+            slots = source.max_mig_device_count(handle)
         except NvmlError as error:
             self._count(error, f"GPU {index}")
             return []
+        listed: list[_Listed] = []
+        for slot in range(slots):
+            # One MIG device NVML cannot name costs its own processes, not its siblings'.
+            try:
+                mig_handle = source.mig_device_handle(handle, slot)
+                key = HardwareKey(KeyKind.MIG_UUID, source.uuid(mig_handle))
+            except NvmlError as error:
+                if error.error_name not in (NOT_FOUND, NOT_SUPPORTED):  # else an empty slot
+                    self._count(error, f"GPU {index} MIG slot {slot}")
+                continue
+            found = self._list_device(key, mig_handle)
+            if found is not None:
+                listed.append(found)
+        return listed
 
     def _list_device(self, key: HardwareKey, handle: NvmlHandle) -> _Listed | None:
         """The device's processes; None when NVML cannot list them (counted)."""

@@ -11,6 +11,7 @@ import pytest
 from fake_nvml_support import (
     GIB,
     NOT_SUPPORTED,
+    UNKNOWN,
     FakeGpu,
     FakeMig,
     FakeNvml,
@@ -181,6 +182,36 @@ class TestListing:
 
 
 class TestDegrading:
+    def test_a_mig_device_nvml_cannot_name_costs_only_its_own_processes(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """One MIG device whose UUID NVML cannot give: its siblings keep their lists
+        (one error used to drop every MIG device of the GPU), and the issue names it."""
+        other = "MIG-22222222-aaaa-bbbb-cccc-dddddddddddd"
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                fail=(("util", NOT_SUPPORTED),),
+                migs=(
+                    FakeMig(0, MIG_UUID, 1, 0, processes=(FakeProcess(100, GIB),)),
+                    FakeMig(
+                        1,
+                        other,
+                        2,
+                        0,
+                        processes=(FakeProcess(200, GIB),),
+                        fail=(("uuid", UNKNOWN),),
+                    ),
+                ),
+            )
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert [MIG_UUID] == [d.key.value for d in readings.gpu_processes]
+        assert [("UNKNOWN", "GPU 0 MIG slot 1: NVML UNKNOWN")] == [
+            (i.error, i.detail) for i in readings.issues
+        ]
+
     def test_process_exited_before_its_cgroup_was_read(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
     ) -> None:
