@@ -9,8 +9,9 @@ by, and each process is one of:
 - ``holder``: its container holds the device (any replica of a shared GPU);
 - ``other_pod``: a container that does not hold it;
 - ``host``: no pod at all;
-- ``unknown_pod``: a pod's cgroup we could not name: shown, never counted as foreign,
-  since it may well be the holder;
+- ``unknown_pod``: a pod's cgroup we could not name, or a pod with several holders of
+  the device whose container we could not tell: shown, never counted as foreign, since
+  it may well be a holder (a named pod that holds nothing here is ``other_pod``);
 - ``mps_server``: the MPS server (``nvidia-cuda-mps-server``) whose clients -- listed
   too, under their own pods -- are the holders: sharing machinery, never foreign.
 
@@ -74,11 +75,12 @@ def _classify(listed: DeviceProcesses, holders: tuple[Owner, ...]) -> tuple[View
             continue
         owner = Owner(origin.namespace, origin.pod, origin.container)
         if not origin.container:
-            # The pod-log tree named the pod, not the container: the pod's one holder.
+            # The pod-log tree named the pod, not the container: the pod's one holder;
+            # of a pod holding nothing here, another pod's (under its pod, no container).
             same_pod = [h for h in holders if (h.namespace, h.pod) == (owner.namespace, owner.pod)]
             if len(same_pod) == 1:
                 owner = same_pod[0]
-            else:
+            elif same_pod:  # which of its holders, nobody can tell
                 viewed.append(ViewedProcess(process, ProcessKind.UNKNOWN_POD, UNALLOCATED))
                 continue
         kind = ProcessKind.HOLDER if owner in holders else ProcessKind.OTHER_POD

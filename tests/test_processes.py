@@ -130,6 +130,28 @@ class TestSharedGpu:
         (found,) = attribute(SHARED, {KEY: listed})
         assert (ViewedProcess(unnamed, ProcessKind.HOLDER, ALICE),) == found.processes
 
+    def test_unnamed_container_of_a_pod_holding_nothing_here_is_foreign(self) -> None:
+        """The pod-log tree named the pod only, and that pod holds nothing on the device:
+        another pod's process, counted foreign under the pod (no container name)."""
+        etl = Owner("batch", "etl-0", "")
+        unnamed = GpuProcess(30, ProcessOrigin("u2", "d" * 64, etl.namespace, etl.pod, ""), GIB)
+        (found,) = attribute(SHARED, {KEY: DeviceProcesses(KEY, (unnamed,), False)})
+        assert (
+            (("other_pod", 1), ("host", 0)),
+            (ViewedProcess(unnamed, ProcessKind.OTHER_POD, etl),),
+        ) == (found.foreign, found.processes)
+
+    def test_unnamed_container_of_a_pod_with_two_holders_is_unknown(self) -> None:
+        """The pod holds the device in two containers: which one ran it, nobody can tell."""
+        second = Owner(ALICE.namespace, ALICE.pod, "sidecar")
+        views = (*SHARED, view("nvidia.com/gpu.shared", f"{GPU}::3", second))
+        unnamed = GpuProcess(10, ProcessOrigin("u", "c" * 64, ALICE.namespace, ALICE.pod, ""))
+        (found,) = attribute(views, {KEY: DeviceProcesses(KEY, (unnamed,), False)})
+        assert ((("other_pod", 0), ("host", 0)), ProcessKind.UNKNOWN_POD) == (
+            found.foreign,
+            found.processes[0].kind,
+        )
+
     def test_mps_server_is_machinery_not_foreign(self) -> None:
         """The MPS server (in the device plugin's pod) runs the holders' clients: it is
         shown as mps_server, neither foreign nor summed into anyone's use."""
