@@ -134,7 +134,12 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     def add(flag: str, *, help: str, **kwargs: Any) -> None:
         variable = env_name(flag)
         if variable in environ and "default" in kwargs:
-            kwargs["default"] = _from_env(variable, environ[variable], kwargs)
+            try:
+                kwargs["default"] = _from_env(variable, environ[variable], kwargs)
+            except ConfigError as error:
+                # Refused only where it is used: the flag may override it, and --help
+                # and --version must work whatever the environment holds.
+                kwargs["default"] = _BadEnvironment(variable, error)
         parser.add_argument(flag, help=f"{help} [env {variable}]", **kwargs)
 
     add(
@@ -280,6 +285,18 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
+class _BadEnvironment:
+    """A flag's default from an environment value that does not convert: an error
+    when no flag overrides it."""
+
+    def __init__(self, variable: str, error: ConfigError) -> None:
+        self.variable = variable
+        self.error = error
+
+    def __repr__(self) -> str:  # as --help shows the default
+        return f"invalid {self.variable}"
+
+
 def _from_env(variable: str, text: str, spec: Mapping[str, Any]) -> Any:
     """An environment value, converted and checked as the flag's own value would be."""
     try:
@@ -308,6 +325,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     """Flags and environment -> Config; ConfigError or SystemExit(2) on bad values."""
     parser = _build_parser(environ)
     args = parser.parse_args(list(argv))
+    for value in vars(args).values():
+        if isinstance(value, _BadEnvironment):
+            raise value.error
     host, port = parse_listen_address(args.listen_address)
     web_config = Path(args.web_config_file) if args.web_config_file else None
     if web_config is not None and not web_config.is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -83,6 +84,35 @@ def test_environment_then_flags_win() -> None:
     assert (
         env_name("--kubelet.max-message-bytes") == "PODRESOURCES_EXPORTER_KUBELET_MAX_MESSAGE_BYTES"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "variable", "text"),
+    [
+        (["--poll.interval", "10"], "--poll.interval", "0.5"),
+        (["--collector.cpu"], "--collector.cpu", "maybe"),
+        (["--no-collector.cpu"], "--collector.cpu", "maybe"),
+        (["--log.level=info"], "--log.level", "loud"),
+    ],
+)
+def test_a_flag_wins_over_a_bad_environment_value(
+    argv: list[str], variable: str, text: str
+) -> None:
+    """The environment value is refused only where it would be used: a flag given on
+    the command line overrides it (it used to fail the start all the same)."""
+    parse_config(argv, {env_name(variable): text})
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_work_whatever_the_environment_holds(flag: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", flag],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, env_name("--poll.interval"): "0.5"},
+    )
+    assert (result.returncode, result.stderr) == (0, "")
 
 
 def test_short_poll_interval_shortens_collector_timeout() -> None:
