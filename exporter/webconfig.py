@@ -431,7 +431,7 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise WebConfigError(f"{path}: {' '.join(str(error).split())}") from None
+        raise WebConfigError(f"{path}: {_yaml_problem(error)}") from None
     top = _Reader(document, where="", source=str(path))
     top.refuse_unknown(keys)
     source = str(path)
@@ -447,6 +447,18 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
     )
     users = parse_users(top.value.get("basic_auth_users"), where="basic_auth_users", source=source)
     return WebConfig(tls=tls, http=http, users=users, rate_limit=rate_limit)
+
+
+def _yaml_problem(error: Exception) -> str:
+    """What is wrong and where, without the text around it: PyYAML quotes the line,
+    which in this file may hold a password or a key."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None)
+    if mark is None or problem is None:
+        return f"not YAML ({type(error).__name__})"
+    context = getattr(error, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    return f"{where}: {context + ': ' if context else ''}{problem}"
 
 
 def read_web_config(path: Path, *, keys: tuple[str, ...] = _TOP_KEYS) -> WebConfig:

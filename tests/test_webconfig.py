@@ -205,11 +205,19 @@ REFUSALS = [
     ("basic_auth_users:\n  a: 12\n", "basic_auth_users.a: not a bcrypt hash"),
     ("basic_auth_users: [a, b]\n", "basic_auth_users: must be a mapping"),
     ("- a\n", "web.yml: : must be a mapping"),
-    ("[unclosed", "web.yml: while parsing"),
+    ("[unclosed", "web.yml: line 1, column 10: while parsing a flow sequence: expected"),
 ]
 
 
 class TestRefusals:
+    def test_a_yaml_error_does_not_quote_the_file(self) -> None:
+        """PyYAML's message quotes the broken line, which here may be a password: the
+        refusal says what and where only."""
+        with pytest.raises(WebConfigError) as caught:
+            _parse("basic_auth_users:\n  bob: [SuperSecretPlain123\n")
+        assert "SuperSecret" not in str(caught.value)
+        assert "line 3, column 1: while parsing a flow sequence" in str(caught.value)
+
     @pytest.mark.parametrize(("text", "message"), REFUSALS)
     def test_refused_with_one_line_naming_the_key(self, text: str, message: str) -> None:
         """A bad file is refused with one line naming the file and key: a typo cannot
