@@ -124,6 +124,8 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
     ("argv", "environ", "message"),
     [
         (["--web.listen-address", "9410"], {}, "expected HOST:PORT"),
+        (["--web.listen-address", "[::1:9410"], {}, "expected HOST:PORT"),  # half a bracket
+        (["--web.listen-address", "::1]:9410"], {}, "expected HOST:PORT"),
         (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),
         (["--path.sysfs", "/no/such/dir"], {}, "not a directory"),
         ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),
