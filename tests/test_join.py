@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter.collectors.nvml import NvmlCollector
 from exporter.join import container_cpu_seconds, diff_allocations, join_snapshot
 from exporter.model import (
     AllocatableResources,
@@ -406,10 +407,17 @@ class TestJudgedCollectors:
     def test_absent_nvml_fails_on_a_node_with_nvidia_devices(self) -> None:
         """NVML absent is success on a CPU-only node, failure where NVIDIA devices are."""
         run = CollectorRun(
-            "nvml", True, 0.0, unavailable="libnvidia-ml.so.1 not found", serves=("nvidia.com/",)
+            "nvml",
+            True,
+            0.0,
+            unavailable="libnvidia-ml.so.1 not found",
+            serves=NvmlCollector.serves,
         )
         quiet = _join((), AllocatableResources(), (run,))
         assert [(r.success, r.error) for r in quiet.collectors] == [(True, None)]
+        # NVIDIA's network operator names NICs under nvidia.com/ too: no NVML needed.
+        nics = AllocatableResources(devices=(DeviceGroup("nvidia.com/hca", ("0000:4b:00.0",)),))
+        assert [(r.success, r.error) for r in _join((), nics, (run,)).collectors] == [(True, None)]
         allocatable = AllocatableResources(devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",)),))
         judged = _join((), allocatable, (run,))
         assert [(r.success, r.error) for r in judged.collectors] == [

@@ -595,7 +595,10 @@ class NvmlCollector(Collector):
     """NVIDIA GPU and MIG device telemetry from NVML."""
 
     name = "nvml"
-    serves = ("nvidia.com/", "gpu.nvidia.com")
+    # The GPU device plugin's names (gpu, gpu.shared, the mixed strategy's mig-<profile>),
+    # passthrough's pgpu and the DRA driver: NVIDIA's network operator names NICs and RDMA
+    # devices under nvidia.com/ too (hostdev, rdma_shared_device_a), which need no NVML.
+    serves = ("nvidia.com/gpu", "nvidia.com/mig-", "nvidia.com/pgpu", "gpu.nvidia.com")
     known_errors = (GPU_IS_LOST,)
 
     def __init__(
