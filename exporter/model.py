@@ -230,7 +230,7 @@ class DeviceReading:
     ``name`` is the collector's own name for the device (a GPU or MIG UUID, a PCI
     address, an interface name): the ``device_id`` shown for a device no allocation
     names. ``standalone`` devices (GPUs) are shown even then; others (every NIC of the
-    node) only where an allocation names them.
+    node) only where the kubelet lists them, allocated or allocatable.
     """
 
     name: str
