@@ -47,6 +47,11 @@ def env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").replace(".", "_").replace("-", "_").upper()
 
 
+def _plain(number: float) -> str:
+    """1 for 1.0, 2147483647 for 2**31 - 1 (where :g writes 2.14748e+09)."""
+    return str(number) if isinstance(number, int) else f"{number:g}"
+
+
 def _number(
     kind: Callable[[str], float | int],
     flag: str,
@@ -56,7 +61,7 @@ def _number(
     exclusive_minimum: bool = False,
 ) -> Callable[[str], Any]:
     """A finite number within [minimum, maximum] (or (minimum, maximum]): nan and inf fail."""
-    low = f"greater than {minimum:g}" if exclusive_minimum else f"at least {minimum:g}"
+    low = f"greater than {_plain(minimum)}" if exclusive_minimum else f"at least {_plain(minimum)}"
 
     def convert(text: str) -> float | int:
         try:
@@ -68,7 +73,9 @@ def _number(
         if value < minimum or (exclusive_minimum and value == minimum):
             raise argparse.ArgumentTypeError(f"{flag} must be {low}, not {text!r}")
         if value > maximum:
-            raise argparse.ArgumentTypeError(f"{flag} must be at most {maximum:g}, not {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be at most {_plain(maximum)}, not {text!r}"
+            )
         return value
 
     return convert
