@@ -87,20 +87,28 @@ def test_environment_then_flags_win() -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "variable", "text"),
+    ("argv", "variable", "text", "expected"),
     [
-        (["--poll.interval", "10"], "--poll.interval", "0.5"),
-        (["--collector.cpu"], "--collector.cpu", "maybe"),
-        (["--no-collector.cpu"], "--collector.cpu", "maybe"),
-        (["--log.level=info"], "--log.level", "loud"),
+        (["--poll.interval", "30"], "--poll.interval", "0.5", ("poll_interval_s", 30.0)),
+        (["--no-collector.cpu"], "--collector.cpu", "maybe", ("cpu collector", False)),
+        (["--collector.gpu_processes"], "--collector.gpu_processes", "maybe", ("gpu", True)),
+        (["--log.level=debug"], "--log.level", "loud", ("log_level", "debug")),
     ],
 )
 def test_a_flag_wins_over_a_bad_environment_value(
-    argv: list[str], variable: str, text: str
+    argv: list[str], variable: str, text: str, expected: tuple[str, object]
 ) -> None:
     """The environment value is refused only where it would be used: a flag given on
-    the command line overrides it (it used to fail the start all the same)."""
-    parse_config(argv, {env_name(variable): text})
+    the command line overrides it (it used to fail the start all the same), and the
+    flag's value, not a default, is what the exporter gets."""
+    config = parse_config(argv, {env_name(variable): text})
+    got = {
+        "poll_interval_s": config.poll_interval_s,
+        "cpu collector": "cpu" in config.collectors,
+        "gpu": "gpu_processes" in config.collectors,
+        "log_level": config.log_level,
+    }
+    assert got[expected[0]] == expected[1]
 
 
 @pytest.mark.parametrize("flag", ["--help", "--version"])
