@@ -16,9 +16,11 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from exporter.app import Exporter, demo_collectors
+from exporter.app import LOOKUP_BURST, LOOKUP_RATE_PER_S, Exporter, demo_collectors
 from exporter.cli import parse_config
+from exporter.ratelimit import TokenBucket
 from exporter.sim.node import SimulatedNode
+from exporter.web import DEBUG_VIEWS
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -52,6 +54,21 @@ async def exporter(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
 @pytest.fixture
 async def client(exporter: Exporter, aiohttp_client: Any) -> TestClient:  # type: ignore[type-arg]
     return await aiohttp_client(exporter.create_app())
+
+
+class _Clock:
+    """A monotonic clock that moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lookup_bucket(clock: _Clock) -> TokenBucket:
+    """The fresh look-ups' bucket as the exporter makes it, on the test's clock."""
+    return TokenBucket(rate_per_s=LOOKUP_RATE_PER_S, burst=LOOKUP_BURST, clock=clock)
 
 
 async def _series(client: TestClient) -> Series:  # type: ignore[type-arg]
@@ -437,6 +454,8 @@ class TestDebugEndpoints:
         """A pod scheduled since the last poll, looked up while fresh look-ups are held
         back: 503 with Retry-After, not a 404 saying it does not exist. With Get disabled
         the snapshot is all there is, and a pod missing from it is a 404."""
+        clock = _Clock()
+        exporter.lookup._bucket = _lookup_bucket(clock)  # the time is the test's
         await exporter.poller.poll_once()
         kubelet = sim_node.kubelet
         pods = kubelet.listed_pods()
@@ -448,7 +467,7 @@ class TestDebugEndpoints:
         assert (response.status, response.headers.get("Retry-After")) == (503, "1")
         assert "rate-limited" in (await response.json())["error"]
         kubelet.disabled.add("v1.Get")
-        await asyncio.sleep(1.0)  # a token again
+        clock.now += 1.0  # a token again
         response = await client.get("/debug/allocations/ml-training/just-started")
         assert response.status == 404
         assert (await response.json())["error"].endswith("not in the last snapshot")
@@ -457,6 +476,7 @@ class TestDebugEndpoints:
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]
         """40 concurrent curls of one pod make one Get; a burst over many pods is capped."""
+        exporter.lookup._bucket = _lookup_bucket(_Clock())  # no token comes back meanwhile
         await exporter.poller.poll_once()
         before = sim_node.kubelet.calls["v1.Get"]
         sim_node.kubelet.hang = True  # hold the first call so the others must join it
@@ -464,11 +484,11 @@ class TestDebugEndpoints:
             asyncio.ensure_future(client.get("/debug/allocations/ml-training/trainer-0"))
             for _ in range(40)
         ]
-        for _ in range(100):  # until the first call has reached the (hanging) kubelet
-            if sim_node.kubelet.calls["v1.Get"] > before:
+        views = client.app[DEBUG_VIEWS]
+        for _ in range(1000):  # until all 40 wait on the one call the kubelet holds
+            if sim_node.kubelet.calls["v1.Get"] > before and views.in_flight == 40:
                 break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)  # the other 39 requests join it meanwhile (well under 1 s)
+            await asyncio.sleep(0.01)
         sim_node.kubelet.hang = False
         responses = await asyncio.gather(*requests)
         assert [r.status for r in responses] == [200] * 40
@@ -480,8 +500,8 @@ class TestDebugEndpoints:
         ]
         fresh = [b for b in bodies if b["source"] == "kubelet Get"]
         limited = [b for b in bodies if "rate-limited" in b["source"]]
-        # The bucket (burst 5, 2/s) had one token spent above; the rest come from the snapshot.
-        assert len(fresh) <= 5
+        # The bucket (burst 5) had one token spent above; the rest come from the snapshot.
+        assert len(fresh) == 4
         assert len(fresh) + len(limited) == len(names)
         assert sim_node.kubelet.calls["v1.Get"] - before == 1 + len(fresh)
 

@@ -87,12 +87,15 @@ class TestVariants:
     async def test_every_variant_parses_with_the_official_parser(
         self, sim_node: SimulatedNode, openmetrics: bool, gzipped: bool
     ) -> None:
-        """The demo page, in each format and encoding, parses and holds the same series."""
+        """The demo page, in each format and encoding, parses and holds every sample name
+        the text page's lines hold (read off the lines, not by a parser)."""
         exposition = render(await _demo_snapshot(sim_node))
         page = _page(exposition, openmetrics=openmetrics, gzipped=gzipped)
         parse = parse_openmetrics if openmetrics else parse_text
         names = {s.name for f in parse(page) for s in f.samples if not _LIVE.match(s.name)}
-        expected = {s.name for f in parse_text(exposition.text.decode()) for s in f.samples}
+        lines = exposition.text.decode().splitlines()
+        expected = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in lines if line[:1] != "#"}
+        assert len(expected) > 40
         assert {n for n in expected if not _LIVE.match(n)} == names
 
     @pytest.mark.skipif(PROMTOOL is None, reason="promtool not found: apt-get install prometheus")

@@ -527,3 +527,35 @@ class TestRefreshReadings:
             refreshed.gpu_processes == _join(pods, AllocatableResources(), runs(7, 8)).gpu_processes
         )
         assert refreshed.gpu_processes != first.gpu_processes
+
+    def test_gpus_only_a_collector_knows_follow_the_readings(self) -> None:
+        """A GPU no device plugin advertises is shown from its reading alone: on the
+        skip path it goes when its reading goes (fallen off the bus) and comes when one
+        comes, exactly as a full join has it."""
+        from exporter.join import refresh_readings
+
+        held = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=10.0)
+        spare = _gpu("GPU-z", minor=1, pci="0000:18:00.0", power=20.0)
+        pods = (
+            _pod(
+                "p", ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",)),))
+            ),
+        )
+
+        def runs(*gpus: DeviceReading) -> tuple[CollectorRun, ...]:
+            return (CollectorRun("nvml", True, 0.0, Readings(devices=gpus)),)
+
+        def shown(snapshot: Snapshot) -> list[str]:
+            return sorted(d.device_id for d in snapshot.devices)
+
+        both = _join(pods, AllocatableResources(), runs(held, spare))
+        assert shown(both) == ["GPU-a", "GPU-z"]
+        for before, now in (
+            (both, runs(held)),
+            (_join(pods, AllocatableResources(), runs(held)), runs(held, spare)),
+        ):
+            refreshed = refresh_readings(
+                before, collected_at=before.collected_at, kubelet=STATUS, collector_runs=now
+            )
+            assert refreshed is not None
+            assert shown(refreshed) == shown(_join(pods, AllocatableResources(), now))

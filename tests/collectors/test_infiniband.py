@@ -286,6 +286,7 @@ class TestInfinibandCollector:
         def values(readings: Readings) -> list[float]:
             return [s.value for r in readings.devices for s in r.samples]
 
+        assert values(before)  # all() of nothing would pass
         assert all(a > b for a, b in zip(values(after), values(before), strict=True))
 
     def test_no_class_dir_is_unavailable(self, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from faultkit import ANSWER_TIMEOUT_S, ExporterProcess, rss_kib, start_exporter, wait_for
+from faultkit import ExporterProcess, rss_kib, start_exporter, wait_for
 
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DenseScenario
@@ -59,7 +59,13 @@ class TestSignals:
             answers = await asyncio.gather(*requests, return_exceptions=True)
             code = await exporter.wait_exit(within_s=GRACE_S)
         refused = [a for a in answers if isinstance(a, tuple) and not _answered_well(a)]
-        assert (0, []) == (code, refused)
+        # A request the listener refused once closed is fine; one dropped is not.
+        dropped = [
+            type(a).__name__
+            for a in answers
+            if isinstance(a, BaseException) and not isinstance(a, aiohttp.ClientConnectorError)
+        ]
+        assert (0, [], []) == (code, refused, dropped)
         assert ["SIGTERM"] == [e["signal"] for e in exporter.named("stopping")]
         assert 1 == len(exporter.named("stopped"))
 
@@ -225,4 +231,3 @@ class TestBursts:
         assert all(1200 in statuses for statuses in outcomes.values()), outcomes
         assert 0 == code
         assert after - before < 48 * 1024, (before, after)
-        assert ANSWER_TIMEOUT_S  # every request above ran under this bound
