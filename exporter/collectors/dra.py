@@ -274,16 +274,19 @@ def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tupl
     for value in (*_env_values(edits.get("env")), *annotations.values()):
         for token in (_string(value) or "").split(","):
             _add_uuid(keys, token.strip())
+    # path is the node as the container sees it, /dev/...; hostPath may be relocated
+    # (the GPU operator's driver container: /run/nvidia/driver/dev/nvidia0).
     paths = [
-        _string(node.get("hostPath")) or _string(node.get("path")) or ""
+        _string(node.get("path")) or _device_path(_string(node.get("hostPath")) or "")
         for node in map(_mapping, _sequence(edits.get("deviceNodes")))
     ]
-    # A MIG device's edits hold its parent's /dev/nvidiaN beside its capability nodes:
-    # that minor is the whole GPU, not this device.
+    # A MIG device's edits hold its parent GPU's nodes (/dev/nvidiaN, and the GPU's DRM
+    # card and render node from the parent's spec) beside its capability nodes: those
+    # name the whole GPU, not this device.
     is_mig = any(p.startswith(_MIG_CAPABILITY_NODES) for p in paths)
     for path in paths:
         for prefix, kind in _DEVICE_NODES:
-            if is_mig and kind is KeyKind.NVIDIA_MINOR:
+            if is_mig:
                 continue
             number = path.removeprefix(prefix)
             if number != path and len(number) <= 9 and number.isascii() and number.isdigit():
@@ -292,6 +295,12 @@ def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tupl
         if interface := _string(net.get("hostInterfaceName")):
             _add(keys, HardwareKey(KeyKind.NETDEV, interface))
     return tuple(keys)
+
+
+def _device_path(host_path: str) -> str:
+    """``/run/nvidia/driver/dev/nvidia0`` -> ``/dev/nvidia0``: from the last ``/dev/``."""
+    start = host_path.rfind("/dev/")
+    return host_path[start:] if start >= 0 else host_path
 
 
 def _env_values(env: Any) -> list[str]:
@@ -324,6 +333,8 @@ def _load_json(text: str) -> Mapping[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"not JSON: {error}") from error
+    except RecursionError:  # the parsers recurse: a few thousand "[" exhaust the stack
+        raise ValueError("not JSON this exporter reads: nested too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
@@ -338,6 +349,8 @@ def _json_stream(text: str) -> Iterable[Mapping[str, Any]]:
             value, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as error:
             raise ValueError(f"not a JSON stream: {error}") from error
+        except RecursionError:
+            raise ValueError("not a JSON stream this exporter reads: nested too deeply") from None
         if isinstance(value, dict):
             yield value
 
@@ -374,6 +387,8 @@ def _load_yaml(text: str) -> Mapping[str, Any]:
         value = yaml.load(text, Loader=loader)
     except yaml.YAMLError as error:
         raise ValueError(f"not YAML: {str(error).splitlines()[0]}") from error
+    except RecursionError:
+        raise ValueError("not YAML this exporter reads: nested too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("not a YAML mapping")
     return value
@@ -451,7 +466,8 @@ class DraCollector(Collector):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self._cdi_cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices]] = {}
+        # path -> (inode, size, mtime), and its devices or why it was refused
+        self._cdi_cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | ValueError]] = {}
 
     def collect(self) -> Readings:
         plugins, cdi_dirs = self.context.kubelet_plugins, self.context.cdi
@@ -518,7 +534,7 @@ class DraCollector(Collector):
 
     def _cdi(self, cdi_dirs: Sequence[Path], issues: list[CollectorIssue]) -> _CdiDevices:
         found: dict[str, tuple[HardwareKey, ...]] = {}
-        cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices]] = {}
+        cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | ValueError]] = {}
         for directory in cdi_dirs:
             try:
                 paths = [p for p in _entries(directory) if p.suffix in CDI_SUFFIXES]
@@ -537,7 +553,7 @@ class DraCollector(Collector):
         return tuple(found.items())
 
     def _cdi_spec(
-        self, path: Path, cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices]]
+        self, path: Path, cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | ValueError]]
     ) -> _CdiDevices:
         try:
             status = path.stat()
@@ -549,11 +565,19 @@ class DraCollector(Collector):
         cached = self._cdi_cache.get(path)
         if cached is not None and cached[0] == version:
             cache[path] = cached
+            if isinstance(cached[1], ValueError):
+                raise cached[1]
             return cached[1]
         text = read_bounded(path, limit=MAX_CDI_SPEC_BYTES)
         if text is None:
             return ()
-        devices = parse_cdi_spec(text, yaml_format=path.suffix == ".yaml")
+        try:
+            devices = parse_cdi_spec(text, yaml_format=path.suffix == ".yaml")
+        except ValueError as error:
+            # Kept as the answer for this version of the file: a large bad spec is not
+            # parsed again every poll (seconds of YAML), only once it changes.
+            cache[path] = (version, error)
+            raise
         cache[path] = (version, devices)
         return devices
 

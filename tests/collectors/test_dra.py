@@ -10,9 +10,11 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from exporter.collectors import dra as dra_module
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.dra import (
     CHECKPOINT_SOURCE,
@@ -161,6 +163,18 @@ class TestCollect:
         assert CDI_DEVICES == readings.dra.cdi_devices
         assert ["garbage", "garbage"] == [i.error for i in readings.issues]
 
+    def test_deeply_nested_files_lose_that_file_only(self, tree: Path) -> None:
+        """The parsers recurse: a file nested a few thousand deep raised RecursionError,
+        which took the whole collector down every poll. It is one bad file now."""
+        path = next((tree / "plugins" / SRIOV).rglob("metadata.json"))
+        path.write_text("[" * 200_000)
+        (tree / "cdi" / "deep.yaml").write_text("kind: a.b/c\ndevices: " + "[" * 5_000 + "\n")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (CHECKPOINT_DEVICES, CDI_DEVICES) == (readings.dra.devices, readings.dra.cdi_devices)
+        assert ["garbage", "garbage"] == sorted(i.error for i in readings.issues)
+        assert all("nested too deeply" in i.detail for i in readings.issues)
+
     def test_fifo_is_refused_without_blocking(self, tree: Path) -> None:
         """A FIFO named like a spec is unreadable: opening it plainly would wait forever."""
         os.mkfifo(tree / "cdi" / "pipe.yaml")
@@ -229,6 +243,29 @@ class TestCdiCache:
         assert (HardwareKey(KeyKind.DRM_CARD, "1"),) == self._keys(collector)
         os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1))
         assert (HardwareKey(KeyKind.DRM_CARD, "2"),) == self._keys(collector)
+
+    def test_a_refused_file_is_not_parsed_again_until_it_changes(
+        self, tree: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A bad spec (seconds of YAML when large) is refused once per version of the
+        file, not parsed again every poll; the issue is reported each poll."""
+        path = tree / "cdi" / "vendor.example.com-bad.yaml"
+        path.write_text("kind: no-slash\ndevices: []\n")
+        parsed: list[str] = []
+        real = dra_module.parse_cdi_spec
+
+        def counting(text: str, *, yaml_format: bool) -> Any:
+            parsed.append(text)
+            return real(text, yaml_format=yaml_format)
+
+        monkeypatch.setattr(dra_module, "parse_cdi_spec", counting)
+        collector = DraCollector(_context(tree))
+        issues = [collector.collect().issues for _ in range(3)]
+        assert [["garbage"]] * 3 == [[i.error for i in polled] for polled in issues]
+        bad = [t for t in parsed if "no-slash" in t]
+        assert len(bad) == 1
+        path.write_text("kind: a.b/c\ndevices: []\n")  # mended: read again
+        assert () == collector.collect().issues
 
     def test_removed_file_is_forgotten(self, tree: Path) -> None:
         """A spec that is gone names nothing any more."""
@@ -396,6 +433,44 @@ class TestParseCdiSpec:
             ),
         )
         assert expected == parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
+    def test_a_mig_device_takes_none_of_its_parents_device_nodes(self) -> None:
+        """NVIDIA's DRA driver builds a MIG device's CDI edits from its parent GPU's spec
+        (cmd/gpu-kubelet-plugin/cdi.go): the GPU's /dev/nvidiaN and DRM nodes beside the
+        MIG device's capability nodes. None of them names the MIG device."""
+        nodes = [
+            {"path": "/dev/nvidia0"},
+            {"path": "/dev/dri/card1"},
+            {"path": "/dev/dri/renderD128"},
+            {"path": "/dev/nvidia-caps/nvidia-cap21"},
+        ]
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "k8s.gpu.nvidia.com/claim",
+            "devices": [
+                {"name": "m", "containerEdits": {"env": [f"X={MIG}"], "deviceNodes": nodes}}
+            ],
+        }
+        expected = (("k8s.gpu.nvidia.com/claim=m", (HardwareKey(KeyKind.MIG_UUID, MIG),)),)
+        assert expected == parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
+    def test_relocated_host_paths_are_read_by_their_dev_name(self) -> None:
+        """The GPU operator's driver container puts nodes under /run/nvidia/driver/dev:
+        hostPath is relocated, path is the /dev name the keys are read from."""
+        relocated = [{"path": "/dev/nvidia3", "hostPath": "/run/nvidia/driver/dev/nvidia3"}]
+        host_only = [{"hostPath": "/run/nvidia/driver/dev/dri/renderD130"}]
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [
+                {"name": "a", "containerEdits": {"deviceNodes": relocated}},
+                {"name": "b", "containerEdits": {"deviceNodes": host_only}},
+            ],
+        }
+        assert (
+            ("vendor.example.com/dev=a", (HardwareKey(KeyKind.NVIDIA_MINOR, "3"),)),
+            ("vendor.example.com/dev=b", (HardwareKey(KeyKind.DRM_RENDER, "130"),)),
+        ) == parse_cdi_spec(json.dumps(spec), yaml_format=False)
 
     def test_not_a_mapping(self) -> None:
         """A YAML list is not a spec."""
