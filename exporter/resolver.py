@@ -30,6 +30,9 @@ DRA devices (``ClaimResource``), first source with keys wins:
    ``ToCanonicalName``; the name carries no GPU instance ID or UUID, so it finds the
    MIG device only where NVML told the nvml collector its GPU instance's placement);
    ``gpu.amd.com`` ``gpu-<card>-<render>`` (ROCm/k8s-gpu-dra-driver deviceinfo.go);
+   ``sriovnetwork.k8snetworkplumbingwg.io`` ``<domain>-<bus>-<slot>-<function>``, the
+   VF's PCI address with ``:`` and ``.`` made ``-`` (dra-driver-sriov
+   pkg/devicestate/discovery.go; its device metadata is off by default);
 4. else unresolved, with the reason: shown without telemetry.
 """
 
@@ -55,6 +58,7 @@ CDI_SOURCE = "CDI spec"
 GRAMMAR_SOURCE = "device name"
 NVIDIA_DRIVER = "gpu.nvidia.com"
 AMD_DRIVER = "gpu.amd.com"
+SRIOV_DRIVER = "sriovnetwork.k8snetworkplumbingwg.io"
 
 _NVIDIA_GPU = re.compile(r"^GPU-[0-9a-fA-F-]+$")
 _NVIDIA_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
@@ -65,6 +69,7 @@ _NVIDIA_DRA_GPU = re.compile(r"^gpu-(\d+)$")
 # The profile part is the profile name made RFC 1123-safe ("1g10gb", "1g10gbme").
 _NVIDIA_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-[a-z0-9-]+-(\d+)-(\d+)$")
 _AMD_DRA_GPU = re.compile(r"^gpu-(\d+)-(\d+)$")
+_SRIOV_DRA_VF = re.compile(r"^([0-9a-f]{4})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])$")
 # A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>".
 _CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
 # Interface names (IFNAMSIZ 16, no '/', no whitespace) and RDMA device names.
@@ -183,11 +188,13 @@ def _dra_name_keys(driver: str, name: str) -> tuple[HardwareKey, ...]:
             HardwareKey(KeyKind.DRM_CARD, str(int(match[1]))),
             HardwareKey(KeyKind.DRM_RENDER, str(int(match[2]))),
         )
+    elif driver == SRIOV_DRIVER and (match := _SRIOV_DRA_VF.match(name)):
+        return (HardwareKey(KeyKind.PCI, f"{match[1]}:{match[2]}:{match[3]}.{match[4]}"),)
     return ()
 
 
 def _unresolved_reason(device: ClaimDevice) -> str:
-    if device.driver in (NVIDIA_DRIVER, AMD_DRIVER):
+    if device.driver in (NVIDIA_DRIVER, AMD_DRIVER, SRIOV_DRIVER):
         return (
             f"{device.driver} device name {device.device!r} not understood "
             "and no driver file describes it"

@@ -205,8 +205,28 @@ class TestMetadata:
         ]
 
     def test_metadata_of_another_claim_is_not_used(self) -> None:
-        """Without its own metadata a claim's device of an unknown driver is unresolved."""
-        assert () == _resolve(VF, ALL_FILES, claim=("net", "someone-else")).keys
+        """Without its own metadata a claim's VF is found by the SR-IOV driver's name
+        grammar alone (its PCI address in the name), not by another claim's file."""
+        resolution = _resolve(VF, ALL_FILES, claim=("net", "someone-else"))
+        assert (resolution.source, resolution.keys) == (
+            "device name",
+            (HardwareKey(KeyKind.PCI, "0000:4b:00.5"),),
+        )
+
+    @pytest.mark.parametrize(
+        ("name", "keys"),
+        [
+            ("0000-4b-00-5", (HardwareKey(KeyKind.PCI, "0000:4b:00.5"),)),
+            ("0000-af-1f-7", (HardwareKey(KeyKind.PCI, "0000:af:1f.7"),)),
+            ("0000-4b-00-8", ()),  # no function 8
+            ("eth1", ()),
+        ],
+    )
+    def test_sriov_names_are_pci_addresses(self, name: str, keys: tuple[HardwareKey, ...]) -> None:
+        """dra-driver-sriov names a VF by its PCI address with ':' and '.' made '-'
+        (pkg/devicestate/discovery.go), and writes no metadata by default."""
+        device = ClaimDevice(SRIOV, "node-a", name)
+        assert keys == _resolve(device, DraState(), claim=("a", "b")).keys
 
     def test_entry_without_claim_matches_every_claim(self) -> None:
         """A file that does not say which claim (a v1 checkpoint entry) serves any."""
