@@ -218,8 +218,11 @@ class Poller:
         joined_from = (kubelet_data.pods, kubelet_data.allocatable, self._cpu_numa, self._dra)
         # Identity, not equality: the client hands back the same objects for
         # byte-identical replies, and the CPU map and DRA state are kept while unchanged.
+        # The published snapshot must be the last join's: a poll that failed after its
+        # join published nothing, and its inputs must not pass for the published ones.
         unchanged = (
             previous is not None
+            and previous.allocations == self._allocations
             and self._joined_from is not None
             and all(a is b for a, b in zip(joined_from, self._joined_from, strict=True))
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
@@ -170,3 +171,37 @@ class TestLateReadings:
         assert dra_numa(first)
         assert all(nodes == () for nodes in dra_numa(first))
         assert any(nodes != () for nodes in dra_numa(second))
+
+    async def test_a_poll_failing_after_its_join_is_not_taken_as_published(
+        self, sim_node: SimulatedNode, monkeypatch: Any
+    ) -> None:
+        """The join's inputs are remembered before the snapshot is published: a poll that
+        failed in between (here the allocation diff) published nothing, and the next
+        polls must not refresh the old snapshot as if it were that join's."""
+        import exporter.poller
+
+        config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+        exporter_ = Exporter(config, collectors=demo_collectors(config, sim_node))
+        real = exporter.poller.diff_allocations
+        calls: list[int] = []
+
+        def fails_once(*args: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:  # the poll after the kubelet changed
+                raise RuntimeError("diff failed once")
+            return real(*args)
+
+        monkeypatch.setattr(exporter.poller, "diff_allocations", fails_once)
+        try:
+            await exporter_.poller.poll_once()
+            for _ in range(3):
+                await sim_node.advance()
+            with pytest.raises(RuntimeError):
+                await exporter_.poller.poll_once()
+            published = (await exporter_.poller.poll_once()).snapshot
+            listed = await exporter_.client.list_pods()
+        finally:
+            await exporter_.close()
+        assert sorted((p.namespace, p.name) for p in published.pods) == sorted(
+            (p.namespace, p.name) for p in listed
+        )
