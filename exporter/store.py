@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -33,6 +34,9 @@ class Published:
     page: asyncio.Future[Exposition] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # Its unfiltered /debug/allocations encodings by format (the web layer's), which go
+    # with it when a newer snapshot is published; loop thread only.
+    debug_views: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 @dataclass(slots=True)

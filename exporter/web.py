@@ -19,7 +19,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -69,9 +69,10 @@ LINGERING_TIME_S = 2.0
 SHUTDOWN_TIMEOUT_S = 3.0
 
 # /debug/allocations requests served at once, from handler entry to the last byte sent;
-# more get 503. Filtered views rendered at once, in threads, and the bytes that rendered
-# filtered views may hold while they are sent (the unfiltered one is shared, so free);
-# a view that would pass that budget gets 503 too.
+# more get 503. Filtered views rendered at once, in threads, and the bytes the views that
+# requests hold may take while they are sent (an unfiltered view, shared by the requests
+# of its snapshot, counts once; slow clients of older snapshots hold theirs too); a view
+# that would pass that budget gets 503 too.
 DEBUG_MAX_IN_FLIGHT = 64
 DEBUG_MAX_RENDERS = 2
 DEBUG_MAX_HELD_BYTES = 32 * 1024 * 1024
@@ -97,8 +98,7 @@ class _DebugViews:
         self.in_flight = 0
         self.held_bytes = 0
         self._renders = asyncio.Semaphore(max_renders)
-        self._snapshot: Snapshot | None = None
-        self._full: dict[str, asyncio.Future[EncodedView]] = {}
+        self._holders: dict[int, int] = {}  # id() of each view held -> requests holding it
 
     def try_enter(self) -> bool:
         if self.in_flight >= self._max_in_flight:
@@ -111,39 +111,61 @@ class _DebugViews:
 
     @contextlib.asynccontextmanager
     async def view(
-        self, snapshot: Snapshot, *, filters: Filters, output: str, source: str = "snapshot"
+        self,
+        snapshot: Snapshot,
+        *,
+        filters: Filters,
+        output: str,
+        source: str = "snapshot",
+        shared: dict[str, Any] | None = None,
     ) -> AsyncIterator[EncodedView]:
-        """The encoded view, held (and counted against the budget) while in the block."""
-        if filters == Filters() and source == "snapshot":
-            yield await self._full_view(snapshot, output)
-            return
-        async with self._renders:
-            view = await asyncio.to_thread(_encode, snapshot, filters, output, source)
-        if self.held_bytes and self.held_bytes + view.size > self._max_held_bytes:
-            raise _busy()
-        self.held_bytes += view.size
-        try:
+        """The encoded view, held (and counted against the budget) while in the block.
+        ``shared``: the snapshot's own store of its unfiltered encodings (on its
+        ``Published``, so they go with it, however long ago the last request came)."""
+        if shared is not None and filters == Filters() and source == "snapshot":
+            view = await _full_view(snapshot, output, shared)
+        else:
+            async with self._renders:
+                view = await asyncio.to_thread(_encode, snapshot, filters, output, source)
+        with self._held(view):
             yield view
+
+    @contextlib.contextmanager
+    def _held(self, view: EncodedView) -> Iterator[None]:
+        """Counts the view's bytes while any request holds it: a shared one once."""
+        key = id(view)  # unique while held: the holders keep the view alive
+        holders = self._holders.get(key, 0)
+        if not holders:
+            if self.held_bytes and self.held_bytes + view.size > self._max_held_bytes:
+                raise _busy()
+            self.held_bytes += view.size
+        self._holders[key] = holders + 1
+        try:
+            yield
         finally:
-            self.held_bytes -= view.size
+            if self._holders[key] == 1:
+                del self._holders[key]
+                self.held_bytes -= view.size
+            else:
+                self._holders[key] -= 1
 
-    async def _full_view(self, snapshot: Snapshot, output: str) -> EncodedView:
-        if snapshot is not self._snapshot:  # a new poll: the old encodings go
-            self._snapshot, self._full = snapshot, {}
-        pending = self._full.get(output)
-        if pending is None:
-            # One encoding per snapshot and format, shared by every request that wants it.
-            pending = asyncio.ensure_future(
-                asyncio.to_thread(_encode, snapshot, Filters(), output, "snapshot")
-            )
-            self._full[output] = pending
+
+async def _full_view(snapshot: Snapshot, output: str, shared: dict[str, Any]) -> EncodedView:
+    pending: asyncio.Future[EncodedView] | None = shared.get(output)
+    if pending is None:
+        # One encoding per snapshot and format, shared by every request that wants it.
+        pending = asyncio.ensure_future(
+            asyncio.to_thread(_encode, snapshot, Filters(), output, "snapshot")
+        )
+        shared[output] = pending
+
+        def forget_failed(done: asyncio.Future[EncodedView]) -> None:
             # A failed encoding is not kept: the next request tries again.
-            pending.add_done_callback(lambda done: self._forget_failed(output, done))
-        return await asyncio.shield(pending)
+            if (done.cancelled() or done.exception() is not None) and shared.get(output) is done:
+                del shared[output]
 
-    def _forget_failed(self, output: str, done: asyncio.Future[EncodedView]) -> None:
-        if (done.cancelled() or done.exception() is not None) and self._full.get(output) is done:
-            del self._full[output]
+        pending.add_done_callback(forget_failed)
+    return await asyncio.shield(pending)
 
 
 def _encode(snapshot: Snapshot, filters: Filters, output: str, source: str) -> EncodedView:
@@ -293,9 +315,10 @@ async def _respond(
     filters: Filters,
     output: str,
     source: str = "snapshot",
+    shared: dict[str, Any] | None = None,
 ) -> web.StreamResponse:
     async with request.app[DEBUG_VIEWS].view(
-        snapshot, filters=filters, output=output, source=source
+        snapshot, filters=filters, output=output, source=source, shared=shared
     ) as view:
         return await _send(request, view.parts(time.time()), output=output)
 
@@ -348,11 +371,13 @@ def _debug_bounded(handler: Handler) -> Handler:
 
 async def allocations(request: web.Request) -> web.StreamResponse:
     query = _query(request, (*FILTER_KEYS, "format"))
+    published = _published(request)
     return await _respond(
         request,
-        _current(request),
+        published.snapshot,
         filters=Filters.from_query(query),
         output=query.get("format", "json"),
+        shared=published.debug_views,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import json
 import os
@@ -18,6 +19,7 @@ from structlog.testing import capture_logs
 
 from exporter.app import LOOKUP_BURST, LOOKUP_RATE_PER_S, Exporter, demo_collectors
 from exporter.cli import parse_config
+from exporter.debugview import EncodedView
 from exporter.ratelimit import TokenBucket
 from exporter.sim.node import SimulatedNode
 from exporter.web import DEBUG_VIEWS
@@ -471,6 +473,26 @@ class TestDebugEndpoints:
         response = await client.get("/debug/allocations/ml-training/just-started")
         assert response.status == 404
         assert (await response.json())["error"].endswith("not in the last snapshot")
+
+    async def test_unfiltered_views_go_with_their_snapshot(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """The unfiltered view's encodings are kept with their snapshot: once a newer one
+        is published and nobody holds them, they are gone (they used to stay until the
+        next /debug request: after large kubelet data, the whole large snapshot too)."""
+
+        def encodings_alive() -> int:
+            gc.collect()
+            return sum(1 for o in gc.get_objects() if isinstance(o, EncodedView))
+
+        await exporter.poller.poll_once()
+        before = encodings_alive()  # other tests' may linger in this process
+        for output in ("json", "text"):
+            assert (await client.get(f"/debug/allocations?format={output}")).status == 200
+        assert encodings_alive() == before + 2
+        await sim_node.advance()
+        await exporter.poller.poll_once()
+        assert encodings_alive() == before
 
     async def test_fresh_lookups_are_coalesced_and_rate_limited(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode

@@ -15,6 +15,7 @@ from multidict import CIMultiDict
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
+from exporter.debugview import Filters
 from exporter.sim.node import SimulatedNode
 from exporter.web import WebSettings, create_app, make_runner
 
@@ -276,6 +277,39 @@ class TestDebugBound:
         later = json.loads(await (await client.get("/debug/allocations")).read())
         assert 1 == len(first)
         assert json.loads(next(iter(first)))["collected_at"] != later["collected_at"]
+
+
+class TestHeldViews:
+    """What the views requests hold may take: an unfiltered view shared by the requests
+    of its snapshot counts once; one of each snapshot slow clients still hold counts
+    (it was free, so 64 slow clients of 64 polls held 64 full views uncounted)."""
+
+    async def test_shared_views_count_once_and_each_snapshot_counts(
+        self, exporter: Exporter
+    ) -> None:
+        from exporter.web import _DebugViews
+
+        await exporter.poller.poll_once()
+        first = exporter.store.current
+        assert first is not None
+        await exporter.poller.poll_once()  # a newer snapshot, its own encodings
+        second = exporter.store.current
+        assert second is not None
+        assert second is not first
+        probe = _DebugViews(max_in_flight=64, max_renders=2, max_held_bytes=1 << 30)
+        async with probe.view(
+            first.snapshot, filters=Filters(), output="json", shared=first.debug_views
+        ) as view:
+            size = view.size
+        views = _DebugViews(max_in_flight=64, max_renders=2, max_held_bytes=size + size // 2)
+        full = {"filters": Filters(), "output": "json"}
+        async with views.view(first.snapshot, **full, shared=first.debug_views):
+            async with views.view(first.snapshot, **full, shared=first.debug_views):
+                assert views.held_bytes == size  # one view, two holders
+            with pytest.raises(web.HTTPServiceUnavailable):
+                async with views.view(second.snapshot, **full, shared=second.debug_views):
+                    pass
+        assert views.held_bytes == 0
 
 
 class TestConnectionTimeouts:
