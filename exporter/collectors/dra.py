@@ -467,7 +467,7 @@ class DraCollector(Collector):
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         # path -> (inode, size, mtime), and its devices or why it was refused
-        self._cdi_cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | ValueError]] = {}
+        self._cdi_cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | str]] = {}
 
     def collect(self) -> Readings:
         plugins, cdi_dirs = self.context.kubelet_plugins, self.context.cdi
@@ -534,7 +534,7 @@ class DraCollector(Collector):
 
     def _cdi(self, cdi_dirs: Sequence[Path], issues: list[CollectorIssue]) -> _CdiDevices:
         found: dict[str, tuple[HardwareKey, ...]] = {}
-        cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | ValueError]] = {}
+        cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | str]] = {}
         for directory in cdi_dirs:
             try:
                 paths = [p for p in _entries(directory) if p.suffix in CDI_SUFFIXES]
@@ -553,7 +553,7 @@ class DraCollector(Collector):
         return tuple(found.items())
 
     def _cdi_spec(
-        self, path: Path, cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | ValueError]]
+        self, path: Path, cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | str]]
     ) -> _CdiDevices:
         try:
             status = path.stat()
@@ -565,8 +565,8 @@ class DraCollector(Collector):
         cached = self._cdi_cache.get(path)
         if cached is not None and cached[0] == version:
             cache[path] = cached
-            if isinstance(cached[1], ValueError):
-                raise cached[1]
+            if isinstance(cached[1], str):
+                raise ValueError(cached[1])  # a new one: re-raising one would grow its traceback
             return cached[1]
         text = read_bounded(path, limit=MAX_CDI_SPEC_BYTES)
         if text is None:
@@ -576,7 +576,7 @@ class DraCollector(Collector):
         except ValueError as error:
             # Kept as the answer for this version of the file: a large bad spec is not
             # parsed again every poll (seconds of YAML), only once it changes.
-            cache[path] = (version, error)
+            cache[path] = (version, str(error))
             raise
         cache[path] = (version, devices)
         return devices

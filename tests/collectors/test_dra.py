@@ -6,9 +6,11 @@ README says which upstream file each format was read from.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
+import types
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +268,23 @@ class TestCdiCache:
         assert len(bad) == 1
         path.write_text("kind: a.b/c\ndevices: []\n")  # mended: read again
         assert () == collector.collect().issues
+
+    def test_a_refused_file_keeps_no_tracebacks(self, tree: Path) -> None:
+        """The refusal is remembered as its message and raised anew each poll: raising
+        one exception object again grows its traceback by the raising frames, each
+        holding that poll's locals, every poll (the leak issue 11 found in the runner)."""
+        (tree / "cdi" / "vendor.example.com-bad.yaml").write_text("kind: no-slash\n")
+        collector = DraCollector(_context(tree))
+        collector.collect()
+
+        def tracebacks() -> int:
+            gc.collect()
+            return sum(1 for o in gc.get_objects() if isinstance(o, types.TracebackType))
+
+        before = tracebacks()
+        for _ in range(50):
+            assert ["garbage"] == [i.error for i in collector.collect().issues]
+        assert tracebacks() - before < 10
 
     def test_removed_file_is_forgotten(self, tree: Path) -> None:
         """A spec that is gone names nothing any more."""
