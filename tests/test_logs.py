@@ -39,7 +39,12 @@ def test_exporter_and_library_lines_go_to_the_stream_as_json() -> None:
 class _GoneReader(io.StringIO):
     """A stream whose reader went away: every write raises, as a closed pipe does."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.tried: list[str] = []
+
     def write(self, text: str) -> int:
+        self.tried.append(text)
         raise BrokenPipeError(32, "Broken pipe")
 
     def flush(self) -> None:
@@ -52,12 +57,20 @@ def test_a_log_reader_that_went_away_stops_nothing() -> None:
     The lines are lost; the calls return."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    json_reader, console_reader = _GoneReader(), _GoneReader()
     try:
-        configure_logging(level="info", fmt="json", stream=_GoneReader())
+        configure_logging(level="info", fmt="json", stream=json_reader)
         structlog.get_logger("test-gone").info("poll_failed")
         logging.getLogger("aiohttp").error("from a library")
-        configure_logging(level="info", fmt="console", stream=_GoneReader())
+        configure_logging(level="info", fmt="console", stream=console_reader)
         structlog.get_logger("test-gone-console").warning("stopping")
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+    # Every line was written to the stream (and lost there), none raised.
+    tried = ["".join(r.tried) for r in (json_reader, console_reader)]
+    assert ["poll_failed" in tried[0], "from a library" in tried[0], "stopping" in tried[1]] == [
+        True,
+        True,
+        True,
+    ]
