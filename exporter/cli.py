@@ -107,12 +107,11 @@ def _boolean(text: str) -> bool:
 def parse_listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` (every address of every family: host "") or ``[IPv6]:PORT``."""
     host, separator, port_text = text.rpartition(":")
-    bracketed = host.startswith("[") or host.endswith("]")
     if (
         not separator
         or not port_text.isdigit()
         or int(port_text) > 65535
-        or (bracketed and not (host.startswith("[") and host.endswith("]")))
+        or host.startswith("[") != host.endswith("]")  # half a bracket
     ):
         raise ConfigError(f"--web.listen-address {text!r}: expected HOST:PORT, e.g. :9410")
     host = host.removeprefix("[").removesuffix("]")
