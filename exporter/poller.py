@@ -106,7 +106,10 @@ class Poller:
         self._failed_collectors: dict[str, str] = {}
         self._get_probed_at: float | None = None
         # What the published snapshot was joined from: (pods, allocatable, CPU map, DRA).
-        self._joined_from: tuple[object, ...] | None = None
+        # The published snapshot and what it was joined from: (pods, allocatable, CPU map,
+        # DRA state). Set once published: a poll that fails after its join publishes
+        # nothing, and its inputs must not pass for the published snapshot's.
+        self._published_from: tuple[Published, tuple[object, ...]] | None = None
         self._allocations = 0  # the published snapshots' allocations number
         self._join_cache = JoinCache()  # re-used for pods the kubelet reports unchanged
         self._outage = OutageLog("kubelet")
@@ -135,7 +138,7 @@ class Poller:
         self._keep_node_state(runs)
         # The request stats are copied here, on the loop, where the client records them;
         # the join and the allocation diff are CPU-bound and run off the loop.
-        snapshot, changes = await asyncio.to_thread(
+        snapshot, changes, joined_from = await asyncio.to_thread(
             self._join,
             kubelet_data,
             kubelet_status,
@@ -157,6 +160,7 @@ class Poller:
             )
         published = Published(snapshot, allocations=self._allocations)
         self._store.current = published
+        self._published_from = (published, joined_from)
         await self._trim_after_large_data(replaced=kubelet_status.up)
         return published
 
@@ -211,20 +215,19 @@ class Poller:
         runs: tuple[CollectorRun, ...],
         started: float,
         request_stats: KubeletRequestStats,
-    ) -> tuple[Snapshot, tuple[AllocationChange, ...]]:
+    ) -> tuple[Snapshot, tuple[AllocationChange, ...], tuple[object, ...]]:
         """Join (or, when nothing the join reads changed, only refresh the readings of
-        the last snapshot), and tell what changed hands."""
+        the last snapshot), and tell what changed hands and what it was joined from."""
         previous = self._store.current
         joined_from = (kubelet_data.pods, kubelet_data.allocatable, self._cpu_numa, self._dra)
         # Identity, not equality: the client hands back the same objects for
         # byte-identical replies, and the CPU map and DRA state are kept while unchanged.
-        # The published snapshot must be the last join's: a poll that failed after its
-        # join published nothing, and its inputs must not pass for the published ones.
+        last = self._published_from
         unchanged = (
             previous is not None
-            and previous.allocations == self._allocations
-            and self._joined_from is not None
-            and all(a is b for a, b in zip(joined_from, self._joined_from, strict=True))
+            and last is not None
+            and last[0] is previous
+            and all(a is b for a, b in zip(joined_from, last[1], strict=True))
         )
         refreshed = None
         if previous is not None and unchanged:
@@ -250,15 +253,15 @@ class Poller:
                 collector_runs=runs,
                 cache=self._join_cache,
             )
-        self._joined_from = joined_from
         snapshot = replace(
             snapshot,
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
         )
         if unchanged:
-            return snapshot, ()
-        return snapshot, diff_allocations(previous.snapshot if previous else None, snapshot)
+            return snapshot, (), joined_from
+        changes = diff_allocations(previous.snapshot if previous else None, snapshot)
+        return snapshot, changes, joined_from
 
     async def _probe_get(self) -> None:
         # Get serves only /debug look-ups, so its availability is probed rarely: at the
