@@ -8,11 +8,12 @@ that hangs in the same poll). Converting replies, the join and the allocation di
 run off the event loop, so scrapes are not held up behind them. The poll does not
 render the /metrics page: the first scrape of a snapshot does (``SnapshotStore``).
 
-Most polls change nothing the kubelet says: byte-identical replies come back from the
-client as the very objects of the last poll, and then conversion, join and diff are
-skipped; the last snapshot's views are kept and only this poll's readings are looked
-up beside them (``refresh_readings``); the snapshot's allocations number stays, so its
-render re-uses the last page's allocation families whole.
+Most polls change nothing the kubelet says: replies with the same content (in whatever
+order: the kubelet answers in Go map order) come back from the client as the very
+objects of the last poll, and then join and diff are skipped; the last snapshot's
+views are kept and only this poll's readings are looked up beside them
+(``refresh_readings``); the snapshot's allocations number stays, so its render re-uses
+the last page's allocation families whole.
 
 One poll makes at most one ``List`` and one ``GetAllocatableResources`` call, whatever
 the scrape load: HTTP handlers only read what was published last. When the kubelet
@@ -220,8 +221,8 @@ class Poller:
         the last snapshot), and tell what changed hands and what it was joined from."""
         previous = self._store.current
         joined_from = (kubelet_data.pods, kubelet_data.allocatable, self._cpu_numa, self._dra)
-        # Identity, not equality: the client hands back the same objects for
-        # byte-identical replies, and the CPU map and DRA state are kept while unchanged.
+        # Identity, not equality: the client hands back the same objects for replies
+        # of the same content, and the CPU map and DRA state are kept while unchanged.
         last = self._published_from
         unchanged = (
             previous is not None

@@ -1,4 +1,6 @@
-"""A poll whose kubelet replies are byte-identical to the last skips conversion and join."""
+"""A poll whose kubelet replies say what the last ones said skips the join: byte-identical
+replies skip conversion too; the same content in the kubelet's map order is converted
+and found equal."""
 
 from __future__ import annotations
 
@@ -30,12 +32,14 @@ def _comparable(snapshot: Snapshot) -> Snapshot:
     return replace(snapshot, poll_duration_seconds=0.0, kubelet_requests=KubeletRequestStats())
 
 
-class TestByteIdenticalReplies:
+class TestUnchangedReplies:
+    @pytest.mark.parametrize("kubelet_order", [True, False], ids=["map-order", "byte-identical"])
     async def test_skip_the_join_and_still_refresh_timestamps_and_telemetry(
-        self, sim_node: SimulatedNode
+        self, sim_node: SimulatedNode, kubelet_order: bool
     ) -> None:
-        """Same replies: no conversion, no join, no allocation log -- but the snapshot's
-        time and every reading are this poll's, exactly as a full join would have them."""
+        """Same content: no join, no allocation log -- but the snapshot's time and every
+        reading are this poll's, exactly as a full join would have them."""
+        sim_node.kubelet.kubelet_order = kubelet_order
         clock = Clock(1_000.0)
         config = parse_config(
             [*sim_node.exporter_flags(), "--node-name", "demo-node", "--collector.gpu_processes"],

@@ -192,9 +192,12 @@ class _Backoff:
 class _ReplyMemo(Generic[_T]):
     """The last reply's raw bytes and what they converted to.
 
-    On a quiet node the kubelet answers the same bytes poll after poll; comparing them
-    (microseconds) skips decoding and conversion (milliseconds), and handing back the
-    very same object lets the poller skip the join too.
+    A kubelet answers an unchanged node in a new order each call (it walks Go maps), so
+    the bytes match only on the quietest nodes (one pod, one device); there, comparing
+    them (microseconds) skips decoding and conversion. Otherwise the conversion, which
+    gives one model for one content whatever the order (``exporter.kubelet.convert``),
+    is compared with the last: equal, the last object is handed back, and that very
+    object lets the poller skip the join.
     """
 
     def __init__(self) -> None:
@@ -202,11 +205,13 @@ class _ReplyMemo(Generic[_T]):
         self._value: _T | None = None
 
     async def convert(self, raw: bytes, convert: Callable[[bytes], _T]) -> _T:
-        """The last value for the same bytes; else ``convert`` in a thread (1,000 pods
-        take ~20 ms, which would hold up scrapes on the event loop)."""
+        """The last value for the same bytes or content; else ``convert``'s, made in a
+        thread (1,000 pods take ~20 ms, which would hold up scrapes on the event loop)."""
         if raw == self._raw and self._value is not None:
             return self._value
         value = await asyncio.to_thread(convert, raw)
+        if value == self._value:
+            value = self._value  # the same content in another order
         self._raw, self._value = raw, value
         return value
 

@@ -1,12 +1,19 @@
 """Pure conversions between PodResources protobuf messages and ``exporter.model``.
 
 proto -> model is what the client needs; model -> proto is what the simulated kubelet
-serves. NUMA node tuples and CPU ids come out sorted (NUMA ids also de-duplicated);
-device IDs keep the kubelet's order. An unset ``share_id`` becomes ``None``.
+serves. An unset ``share_id`` becomes ``None``.
+
+The kubelet answers from Go maps: an unchanged node's replies come in a new order each
+call, and every device is an entry of its own per NUMA node of its topology. So the
+model is canonical: pods sorted by namespace and name, a container's device entries
+merged per resource and device ID (their NUMA nodes joined) and grouped by resource and
+NUMA nodes, device IDs, CPU ids and NUMA nodes sorted (NUMA ids de-duplicated). Two
+replies that differ only in order give equal models.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 
 from exporter.kubelet.api.v1 import api_pb2 as v1
@@ -31,6 +38,7 @@ __all__ = [
     "pods_from_list_response",
     "pods_from_list_response_reusing",
     "pods_from_v1alpha1_list_response",
+    "sort_in_place",
     "v1alpha1_list_response_to_proto",
 ]
 
@@ -49,11 +57,22 @@ def _cpu_ids(ids: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def _device_group(msg: v1.ContainerDevices) -> DeviceGroup:
-    return DeviceGroup(
-        resource=msg.resource_name,
-        device_ids=tuple(msg.device_ids),
-        numa_nodes=_numa_nodes(msg),
+def _device_groups(msgs: Iterable[v1.ContainerDevices]) -> tuple[DeviceGroup, ...]:
+    nodes_of: dict[tuple[str, str], set[int]] = {}  # (resource, device ID) -> NUMA nodes
+    for msg in msgs:
+        nodes = [node.ID for node in msg.topology.nodes] if msg.HasField("topology") else ()
+        for device_id in msg.device_ids:
+            nodes_of.setdefault((msg.resource_name, device_id), set()).update(nodes)
+    return _grouped(nodes_of)
+
+
+def _grouped(nodes_of: Mapping[tuple[str, str], Iterable[int]]) -> tuple[DeviceGroup, ...]:
+    ids_of: dict[tuple[str, tuple[int, ...]], list[str]] = {}  # (resource, NUMA nodes) -> IDs
+    for (resource, device_id), nodes in nodes_of.items():
+        ids_of.setdefault((resource, tuple(sorted(nodes))), []).append(device_id)
+    return tuple(
+        DeviceGroup(resource=resource, device_ids=tuple(sorted(ids)), numa_nodes=nodes)
+        for (resource, nodes), ids in sorted(ids_of.items())
     )
 
 
@@ -86,7 +105,7 @@ def _dynamic_resource(msg: v1.DynamicResource) -> DynamicResource:
 def _container(msg: v1.ContainerResources) -> ContainerResources:
     return ContainerResources(
         name=msg.name,
-        devices=tuple(_device_group(d) for d in msg.devices),
+        devices=_device_groups(msg.devices),
         cpu_ids=_cpu_ids(msg.cpu_ids),
         memory=tuple(_memory_block(m) for m in msg.memory),
         dynamic_resources=tuple(_dynamic_resource(r) for r in msg.dynamic_resources),
@@ -104,46 +123,68 @@ def pod_from_proto(msg: v1.PodResources) -> PodResources:
     )
 
 
+def _in_order(pods: Iterable[PodResources]) -> tuple[PodResources, ...]:
+    return tuple(sorted(pods, key=_POD_ORDER))
+
+
+_POD_ORDER = operator.attrgetter("namespace", "name")
+_SERIALIZED = operator.methodcaller("SerializeToString", deterministic=True)
+
+
 def pods_from_list_response(msg: v1.ListPodResourcesResponse) -> tuple[PodResources, ...]:
-    """A v1 ``List`` reply as the model, in the kubelet's order."""
-    return tuple(pod_from_proto(p) for p in msg.pod_resources)
+    """A v1 ``List`` reply as the model."""
+    return _in_order(pod_from_proto(p) for p in msg.pod_resources)
+
+
+def sort_in_place(msg: v1.PodResources | v1.AllocatableResourcesResponse) -> None:
+    """Put what the kubelet sends in map order into one order (device entries by their
+    bytes, CPU ids by number), so that equal content serializes to equal bytes."""
+    containers = msg.containers if isinstance(msg, v1.PodResources) else (msg,)
+    for container in containers:
+        if len(container.devices) > 1:
+            container.devices.sort(key=_SERIALIZED)
+        if len(container.cpu_ids) > 1:
+            container.cpu_ids.sort()
+    if len(msg.cpu_ids) > 1:
+        msg.cpu_ids.sort()
 
 
 def pods_from_list_response_reusing(
     msg: v1.ListPodResourcesResponse, previous: Mapping[bytes, PodResources]
 ) -> tuple[tuple[PodResources, ...], dict[bytes, PodResources]]:
-    """``pods_from_list_response``, re-using the model of each pod whose message is
-    byte-identical to one in ``previous``; also returns the map for the next call.
+    """``pods_from_list_response``, re-using the model of each pod whose message, put in
+    order (``sort_in_place``), is byte-identical to one in ``previous``; also returns
+    the map for the next call.
 
-    Re-serializing a pod costs about a microsecond, converting it about twenty: under
-    churn most pods are the ones of the last reply.
+    Ordering and serializing a pod costs about two microseconds, converting it about
+    twenty: in most polls every pod is one of the last reply, in a new order.
     """
     pods: list[PodResources] = []
     by_bytes: dict[bytes, PodResources] = {}
     for pod_msg in msg.pod_resources:
+        sort_in_place(pod_msg)
         key = pod_msg.SerializeToString(deterministic=True)
         pod = previous.get(key)
         if pod is None:
             pod = pod_from_proto(pod_msg)
         by_bytes[key] = pod
         pods.append(pod)
-    return tuple(pods), by_bytes
+    return _in_order(pods), by_bytes
 
 
 def pods_from_v1alpha1_list_response(
     msg: v1alpha1.ListPodResourcesResponse,
 ) -> tuple[PodResources, ...]:
     """A v1alpha1 ``List`` reply as the model: devices only, without topology."""
-    return tuple(
+    return _in_order(
         PodResources(
             namespace=pod.namespace,
             name=pod.name,
             containers=tuple(
                 ContainerResources(
                     name=c.name,
-                    devices=tuple(
-                        DeviceGroup(resource=d.resource_name, device_ids=tuple(d.device_ids))
-                        for d in c.devices
+                    devices=_grouped(
+                        {(d.resource_name, i): () for d in c.devices for i in d.device_ids}
                     ),
                 )
                 for c in pod.containers
@@ -156,7 +197,7 @@ def pods_from_v1alpha1_list_response(
 def allocatable_from_proto(msg: v1.AllocatableResourcesResponse) -> AllocatableResources:
     """A ``GetAllocatableResources`` reply as the model."""
     return AllocatableResources(
-        devices=tuple(_device_group(d) for d in msg.devices),
+        devices=_device_groups(msg.devices),
         cpu_ids=_cpu_ids(msg.cpu_ids),
         memory=tuple(_memory_block(m) for m in msg.memory),
     )

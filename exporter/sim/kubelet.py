@@ -1,10 +1,18 @@
 """A simulated kubelet: a real grpc.aio PodResources server on a unix socket.
 
 It serves v1 (List, GetAllocatableResources, Get) and v1alpha1 (List) from model objects,
-answers like the real kubelet (same codes, same messages) and can be made to misbehave:
+answers like the real kubelet (same codes, same messages, and with ``kubelet_order`` the
+same shape and order: below) and can be made to misbehave:
 hang, lack or disable methods, rate-limit, fail every call, send huge replies or send
 bytes that are no protobuf message at all.
 Method names everywhere are qualified by API version, as in ``calls``: "v1.List".
+
+The real kubelet walks Go maps to answer (pkg/kubelet/apis/podresources/server_v1.go,
+``containerDevicesFromResourceDeviceInstances``; the CPU manager's ``cpuset``), so two
+answers from an unchanged node are rarely the same bytes: pods, devices and CPU ids come
+in a new order each call, and every device is its own ``ContainerDevices`` entry, once per
+NUMA node of its topology. ``kubelet_order`` (on by default) answers so; off, replies come
+in the state's order and shape, byte-identical while the state is.
 """
 
 from __future__ import annotations
@@ -12,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import random
 from collections import Counter
+from dataclasses import replace
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc  # type: ignore[import-untyped, unused-ignore]  # grpcio ships no stubs
@@ -77,6 +87,7 @@ _PADDING_ID_BYTES = 200
 _PADDING_IDS_PER_POD = 500
 
 _Reply = TypeVar("_Reply")
+_Item = TypeVar("_Item")
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
@@ -119,6 +130,8 @@ class SimKubelet:
         # big reply that stays cheap to join and render).
         self.padding_id_bytes = _PADDING_ID_BYTES
         self.undecodable: set[str] = set()  # answer OK with bytes no client can parse
+        self.kubelet_order = True  # shape and shuffle replies as the kubelet's maps do
+        self.rng = random.Random(0)  # the order kubelet_order draws: seeded, repeatable
         self._hang = False
         self._release = asyncio.Event()
         self._bucket: TokenBucket | None = None
@@ -247,6 +260,29 @@ class SimKubelet:
     def allocatable(self) -> AllocatableResources:
         return self._allocatable
 
+    def shaped_pods(self, pods: tuple[PodResources, ...]) -> tuple[PodResources, ...]:
+        """``pods`` as this kubelet sends them (``kubelet_order``)."""
+        if not self.kubelet_order:
+            return pods
+        # Padding pods keep their shape: their knob sets the reply's size.
+        shuffled = [
+            p if p.namespace == PADDING_NAMESPACE else _pod_in_kubelet_order(p, self.rng)
+            for p in pods
+        ]
+        self.rng.shuffle(shuffled)
+        return tuple(shuffled)
+
+    def shaped_allocatable(self) -> AllocatableResources:
+        """The allocatable resources as this kubelet sends them (``kubelet_order``)."""
+        allocatable = self._allocatable
+        if not self.kubelet_order:
+            return allocatable
+        return replace(
+            allocatable,
+            devices=_devices_in_kubelet_order(allocatable.devices, self.rng),
+            cpu_ids=_shuffled(allocatable.cpu_ids, self.rng),
+        )
+
     def find_pod(self, *, namespace: str, name: str) -> PodResources | None:
         return next((p for p in self._pods if (p.namespace, p.name) == (namespace, name)), None)
 
@@ -259,13 +295,15 @@ class _V1Servicer(v1_grpc.PodResourcesListerServicer):
         self, request: v1.ListPodResourcesRequest, context: _Context
     ) -> v1.ListPodResourcesResponse | bytes:
         await self._sim.admit(V1_LIST, context)
-        return self._sim.reply(V1_LIST, list_response_to_proto(self._sim.listed_pods()))
+        pods = self._sim.shaped_pods(self._sim.listed_pods())
+        return self._sim.reply(V1_LIST, list_response_to_proto(pods))
 
     async def GetAllocatableResources(  # noqa: N802 - gRPC method name
         self, request: v1.AllocatableResourcesRequest, context: _Context
     ) -> v1.AllocatableResourcesResponse | bytes:
         await self._sim.admit(V1_GET_ALLOCATABLE, context)
-        return self._sim.reply(V1_GET_ALLOCATABLE, allocatable_to_proto(self._sim.allocatable()))
+        allocatable = self._sim.shaped_allocatable()
+        return self._sim.reply(V1_GET_ALLOCATABLE, allocatable_to_proto(allocatable))
 
     async def Get(  # noqa: N802 - gRPC method name
         self, request: v1.GetPodResourcesRequest, context: _Context
@@ -278,7 +316,8 @@ class _V1Servicer(v1_grpc.PodResourcesListerServicer):
                 grpc.StatusCode.UNKNOWN,
                 f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
             )
-        return self._sim.reply(V1_GET, get_response_to_proto(pod))
+        (shaped,) = self._sim.shaped_pods((pod,))
+        return self._sim.reply(V1_GET, get_response_to_proto(shaped))
 
 
 class _V1alpha1Servicer(v1alpha1_grpc.PodResourcesListerServicer):
@@ -290,8 +329,40 @@ class _V1alpha1Servicer(v1alpha1_grpc.PodResourcesListerServicer):
     ) -> v1alpha1.ListPodResourcesResponse | bytes:
         await self._sim.admit(V1ALPHA1_LIST, context)
         return self._sim.reply(
-            V1ALPHA1_LIST, v1alpha1_list_response_to_proto(self._sim.listed_pods())
+            V1ALPHA1_LIST,
+            v1alpha1_list_response_to_proto(self._sim.shaped_pods(self._sim.listed_pods())),
         )
+
+
+def _shuffled(items: tuple[_Item, ...], rng: random.Random) -> tuple[_Item, ...]:
+    return tuple(rng.sample(items, len(items)))
+
+
+def _devices_in_kubelet_order(
+    groups: tuple[DeviceGroup, ...], rng: random.Random
+) -> tuple[DeviceGroup, ...]:
+    # One entry per device ID and NUMA node (none without topology), in map order.
+    entries = [
+        DeviceGroup(group.resource, (device_id,), (node,) if node is not None else ())
+        for group in groups
+        for device_id in group.device_ids
+        for node in (group.numa_nodes or (None,))
+    ]
+    rng.shuffle(entries)
+    return tuple(entries)
+
+
+def _pod_in_kubelet_order(pod: PodResources, rng: random.Random) -> PodResources:
+    # Containers keep the pod spec's order; what the managers keep in maps does not.
+    containers = tuple(
+        replace(
+            c,
+            devices=_devices_in_kubelet_order(c.devices, rng),
+            cpu_ids=_shuffled(c.cpu_ids, rng),
+        )
+        for c in pod.containers
+    )
+    return replace(pod, containers=containers, cpu_ids=_shuffled(pod.cpu_ids, rng))
 
 
 def _serialize(reply: Any) -> bytes:

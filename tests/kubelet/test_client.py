@@ -59,7 +59,7 @@ TRAINER = PodResources(
     ),
 )
 WEB = PodResources(namespace="default", name="web", containers=(ContainerResources(name="nginx"),))
-PODS = (TRAINER, WEB)
+PODS = (WEB, TRAINER)  # canonical order: by namespace, then name
 ALLOCATABLE = AllocatableResources(
     devices=(
         DeviceGroup(
@@ -139,6 +139,17 @@ async def list_when_up(client: KubeletClient, *, within_s: float = 5.0) -> tuple
 
 
 class TestValues:
+    async def test_an_unchanged_node_in_a_new_order_gives_the_last_objects(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """The kubelet answers in map order: new bytes, same content. The client hands back
+        the very objects of the last call, which lets the poller skip the join."""
+        pods, allocatable = await client.list_pods(), await client.get_allocatable()
+        for _ in range(3):
+            assert await client.list_pods() is pods
+            assert await client.get_allocatable() is allocatable
+        assert (pods, allocatable) == (PODS, ALLOCATABLE)
+
     async def test_list_pods_returns_every_pod(
         self, sim: SimKubelet, client: KubeletClient
     ) -> None:
@@ -307,6 +318,7 @@ class TestV1alpha1Fallback:
         """With v1 List UNIMPLEMENTED, pods come from v1alpha1 with device IDs only."""
         sim.unimplemented = {V1_LIST}
         expected = (
+            WEB,
             PodResources(
                 namespace="ml",
                 name="trainer-0",
@@ -321,7 +333,6 @@ class TestV1alpha1Fallback:
                     ),
                 ),
             ),
-            WEB,
         )
         assert (await client.list_pods(), client.list_method, client.api_status()["List"]) == (
             expected,

@@ -33,12 +33,12 @@ TRAINER = PodResources(
     containers=(
         ContainerResources(
             name="main",
-            devices=(
+            devices=(  # canonical: by resource, then NUMA nodes (convert's docstring)
+                DeviceGroup(resource="example.com/nic", device_ids=("0000:af:00.1",)),
                 DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(0,)),
                 DeviceGroup(
                     resource="nvidia.com/gpu", device_ids=("GPU-bbbb", "GPU-cccc"), numa_nodes=(1,)
                 ),
-                DeviceGroup(resource="example.com/nic", device_ids=("0000:af:00.1",)),
             ),
             cpu_ids=(2, 3, 34, 35),
             memory=(
@@ -70,8 +70,8 @@ TRAINER = PodResources(
 
 ALLOCATABLE = AllocatableResources(
     devices=(
-        DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(0,)),
         DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-bbbb::0", "GPU-bbbb::1")),
+        DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",), numa_nodes=(0,)),
     ),
     cpu_ids=(0, 1, 2, 3),
     memory=(MemoryBlock(memory_type="hugepages-2Mi", size_bytes=GIB, numa_nodes=(1,)),),
@@ -84,8 +84,8 @@ class TestRoundTrip:
         assert pod_from_proto(pod_to_proto(TRAINER)) == TRAINER
 
     def test_list_response_survives_wire_round_trip(self) -> None:
-        """A List reply, serialized and parsed, gives back the same pods in order."""
-        pods = (TRAINER, PodResources(namespace="default", name="idle"))
+        """A List reply, serialized and parsed, gives back the same pods, in canonical order."""
+        pods = (PodResources(namespace="default", name="idle"), TRAINER)
         wire = list_response_to_proto(pods).SerializeToString()
         assert pods_from_list_response(v1.ListPodResourcesResponse.FromString(wire)) == pods
 
@@ -261,12 +261,12 @@ class TestV1alpha1:
                 containers=(
                     ContainerResources(
                         name="main",
-                        devices=(
-                            DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-aaaa",)),
-                            DeviceGroup(
-                                resource="nvidia.com/gpu", device_ids=("GPU-bbbb", "GPU-cccc")
-                            ),
+                        devices=(  # no topology in v1alpha1: one group per resource
                             DeviceGroup(resource="example.com/nic", device_ids=("0000:af:00.1",)),
+                            DeviceGroup(
+                                resource="nvidia.com/gpu",
+                                device_ids=("GPU-aaaa", "GPU-bbbb", "GPU-cccc"),
+                            ),
                         ),
                     ),
                     ContainerResources(name="sidecar"),
@@ -275,3 +275,38 @@ class TestV1alpha1:
         )
         wire = v1alpha1_list_response_to_proto((TRAINER,))
         assert pods_from_v1alpha1_list_response(wire) == expected
+
+
+class TestKubeletShape:
+    """The kubelet sends one entry per device ID and NUMA node, in map order."""
+
+    def test_entries_per_device_and_node_merge_into_groups(self) -> None:
+        """A device on NUMA nodes 0 and 1 comes as two entries; the model has it once."""
+        container = v1.ContainerResources(
+            name="main",
+            devices=[
+                v1.ContainerDevices(
+                    resource_name="nvidia.com/gpu",
+                    device_ids=[device_id],
+                    topology=v1.TopologyInfo(nodes=[v1.NUMANode(ID=node)]),
+                )
+                for device_id, node in (("GPU-b", 1), ("GPU-a", 0), ("GPU-b", 0), ("GPU-c", 0))
+            ]
+            + [v1.ContainerDevices(resource_name="example.com/nic", device_ids=["0000:af:00.1"])],
+            cpu_ids=[35, 2, 34, 3],
+        )
+        pod = pod_from_proto(v1.PodResources(namespace="ml", name="p", containers=[container]))
+        assert pod.containers[0].devices == (
+            DeviceGroup(resource="example.com/nic", device_ids=("0000:af:00.1",)),
+            DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-a", "GPU-c"), numa_nodes=(0,)),
+            DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-b",), numa_nodes=(0, 1)),
+        )
+        assert pod.containers[0].cpu_ids == (2, 3, 34, 35)
+
+    def test_pods_come_out_by_namespace_and_name(self) -> None:
+        """Whatever order the reply has, the model's pods are sorted."""
+        names = [("ml", "b"), ("default", "z"), ("ml", "a")]
+        reply = v1.ListPodResourcesResponse(
+            pod_resources=[v1.PodResources(namespace=ns, name=n) for ns, n in names]
+        )
+        assert [(p.namespace, p.name) for p in pods_from_list_response(reply)] == sorted(names)

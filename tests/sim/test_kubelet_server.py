@@ -291,3 +291,54 @@ class TestLifecycle:
             async with grpc.aio.insecure_channel(f"unix://{socket_path}") as chan:
                 reply = await list_v1(v1_grpc.PodResourcesListerStub(chan))
         assert pods_from_list_response(reply) == (POD,)
+
+
+class TestKubeletOrder:
+    """The kubelet walks Go maps: replies of an unchanged node differ in order and bytes."""
+
+    BUSY = tuple(
+        PodResources(
+            namespace="ml",
+            name=f"trainer-{n}",
+            containers=(
+                ContainerResources(
+                    name="main",
+                    devices=(
+                        DeviceGroup(
+                            resource="nvidia.com/gpu",
+                            device_ids=tuple(f"GPU-{n}-{i}" for i in range(4)),
+                            numa_nodes=(0, 1),
+                        ),
+                    ),
+                    cpu_ids=tuple(range(8 * n, 8 * n + 8)),
+                ),
+            ),
+        )
+        for n in range(6)
+    )
+
+    async def test_replies_change_order_not_content(self, sim: SimKubelet, stub: Any) -> None:
+        """Each reply is a new order (pods, device entries, CPU ids); all convert alike."""
+        sim.set_state(pods=self.BUSY)
+        replies = [await list_v1(stub) for _ in range(4)]
+        assert len({r.SerializeToString() for r in replies}) == 4
+        assert {pods_from_list_response(r) for r in replies} == {self.BUSY}
+
+    async def test_every_device_is_an_entry_per_numa_node(self, sim: SimKubelet, stub: Any) -> None:
+        """As containerDevicesFromResourceDeviceInstances sends them: one ID, one node."""
+        sim.set_state(pods=self.BUSY[:1])
+        (pod,) = (await list_v1(stub)).pod_resources
+        entries = sorted(
+            (d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes))
+            for d in pod.containers[0].devices
+        )
+        assert entries == sorted(
+            ("nvidia.com/gpu", (f"GPU-0-{i}",), (node,)) for i in range(4) for node in (0, 1)
+        )
+
+    async def test_off_answers_the_same_bytes(self, sim: SimKubelet, stub: Any) -> None:
+        """Without kubelet_order, an unchanged state answers byte-identical replies."""
+        sim.kubelet_order = False
+        sim.set_state(pods=self.BUSY)
+        replies = {(await list_v1(stub)).SerializeToString() for _ in range(3)}
+        assert len(replies) == 1
