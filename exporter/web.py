@@ -66,6 +66,8 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # reading), so it is given half.
 KEEPALIVE_TIMEOUT_S = 20.0
 LINGERING_TIME_S = 2.0
+MAX_REQUEST_HEADERS = 32
+MAX_HEADER_FIELD_BYTES = 8190
 SHUTDOWN_TIMEOUT_S = 3.0
 
 # /debug/allocations requests served at once, from handler entry to the last byte sent;
@@ -487,7 +489,15 @@ def create_app(
 
 class _JsonErrorRequestHandler(RequestHandler):
     """aiohttp's connection handler, but a request its parser refuses gets one line of
-    JSON and one log line, not a text page echoing the request and a traceback."""
+    JSON and one log line, not a text page echoing the request and a traceback; and,
+    as Go's server, one that reads a connection's next request only once it has begun
+    answering the last (aiohttp parses up to 32 ahead: a client pipelining requests it
+    never reads the answers of held 32 heads of up to a megabyte each)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._max_msg_queue_size = 1
+        self._msg_queue_resume_size = 0
 
     def handle_error(
         self,
@@ -554,5 +564,10 @@ def make_runner(
             "keepalive_timeout": keepalive_timeout_s,
             "lingering_time": lingering_time_s,
             "access_log": None,
+            # A request head of at most 32 lines of 8 KiB (aiohttp allows 128): scrapers
+            # and curl send under ten short ones, and heads are read before any auth.
+            "max_headers": MAX_REQUEST_HEADERS,
+            "max_field_size": MAX_HEADER_FIELD_BYTES,
+            "max_line_size": MAX_HEADER_FIELD_BYTES,
         },
     )

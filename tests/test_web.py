@@ -86,6 +86,10 @@ class TestParserErrors:
             b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n",
             b"GET /metrics HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
             b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS client hello
+            # Heads are read before any auth: at most 32 lines of at most 8 KiB.
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-%d: v\r\n" % n for n in range(32))
+            + b"\r\n",
         ],
     )
     async def test_answered_with_one_line_of_json(
@@ -102,6 +106,39 @@ class TestParserErrors:
         )
         assert set(json.loads(body)) == {"error"}
         assert [] == [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+class TestPipelining:
+    async def test_requests_are_not_parsed_far_ahead_of_the_one_being_answered(
+        self, exporter: Exporter
+    ) -> None:
+        """A client pipelining requests behind one that is slow to answer: aiohttp parsed
+        up to 32 heads ahead (of up to a megabyte each, before any auth); now reading
+        stops once one waits parsed (what the last read brought may add one more)."""
+        release = asyncio.Event()
+        answering: list[Any] = []
+        app = exporter.create_app()
+
+        @web.middleware
+        async def hold_the_first(request: web.Request, handler: Any) -> web.StreamResponse:
+            if not answering:
+                answering.append(request.protocol)
+                await release.wait()
+            return await handler(request)
+
+        app.middlewares.insert(0, hold_the_first)
+        pad = b"".join(b"X-Pad-%d: %s\r\n" % (n, b"v" * 8000) for n in range(30))
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + pad + b"\r\n"  # 240 KB
+        async with serving(app) as port:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(head * 40)
+                await asyncio.sleep(0.5)
+                queued = len(answering[0]._messages)
+            finally:
+                release.set()
+                writer.close()
+        assert queued <= 2
 
 
 class TestMethodsAndNegotiation:
