@@ -33,6 +33,7 @@ class OutageLog:
         self._log = logger if logger is not None else structlog.get_logger(__name__)
         self._clock = clock
         self._kind: str | None = None
+        self._key: object = None
         self._failures = 0
         self._since = 0.0
 
@@ -40,13 +41,15 @@ class OutageLog:
     def failing(self) -> bool:
         return self._kind is not None
 
-    def failed(self, *, kind: str, error: str, **fields: Any) -> None:
-        """One failure; ``kind`` is stable across repeats (an exception class, a code)."""
+    def failed(self, *, kind: str, error: str, key: object = None, **fields: Any) -> None:
+        """One failure; ``kind`` is stable across repeats (an exception class, a code).
+        A change of ``kind`` or of ``key`` (what else tells two failures of one kind
+        apart for the reader: which call failed) is logged as a changed failure."""
         self._failures += 1
         if self._kind is None:
             self._since = self._clock()
             self._log.warning(f"{self._name}_failed", kind=kind, error=error, **fields)
-        elif kind != self._kind:
+        elif (kind, key) != (self._kind, self._key):
             self._log.warning(
                 f"{self._name}_failure_changed",
                 kind=kind,
@@ -55,7 +58,7 @@ class OutageLog:
                 failures=self._failures,
                 **fields,
             )
-        self._kind = kind
+        self._kind, self._key = kind, key
 
     def succeeded(self, **fields: Any) -> None:
         """A success: ends the outage, if one was running."""
@@ -68,7 +71,7 @@ class OutageLog:
             duration_seconds=round(self._clock() - self._since, 3),
             **fields,
         )
-        self._kind = None
+        self._kind = self._key = None
         self._failures = 0
 
 

@@ -301,30 +301,39 @@ class Poller:
             allocatable = allocatable_result
 
         if isinstance(pods_result, BaseException):
-            data = previous or _KubeletData((), allocatable, None)
+            # Until a List has answered, no inventory either: allocatable counts beside
+            # no pods would say every device and CPU of the node is free.
+            data = previous or _KubeletData((), AllocatableResources(), None)
         else:
             data = _KubeletData(pods_result, allocatable, now)
             self._last_good = data
-        self._note_error(error, served_from=data.collected_at)
+        listed = not isinstance(pods_result, BaseException)
+        self._note_error(error, served_from=data.collected_at, up=listed)
         status = KubeletStatus(
-            up=not isinstance(pods_result, BaseException),
+            up=listed,
             socket=self._client.socket_path,
             api=tuple(sorted(self._client.api_status().items())),
             last_error=self._last_error,
         )
         return data, status
 
-    def _note_error(self, error: KubeletError | None, *, served_from: float | None) -> None:
+    def _note_error(
+        self, error: KubeletError | None, *, served_from: float | None, up: bool
+    ) -> None:
         socket = self._client.socket_path
         if error is None:
             self._outage.succeeded(socket=socket)
             self._last_error = None
             return
         age = None if not served_from else round(self._clock() - served_from, 1)
+        # Keyed on up too: List failing beside a failing GetAllocatableResources (or
+        # answering again) flips kubelet_up and /readyz, and says so in the log.
         self._outage.failed(
             kind=type(error).__name__,
             error=str(error),
+            key=up,
             socket=socket,
+            kubelet_up=up,
             serving_snapshot_age_seconds=age,
         )
         self._last_error = str(error)

@@ -48,6 +48,23 @@ class TestOutageLog:
             logs[1]["failures"],
         )
 
+    def test_a_change_of_key_within_one_kind_is_logged(self) -> None:
+        """Same kind, another key (which call failed): a line; the same key again: none;
+        a new outage forgets the key."""
+        outage = OutageLog("kubelet", clock=Clock())
+        with capture_logs() as logs:
+            outage.failed(kind="KubeletRateLimited", error="a", key=True)
+            outage.failed(kind="KubeletRateLimited", error="b", key=False)
+            outage.failed(kind="KubeletRateLimited", error="b", key=False)
+            outage.succeeded()
+            outage.failed(kind="KubeletRateLimited", error="b", key=False)
+        assert [e["event"] for e in logs] == [
+            "kubelet_failed",
+            "kubelet_failure_changed",
+            "kubelet_recovered",
+            "kubelet_failed",
+        ]
+
     def test_the_end_is_logged_with_count_and_duration(self) -> None:
         """Recovery says how many failures there were and for how long."""
         clock = Clock()

@@ -315,14 +315,18 @@ class TestKubeletFaults:
     async def test_undecodable_replies(
         self, sim_node: SimulatedNode, running: Callable[..., Any]
     ) -> None:
-        """Undecodable from the first reply: an empty snapshot saying so, not 503; later,
-        the last good data kept; counted INTERNAL, logged once per outage."""
+        """Undecodable from the first reply: an empty snapshot saying so, not 503 -- and
+        no inventory, though GetAllocatableResources answers: beside no pods it would say
+        every device and CPU is free; later, the last good data kept; counted INTERNAL,
+        logged once per outage."""
         sim_node.kubelet.undecodable = {V1_LIST}
         exporter = await running()
         first = await scrape_until(
             exporter, lambda s: s.debug["kubelet"]["last_error"], within_s=10, what="error"
         )
         assert (0.0, set()) == (first.up, first.pods)
+        assert first.requests(method="GetAllocatableResources", code="OK") >= 1
+        assert [] == re.findall(r"^podresources_node_alloca\w+", first.text, re.MULTILINE)
         assert "undecodable reply" in first.debug["kubelet"]["last_error"]
         assert first.requests(method="List", code="INTERNAL") >= 1
         assert 0 == first.requests(method="List", code="OK")
@@ -337,6 +341,32 @@ class TestKubeletFaults:
         assert good.debug["collected_at"] <= bad.debug["collected_at"]
         failed = exporter.named("kubelet_failed")
         assert (2, {"ReplyUndecodable"}) == (len(failed), {e["kind"] for e in failed})
+
+    async def test_list_failing_beside_a_failing_inventory_is_logged(
+        self, sim_node: SimulatedNode, running: Callable[..., Any]
+    ) -> None:
+        """GetAllocatableResources failing alone keeps kubelet_up 1; List failing the same
+        way beside it flips kubelet_up and /readyz: a line of its own says so, and
+        another when List answers again."""
+        sim_node.kubelet.undecodable = {V1_GET_ALLOCATABLE}
+        exporter = await running()
+        await scrape_until(
+            exporter, lambda s: exporter.named("kubelet_failed"), within_s=10, what="1"
+        )
+        sim_node.kubelet.undecodable = {V1_GET_ALLOCATABLE, V1_LIST}
+        await scrape_until(exporter, lambda s: s.up == 0, within_s=10, what="List failing")
+        sim_node.kubelet.undecodable = {V1_GET_ALLOCATABLE}
+        await scrape_until(exporter, lambda s: s.up == 1, within_s=10, what="List back")
+        await asyncio.sleep(1.5)
+        lines = [
+            (e["event"], e["kind"], e["kubelet_up"])
+            for e in exporter.named("kubelet_failed") + exporter.named("kubelet_failure_changed")
+        ]
+        assert lines == [
+            ("kubelet_failed", "ReplyUndecodable", True),
+            ("kubelet_failure_changed", "ReplyUndecodable", False),
+            ("kubelet_failure_changed", "ReplyUndecodable", True),
+        ]
 
 
 class TestLargeReplies:
