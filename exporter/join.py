@@ -407,24 +407,52 @@ def _allocatable_totals(
 def _prepare_pods(
     pods: tuple[PodResources, ...], *, last: Mapping[int, _Prepared]
 ) -> dict[int, _Prepared]:
-    """Each pod de-duplicated (the first of each pod, container and device ID: a reply
+    """Each pod de-duplicated (the first of each container and device ID: a reply
     listing one twice, seen during kubelet restarts, must not produce duplicate series,
     which Prometheus rejects), with the resources it names, by ``id()`` of the pod sent.
+    Pods listed under one namespace and name (a static pod replaced, a StatefulSet pod
+    made again while the old one still holds its devices; the kubelet lists both, in
+    map order) are merged: what either holds is that pod name's, whatever the order.
 
     A pod found in ``last`` (the last call's result) as the very same object is not
     looked through again.
     """
-    seen: set[tuple[str, str]] = set()
-    prepared: dict[int, _Prepared] = {}
+    by_name: dict[tuple[str, str], PodResources] = {}
     for pod in pods:
-        if (pod.namespace, pod.name) in seen:
-            continue
-        seen.add((pod.namespace, pod.name))
+        key = (pod.namespace, pod.name)
+        found_pod = by_name.get(key)
+        by_name[key] = pod if found_pod is None else _merged(found_pod, pod)
+    prepared: dict[int, _Prepared] = {}
+    for pod in by_name.values():
         found = last.get(id(pod))
         if found is None or found.sent is not pod:
             found = _Prepared(pod, _unique_containers(pod), frozenset(_pod_resources(pod)))
         prepared[id(pod)] = found
     return prepared
+
+
+def _merged(one: PodResources, other: PodResources) -> PodResources:
+    """Two pods of one namespace and name as one, the same whichever came first."""
+    containers: dict[str, list[ContainerResources]] = defaultdict(list)
+    for container in (*one.containers, *other.containers):
+        containers[container.name].append(container)
+    return replace(
+        one,
+        containers=tuple(
+            ContainerResources(
+                name=name,
+                devices=tuple(sorted({g for c in held for g in c.devices}, key=repr)),
+                cpu_ids=tuple(sorted({i for c in held for i in c.cpu_ids})),
+                memory=tuple(sorted({b for c in held for b in c.memory}, key=repr)),
+                dynamic_resources=tuple(
+                    sorted({r for c in held for r in c.dynamic_resources}, key=repr)
+                ),
+            )
+            for name, held in sorted(containers.items())
+        ),
+        cpu_ids=tuple(sorted({*one.cpu_ids, *other.cpu_ids})),
+        memory=tuple(sorted({*one.memory, *other.memory}, key=repr)),
+    )
 
 
 def _unique_containers(pod: PodResources) -> PodResources:
@@ -634,7 +662,9 @@ def join_snapshot(
     devices, hardware = _with_hardware(matcher, (*allocated, *claimed, *unallocated))
 
     allocated_devices: Counter[tuple[str, ...]] = Counter(dict.fromkeys(totals.devices, 0))
-    for device in allocated:
+    # Each device ID once, as CPUs are: two pods listing one (the kubelet keeps a
+    # finished pod's devices listed while it hands them on) hold one unit.
+    for device in {(d.resource, d.device_id): d for d in allocated}.values():
         # One topology per device ID on both sides: the allocatable one where there is one.
         topology = totals.topology.get(device.device_id, device.numa_nodes)
         allocated_devices[(device.resource, numa_label(topology))] += 1

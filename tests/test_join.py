@@ -228,6 +228,37 @@ class TestBadKubeletData:
         ]
         assert [d.device_id for d in snapshot.pods[0].containers[0].devices] == ["d1", "d2"]
 
+    def test_one_pod_name_listed_twice_is_the_same_whatever_the_order(self) -> None:
+        """The kubelet lists an old and a new pod of one name (a StatefulSet pod made
+        again, a static pod replaced) in map order: what either holds is the name's,
+        and the snapshot does not change with the order."""
+        old = _pod("db-0", ContainerResources("c", (DeviceGroup("r", ("d1",), (0,)),), (1, 2)))
+        new = _pod("db-0", ContainerResources("c", (DeviceGroup("r", ("d2",), (1,)),), (9,)))
+        allocatable = AllocatableResources(
+            devices=(DeviceGroup("r", ("d1",), (0,)), DeviceGroup("r", ("d2",), (1,)))
+        )
+        one, other = _join((old, new), allocatable), _join((new, old), allocatable)
+        (container,) = one.pods[0].containers
+        assert one == other
+        assert ([d.device_id for d in container.devices], container.cpu_ids) == (
+            ["d1", "d2"],
+            (1, 2, 9),
+        )
+
+    def test_a_device_listed_by_two_pods_is_one_allocated_unit(self) -> None:
+        """A finished pod's devices stay listed while the kubelet hands them on: counted
+        once, as CPUs are, so allocated never passes allocatable."""
+        held = ContainerResources("c", (DeviceGroup("r", ("d1",), (0,)),), (1,))
+        allocatable = AllocatableResources(
+            devices=(DeviceGroup("r", ("d1", "d2"), (0,)),), cpu_ids=(1, 2)
+        )
+        snapshot = _join((_pod("done", held), _pod("next", held)), allocatable)
+        counts = [
+            [(c.label_values, c.value) for c in counted]
+            for counted in (snapshot.allocated_devices, snapshot.allocated_cpus)
+        ]
+        assert counts == [[(("r", "0"), 1)], [(("0",), 1)]]
+
 
 class TestTelemetry:
     def test_replicas_share_the_physical_reading_and_pci(self) -> None:
