@@ -267,7 +267,7 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         )
     add(
         "--node-name",
-        help="this node's name (default: $NODE_NAME, else the host name)",
+        help="this node's name, from $NODE_NAME where set, else the host name",
         default=environ.get("NODE_NAME") or socket.gethostname(),
         metavar="NAME",
         dest="node_name",

@@ -101,6 +101,22 @@ class TestRendering:
             if doc["kind"] != "Namespace":
                 assert doc["metadata"].get("namespace") == NAMESPACE, doc["metadata"]["name"]
 
+    def test_the_documented_combination_renders_with_its_image(
+        self, kubectl: str, tmp_path: Path
+    ) -> None:
+        """docs/operations.md's "Combining options" example, as written beside a checkout
+        of this repository, renders, and its images: entry reaches the DaemonSet (one
+        naming the bare image matched nothing: the base has renamed it already)."""
+        text = (REPO / "docs" / "operations.md").read_text()
+        section = text[text.index("### Combining options") :]
+        example = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
+        (tmp_path / "podresources-exporter").symlink_to(REPO)
+        (tmp_path / "kustomization.yaml").write_text(example)
+        wanted = yaml.safe_load(example)["images"][0]
+        image = _container(_render(kubectl, tmp_path))["image"]
+        assert image == f"{wanted['newName']}:{wanted['newTag']}"
+        assert not image.startswith("registry.example.com/")
+
     def test_components_combine(self, kubectl: str, tmp_path: Path) -> None:
         """All four components applied together on the base render one consistent set."""
 
