@@ -428,8 +428,18 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
     """
     import yaml  # here: PyYAML costs ~0.9 MiB of RSS, and most nodes have no web config
 
+    class TextKeyLoader(yaml.SafeLoader):
+        """Mapping keys as written, as exporter-toolkit's Go YAML gives its map[string]
+        keys: users named 007, on or null keep those names (not 7, True, None)."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    key.tag = "tag:yaml.org,2002:str"
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=TextKeyLoader)  # a SafeLoader: no tags run code
     except yaml.YAMLError as error:
         raise WebConfigError(f"{path}: {_yaml_problem(error)}") from None
     top = _Reader(document, where="", source=str(path))

@@ -135,6 +135,14 @@ basic_auth_users:
             == _parse(TLS).tls
         )
 
+    def test_user_names_stay_as_written(self) -> None:
+        """As exporter-toolkit reads them: users 007, on, yes and null are those names
+        (YAML 1.1 made them 7, True, True and None: they could never log in, and on and
+        yes overwrote each other)."""
+        names = ("007", "on", "yes", "null", "1e3")
+        config = _parse("basic_auth_users:\n" + "".join(f"  {n}: {HASH}\n" for n in names))
+        assert sorted(config.users) == sorted(names)
+
     def test_blank_header_is_unset(self) -> None:
         """A blank header value means the header is not sent."""
         config = _parse('http_server_config:\n  headers:\n    X-XSS-Protection: ""\n')
