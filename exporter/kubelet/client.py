@@ -22,6 +22,7 @@ does, and a look-up that failed cannot cost a poll its data.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 import time
@@ -495,6 +496,8 @@ class KubeletClient:
         if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             unavailable = KubeletUnavailable(f"{message} (socket {self._socket_path})")
             self._backoff.failed(unavailable, started=started)
+            if code == "UNAVAILABLE":
+                self._recheck_methods()
             return unavailable
         if code == "UNIMPLEMENTED" or (code == "UNKNOWN" and _DISABLED.fullmatch(details)):
             self._mark_unavailable(method, reason=f"{code}: {details}")
@@ -518,6 +521,12 @@ class KubeletClient:
             raise MethodUnavailable(
                 f"{method}: {reason} (not asked again until the recheck)", method=method
             )
+
+    def _recheck_methods(self) -> None:
+        # A kubelet that went away may come back upgraded (that is how upgrades happen):
+        # methods it lacked are asked again at the first call, not 5 minutes later.
+        for method, (_, reason) in self._unavailable.items():
+            self._unavailable[method] = (-math.inf, reason)
 
     def _mark_unavailable(self, method: str, *, reason: str) -> None:
         if method not in self._unavailable:

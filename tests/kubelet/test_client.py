@@ -199,6 +199,23 @@ class TestCapabilities:
             False,
         )
 
+    async def test_a_kubelet_back_from_going_away_is_asked_again_at_once(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], clock: FakeClock
+    ) -> None:
+        """Kubelets are upgraded by a restart: a method missing before the kubelet went
+        away is asked again at the first call after, not at the 5-minute recheck."""
+        client = make_client(backoff_initial_s=0.0, backoff_max_s=0.0)
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        await sim.stop()
+        with pytest.raises(KubeletUnavailable):
+            await client.list_pods()
+        sim.unimplemented = set()
+        await sim.start()
+        await list_when_up(client)
+        assert (await client.get_allocatable(), sim.calls[V1_GET_ALLOCATABLE]) == (ALLOCATABLE, 2)
+
     async def test_recheck_notices_method_came_back(
         self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
     ) -> None:
@@ -706,12 +723,11 @@ class TestStats:
     ) -> None:
         """Calls refused by capability detection or backoff are not requests."""
         sim.unimplemented = {V1_GET_ALLOCATABLE}
-        with pytest.raises(MethodUnavailable):
-            await client.get_allocatable()
-        sim.force_code = grpc.StatusCode.UNAVAILABLE
         for _ in range(2):
             with pytest.raises(MethodUnavailable):
                 await client.get_allocatable()
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        for _ in range(2):
             with pytest.raises(KubeletUnavailable):
                 await look_up(client)
         sim.force_code = None
