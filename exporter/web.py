@@ -69,6 +69,12 @@ LINGERING_TIME_S = 2.0
 MAX_REQUEST_HEADERS = 32
 MAX_HEADER_FIELD_BYTES = 8190
 SHUTDOWN_TIMEOUT_S = 3.0
+# From a request's head to the last byte of its answer taken by the client: past it the
+# connection is cut. A client that stops reading would otherwise hold its answer's memory
+# and a /debug slot as long as it stays connected (nothing else times a request out).
+# A scrape takes milliseconds and Prometheus gives up at its scrape_timeout (10 s by
+# default); the largest /debug view (32 MiB) reaches a slow client in time.
+ANSWER_DEADLINE_S = 60.0
 
 # /debug/allocations requests served at once, from handler entry to the last byte sent;
 # more get 503. Filtered views rendered at once, in threads, and the bytes the views that
@@ -202,6 +208,24 @@ def _json_error(
         content_type="application/json",
         headers=headers,
     )
+
+
+@web.middleware
+async def _answer_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The handler and the sending of its answer within ANSWER_DEADLINE_S, or the
+    connection is cut (aiohttp would wait on a client that stopped reading forever)."""
+    try:
+        async with asyncio.timeout(ANSWER_DEADLINE_S):
+            response = await handler(request)
+            if not response.prepared:  # sent here, under the deadline; aiohttp then
+                await response.prepare(request)  # finds it sent and adds nothing
+                await response.write_eof()
+            return response
+    except TimeoutError:
+        log.debug("http_answer_timed_out", path=request.path)
+        if request.transport is not None:
+            request.transport.abort()
+        raise ConnectionResetError("answer not taken within the deadline") from None
 
 
 @web.middleware
@@ -468,7 +492,7 @@ def create_app(
     middlewares: tuple[Any, ...] = (),
 ) -> web.Application:
     """The aiohttp application; the caller runs it (and owns the poller)."""
-    app = web.Application(middlewares=[_errors, *middlewares])
+    app = web.Application(middlewares=[_answer_deadline, _errors, *middlewares])
     app[STORE] = store
     app[SETTINGS] = settings
     app[LOOKUP] = lookup

@@ -108,6 +108,41 @@ class TestParserErrors:
         assert [] == [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
+class TestAnswerDeadline:
+    async def test_a_client_that_stops_reading_is_cut_at_the_deadline(
+        self, exporter: Exporter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An answer the client does not take within the deadline: the connection is cut
+        (it held the answer's memory, and a /debug slot, for as long as it stayed
+        connected), quietly, and the server goes on answering others."""
+        monkeypatch.setattr("exporter.web.ANSWER_DEADLINE_S", 0.5)
+        app = exporter.create_app()
+
+        @web.middleware
+        async def big(request: web.Request, handler: Any) -> web.StreamResponse:
+            if request.path == "/big":
+                return web.Response(body=b"x" * (64 * 1024 * 1024))
+            return await handler(request)
+
+        app.middlewares.append(big)
+        async with serving(app) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(2.0)  # read nothing while the deadline passes
+            taken = 0
+            with contextlib.suppress(ConnectionError):
+                async with asyncio.timeout(10):
+                    while chunk := await reader.read(1 << 20):
+                        taken += len(chunk)
+            writer.close()
+            status, _, _ = split_response(
+                await raw_exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n")
+            )
+        assert taken < 64 * 1024 * 1024  # cut, not finished
+        assert status == 200
+        assert [] == [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+
+
 class TestPipelining:
     async def test_requests_are_not_parsed_far_ahead_of_the_one_being_answered(
         self, exporter: Exporter
