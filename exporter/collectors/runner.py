@@ -39,7 +39,7 @@ import itertools
 import queue
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -53,7 +53,9 @@ __all__ = ["HANDOVER_S", "CollectorRunner"]
 
 log = structlog.get_logger(__name__)
 
-# Distinct issue details logged per collector; past it, one line says more were seen.
+# Distinct issue details logged per collector and error label; past it, one line says
+# more were seen. Per label: details that carry a PID or a value use up a budget, and
+# a new kind of failure hours later must still get its line.
 MAX_LOGGED_ISSUES = 256
 # How long one call may hold up the rest of its poll's queue. Far above any collector's
 # normal run (milliseconds), so a second lane is made only for a collector in trouble.
@@ -246,7 +248,10 @@ class CollectorRunner:
         self._error_counts: dict[str, Counter[str]] = {
             c.name: Counter(dict.fromkeys(c.known_errors, 0)) for c in collectors
         }
-        self._logged: dict[str, set[str]] = {c.name: set() for c in collectors}
+        # collector -> error label -> details logged
+        self._logged: dict[str, defaultdict[str, set[str]]] = {
+            c.name: defaultdict(set) for c in collectors
+        }
 
     async def run_all(self) -> tuple[CollectorRun, ...]:
         """One run of every collector, in order on one lane while none hangs; never raises."""
@@ -369,14 +374,20 @@ class CollectorRunner:
             log.warning("collector_failed", collector=name, error=state.split(": ", 1)[1])
 
     def _note_issues(self, name: str, issues: Sequence[CollectorIssue]) -> None:
-        counts, logged = self._error_counts[name], self._logged[name]
+        counts = self._error_counts[name]
         for found in issues:
             counts[found.error] += 1
+            logged = self._logged[name][found.error]
             if found.detail in logged or len(logged) > MAX_LOGGED_ISSUES:
                 continue
             logged.add(found.detail)
             if len(logged) > MAX_LOGGED_ISSUES:
-                log.warning("collector_issues_not_logged", collector=name, limit=MAX_LOGGED_ISSUES)
+                log.warning(
+                    "collector_issues_not_logged",
+                    collector=name,
+                    error=found.error,
+                    limit=MAX_LOGGED_ISSUES,
+                )
             else:
                 log.warning(
                     "collector_read_failed", collector=name, error=found.error, detail=found.detail

@@ -21,7 +21,7 @@ from freshprocess import run_python
 from structlog.testing import capture_logs
 
 from exporter.collectors.base import Collector, CollectorContext, CollectorUnavailable
-from exporter.collectors.runner import CollectorRunner
+from exporter.collectors.runner import MAX_LOGGED_ISSUES, CollectorRunner
 from exporter.model import (
     CollectorIssue,
     CollectorRun,
@@ -572,6 +572,28 @@ class TestLogsAndCounts:
             event("collector_read_failed", "warning", error=garbage.error, detail=garbage.detail),
             event("collector_unavailable", "info", reason="no driver loaded"),
         ] == logs
+
+    async def test_a_new_kind_of_failure_is_logged_after_a_flood_of_another(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """Details that carry a PID use up the log's budget for their kind only: a
+        first unreadable cgroup hours later still gets its line (it got none, for the
+        whole life of the process, once 256 exited processes had been logged)."""
+        exited = [CollectorIssue("process_exited", f"pid {n} exited") for n in range(300)]
+        unreadable = CollectorIssue("cgroup_unreadable", "/proc/7/cgroup: Permission denied")
+        script = [_reporting(*exited), _reporting(unreadable)]
+        runner = make_runner([_Scripted(CONTEXT, script)], timeout_s=BOUND_S)
+
+        with capture_logs() as logs:
+            for _ in script:
+                await runner.run_all()
+
+        lines = [(e["event"], e.get("error")) for e in logs]
+        assert lines.count(("collector_read_failed", "process_exited")) == MAX_LOGGED_ISSUES
+        assert lines[MAX_LOGGED_ISSUES:] == [
+            ("collector_issues_not_logged", "process_exited"),
+            ("collector_read_failed", "cgroup_unreadable"),
+        ]
 
     async def test_error_counts_cumulative_from_zero(
         self, make_runner: Callable[..., CollectorRunner]
