@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -18,12 +19,16 @@ from exporter.join import container_cpu_seconds, join_snapshot
 from exporter.model import (
     AllocatableResources,
     ClaimDevice,
+    CollectorRun,
     ContainerResources,
+    ContainerView,
     CpuTimes,
     DeviceGroup,
     DynamicResource,
     KubeletStatus,
+    PciDevice,
     PodResources,
+    Readings,
     Snapshot,
 )
 from exporter.sim.node import SimulatedNode
@@ -148,6 +153,34 @@ class TestCaches:
         assert render(after).static(openmetrics=False) == warm
         assert b'numa_node="7",pod="' + pod.name.encode() + b'"} 99.0' in warm
 
+    @pytest.mark.parametrize(
+        "change",
+        [
+            pytest.param(lambda c: replace(c, numa_aligned=not c.numa_aligned), id="alignment"),
+            pytest.param(
+                lambda c: replace(c, devices=tuple(replace(d, numa_nodes=(1,)) for d in c.devices)),
+                id="device-numa-nodes",
+            ),
+            pytest.param(lambda c: replace(c, cpu_ids=tuple(range(50, 58))), id="cpus"),
+        ],
+    )
+    async def test_a_container_of_which_one_part_changed_re_renders(
+        self, sim_node: SimulatedNode, change: Callable[[ContainerView], ContainerView]
+    ) -> None:
+        """Alignment found later (a DRA device's node read), a device's topology learnt
+        after a kubelet restart, or the container made again on other CPUs is written as
+        it is now, not as the warm cache last had it."""
+        before = await _demo_snapshot(sim_node)
+        pod = next(p for p in before.pods if p.name == "trainer-0")
+        changed = (change(pod.containers[0]), *pod.containers[1:])
+        after = replace(
+            before,
+            pods=tuple(replace(p, containers=changed) if p is pod else p for p in before.pods),
+        )
+        warm = render(after, previous=render(before)).static(openmetrics=False)
+        assert render(after).static(openmetrics=False) == warm
+        assert render(before).static(openmetrics=False) != warm
+
     async def test_an_unchanged_snapshot_re_uses_its_bytes(self, sim_node: SimulatedNode) -> None:
         """Each encoding is made once per snapshot, and kept when the next render is equal."""
         snapshot = await _demo_snapshot(sim_node)
@@ -239,6 +272,16 @@ class TestCaches:
         info = "podresources_container_exclusive_cpus"
         kept = [[f for f in page.families if f.name == info] for page in (first, third, fourth)]
         assert (kept[0][0] is kept[1][0], kept[0][0] is kept[2][0]) == (True, False)
+
+    def test_each_variant_after_the_others_from_one_exposition(self) -> None:
+        """A text scrape before an OpenMetrics one (and gzip before gzip) gets each its
+        own format from the encodings one snapshot keeps, not the other's."""
+        shared = render(_hostile_snapshot())
+        for openmetrics, gzipped in VARIANTS:
+            alone = render(_hostile_snapshot())
+            assert _without_live(
+                _page(shared, openmetrics=openmetrics, gzipped=gzipped)
+            ) == _without_live(_page(alone, openmetrics=openmetrics, gzipped=gzipped))
 
     def test_scrapes_of_one_second_share_one_page(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Each variant's whole page is made once per rendering of the live families."""
@@ -395,3 +438,49 @@ def test_the_same_container_on_other_cpus_is_another_cpu_seconds_series() -> Non
     owner = 'mode="user",namespace="ns",pod="db-0"'
     assert page(2, 3) == [f'{name}{{container="db",cpus="2-3",{owner}}} 200000.0']
     assert page(10, 11) == [f'{name}{{container="db",cpus="10-11",{owner}}} 2000.0']
+
+
+def _inventory_lines(allocatable: DeviceGroup, pci: PciDevice) -> list[str]:
+    """The device_info and device_numa_mismatch lines of a node whose one device
+    (no telemetry) sysfs knows as ``pci``."""
+    snapshot = join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(),
+        allocatable=AllocatableResources(devices=(allocatable,)),
+        cpu_numa={},
+        collector_runs=(CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),),
+    )
+    families = ("podresources_device_info{", "podresources_device_numa_mismatch{")
+    return [
+        line for line in render(snapshot).text.decode().splitlines() if line.startswith(families)
+    ]
+
+
+def test_device_info_takes_the_pci_address_from_sysfs() -> None:
+    """A VF no telemetry collector reads still gets its PCI address, as the kernel
+    spells it, from sysfs in podresources_device_info, not an empty label."""
+    pci = PciDevice("0000:af:00.2", "0x15b3", "0x101e", "0x020000", 1)
+    lines = _inventory_lines(DeviceGroup("example.com/vf", ("0000:AF:00.2",), (1,)), pci)
+    assert lines == [
+        'podresources_device_info{device_id="0000:AF:00.2",model="",numa_node="1",'
+        'pci_address="0000:af:00.2",resource="example.com/vf",uuid="",vendor=""} 1.0'
+    ]
+
+
+def test_numa_mismatch_of_a_device_on_two_nodes() -> None:
+    """A device the kubelet puts on nodes 0 and 1 is no NUMA mismatch where sysfs names
+    node 1, and is one where sysfs names node 2."""
+    nic = "0000:af:00.0"
+
+    def mismatches(sysfs_node: int) -> list[str]:
+        pci = PciDevice(nic, "0x15b3", "0x101e", "0x020000", sysfs_node)
+        lines = _inventory_lines(DeviceGroup("example.com/nic", (nic,), (0, 1)), pci)
+        return [line for line in lines if line.startswith("podresources_device_numa_mismatch")]
+
+    assert mismatches(1) == []
+    assert mismatches(2) == [
+        'podresources_device_numa_mismatch{device_id="0000:af:00.0",kubelet_numa_node="0,1",'
+        'resource="example.com/nic",sysfs_numa_node="2"} 1.0'
+    ]

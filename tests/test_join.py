@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from exporter.collectors.nvml import NvmlCollector
 from exporter.join import container_cpu_seconds, diff_allocations, join_snapshot
 from exporter.model import (
@@ -10,6 +14,7 @@ from exporter.model import (
     CollectorRun,
     ContainerResources,
     ContainerView,
+    CpuTimes,
     DeviceGroup,
     DeviceIdentity,
     DeviceReading,
@@ -140,6 +145,13 @@ class TestNodeCounts:
         assert snapshot.allocatable_cpus == (NodeCount(("0",), 6), NodeCount(("1",), 8))
         assert snapshot.allocated_cpus == (NodeCount(("0",), 3), NodeCount(("1",), 1))
 
+    def test_a_numa_node_without_allocated_cpus_has_a_zero_series(self) -> None:
+        """A node none of whose allocatable CPUs is held reads 0 allocated CPUs, not no
+        series, so allocatable - allocated shows it all free instead of vanishing."""
+        pods = (_pod("p", ContainerResources("c", cpu_ids=(1,))),)
+        snapshot = _join(pods, AllocatableResources(cpu_ids=(1, 9)))
+        assert snapshot.allocated_cpus == (NodeCount(("0",), 1), NodeCount(("1",), 0))
+
 
 class TestContainers:
     def test_demo_alignment(self) -> None:
@@ -183,6 +195,43 @@ class TestContainers:
         )
         assert _container(_join(pods, AllocatableResources()), "p", "c").numa_aligned is False
 
+    @pytest.mark.parametrize(
+        "numa_nodes", [(), (0, 1)], ids=["device-without-topology", "device-on-two-nodes"]
+    )
+    def test_devices_that_keep_a_container_aligned(self, numa_nodes: tuple[int, ...]) -> None:
+        """A device of no known NUMA node, or one affine to the CPUs' node among others, is
+        no false "not aligned" alarm for a container whose CPUs are all on node 0."""
+        container = ContainerResources(
+            "c", cpu_ids=(1, 2), devices=(DeviceGroup("r", ("d1",), numa_nodes),)
+        )
+        snapshot = _join((_pod("p", container),), AllocatableResources())
+        assert _container(snapshot, "p", "c").numa_aligned is True
+
+    def test_alignment_is_unknown_without_cpu_topology(self) -> None:
+        """Where sysfs gave no CPU-to-node map, numa_aligned is left out rather than a
+        container with a device on another node reported aligned."""
+        container = ContainerResources(
+            "c", cpu_ids=(1, 2), devices=(DeviceGroup("r", ("d1",), (1,)),)
+        )
+        snapshot = join_snapshot(
+            node="node-a",
+            collected_at=1000.0,
+            kubelet=STATUS,
+            pods=(_pod("p", container),),
+            allocatable=AllocatableResources(),
+            cpu_numa={},
+        )
+        assert _container(snapshot, "p", "c").numa_aligned is None
+
+    def test_a_memory_only_container_has_its_memory_numa_nodes(self) -> None:
+        """A container holding only memory-manager memory shows that memory's NUMA nodes
+        (in /debug/allocations), not none."""
+        memory = (MemoryBlock("memory", 10, (1, 0)), MemoryBlock("hugepages-1Gi", 20, (1,)))
+        snapshot = _join(
+            (_pod("p", ContainerResources("c", memory=memory)),), AllocatableResources()
+        )
+        assert _container(snapshot, "p", "c").numa_nodes == (0, 1)
+
     def test_device_topology_falls_back_to_allocatable(self) -> None:
         """A container device group without topology takes the allocatable topology."""
         allocatable = AllocatableResources(devices=(DeviceGroup("r", ("d1",), (1,)),))
@@ -214,6 +263,16 @@ class TestContainers:
 
         assert seconds("c") == (("user", 4.0), ("idle", 2.0))
         assert seconds("d") == ()
+
+    def test_cpu_seconds_leave_out_a_mode_one_cpu_lost(self) -> None:
+        """A mode missing from one CPU's line (a garbage figure) is left out, not summed
+        over the other CPUs alone: that drop would read as a counter reset."""
+        times = {1: CpuTimes(1, (("user", 1.0), ("idle", 5.0))), 2: CpuTimes(2, (("user", 2.0),))}
+        run = CollectorRun("cpu", True, 0.0, Readings(cpu_times=times))
+        pods = (_pod("p", ContainerResources("c", cpu_ids=(1, 2))),)
+        snapshot = _join(pods, AllocatableResources(), (run,))
+        container = _container(snapshot, "p", "c")
+        assert container_cpu_seconds(container, snapshot.cpu_times) == (("user", 3.0),)
 
 
 class TestBadKubeletData:
@@ -433,6 +492,18 @@ class TestDra:
             ("b", "gpu-0"),
         ]
 
+    def test_a_claim_listed_twice_keeps_the_devices_its_repeat_adds(self) -> None:
+        """The kubelet lists a claim once per reference (two requests of one claim): a
+        device only the repeat lists stays the container's, not dropped with the repeat."""
+        more = replace(
+            self.CLAIM,
+            devices=(*self.CLAIM.devices, ClaimDevice("gpu.nvidia.com", "node-a", "gpu-1")),
+        )
+        container = ContainerResources("c", dynamic_resources=(self.CLAIM, more))
+        view = _container(_join((_pod("p", container),), AllocatableResources()), "p", "c")
+        assert [d.device_id for d in view.claim_devices] == ["gpu-0", "gpu-1"]
+        assert view.dynamic_resources == (more,)
+
 
 class TestJudgedCollectors:
     def test_absent_nvml_fails_on_a_node_with_nvidia_devices(self) -> None:
@@ -521,6 +592,22 @@ class TestAllocationChanges:
         assert (change.devices_added, change.devices_removed) == (("d3",), ("d1",))
         assert (change.cpus_added, change.cpus_removed) == ((), ())
 
+    def test_dra_devices_gained_and_lost(self) -> None:
+        """A container holding nothing but a DRA claim gains and loses its device as
+        driver/device, as a device plugin's are logged, not silently."""
+        bare = _join((_pod("p", ContainerResources("c")),), AllocatableResources())
+        claimed = _join(
+            (_pod("p", ContainerResources("c", dynamic_resources=(TestDra.CLAIM,))),),
+            AllocatableResources(),
+        )
+        owner = Owner("ns", "p", "c")
+        assert [
+            (c.owner, c.devices_added, c.devices_removed) for c in diff_allocations(bare, claimed)
+        ] == [(owner, ("gpu.nvidia.com/gpu-0",), ())]
+        assert [
+            (c.owner, c.devices_added, c.devices_removed) for c in diff_allocations(claimed, bare)
+        ] == [(owner, (), ("gpu.nvidia.com/gpu-0",))]
+
 
 class TestRefreshReadings:
     def test_gpu_processes_are_attributed_again(self) -> None:
@@ -590,3 +677,38 @@ class TestRefreshReadings:
             )
             assert refreshed is not None
             assert shown(refreshed) == shown(_join(pods, AllocatableResources(), now))
+
+    def test_cpu_times_and_node_samples_are_this_polls(self) -> None:
+        """On the skip path the exclusive-CPU seconds and the node's samples are this
+        poll's, as a full join has them, not frozen at the last join's."""
+        from exporter.collectors.numa import NUMA_MEMORY_FREE
+        from exporter.join import refresh_readings
+
+        pods = (_pod("p", ContainerResources("c", cpu_ids=(1,))),)
+
+        def runs(value: float) -> tuple[CollectorRun, ...]:
+            return (
+                CollectorRun(
+                    "cpu", True, 0.0, Readings(cpu_times={1: CpuTimes(1, (("user", value),))})
+                ),
+                CollectorRun(
+                    "numa",
+                    True,
+                    0.0,
+                    Readings(node_samples=(Sample(NUMA_MEMORY_FREE, value, ("0",)),)),
+                ),
+            )
+
+        first = _join(pods, AllocatableResources(cpu_ids=(1,)), runs(1.0))
+        refreshed = refresh_readings(
+            first, collected_at=first.collected_at, kubelet=STATUS, collector_runs=runs(2.0)
+        )
+        fresh = _join(pods, AllocatableResources(cpu_ids=(1,)), runs(2.0))
+        assert refreshed is not None
+        assert (refreshed.cpu_times, refreshed.node_samples) == (
+            fresh.cpu_times,
+            fresh.node_samples,
+        )
+        assert container_cpu_seconds(_container(refreshed, "p", "c"), refreshed.cpu_times) == (
+            ("user", 2.0),
+        )

@@ -199,6 +199,17 @@ class TestDraNumaFromReadings:
         again = self._join(self.PCI_READ, cache)  # and kept from then on
         assert again.pods[0] is cached.pods[0]
 
+    def test_a_view_kept_over_failed_polls_follows_the_numa_node_found_later(self) -> None:
+        """A view kept from the cache through a second failed poll still gets its DRA
+        device's NUMA node (and alignment) once the PCI collector reads again."""
+        cache = JoinCache()
+        first = self._join(self.PCI_FAILED, cache)
+        kept = self._join(self.PCI_FAILED, cache)
+        assert kept.pods[0] is first.pods[0]
+        late = self._join(self.PCI_READ, cache)
+        assert late.pods == self._join(self.PCI_READ).pods
+        assert late.pods[0].containers[0].claim_devices[0].numa_nodes == (1,)
+
     def test_refreshing_readings_asks_for_a_join_when_it_changes(self) -> None:
         first = self._join(self.PCI_FAILED)
         assert (

@@ -7,6 +7,7 @@ import os
 import resource
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
@@ -118,6 +119,30 @@ class TestSameFamiliesAsPrometheusClient:
         assert openmetrics == join_families(ours, openmetrics=True) + OPENMETRICS_EOF
         assert len(steady) == len(ours)
 
+    def test_gc_figures(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Objects collected, uncollectable objects and collections are each generation's
+        own figure from gc.get_stats(), as prometheus_client writes them."""
+        stats = [
+            {"collections": 3 + 10 * gen, "collected": 5 + 10 * gen, "uncollectable": 7 + 10 * gen}
+            for gen in range(3)
+        ]
+        monkeypatch.setattr(gc, "get_stats", lambda: stats)
+
+        def values(family: Metric | Rows) -> list[tuple[tuple[str, ...], float]]:
+            if isinstance(family, Rows):
+                return list(family.rows)
+            return [(tuple(s.labels.values()), s.value) for s in family.samples]
+
+        expected = {m.name: values(m) for m in GC_COLLECTOR.collect()}
+        actual = {r.name: values(r) for r in live_rows() if r.name.startswith("python_gc_")}
+
+        assert expected == actual
+        assert actual["python_gc_objects_uncollectable"] == [
+            (("0",), 7),
+            (("1",), 17),
+            (("2",), 27),
+        ]
+
 
 class TestValuesAreThisProcess:
     def test_cpu_seconds_lie_between_two_readings_of_os_times(self) -> None:
@@ -142,14 +167,25 @@ class TestValuesAreThisProcess:
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == _value(rows, "process_max_fds")
         assert abs(_value(rows, "process_open_fds") - len(os.listdir("/proc/self/fd"))) <= 8
 
-    @pytest.mark.parametrize("way", ["as the kernel counts", "listed"])
+    @pytest.mark.parametrize("way", ["as the kernel counts", "listed", "old kernel"])
     def test_open_fds_counts_each_descriptor_opened(
         self, way: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Twenty more open descriptors count twenty more, whether the kernel gives the
-        count (Linux 6.2+; older kernels fall back to the listing) or the folder is listed."""
+        count (Linux 6.2+; older kernels give 0 and fall back to the listing) or the
+        folder is listed."""
         if way == "listed":  # the count is taken only from the real /proc
             monkeypatch.setattr(selfmetrics, "PROC", Path("/not-proc"))
+        elif way == "old kernel":
+            real_stat = os.stat
+
+            def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+                found = real_stat(path, *args, **kwargs)
+                if not str(path).endswith("/fd"):
+                    return found
+                return os.stat_result((*found[:6], 0, *found[7:]))  # st_size 0
+
+            monkeypatch.setattr(os, "stat", stat)
         before = _value(live_rows(), "process_open_fds")
         opened = [os.open(os.devnull, os.O_RDONLY) for _ in range(20)]
         try:

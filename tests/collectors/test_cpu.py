@@ -374,6 +374,31 @@ class TestNeverBackwards:
         back) and a CPU absent from a poll restart from what the kernel says."""
         assert _times(0, *last) == self._polls(tmp_path, *stats, look=look)[-1]
 
+    def test_a_floor_is_the_last_figure_given(self, tmp_path: Path) -> None:
+        """iowait 500, 510, then 505 ticks stays at 510, not at the older floor 500: the
+        drop to 505 would be a counter reset."""
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\n",
+            "cpu0 100 0 50 1100 510 0 0 0\n",
+            "cpu0 100 0 50 1200 505 0 0 0\n",
+            look=(True, True, True),
+        )
+        assert _times(0, 100, 0, 50, 1200, 510, 0, 0, 0) == seen[-1]
+
+    def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
+        """Four hours of 10 s polls nobody scraped keep the floors without chaining every
+        poll's behind the next, which a lookup would follow into a RecursionError."""
+        unscraped = [f"cpu0 100 0 50 {1000 + n} 500 0 0 0\n" for n in range(1, 1500)]
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 500 0 0 0\n",
+            *unscraped,
+            "cpu0 100 0 50 9000 490 0 0 0\n",
+            look=(True, *[False] * len(unscraped), True),
+        )
+        assert _times(0, 100, 0, 50, 9000, 500, 0, 0, 0) == seen[-1]
+
     @pytest.mark.parametrize(
         ("new", "floor", "expected"),
         [

@@ -262,6 +262,24 @@ class TestReadDrmCard:
         expected = replace(AMD_CARD, power_watts=400.0, temperature_celsius=-5.5, energy_joules=2.0)
         assert expected == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
 
+    def test_amd_power1_average_is_preferred(self, tmp_path: Path) -> None:
+        """Where amdgpu gives both, power is the averaged power1_average, not the
+        instantaneous power1_input that jumps between samples."""
+        hwmon = _amd(tmp_path) / "hwmon" / "hwmon3"
+        write_attribute(hwmon / "power1_input", "1000000\n")
+
+        assert AMD_CARD == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
+
+    def test_a_fully_busy_amd_gpu_is_ratio_one(self, tmp_path: Path) -> None:
+        """gpu_busy_percent 100 is utilization 1.0, not garbage dropped with an issue."""
+        device_dir = _amd(tmp_path)
+        write_attribute(device_dir / "gpu_busy_percent", "100\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (replace(AMD_CARD, utilization_ratio=1.0), []) == (actual, issues)
+
     def test_hwmon_of_the_driver_is_chosen(self, tmp_path: Path) -> None:
         """Where several hwmon directories exist, the one named after the driver is read."""
         device_dir = _amd(tmp_path)
@@ -310,6 +328,17 @@ class TestReadDrmCard:
         _i915(tmp_path)
 
         assert INTEL_CARD == read_drm_card(_card_dir(tmp_path, 2), 2, issues=[])
+
+    def test_i915_local_memory_all_free_is_zero_used(self, tmp_path: Path) -> None:
+        """An idle card whose lmem_avail_bytes equals lmem_total_bytes uses 0 bytes, not
+        no figure and a garbage issue."""
+        card_dir = _i915(tmp_path)
+        write_attribute(card_dir / "lmem_avail_bytes", "68719476736\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(card_dir, 2, issues=issues)
+
+        assert (replace(INTEL_CARD, memory_used_bytes=0.0), []) == (actual, issues)
 
     def test_i915_requested_frequency_stands_in(self, tmp_path: Path) -> None:
         """Without gt_act_freq_mhz the requested gt_cur_freq_mhz is the clock."""
