@@ -42,6 +42,7 @@ class SimulatedNode:
         self.kubelet = SimKubelet(socket_path=self.socket_path)
         self.tick = 0
         self._ticker: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None  # the tree being written
 
     def exporter_flags(self) -> list[str]:
         """The flags that point an exporter at this node."""
@@ -91,7 +92,10 @@ class SimulatedNode:
     async def advance(self) -> None:
         """One tick later: new counters in the tree, the scenario's pods at the kubelet."""
         self.tick += 1
-        await asyncio.to_thread(self._write)
+        # Shielded: cancelling the ticker does not stop the thread, so stop() waits
+        # for this write before removing the tree (else the write leaves half of it).
+        self._writing = asyncio.ensure_future(asyncio.to_thread(self._write))
+        await asyncio.shield(self._writing)
         self._apply()
 
     async def _tick_forever(self, interval_s: float) -> None:
@@ -104,6 +108,9 @@ class SimulatedNode:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        if self._writing is not None:
+            with contextlib.suppress(OSError):
+                await self._writing
         await self.kubelet.stop()
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
