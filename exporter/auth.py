@@ -28,6 +28,7 @@ import concurrent.futures
 import enum
 import hashlib
 import json
+import math
 import queue
 import threading
 import time
@@ -293,7 +294,9 @@ def access_middleware(
         config = web_config.current() if web_config is not None else None
         if config is not None:
             if not limiter.allow(config.rate_limit):
-                return _refusal(429, "rate limit exceeded", **{"Retry-After": "1"})
+                # Whole seconds, rounded up: when the next request can pass at the earliest.
+                retry = str(math.ceil(config.rate_limit.interval_s)) if config.rate_limit else "1"
+                return _refusal(429, "rate limit exceeded", **{"Retry-After": retry})
             if config.tls is not None:
                 refusal = _client_certificate_refusal(request, config.tls)
                 if refusal is not None:

@@ -441,10 +441,12 @@ class TestServedTls:
                 )
 
     async def test_rate_limit(self, folder: Path) -> None:
-        """rate_limit: past the burst, 429; the probes are never limited."""
+        """rate_limit: past the burst, 429 with Retry-After the interval (when a request
+        can pass again, not "1" whatever the setting); the probes are never limited."""
         async with served(_live(folder, "rate_limit:\n  interval: 1h\n  burst: 2\n")) as server:
-            statuses = [(await _get(server.url("/metrics")))[0] for _ in range(3)]
-            assert [200, 200, 429] == statuses
+            answers = [await _get(server.url("/metrics")) for _ in range(3)]
+            assert [200, 200, 429] == [status for status, _ in answers]
+            assert "3600" == answers[2][1].get("Retry-After")
             assert 200 == (await _get(server.url("/healthz")))[0]
 
 
