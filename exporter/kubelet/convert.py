@@ -7,8 +7,8 @@ The kubelet answers from Go maps: an unchanged node's replies come in a new orde
 call, and every device is an entry of its own per NUMA node of its topology. So the
 model is canonical: pods sorted by namespace and name, a container's device entries
 merged per resource and device ID (their NUMA nodes joined) and grouped by resource and
-NUMA nodes, device IDs, CPU ids and NUMA nodes sorted (NUMA ids de-duplicated). Two
-replies that differ only in order give equal models.
+NUMA nodes, device IDs, CPU ids, a claim's devices and NUMA nodes sorted (NUMA ids
+de-duplicated). Two replies that differ only in order give equal models.
 """
 
 from __future__ import annotations
@@ -95,11 +95,17 @@ def _claim_device(msg: v1.ClaimResource) -> ClaimDevice:
 
 
 def _dynamic_resource(msg: v1.DynamicResource) -> DynamicResource:
+    # The kubelet lists a claim's devices driver by driver from a map: sorted here.
+    devices = sorted((_claim_device(c) for c in msg.claim_resources), key=_claim_device_order)
     return DynamicResource(
         claim_name=msg.claim_name,
         claim_namespace=msg.claim_namespace,
-        devices=tuple(_claim_device(c) for c in msg.claim_resources),
+        devices=tuple(devices),
     )
+
+
+def _claim_device_order(device: ClaimDevice) -> tuple[str, str, str, str, tuple[str, ...]]:
+    return (device.driver, device.pool, device.device, device.share_id or "", device.cdi_devices)
 
 
 def _container(msg: v1.ContainerResources) -> ContainerResources:
@@ -128,6 +134,7 @@ def _in_order(pods: Iterable[PodResources]) -> tuple[PodResources, ...]:
 
 
 _POD_ORDER = operator.attrgetter("namespace", "name")
+_BY_NAME_THEN_BYTES = operator.itemgetter(0, 1, 2)
 _SERIALIZED = operator.methodcaller("SerializeToString", deterministic=True)
 
 
@@ -137,14 +144,19 @@ def pods_from_list_response(msg: v1.ListPodResourcesResponse) -> tuple[PodResour
 
 
 def sort_in_place(msg: v1.PodResources | v1.AllocatableResourcesResponse) -> None:
-    """Put what the kubelet sends in map order into one order (device entries by their
-    bytes, CPU ids by number), so that equal content serializes to equal bytes."""
+    """Put what the kubelet sends in map order into one order (device entries and a
+    claim's devices by their bytes, CPU ids by number), so that equal content
+    serializes to equal bytes."""
     containers = msg.containers if isinstance(msg, v1.PodResources) else (msg,)
     for container in containers:
         if len(container.devices) > 1:
             container.devices.sort(key=_SERIALIZED)
         if len(container.cpu_ids) > 1:
             container.cpu_ids.sort()
+        if isinstance(container, v1.ContainerResources):
+            for claim in container.dynamic_resources:
+                if len(claim.claim_resources) > 1:
+                    claim.claim_resources.sort(key=_SERIALIZED)
     if len(msg.cpu_ids) > 1:
         msg.cpu_ids.sort()
 
@@ -159,7 +171,7 @@ def pods_from_list_response_reusing(
     Ordering and serializing a pod costs about two microseconds, converting it about
     twenty: in most polls every pod is one of the last reply, in a new order.
     """
-    pods: list[PodResources] = []
+    keyed: list[tuple[str, str, bytes, PodResources]] = []
     by_bytes: dict[bytes, PodResources] = {}
     for pod_msg in msg.pod_resources:
         sort_in_place(pod_msg)
@@ -168,8 +180,10 @@ def pods_from_list_response_reusing(
         if pod is None:
             pod = pod_from_proto(pod_msg)
         by_bytes[key] = pod
-        pods.append(pod)
-    return _in_order(pods), by_bytes
+        keyed.append((pod.namespace, pod.name, key, pod))
+    # Two pods of one name (an old and a new one, in map order) in one order too.
+    keyed.sort(key=_BY_NAME_THEN_BYTES)
+    return tuple(pod for *_, pod in keyed), by_bytes
 
 
 def pods_from_v1alpha1_list_response(

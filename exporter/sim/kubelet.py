@@ -359,6 +359,10 @@ def _pod_in_kubelet_order(pod: PodResources, rng: random.Random) -> PodResources
             c,
             devices=_devices_in_kubelet_order(c.devices, rng),
             cpu_ids=_shuffled(c.cpu_ids, rng),
+            # A claim's devices come driver by driver from a map.
+            dynamic_resources=tuple(
+                replace(r, devices=_shuffled(r.devices, rng)) for r in c.dynamic_resources
+            ),
         )
         for c in pod.containers
     )

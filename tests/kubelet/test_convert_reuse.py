@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter.kubelet.convert import (
     list_response_to_proto,
     pods_from_list_response,
     pods_from_list_response_reusing,
 )
+from exporter.model import ClaimDevice, ContainerResources, DynamicResource, PodResources
 from exporter.sim.kubelet import SimKubelet
 from exporter.sim.scenario import DenseScenario
 
@@ -38,3 +41,26 @@ class TestReusingConversion:
 
         assert old == new == pods_from_list_response(list_response_to_proto(pods))
         assert all(a is b for a, b in zip(old, new, strict=True))
+
+    def test_claim_devices_and_pods_of_one_name_in_another_order_are_the_same(self) -> None:
+        """A claim's devices from two drivers (listed from a map) and two pods of one name
+        (an old and a new one) come in either order: the same pods, in the same order."""
+        claim = DynamicResource(
+            "both",
+            "ml",
+            (
+                ClaimDevice("gpu.example.com", "node-a", "gpu-0"),
+                ClaimDevice("nic.example.com", "node-a", "nic-0"),
+            ),
+        )
+        old = PodResources("ml", "p", (ContainerResources("c", dynamic_resources=(claim,)),))
+        new = PodResources("ml", "p", (ContainerResources("c", cpu_ids=(3,)),))
+        swapped = replace(claim, devices=claim.devices[::-1])
+        renewed = replace(
+            old, containers=(replace(old.containers[0], dynamic_resources=(swapped,)),)
+        )
+
+        first, known = pods_from_list_response_reusing(list_response_to_proto((old, new)), {})
+        second, _ = pods_from_list_response_reusing(list_response_to_proto((new, renewed)), known)
+
+        assert all(a is b for a, b in zip(first, second, strict=True))
