@@ -322,7 +322,7 @@ class Poller:
     ) -> None:
         socket = self._client.socket_path
         if error is None:
-            if self._outage.failing:
+            if self._client.take_went_away():
                 self._get_probed_at = None  # a kubelet back may be an upgraded one
             self._outage.succeeded(socket=socket)
             self._last_error = None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from exporter.collectors.runner import CollectorRunner
 from exporter.kubelet.client import KubeletClient
 from exporter.poller import RELEASE_CHANNEL_MIN_INTERVAL_S, Poller
+from exporter.sim.kubelet import V1_GET
 from exporter.sim.node import SimulatedNode
 from exporter.store import SnapshotStore
 
@@ -48,3 +50,44 @@ async def test_polls_release_the_channel_from_5_s_apart(
         await client.close()
 
     assert (client.released, pods[0] > 0, len(set(pods))) == (released, True, 1)
+
+
+async def test_get_is_probed_again_after_the_kubelet_went_away_not_after_rate_limits(
+    sim_node: SimulatedNode,
+) -> None:
+    """The Get probe (one call in 5 minutes) is made again at once after the kubelet
+    could not be reached (a restart may be an upgrade), not after rate limiting: the
+    kubelet's limit is shared by every client of the node, and it was exhausted."""
+    client = KubeletClient(
+        socket_path=sim_node.socket_path,
+        max_message_bytes=1 << 20,
+        timeout_s=2.0,
+        backoff_initial_s=0.0,
+        backoff_max_s=0.0,
+    )
+    poller = Poller(
+        client=client,
+        runner=CollectorRunner([], timeout_s=1.0),
+        store=SnapshotStore(),
+        node="demo-node",
+        interval_s=1.0,
+    )
+    kubelet = sim_node.kubelet
+    try:
+        await poller.poll_once()  # the first poll probes Get
+        for _ in range(3):
+            kubelet.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+            await poller.poll_once()
+            kubelet.force_code = None
+            await poller.poll_once()
+        after_rate_limits = kubelet.calls[V1_GET]
+        await kubelet.restart()
+        kubelet.force_code = grpc.StatusCode.UNAVAILABLE
+        await poller.poll_once()
+        kubelet.force_code = None
+        for _ in range(3):
+            await poller.poll_once()
+    finally:
+        await client.close()
+
+    assert (after_rate_limits, kubelet.calls[V1_GET]) == (1, 2)

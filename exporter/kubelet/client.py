@@ -252,6 +252,7 @@ class KubeletClient:
         self._pods_by_bytes: dict[bytes, PodResources] = {}  # each pod of the last reply
         self._allocatable_memo: _ReplyMemo[AllocatableResources] = _ReplyMemo()
         self._closed = False
+        self._went_away = False  # UNAVAILABLE since take_went_away() last asked
         self._largest_reply_bytes = 0  # since take_largest_reply_bytes() last asked
 
     @property
@@ -525,8 +526,15 @@ class KubeletClient:
     def _recheck_methods(self) -> None:
         # A kubelet that went away may come back upgraded (that is how upgrades happen):
         # methods it lacked are asked again at the first call, not 5 minutes later.
+        self._went_away = True
         for method, (_, reason) in self._unavailable.items():
             self._unavailable[method] = (-math.inf, reason)
+
+    def take_went_away(self) -> bool:
+        """Whether the kubelet could not be reached (UNAVAILABLE) since the last ask: a
+        kubelet that comes back may be another version."""
+        went_away, self._went_away = self._went_away, False
+        return went_away
 
     def _mark_unavailable(self, method: str, *, reason: str) -> None:
         if method not in self._unavailable:
