@@ -69,12 +69,13 @@ LINGERING_TIME_S = 2.0
 MAX_REQUEST_HEADERS = 32
 MAX_HEADER_FIELD_BYTES = 8190
 SHUTDOWN_TIMEOUT_S = 3.0
-# From a request's head to the last byte of its answer taken by the client: past it the
-# connection is cut. A client that stops reading would otherwise hold its answer's memory
-# and a /debug slot as long as it stays connected (nothing else times a request out).
-# A scrape takes milliseconds and Prometheus gives up at its scrape_timeout (10 s by
-# default); the largest /debug view (32 MiB) reaches a slow client in time.
-ANSWER_DEADLINE_S = 60.0
+# How long one write of an answer (a whole small page, or one chunk) may wait for the
+# client to take it: past it the connection is cut. A client that stops reading would
+# otherwise hold its answer's memory and a /debug slot as long as it stays connected
+# (nothing else times a request out once its head is read). Progress, not a total: a
+# slow reader that keeps reading (a large /debug view through kubectl port-forward) is
+# not cut, one that takes under a chunk in this time is.
+SEND_STALL_S = 30.0
 
 # /debug/allocations requests served at once, from handler entry to the last byte sent;
 # more get 503. Filtered views rendered at once, in threads, and the bytes the views that
@@ -214,22 +215,31 @@ def _json_error(
     )
 
 
-@web.middleware
-async def _answer_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The handler and the sending of its answer within ANSWER_DEADLINE_S, or the
-    connection is cut (aiohttp would wait on a client that stopped reading forever)."""
+@contextlib.asynccontextmanager
+async def _taken_in_time(request: web.Request) -> AsyncIterator[None]:
+    """Writes inside must be taken by the client within SEND_STALL_S, or the connection
+    is cut (aiohttp would wait on a client that stopped reading forever)."""
     try:
-        async with asyncio.timeout(ANSWER_DEADLINE_S):
-            response = await handler(request)
-            if not response.prepared:  # sent here, under the deadline; aiohttp then
-                await response.prepare(request)  # finds it sent and adds nothing
-                await response.write_eof()
-            return response
+        async with asyncio.timeout(SEND_STALL_S):
+            yield
     except TimeoutError:
         log.debug("http_answer_timed_out", path=request.path)
         if request.transport is not None:
             request.transport.abort()
-        raise ConnectionResetError("answer not taken within the deadline") from None
+        raise ConnectionResetError("answer not taken in time") from None
+
+
+@web.middleware
+async def _sent_in_time(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An answer the handler returned unsent is sent here, in one write that must be
+    taken in time; aiohttp then finds it sent and adds nothing. (Chunked answers are
+    timed chunk by chunk in ``_send``.)"""
+    response = await handler(request)
+    if not response.prepared:
+        async with _taken_in_time(request):
+            await response.prepare(request)
+            await response.write_eof()
+    return response
 
 
 @web.middleware
@@ -373,8 +383,10 @@ async def _send(
         # reader holds one chunk, not a copy of the whole body.
         data = memoryview(part)
         for offset in range(0, len(data), _CHUNK_BYTES):
-            await response.write(data[offset : offset + _CHUNK_BYTES])
-    await response.write_eof()
+            async with _taken_in_time(request):
+                await response.write(data[offset : offset + _CHUNK_BYTES])
+    async with _taken_in_time(request):
+        await response.write_eof()
     return response
 
 
@@ -497,7 +509,7 @@ def create_app(
     middlewares: tuple[Any, ...] = (),
 ) -> web.Application:
     """The aiohttp application; the caller runs it (and owns the poller)."""
-    app = web.Application(middlewares=[_answer_deadline, _errors, *middlewares])
+    app = web.Application(middlewares=[_sent_in_time, _errors, *middlewares])
     app[STORE] = store
     app[SETTINGS] = settings
     app[LOOKUP] = lookup
@@ -518,10 +530,12 @@ def create_app(
 
 class _JsonErrorRequestHandler(RequestHandler):
     """aiohttp's connection handler, but a request its parser refuses gets one line of
-    JSON and one log line, not a text page echoing the request and a traceback; and,
-    as Go's server, one that reads a connection's next request only once it has begun
-    answering the last (aiohttp parses up to 32 ahead: a client pipelining requests it
-    never reads the answers of held 32 heads of up to a megabyte each)."""
+    JSON and one log line, not a text page echoing the request and a traceback; and
+    one that stops reading a connection while a request of it waits parsed, as Go's
+    server reads the next request only once it answered the last (aiohttp read on until
+    32 waited: a client pipelining requests it never reads the answers of held 32 heads
+    of up to a megabyte each). What one read brought is still parsed: at most 32 small
+    heads, or one large one."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.debugview import Filters
 from exporter.sim.node import SimulatedNode
-from exporter.web import WebSettings, create_app, make_runner
+from exporter.web import WebSettings, _send, create_app, make_runner
 
 
 def config_for(node: SimulatedNode) -> Any:
@@ -110,38 +111,62 @@ class TestParserErrors:
 
 
 class TestAnswerDeadline:
-    async def test_a_client_that_stops_reading_is_cut_at_the_deadline(
-        self, exporter: Exporter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-    ) -> None:
-        """An answer the client does not take within the deadline: the connection is cut
-        (it held the answer's memory, and a /debug slot, for as long as it stayed
-        connected), quietly, and the server goes on answering others."""
-        monkeypatch.setattr("exporter.web.ANSWER_DEADLINE_S", 0.5)
-        app = exporter.create_app()
-
+    @staticmethod
+    def _with_big_answers(app: web.Application) -> web.Application:
         @web.middleware
         async def big(request: web.Request, handler: Any) -> web.StreamResponse:
-            if request.path == "/big":
-                return web.Response(body=b"x" * (64 * 1024 * 1024))
+            body = b"x" * (8 * 1024 * 1024)
+            if request.path == "/big":  # one write, as a small /metrics page goes
+                return web.Response(body=body)
+            if request.path == "/big-chunked":  # chunk by chunk, as /debug views go
+                return await _send(request, (body,), headers={"Content-Type": "text/plain"})
             return await handler(request)
 
         app.middlewares.append(big)
-        async with serving(app) as port:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-            await asyncio.sleep(2.0)  # read nothing while the deadline passes
-            taken = 0
-            with contextlib.suppress(ConnectionError):
-                async with asyncio.timeout(10):
-                    while chunk := await reader.read(1 << 20):
-                        taken += len(chunk)
-            writer.close()
+        return app
+
+    async def test_a_client_that_stops_reading_is_cut(
+        self, exporter: Exporter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """An answer the client stops taking: the connection is cut once a write waited
+        SEND_STALL_S (it held the answer's memory, and a /debug slot, for as long as it
+        stayed connected), quietly, and the server goes on answering others."""
+        monkeypatch.setattr("exporter.web.SEND_STALL_S", 0.5)
+        taken = {}
+        async with serving(self._with_big_answers(exporter.create_app())) as port:
+            for path in ("/big", "/big-chunked"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                await asyncio.sleep(2.0)  # read nothing while the stall timeout passes
+                taken[path] = 0
+                with contextlib.suppress(ConnectionError):
+                    async with asyncio.timeout(10):
+                        while chunk := await reader.read(1 << 20):
+                            taken[path] += len(chunk)
+                writer.close()
             status, _, _ = split_response(
                 await raw_exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n")
             )
-        assert taken < 64 * 1024 * 1024  # cut, not finished
+        assert all(n < 8 * 1024 * 1024 for n in taken.values()), taken  # cut, not finished
         assert status == 200
         assert [] == [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+
+    async def test_a_slow_reader_that_keeps_reading_gets_everything(
+        self, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A reader taking a chunked answer slowly but steadily (a large /debug view
+        through kubectl port-forward) gets all of it, however long it takes in total."""
+        monkeypatch.setattr("exporter.web.SEND_STALL_S", 1.0)
+        async with serving(self._with_big_answers(exporter.create_app())) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 16)
+            writer.write(b"GET /big-chunked HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            started, raw = time.monotonic(), b""
+            while chunk := await reader.read(256 * 1024):
+                raw += chunk
+                await asyncio.sleep(0.05)  # ~5 MiB/s: the 8 MiB take ~1.6 s, past the 1 s
+            writer.close()
+        assert time.monotonic() - started > 1.0
+        assert len(split_response(raw)[2]) == 8 * 1024 * 1024
 
 
 class TestStalledScrapers:
