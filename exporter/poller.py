@@ -106,7 +106,6 @@ class Poller:
         self._dra = DraState()
         self._failed_collectors: dict[str, str] = {}
         self._get_probed_at: float | None = None
-        # What the published snapshot was joined from: (pods, allocatable, CPU map, DRA).
         # The published snapshot and what it was joined from: (pods, allocatable, CPU map,
         # DRA state). Set once published: a poll that fails after its join publishes
         # nothing, and its inputs must not pass for the published snapshot's.
@@ -224,21 +223,20 @@ class Poller:
         # Identity, not equality: the client hands back the same objects for replies
         # of the same content, and the CPU map and DRA state are kept while unchanged.
         last = self._published_from
-        unchanged = (
+        # None: a join (the inputs changed, or refresh_readings saw a DRA NUMA node move)
+        refreshed = None
+        if (
             previous is not None
             and last is not None
             and last[0] is previous
             and all(a is b for a, b in zip(joined_from, last[1], strict=True))
-        )
-        refreshed = None
-        if previous is not None and unchanged:
+        ):
             refreshed = refresh_readings(
                 previous.snapshot,
                 collected_at=kubelet_data.collected_at,
                 kubelet=kubelet_status,
                 collector_runs=runs,
             )
-            unchanged = refreshed is not None  # else a DRA device's NUMA node changed
         if refreshed is not None:
             snapshot = refreshed
         else:
@@ -259,7 +257,7 @@ class Poller:
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
         )
-        if unchanged:
+        if refreshed is not None:
             return snapshot, (), joined_from
         changes = diff_allocations(previous.snapshot if previous else None, snapshot)
         return snapshot, changes, joined_from

@@ -283,11 +283,10 @@ def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tupl
     # A MIG device's edits hold its parent GPU's nodes (/dev/nvidiaN, and the GPU's DRM
     # card and render node from the parent's spec) beside its capability nodes: those
     # name the whole GPU, not this device.
-    is_mig = any(p.startswith(_MIG_CAPABILITY_NODES) for p in paths)
+    if any(p.startswith(_MIG_CAPABILITY_NODES) for p in paths):
+        paths = []
     for path in paths:
         for prefix, kind in _DEVICE_NODES:
-            if is_mig:
-                continue
             number = path.removeprefix(prefix)
             if number != path and len(number) <= 9 and number.isascii() and number.isdigit():
                 _add(keys, HardwareKey(kind, str(int(number))))

@@ -143,22 +143,20 @@ def pods_from_list_response(msg: v1.ListPodResourcesResponse) -> tuple[PodResour
     return _in_order(pod_from_proto(p) for p in msg.pod_resources)
 
 
-def sort_in_place(msg: v1.PodResources | v1.AllocatableResourcesResponse) -> None:
+def sort_in_place(pod: v1.PodResources) -> None:
     """Put what the kubelet sends in map order into one order (device entries and a
     claim's devices by their bytes, CPU ids by number), so that equal content
     serializes to equal bytes."""
-    containers = msg.containers if isinstance(msg, v1.PodResources) else (msg,)
-    for container in containers:
+    for container in pod.containers:
         if len(container.devices) > 1:
             container.devices.sort(key=_SERIALIZED)
         if len(container.cpu_ids) > 1:
             container.cpu_ids.sort()
-        if isinstance(container, v1.ContainerResources):
-            for claim in container.dynamic_resources:
-                if len(claim.claim_resources) > 1:
-                    claim.claim_resources.sort(key=_SERIALIZED)
-    if len(msg.cpu_ids) > 1:
-        msg.cpu_ids.sort()
+        for claim in container.dynamic_resources:
+            if len(claim.claim_resources) > 1:
+                claim.claim_resources.sort(key=_SERIALIZED)
+    if len(pod.cpu_ids) > 1:
+        pod.cpu_ids.sort()
 
 
 def pods_from_list_response_reusing(
