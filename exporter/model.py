@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.kubelet.stats import KubeletRequestStats
@@ -72,18 +72,15 @@ def numa_label(numa_nodes: tuple[int, ...]) -> str:
     return ",".join(str(n) for n in sorted(set(numa_nodes)))
 
 
-def cpulist(cpus: tuple[int, ...]) -> str:
-    """Sorted CPU ids in the kernel's cpulist notation: (0, 1, 2, 3, 8) -> "0-3,8"."""
-    ranges: list[str] = []
-    start = previous = None
-    for cpu in (*cpus, None):
-        if cpu is not None and previous is not None and cpu == previous + 1:
-            previous = cpu
-            continue
-        if start is not None:
-            ranges.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = cpu
-    return ",".join(ranges)
+def cpulist(ids: Iterable[int]) -> str:
+    """IDs in the kernel's list notation, sorted: (0, 1, 2, 3, 8, 10, 11) -> "0-3,8,10-11"."""
+    ranges: list[list[int]] = []
+    for n in sorted(set(ids)):
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in ranges)
 
 
 # --- What the kubelet says ------------------------------------------------------------

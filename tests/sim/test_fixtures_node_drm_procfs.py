@@ -12,10 +12,10 @@ from exporter.collectors.cpu import CpuCollector
 from exporter.collectors.drm import DrmCollector
 from exporter.collectors.numa import NumaCollector
 from exporter.collectors.topology import TopologyCollector
-from exporter.model import DeviceIdentity
+from exporter.model import DeviceIdentity, cpulist
 from exporter.sim.fixtures import drm, node, pci, procfs, write_tree
 from exporter.sim.fixtures.drm import DrmTelemetry, drm_telemetry
-from exporter.sim.fixtures.node import NodeMemory, format_cpulist, node_memory
+from exporter.sim.fixtures.node import NodeMemory, node_memory
 from exporter.sim.fixtures.pci import pci_device_dir
 from exporter.sim.fixtures.procfs import cpu_counters
 from exporter.sim.hardware import GIB, SimDrmGpu, SimHardware, SimNumaNode, demo_hardware
@@ -50,9 +50,10 @@ class TestNode:
             ((), ""),
         ],
     )
-    def test_format_cpulist(self, ids: tuple[int, ...], expected: str) -> None:
-        """IDs are printed as the kernel's sorted range list."""
-        assert expected == format_cpulist(ids)
+    def test_cpulist(self, ids: tuple[int, ...], expected: str) -> None:
+        """IDs are written (in the tree, and as the cpus label) as the kernel's sorted
+        range list."""
+        assert expected == cpulist(ids)
 
     def test_node_memory_at_a_tick(self) -> None:
         """8 GiB base use, the hugepages and a tick-driven wobble come off the free memory."""
