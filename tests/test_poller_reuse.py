@@ -56,9 +56,12 @@ class TestUnchangedReplies:
         )
         try:
             first = (await poller.poll_once()).snapshot
+            first_reply = exporter.client._pods_memo._raw  # what List answered, as bytes
             clock.now += 10.0
             with capture_logs() as logs:
                 second = (await poller.poll_once()).snapshot
+            # The case at hand: in map order the second reply is other bytes.
+            assert (exporter.client._pods_memo._raw != first_reply) is kubelet_order
             pods = await exporter.client.list_pods()
             converted_once = pods is await exporter.client.list_pods()
             full = join_snapshot(
