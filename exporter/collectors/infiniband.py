@@ -7,13 +7,20 @@ devices (rxe, siw) have no PCI key. Which kubelet or DRA device names it is
 
 Counters follow node_exporter/procfs: ``counters_ext/*_64`` (kernels before 4.5, whose
 ``counters/`` were 32 bits and saturate) is preferred where present, else ``counters/``
-(64 bits since 4.5). ``port_rcv_data``/``port_xmit_data`` count 4-octet words and are
-multiplied by 4 here. ``hw_counters`` holds no data or packet counts (only RoCE
-events and errors), so it is not read. A port without a performance-management agent
-makes older kernels print ``N/A (no PMA)`` and newer ones fail the read with EINVAL
-(or EOPNOTSUPP): both mean absent, as in procfs. A missing
-counter gives no sample; an unreadable or garbage one loses that figure and is
-reported as an issue with its path.
+(64 bits where the port's agent offers extended counters, as mlx5's does; otherwise
+32 bits that saturate). ``port_rcv_data``/``port_xmit_data`` count 4-octet words and
+are multiplied by 4 here. A port without a performance-management agent makes older
+kernels print ``N/A (no PMA)`` and newer ones fail the read with EINVAL (or
+EOPNOTSUPP): both mean absent, as in procfs.
+
+A device whose driver has no MAD support gets no ``counters/`` at all (ib core's
+``setup_port`` makes it only for drivers with ``process_mad``): AWS EFA, the RDMA
+device of GPU instances, is one. Its traffic is in the driver's own
+``hw_counters/{rx,tx}_bytes`` and ``{rx,tx}_pkts`` (octets, not words), read only
+where ``counters/`` is absent, so no figure is ever counted from both. (mlx5's
+``hw_counters`` holds RoCE events and errors, no traffic.) A missing counter gives no
+sample; an unreadable or garbage one loses that figure and is reported as an issue
+with its path.
 """
 
 from __future__ import annotations
@@ -104,7 +111,8 @@ class IbPortCounters:
     """Traffic of one port; None where the driver does not count it."""
 
     port: int
-    receive_bytes: int | None  # counters{,_ext}/port_rcv_data{,_64} x 4
+    # counters{,_ext}/port_rcv_data{,_64} x 4, or hw_counters/rx_bytes (EFA), and so on
+    receive_bytes: int | None
     transmit_bytes: int | None  # counters{,_ext}/port_xmit_data{,_64} x 4
     receive_packets: int | None  # counters{,_ext}/port_rcv_packets{,_64}
     transmit_packets: int | None  # counters{,_ext}/port_xmit_packets{,_64}
@@ -153,10 +161,10 @@ def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
-def _read_counter(port_dir: Path, name: str, *, issues: list[CollectorIssue]) -> int | None:
+def _read_counter(paths: tuple[Path, ...], *, issues: list[CollectorIssue]) -> int | None:
     # The first file that exists decides: a garbage counters_ext/ value is not replaced
     # by a counters/ one that may be a saturated 32-bit figure.
-    for path in (port_dir / "counters_ext" / f"{name}_64", port_dir / "counters" / name):
+    for path in paths:
         try:
             text = read_text(path)
         except CollectorError as error:
@@ -182,9 +190,12 @@ def read_port_counters(
     port_dir: Path, *, port: int, issues: list[CollectorIssue]
 ) -> IbPortCounters:
     """The traffic counters of one port directory (``ports/<port>``); failures to ``issues``."""
+    if not os.path.isdir(port_dir / "counters") and not os.path.isdir(port_dir / "counters_ext"):
+        return _driver_port_counters(port_dir, port=port, issues=issues)
 
     def counter(name: str) -> int | None:
-        return _read_counter(port_dir, name, issues=issues)
+        paths = (port_dir / "counters_ext" / f"{name}_64", port_dir / "counters" / name)
+        return _read_counter(paths, issues=issues)
 
     return IbPortCounters(
         port=port,
@@ -192,6 +203,24 @@ def read_port_counters(
         transmit_bytes=_times(counter("port_xmit_data"), _OCTETS_PER_DATA_UNIT),
         receive_packets=counter("port_rcv_packets"),
         transmit_packets=counter("port_xmit_packets"),
+    )
+
+
+def _driver_port_counters(
+    port_dir: Path, *, port: int, issues: list[CollectorIssue]
+) -> IbPortCounters:
+    """Traffic from the driver's ``hw_counters`` (EFA's names), for a port without PMA
+    counters; all None where the driver counts no traffic there."""
+
+    def counter(name: str) -> int | None:
+        return _read_counter((port_dir / "hw_counters" / name,), issues=issues)
+
+    return IbPortCounters(
+        port=port,
+        receive_bytes=counter("rx_bytes"),
+        transmit_bytes=counter("tx_bytes"),
+        receive_packets=counter("rx_pkts"),
+        transmit_packets=counter("tx_pkts"),
     )
 
 

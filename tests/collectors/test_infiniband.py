@@ -226,6 +226,67 @@ class TestReadPortCounters:
         )
         assert expected == (counters, issues)
 
+    def test_efa_traffic_is_in_hw_counters(self, tmp_path: Path) -> None:
+        """AWS EFA has no MAD support, so ib core makes no ``counters/`` for its port;
+        its traffic is the driver's ``hw_counters`` (efa_verbs.c EFA_DEFINE_PORT_STATS),
+        counted in octets: not multiplied by 4. Its other hw_counters are not traffic."""
+        port_dir = _port(
+            tmp_path,
+            "efa_0",
+            "1",
+            {
+                f"hw_counters/{name}": f"{value}\n"
+                for name, value in {
+                    "tx_bytes": 123456789012,
+                    "tx_pkts": 1000000,
+                    "rx_bytes": 98765432109,
+                    "rx_pkts": 900000,
+                    "rx_drops": 3,
+                    "send_bytes": 5,
+                    "recv_bytes": 6,
+                    "rdma_read_bytes": 7,
+                    "lifespan": 12,
+                }.items()
+            },
+        )
+        issues: list[CollectorIssue] = []
+
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        expected = IbPortCounters(1, 98765432109, 123456789012, 900000, 1000000)
+        assert (expected, []) == (counters, issues)
+
+    def test_hw_counters_never_add_to_pma_counters(self, tmp_path: Path) -> None:
+        """Where ``counters/`` exists, it alone is read, even with traffic-like names in
+        ``hw_counters``: no figure is taken from two sources."""
+        port_dir = _port(
+            tmp_path,
+            "bnxt_re0",
+            "1",
+            {
+                "counters/port_rcv_data": "10\n",
+                "hw_counters/rx_bytes": "999\n",
+                "hw_counters/tx_bytes": "999\n",
+            },
+        )
+
+        expected = IbPortCounters(1, 40, None, None, None)
+        assert expected == read_port_counters(port_dir, port=1, issues=[])
+
+    def test_garbage_hw_counter_is_an_issue(self, tmp_path: Path) -> None:
+        """A bad EFA counter loses its figure, reported with its path, like a PMA one."""
+        port_dir = _port(
+            tmp_path, "efa_0", "1", {"hw_counters/rx_bytes": "junk\n", "hw_counters/rx_pkts": "2\n"}
+        )
+        issues: list[CollectorIssue] = []
+
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        bad = port_dir / "hw_counters" / "rx_bytes"
+        expected = (
+            IbPortCounters(1, None, None, 2, None),
+            [CollectorIssue("garbage", f"{bad}: not a 64-bit counter: 'junk'")],
+        )
+        assert expected == (counters, issues)
+
 
 class TestInfinibandCollector:
     def test_every_device_under_rdma_and_pci_keys(self, tmp_path: Path) -> None:
