@@ -13,6 +13,7 @@ as ``vanished``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from exporter.collectors.base import (
@@ -27,6 +28,7 @@ from exporter.sysfs import (
     UNREADABLE,
     VANISHED,
     FileError,
+    KeptFiles,
     is_pci_address,
     list_source_inodes,
     read_text,
@@ -139,9 +141,12 @@ class PciCollector(Collector):
 
     A function's files are read when its address is first listed and kept while the
     bus lists it under the same inode: vendor, device and class are fixed for the
-    life of a function, and so is its NUMA node (set at enumeration). A hot-unplugged
-    or re-created function (a new sysfs entry: a new inode) is dropped or read anew;
-    a function whose read failed is read, and reported, again next poll.
+    life of a function. Its NUMA node is set at enumeration but root may override it
+    (``echo N > numa_node``, the kernel's answer to firmware that reports it wrong, as
+    the NUMA-mismatch runbook says), so it is read again every poll, through a kept
+    descriptor. A hot-unplugged or re-created function (a new sysfs entry: a new
+    inode) is dropped or read anew; a function whose read failed is read, and
+    reported, again next poll.
     """
 
     name = "pci"
@@ -151,6 +156,7 @@ class PciCollector(Collector):
         super().__init__(context)
         # address -> (inode of its bus entry, the function; None for an unreported class)
         self._functions: dict[str, tuple[int, PciDevice | None]] = {}
+        self._files = KeptFiles.under(context.sysfs)
 
     def collect(self) -> Readings:
         """Every function of a reported class."""
@@ -165,7 +171,9 @@ class PciCollector(Collector):
             cached = self._functions.get(address)
             if cached is not None and cached[0] == inode:
                 device = cached[1]
-                kept[address] = cached
+                if device is not None:
+                    device = self._with_numa_node(devices_dir / address, device, issues)
+                kept[address] = (inode, device)
             else:
                 before = len(issues)
                 device = read_pci_device(devices_dir / address, address=address, issues=issues)
@@ -174,7 +182,28 @@ class PciCollector(Collector):
             if device is not None:
                 found.append(device)
         self._functions = kept  # functions no longer listed are dropped here
+        self._files.sweep()
         return Readings(pci_devices=tuple(found), issues=tuple(issues))
+
+    def close(self) -> None:
+        self._files.close()
+
+    def _with_numa_node(
+        self, device_dir: Path, device: PciDevice, issues: list[CollectorIssue]
+    ) -> PciDevice:
+        """``device`` with its NUMA node as sysfs says now; as it was where that read fails."""
+        path = device_dir / "numa_node"
+        try:
+            text = self._files.read_text(str(path))
+        except FileError as error:
+            issues.append(issue(error.label, str(error)))
+            return device
+        try:
+            node = None if text is None else parse_numa_node(text)
+        except ValueError as error:
+            issues.append(issue(GARBAGE, f"{path}: {error}"))
+            return device
+        return device if node == device.numa_node else replace(device, numa_node=node)
 
 
 REGISTRATION = Registration(

@@ -300,6 +300,29 @@ class TestBetweenPolls:
         expected = (garbage, garbage, Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1)))
         assert expected == (first, second, collector.collect())
 
+    def test_numa_node_override_is_seen(self, tmp_path: Path) -> None:
+        """Root's ``echo 1 > numa_node`` (the kernel's fix for firmware that reports it
+        wrong, and the NUMA-mismatch runbook's) shows at the next poll, written in place
+        as sysfs changes it; a garbage value after a good one keeps the last good node
+        and reports the file."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        numa_path = _function_dir(tmp_path, PF.pci_address) / "numa_node"
+        numa_path.write_text("1\n")  # in place: the same file, as sysfs has it
+        overridden = collector.collect()
+        numa_path.write_text("x\n")
+        garbled = collector.collect()
+
+        moved = PciDevice(PF.pci_address, "0x15b3", "0x101d", "0x020000", 1)
+        expected = (
+            Readings(pci_devices=(GPU_17, moved, VF_4B, HCA_C1, AMD_E1)),
+            Readings(
+                pci_devices=(GPU_17, moved, VF_4B, HCA_C1, AMD_E1),
+                issues=(issue("garbage", f"{numa_path}: not a NUMA node: 'x'"),),
+            ),
+        )
+        assert expected == (overridden, garbled)
+
 
 class TestRegistration:
     def test_registration(self) -> None:
