@@ -38,6 +38,7 @@ __all__ = [
     "failed_with",
     "is_pci_address",
     "is_sysfs_mount",
+    "is_sysfs_tree",
     "kept_files_budget",
     "list_source",
     "list_source_inodes",
@@ -270,9 +271,9 @@ class KeptFiles:
 
     @classmethod
     def under(cls, root: Path | str) -> KeptFiles:
-        """Kept files of the tree at ``root``: unchecked for replacement where it is a
-        sysfs mount, checked anywhere else (fixture trees)."""
-        return cls(check_replaced=not is_sysfs_mount(root))
+        """Kept files of the tree at ``root``: unchecked for replacement where it is
+        sysfs (``is_sysfs_tree``), checked anywhere else (fixture trees)."""
+        return cls(check_replaced=not is_sysfs_tree(root))
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -352,17 +353,34 @@ _MOUNTINFO = "/proc/self/mountinfo"
 _MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
+def is_sysfs_tree(root: Path | str, *, mountinfo: str | None = None) -> bool:
+    """Whether ``root`` is a sysfs tree: a sysfs mount itself, or a folder holding one at
+    ``devices/``, as the DaemonSet mounts the node's ``devices``, ``bus`` and ``class``
+    under ``/host/sys`` (every attribute the collectors read resolves under
+    ``devices/``)."""
+    if mountinfo is None:
+        mountinfo = _read_mountinfo()
+    return is_sysfs_mount(root, mountinfo=mountinfo) or is_sysfs_mount(
+        os.path.join(root, "devices"), mountinfo=mountinfo
+    )
+
+
+def _read_mountinfo() -> str:
+    """This process's mount table; "" where it cannot be read (nothing is then sysfs)."""
+    try:
+        with open(_MOUNTINFO, encoding="utf-8", errors="replace") as file:
+            return file.read()
+    except OSError:
+        return ""
+
+
 def is_sysfs_mount(path: Path | str, *, mountinfo: str | None = None) -> bool:
     """Whether ``path`` lies on a sysfs mount, by the mount table of this process
     (``/proc/self/mountinfo``: the exporter's own mounts, whatever ``--path.procfs``
     names) or the ``mountinfo`` text given. False when the table cannot be read: the
     careful answer."""
     if mountinfo is None:
-        try:
-            with open(_MOUNTINFO, encoding="utf-8", errors="replace") as file:
-                mountinfo = file.read()
-        except OSError:
-            return False
+        mountinfo = _read_mountinfo()
     target = os.path.realpath(path)
     best, fstype = "", ""
     for line in mountinfo.splitlines():

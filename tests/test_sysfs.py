@@ -26,6 +26,7 @@ from exporter.sysfs import (
     UnreadableFile,
     is_pci_address,
     is_sysfs_mount,
+    is_sysfs_tree,
     kept_files_budget,
     node_dirs,
     open_regular,
@@ -347,6 +348,25 @@ class TestIsSysfsMount:
     )
     def test_the_mount_holding_the_path_decides(self, path: str, expected: bool) -> None:
         assert expected is is_sysfs_mount(path, mountinfo=_MOUNTINFO)
+
+    @pytest.mark.parametrize(
+        ("root", "expected"),
+        [
+            ("/host/sys", True),  # devices/, bus/ and class/ mounted one by one
+            ("/sys", True),
+            ("/tmp/fixture", False),
+            ("/host/proc", False),
+        ],
+    )
+    def test_a_tree_with_sysfs_at_devices_is_sysfs(self, root: str, expected: bool) -> None:
+        """The DaemonSet's layout: /host/sys is a plain folder holding three sysfs
+        mounts, and is a sysfs tree (its kept files skip the replacement check)."""
+        split = "\n".join(
+            f"{1300 + i} 1100 0:22 /{sub} /host/sys/{sub} ro,relatime - sysfs sysfs rw"
+            for i, sub in enumerate(("devices", "bus", "class"))
+        )
+        mountinfo = _MOUNTINFO.replace("/host/sys ro", "/elsewhere ro") + split + "\n"
+        assert expected is is_sysfs_tree(root, mountinfo=mountinfo)
 
     def test_lines_not_in_the_format_are_passed_over(self) -> None:
         broken = "garbage\n\n7 8 -\n9 9 0:1 / /sys rw a b -\n9 9 0:1 / /sys rw\n"
