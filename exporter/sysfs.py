@@ -171,12 +171,37 @@ def read_text(path: Path | str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        data = os.read(fd, MAX_ATTRIBUTE_BYTES + 1)
+        data = _read_whole(fd, from_start=False)
     except OSError as error:
         raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
     finally:
         os.close(fd)
     return _attribute_text(data, path)
+
+
+# kernfs serves a binary attribute (a NUMA node's cpulist, up to NR_CPUS*7/2 bytes) at
+# most a page per read(), where a text attribute comes whole in one.
+_PAGE_READ = 4096
+
+
+def _read_whole(fd: int, *, from_start: bool = True) -> bytes:
+    """Up to MAX_ATTRIBUTE_BYTES + 1 bytes of ``fd``: one read, more only where the
+    first came back a page or longer (a binary attribute may go on). ``pread`` from
+    offset 0 (a kept descriptor), or with ``from_start=False`` ``read`` from where a
+    fresh descriptor stands (procfs files that refuse pread are read too)."""
+    limit = MAX_ATTRIBUTE_BYTES + 1
+    data = os.pread(fd, limit, 0) if from_start else os.read(fd, limit)
+    if len(data) < _PAGE_READ:
+        return data  # a text attribute, whole: the hot path
+    chunks = [data]
+    size = len(data)
+    while size < limit:
+        more = os.pread(fd, limit - size, size) if from_start else os.read(fd, limit - size)
+        if not more:
+            break
+        chunks.append(more)
+        size += len(more)
+    return b"".join(chunks)
 
 
 def _attribute_text(data: bytes, path: Path | str) -> str:
@@ -303,7 +328,7 @@ class KeptFiles:
         if fd is not None:
             try:
                 if not self._check_replaced or os.fstat(fd).st_nlink > 0:
-                    return os.pread(fd, MAX_ATTRIBUTE_BYTES + 1, 0)
+                    return _read_whole(fd)
                 self._forget(path)  # replaced or unlinked: reopen below
             except OSError as error:
                 self._forget(path)
@@ -315,7 +340,7 @@ class KeptFiles:
         except (FileNotFoundError, NotADirectoryError):
             return None
         try:
-            data = os.pread(fd, MAX_ATTRIBUTE_BYTES + 1, 0)
+            data = _read_whole(fd)
         except OSError as error:
             os.close(fd)
             raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error

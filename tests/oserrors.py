@@ -24,3 +24,18 @@ def fail_reads(monkeypatch: pytest.MonkeyPatch, *, path_suffix: str, code: int) 
 
     monkeypatch.setattr(os, "read", failing(os.read))
     monkeypatch.setattr(os, "pread", failing(os.pread))
+
+
+def page_reads(monkeypatch: pytest.MonkeyPatch, *, page: int = 4096) -> None:
+    """Make ``os.read`` and ``os.pread`` return at most ``page`` bytes a call, as kernfs
+    serves a binary attribute (a NUMA node's ``cpulist``) a page per read()."""
+
+    def capped(real: Any) -> Any:
+        def call(fd: int, size: int, *args: int) -> bytes:
+            result: bytes = real(fd, min(size, page), *args)
+            return result
+
+        return call
+
+    monkeypatch.setattr(os, "read", capped(os.read))
+    monkeypatch.setattr(os, "pread", capped(os.pread))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fifo import error_reading_fifo
+from oserrors import page_reads
 
 from exporter.errors import CollectorError
 from exporter.sim.fixtures.pci import write_attribute
@@ -384,6 +385,43 @@ class TestIsSysfsMount:
         if not os.path.isdir("/sys/class"):
             pytest.skip("no sysfs mounted at /sys here")
         assert is_sysfs_mount("/sys/class")
+
+
+class TestPagedReads:
+    """kernfs serves a binary attribute a page per read(): a NUMA node's cpulist of a
+    2,048-CPU host interleaved over two sockets is 4,564 bytes, cut at 4,096 it still
+    parses (to 931 CPUs ending at 1858), so a reader that stops early is wrong silently."""
+
+    CPULIST = ",".join(str(cpu) for cpu in range(0, 2048, 2))
+
+    def test_read_text_reads_past_the_first_page(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "cpulist"
+        write_attribute(path, self.CPULIST + "\n")
+        page_reads(monkeypatch)
+        assert tuple(range(0, 2048, 2)) == parse_cpulist(read_text(path) or "")
+
+    def test_kept_files_read_past_the_first_page_every_time(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "cpulist"
+        write_attribute(path, self.CPULIST + "\n")
+        page_reads(monkeypatch)
+        files = KeptFiles()
+        assert (self.CPULIST, self.CPULIST) == (
+            files.read_text(str(path)),
+            files.read_text(str(path)),  # through the kept descriptor
+        )
+
+    def test_a_paged_file_past_the_bound_is_still_refused(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "huge"
+        write_attribute(path, "1," * (MAX_ATTRIBUTE_BYTES // 2 + 10))
+        page_reads(monkeypatch)
+        with pytest.raises(GarbageFile, match="longer than"):
+            read_text(path)
 
 
 class TestParseCpulist:
