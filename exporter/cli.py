@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,21 @@ def _plain(number: float) -> str:
     return str(number) if isinstance(number, int) else f"{number:g}"
 
 
+# Go's time.ParseDuration units, as kingpin's Duration flags of other exporters take them.
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|us|µs|ns|m|s)")
+
+
+def _seconds(text: str) -> float:
+    """Seconds from a plain number (``10``, ``2.5``) or a Go duration (``10s``, ``1m30s``,
+    ``500ms``); ValueError for anything else."""
+    stripped = text.strip()
+    parts = _DURATION.findall(stripped)
+    if not parts or "".join(number + unit for number, unit in parts) != stripped:
+        return float(stripped)  # a plain number, or ValueError
+    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
 def _number(
     kind: Callable[[str], float | int],
     flag: str,
@@ -62,12 +78,13 @@ def _number(
 ) -> Callable[[str], Any]:
     """A finite number within [minimum, maximum] (or (minimum, maximum]): nan and inf fail."""
     low = f"greater than {_plain(minimum)}" if exclusive_minimum else f"at least {_plain(minimum)}"
+    expected = "seconds or a duration such as 10s or 1m" if kind is _seconds else "a number"
 
     def convert(text: str) -> float | int:
         try:
             value = kind(text)
         except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{flag} must be a number, not {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{flag} must be {expected}, not {text!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{flag} must be a finite number, not {text!r}")
         if value < minimum or (exclusive_minimum and value == minimum):
@@ -93,6 +110,10 @@ def _socket_path(text: str) -> str:
             f"{MAX_SOCKET_PATH_BYTES}"
         )
     return text
+
+
+def _log_level(text: str) -> str:
+    return "warning" if text == "warn" else text
 
 
 def _boolean(text: str) -> bool:
@@ -134,6 +155,7 @@ class _Parser(argparse.ArgumentParser):
 def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="podresources-exporter",
+        allow_abbrev=False,  # a typo or a prefix is an error, as kingpin's exact flag names
         description=(
             "Prometheus exporter for Kubernetes nodes: which pod and container holds which "
             "device, exclusive CPU, memory block and DRA claim (kubelet PodResources API), "
@@ -179,27 +201,28 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     add(
         "--kubelet.timeout",
-        help="deadline of every kubelet call, in seconds "
+        help="deadline of every kubelet call: seconds, or a duration such as 5s "
         f"(default: {DEFAULT_KUBELET_TIMEOUT_S:g}, or the poll interval when shorter)",
         default=None,
-        type=_number(float, "--kubelet.timeout", minimum=0, exclusive_minimum=True),
+        type=_number(_seconds, "--kubelet.timeout", minimum=0, exclusive_minimum=True),
         metavar="SECONDS",
         dest="kubelet_timeout",
     )
     add(
         "--poll.interval",
-        help="seconds between polls of the kubelet and the collectors",
+        help="time between polls of the kubelet and the collectors: seconds, or a duration "
+        "such as 30s or 1m",
         default=DEFAULT_POLL_INTERVAL_S,
-        type=_number(float, "--poll.interval", minimum=MIN_POLL_INTERVAL_S),
+        type=_number(_seconds, "--poll.interval", minimum=MIN_POLL_INTERVAL_S),
         metavar="SECONDS",
         dest="poll_interval",
     )
     add(
         "--collector.timeout",
-        help="how long one collector may take in a poll, in seconds "
+        help="how long one collector may take in a poll: seconds, or a duration such as 5s "
         f"(default: {DEFAULT_COLLECTOR_TIMEOUT_S:g}, or the poll interval when shorter)",
         default=None,
-        type=_number(float, "--collector.timeout", minimum=0, exclusive_minimum=True),
+        type=_number(_seconds, "--collector.timeout", minimum=0, exclusive_minimum=True),
         metavar="SECONDS",
         dest="collector_timeout",
     )
@@ -274,14 +297,15 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     add(
         "--log.level",
-        help="lowest level logged",
+        help="lowest level logged (warn, as Prometheus' own flags name it, is warning)",
         default="info",
+        type=_log_level,
         choices=LOG_LEVELS,
         dest="log_level",
     )
     add(
         "--log.format",
-        help="log line format",
+        help="log line format: JSON lines, logfmt lines, or console (for people)",
         default="json",
         choices=LOG_FORMATS,
         dest="log_format",

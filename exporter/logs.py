@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import sys
 from typing import TextIO, cast
@@ -14,7 +13,7 @@ import structlog
 __all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("json", "console")
+LOG_FORMATS = ("json", "logfmt", "console")
 
 
 def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> None:
@@ -24,13 +23,20 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
     renderer: structlog.typing.Processor
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+    elif fmt == "logfmt":
+        renderer = structlog.processors.LogfmtRenderer(
+            key_order=["timestamp", "level", "event"], bool_as_flag=False
+        )
     else:
         renderer = structlog.processors.JSONRenderer()
+    stamped: list[structlog.typing.Processor] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *stamped,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -38,14 +44,31 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, out)),
         cache_logger_on_first_use=True,
     )
-    # Libraries log through stdlib logging; keep their warnings, one JSON line each.
+    # Libraries log through stdlib logging: their warnings go out as our own lines, in
+    # the same format with a timestamp, one line each.
     handler = logging.StreamHandler(out)
-    handler.setFormatter(_OneLineJson())
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*stamped, structlog.stdlib.add_logger_name, _name_exception],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
     logging.basicConfig(
         level=max(logging.getLevelName(level.upper()), logging.WARNING),
         handlers=[handler],
         force=True,
     )
+
+
+def _name_exception(
+    _logger: object, _method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """A library record's exception, named in ``error``, its traceback left out (a
+    multi-line traceback is many log events to a collector, and says nothing to on-call)."""
+    info = event.pop("exc_info", None)
+    if isinstance(info, tuple) and info[1] is not None:
+        event["error"] = f"{type(info[1]).__name__}: {info[1]}"
+    return event
 
 
 class _LossyStream(io.TextIOBase):
@@ -73,19 +96,3 @@ class _LossyStream(io.TextIOBase):
             return self._stream.isatty()
         except (OSError, ValueError):
             return False
-
-
-class _OneLineJson(logging.Formatter):
-    """A stdlib record as one JSON line: an exception is named, its traceback left out
-    (a multi-line traceback is many log events to a collector, and says nothing to on-call)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, object] = {
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "event": record.getMessage(),
-        }
-        if record.exc_info and record.exc_info[1] is not None:
-            error = record.exc_info[1]
-            line["error"] = f"{type(error).__name__}: {error}"
-        return json.dumps(line)

@@ -111,6 +111,45 @@ def test_a_flag_wins_over_a_bad_environment_value(
     assert got[expected[0]] == expected[1]
 
 
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["--log.level=warn"], {}, ("log_level", "warning")),
+        (["--log.format=logfmt"], {}, ("log_format", "logfmt")),
+        (["--poll.interval=1m30s"], {}, ("poll_interval_s", 90.0)),
+        (["--poll.interval", "2.5"], {}, ("poll_interval_s", 2.5)),
+        ([], {env_name("--poll.interval"): "30s"}, ("poll_interval_s", 30.0)),
+        (["--kubelet.timeout=500ms"], {}, ("kubelet_timeout_s", 0.5)),
+        (["--collector.timeout=1.5s"], {}, ("collector_timeout_s", 1.5)),
+    ],
+)
+def test_prometheus_flag_words_are_understood(
+    argv: list[str], environ: dict[str, str], expected: tuple[str, object]
+) -> None:
+    """Values copied from node_exporter or another promslog/kingpin exporter work:
+    ``warn``, ``logfmt``, and Go durations for the seconds flags."""
+    config = parse_config(argv, environ)
+    assert expected == (expected[0], getattr(config, expected[0]))
+
+
+@pytest.mark.parametrize("text", ["10x", "s", "1h-5m", "10 s", "5s10", "", "1e400s"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config([f"--poll.interval={text}"], {})
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "argv", [["--poll.interv", "5"], ["--web.config", "w.yml"], ["--no-collector.nv"]]
+)
+def test_abbreviated_flags_are_refused(argv: list[str]) -> None:
+    """A prefix of a flag is an error, as kingpin has it: a typo must not pass, and a
+    flag added later must not change what a deployed command line means."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(argv, {})
+    assert exit_info.value.code == 2
+
+
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_work_whatever_the_environment_holds(flag: str) -> None:
     result = subprocess.run(

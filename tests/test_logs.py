@@ -36,6 +36,52 @@ def test_exporter_and_library_lines_go_to_the_stream_as_json() -> None:
     assert lines[0]["timestamp"].endswith("Z")
 
 
+def _lines(fmt: str) -> list[str]:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(level="info", fmt=fmt, stream=stream)
+        structlog.get_logger("test").info("poll_failed", reason="kubelet gone", pods=3)
+        try:
+            raise ConnectionResetError("peer went away")
+        except ConnectionResetError:
+            logging.getLogger("aiohttp.server").exception("Error handling request")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return stream.getvalue().splitlines()
+
+
+def test_library_lines_are_stamped_and_name_their_exception() -> None:
+    """A library's line carries a timestamp and its logger like the exporter's own, its
+    exception named in one line, no traceback."""
+    own, library = (json.loads(line) for line in _lines("json"))
+    assert (own.keys() - {"reason", "pods"}, library) == (
+        {"event", "level", "timestamp"},
+        {
+            "event": "Error handling request",
+            "level": "error",
+            "timestamp": library["timestamp"],
+            "logger": "aiohttp.server",
+            "error": "ConnectionResetError: peer went away",
+        },
+    )
+    assert library["timestamp"].endswith("Z")
+
+
+def test_logfmt_lines() -> None:
+    """--log.format=logfmt, as Prometheus' own programs log: key=value, quoted where
+    the value has a space, the library's line in the same format."""
+    own, library = _lines("logfmt")
+    assert (own.split(" ", 1)[1], library.split(" ", 1)[1]) == (
+        'level=info event=poll_failed reason="kubelet gone" pods=3',
+        'level=error event="Error handling request" logger=aiohttp.server '
+        'error="ConnectionResetError: peer went away"',
+    )
+    assert [own[:12], library[:12]] == ["timestamp=20"] * 2
+
+
 class _GoneReader(io.StringIO):
     """A stream whose reader went away: every write raises, as a closed pipe does."""
 
