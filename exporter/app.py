@@ -217,6 +217,14 @@ class _Signals:
             loop.add_signal_handler(signum, self._on_stop, signum)
         loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
 
+    def ignore_from_now(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Stopped: a late SIGTERM/SIGINT is ignored. Left to the loop's clean-up, the
+        handlers went back to the defaults while the process was still exiting, and a
+        second signal then killed it (exit 143 or 130 instead of 0)."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_IGN)
+
     def _on_stop(self, signum: int) -> None:
         name = signal.Signals(signum).name
         if self._stop.is_set():
@@ -275,8 +283,12 @@ def run(config: Config) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_LoopErrors())
-        _Signals(stop).install(loop)
-        await serve(config, stop=stop)
+        signals = _Signals(stop)
+        signals.install(loop)
+        try:
+            await serve(config, stop=stop)
+        finally:
+            signals.ignore_from_now(loop)
         log.info("stopped")
 
     try:

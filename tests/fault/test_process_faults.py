@@ -93,6 +93,22 @@ class TestSignals:
             len(exporter.named("stopped")),
         )
 
+    async def test_signals_after_stopped_cannot_kill_the_exit(
+        self, running: Callable[..., Any]
+    ) -> None:
+        """SIGTERMs sent every few milliseconds from the ``stopped`` line to the end (a
+        runtime and an operator both stopping it): the exit is still 0. The loop's
+        clean-up used to put the default handlers back ~0.1 s before the process ended."""
+        exporter: ExporterProcess = await running()
+        exporter.signal(signal.SIGTERM)
+        await wait_for(lambda: exporter.named("stopped"), within_s=GRACE_S, what="stopped")
+        while exporter.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                exporter.signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(exporter.process.wait(), 0.002)
+        assert 0 == exporter.process.returncode
+
     async def test_held_body_and_half_sent_head_cannot_delay_exit(
         self, running: Callable[..., Any]
     ) -> None:
