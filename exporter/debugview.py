@@ -281,8 +281,7 @@ def render_json(
         "source": source,
         "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
         "age_seconds": round(now - snapshot.collected_at, 3) if snapshot.collected_at else None,
-        # Before the kubelet first answers, allocatable and telemetry stand alone.
-        "status": "ok" if snapshot.collected_at else "no kubelet data yet",
+        "status": _status(snapshot),
         "kubelet": {
             "up": snapshot.kubelet.up,
             "socket": snapshot.kubelet.socket,
@@ -315,6 +314,15 @@ def render_json(
         # Every device with processes, the unallocated ones no pod above shows included.
         found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters)
     return found
+
+
+def _status(snapshot: Snapshot) -> str:
+    """One word for ``jq .status``: whether the pods shown are what the kubelet says now."""
+    if not snapshot.collected_at:
+        return "no kubelet data yet"  # allocatable and telemetry stand alone
+    if not snapshot.kubelet.up:
+        return "stale: kubelet down"  # the last good pods, with their age
+    return "ok"
 
 
 def _gpu_processes(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> list[JSON]:

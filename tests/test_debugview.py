@@ -88,6 +88,23 @@ class TestEncodedJson:
         body = json.loads(b"".join(encode_json(view, filters=Filters()).parts(COLLECTED_AT)))
         assert (None, None) == (body["age_seconds"], body["collected_at"])
 
+    @pytest.mark.parametrize(
+        ("collected_at", "up", "expected"),
+        [
+            (COLLECTED_AT, True, "ok"),
+            (COLLECTED_AT, False, "stale: kubelet down"),
+            (0.0, False, "no kubelet data yet"),
+        ],
+    )
+    def test_status_says_whether_the_pods_are_current(
+        self, collected_at: float, up: bool, expected: str
+    ) -> None:
+        """``jq .status`` is "ok" only while the kubelet answers: the last good pods
+        served while it is down are stale, said in the word on-call reads first."""
+        view = snapshot("dev-0", collected_at=collected_at)
+        view = replace(view, kubelet=replace(view.kubelet, up=up, last_error="List: gone"))
+        assert expected == render_json(view, filters=Filters(), now=COLLECTED_AT + 5)["status"]
+
 
 class TestEncodedText:
     def test_same_as_rendering_per_request(self) -> None:
