@@ -593,7 +593,9 @@ class LiveWebConfig:
     ``current()`` costs a few ``stat`` calls; it is called per request and per TLS
     connection, as exporter-toolkit re-reads per request and per handshake. An edit that
     does not load keeps the last good config and is logged once. Switching TLS on or off
-    needs a restart (the listener is either TLS or not), so such an edit is refused too.
+    needs a restart (the listener is either TLS or not), so such an edit is refused too;
+    so is one that removes every user (exporter-toolkit would serve everyone from then on,
+    silently).
     """
 
     def __init__(self, path: Path, *, users_only: bool = False) -> None:
@@ -648,6 +650,12 @@ class LiveWebConfig:
             if (config.tls is None) != (self._config.tls is None):
                 raise WebConfigError(
                     f"{self.path}: tls_server_config: turning TLS on or off needs a restart"
+                )
+            if self._config.users and not config.users:
+                # An emptied file (a Secret's key dropped, a template gone wrong) would
+                # open /metrics to anyone without a word: that takes a restart too.
+                raise WebConfigError(
+                    f"{self.path}: basic_auth_users: turning basic auth off needs a restart"
                 )
             context = self._build(config)
         except WebConfigError as error:

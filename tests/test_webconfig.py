@@ -496,6 +496,22 @@ class TestReload:
                 assert 200 == (await _get(server.url("/metrics"), _client(pki)))[0]
             assert "needs a restart" in logs[0]["error"]
 
+    @pytest.mark.parametrize("emptied", ["", "basic_auth_users: {}\n", "rate_limit:\n  burst: 5\n"])
+    async def test_removing_every_user_is_refused(self, folder: Path, emptied: str) -> None:
+        """An edit that leaves no user keeps asking for the last good users and says a
+        restart is needed: it must not open /metrics to anyone silently."""
+        live = _live(folder, f"basic_auth_users:\n  alice: {HASH}\n")
+        async with served(live) as server:
+            _replace(live.path, emptied)
+            with capture_logs() as logs:
+                anonymous = (await _get(server.url("/metrics")))[0]
+                alice = (await _get(server.url("/metrics"), **basic("alice", "s3cret")))[0]
+            assert ((401, 200), ["web_config_reload_failed"]) == (
+                (anonymous, alice),
+                [e["event"] for e in logs],
+            )
+            assert "turning basic auth off needs a restart" in logs[0]["error"]
+
     async def test_rotated_certificate_is_served_to_new_connections(
         self, folder: Path, pki: Pki
     ) -> None:
