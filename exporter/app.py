@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from exporter.auth import (
 from exporter.collectors import build_collectors
 from exporter.collectors.base import Collector, CollectorContext
 from exporter.collectors.runner import CollectorRunner
-from exporter.config import Config, ConfigError
+from exporter.config import Config, ConfigError, join_host_port
 from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
 from exporter.lookup import CoalescingLookup
@@ -177,20 +178,20 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     runner = make_runner(app)
     await runner.setup()
     try:
-        # Host "" (":9410"): every address of every family, as Go's net.Listen does.
-        host = config.listen_host or None
-        site = web.TCPSite(runner, host, config.listen_port, ssl_context=ssl_context)
-        try:
-            await site.start()
-        except OSError as error:
-            raise ConfigError(
-                f"cannot listen on {config.listen_host}:{config.listen_port}: {error.strerror}"
-            ) from None
-        log.info(
-            "listening",
-            address=f"{config.listen_host}:{config.listen_port}",
-            tls=ssl_context is not None,
-        )
+        for host, port in config.listen_addresses:
+            site = web.TCPSite(runner, _bind_host(host), port, ssl_context=ssl_context)
+            try:
+                await site.start()
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot listen on {join_host_port(host, port)}: {error.strerror}"
+                ) from None
+        for address in runner.addresses:  # as bound: the port ":0" chose, each family
+            log.info(
+                "listening",
+                address=join_host_port(address[0], address[1]),
+                tls=ssl_context is not None,
+            )
         polling = asyncio.create_task(exporter.poller.run())
         await stop.wait()
         polling.cancel()
@@ -202,6 +203,17 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
         checker.close()
         if sim_node is not None:
             await sim_node.stop()
+
+
+def _bind_host(host: str) -> str | None:
+    """What to bind for a listen host. A wildcard, "" (":9410"), 0.0.0.0 or ::, is every
+    address of both families (None: a socket each), as Go listens on one (a dual-stack
+    socket, ipsock_posix.go favoriteAddrFamily): node_exporter's [::]:9100 answers IPv4."""
+    try:
+        wildcard = not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        wildcard = False  # a host name
+    return None if wildcard else host
 
 
 class _Signals:

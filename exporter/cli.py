@@ -125,16 +125,21 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
 
 
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (every address of every family: host "") or ``[IPv6]:PORT``."""
+def parse_listen_address(text: str, *, source: str = "--web.listen-address") -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (every address of every family: host "") or ``[IPv6]:PORT``;
+    an IPv6 host needs its brackets, as Go's net.SplitHostPort has it."""
     host, separator, port_text = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
     if (
         not separator
         or not port_text.isdigit()
         or int(port_text) > 65535
         or host.startswith("[") != host.endswith("]")  # half a bracket
+        or (":" in host and not bracketed)  # "::1:9410": which colon ends the host?
     ):
-        raise ConfigError(f"--web.listen-address {text!r}: expected HOST:PORT, e.g. :9410")
+        raise ConfigError(
+            f"{source} {text!r}: expected HOST:PORT, e.g. :9410 or [::1]:9410 for IPv6"
+        )
     host = host.removeprefix("[").removesuffix("]")
     return host, int(port_text)
 
@@ -226,10 +231,14 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         metavar="SECONDS",
         dest="collector_timeout",
     )
-    add(
+    # Repeatable, as exporter-toolkit's: a flag given replaces the environment's
+    # address, so this one takes its default after parsing.
+    parser.add_argument(
         "--web.listen-address",
-        help="address to serve HTTP on, HOST:PORT",
-        default=DEFAULT_LISTEN_ADDRESS,
+        help="address to serve HTTP on, HOST:PORT; repeat the flag for more than one. "
+        f"A wildcard host (:PORT, 0.0.0.0, [::]) is every address of both families "
+        f"(default: {DEFAULT_LISTEN_ADDRESS}) [env {env_name('--web.listen-address')}]",
+        action="append",
         metavar="HOST:PORT",
         dest="listen_address",
     )
@@ -364,7 +373,13 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     for value in vars(args).values():
         if isinstance(value, _BadEnvironment):
             raise value.error
-    host, port = parse_listen_address(args.listen_address)
+    listen_variable = env_name("--web.listen-address")
+    if args.listen_address:
+        listen = [parse_listen_address(a) for a in args.listen_address]
+    elif listen_variable in environ:
+        listen = [parse_listen_address(environ[listen_variable], source=listen_variable)]
+    else:
+        listen = [parse_listen_address(DEFAULT_LISTEN_ADDRESS)]
     web_config = Path(args.web_config_file) if args.web_config_file else None
     if web_config is not None and not web_config.is_file():
         raise ConfigError(f"--web.config.file {web_config}: no such file")
@@ -387,8 +402,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         kubelet_timeout_s=kubelet_timeout,
         poll_interval_s=args.poll_interval,
         collector_timeout_s=collector_timeout,
-        listen_host=host,
-        listen_port=port,
+        listen_addresses=tuple(dict.fromkeys(listen)),  # one site per address given
         web_config_file=web_config,
         debug_auth_file=debug_auth,
         enable_debug=args.enable_debug,

@@ -38,6 +38,11 @@ DEFAULT_KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
 DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
 
 
+def join_host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets, as Go's net.JoinHostPort writes it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class ConfigError(Exception):
     """A flag or environment value is unusable; the message is one line."""
 
@@ -49,8 +54,8 @@ class Config:
     kubelet_timeout_s: float
     poll_interval_s: float
     collector_timeout_s: float
-    listen_host: str
-    listen_port: int
+    # (host, port) pairs; host "" is every address of both families (":9410")
+    listen_addresses: tuple[tuple[str, int], ...]
     web_config_file: Path | None
     debug_auth_file: Path | None
     enable_debug: bool
@@ -73,7 +78,7 @@ class Config:
             "kubelet_timeout_s": self.kubelet_timeout_s,
             "poll_interval_s": self.poll_interval_s,
             "collector_timeout_s": self.collector_timeout_s,
-            "listen_address": f"{self.listen_host}:{self.listen_port}",
+            "listen_addresses": [join_host_port(h, p) for h, p in self.listen_addresses],
             "web_config_file": str(self.web_config_file) if self.web_config_file else None,
             "debug_auth_file": str(self.debug_auth_file) if self.debug_auth_file else None,
             "enable_debug": self.enable_debug,

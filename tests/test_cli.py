@@ -23,8 +23,7 @@ def test_defaults(tmp_path: Path) -> None:
         config.kubelet_max_message_bytes,
         config.poll_interval_s,
         config.collector_timeout_s,
-        config.listen_host,
-        config.listen_port,
+        config.listen_addresses,
         config.enable_debug,
         config.collectors,
         config.node_name,
@@ -34,8 +33,7 @@ def test_defaults(tmp_path: Path) -> None:
         1024 * 1024,
         10.0,
         5.0,
-        "",  # every address family
-        9410,
+        (("", 9410),),  # every address family
         True,
         ("nvml", "pci", "netdev", "infiniband", "drm", "cpu", "numa", "topology", "dra"),
         "gpu-node-7",
@@ -76,11 +74,7 @@ def test_environment_then_flags_win() -> None:
         False,
         False,
     )
-    assert (config.log_format, config.listen_host, config.listen_port) == (
-        "console",
-        "127.0.0.1",
-        9000,
-    )
+    assert (config.log_format, config.listen_addresses) == ("console", (("127.0.0.1", 9000),))
     assert (
         env_name("--kubelet.max-message-bytes") == "PODRESOURCES_EXPORTER_KUBELET_MAX_MESSAGE_BYTES"
     )
@@ -150,6 +144,15 @@ def test_abbreviated_flags_are_refused(argv: list[str]) -> None:
     assert exit_info.value.code == 2
 
 
+def test_listen_address_repeats_and_replaces_the_environment() -> None:
+    """--web.listen-address is repeatable, as exporter-toolkit's: every address given is
+    served (one given twice, once), and flags replace the environment's address."""
+    environ = {env_name("--web.listen-address"): "127.0.0.1:9000"}
+    argv = ["--web.listen-address=127.0.0.1:9411", "--web.listen-address=[::1]:9412"]
+    config = parse_config([*argv, argv[0]], environ)
+    assert (("127.0.0.1", 9411), ("::1", 9412)) == config.listen_addresses
+
+
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_work_whatever_the_environment_holds(flag: str) -> None:
     result = subprocess.run(
@@ -173,6 +176,8 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         (["--web.listen-address", "9410"], {}, "expected HOST:PORT"),
         (["--web.listen-address", "[::1:9410"], {}, "expected HOST:PORT"),  # half a bracket
         (["--web.listen-address", "::1]:9410"], {}, "expected HOST:PORT"),
+        (["--web.listen-address", "::1:9410"], {}, "expected HOST:PORT"),  # no brackets
+        ([], {env_name("--web.listen-address"): "9410"}, "PODRESOURCES_EXPORTER_WEB_LISTEN"),
         (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),
         (["--path.sysfs", "/no/such/dir"], {}, "not a directory"),
         ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),

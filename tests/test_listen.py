@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from exporter.app import serve
 from exporter.cli import parse_config
@@ -48,8 +49,9 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def _serving(address: str) -> AsyncIterator[None]:
-    config = parse_config(["--demo", "--web.listen-address", address], {})
+async def _serving(*addresses: str) -> AsyncIterator[None]:
+    flags = [f"--web.listen-address={address}" for address in addresses]
+    config = parse_config(["--demo", *flags], {})
     stop = asyncio.Event()
     task = asyncio.create_task(serve(config, stop=stop))
     try:
@@ -91,17 +93,39 @@ class TestListenAddress:
             assert [True, True] == [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
 
     @IPV6
-    async def test_ipv6_wildcard(self) -> None:
-        """'[::]:PORT' listens on IPv6."""
+    @pytest.mark.parametrize("wildcard", ["[::]", "0.0.0.0"])
+    async def test_a_wildcard_host_binds_every_family(self, wildcard: str) -> None:
+        """'[::]:PORT' and '0.0.0.0:PORT' answer on IPv4 and IPv6, as Go listens on a
+        wildcard (a dual-stack socket): node_exporter's [::]:9100 answers IPv4 too."""
         port = _free_port()
-        async with _serving(f"[::]:{port}"):
-            assert await _healthy("::1", port)
+        async with _serving(f"{wildcard}:{port}"):
+            assert [True, True] == [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
 
     async def test_ipv4_wildcard(self) -> None:
         """'0.0.0.0:PORT' listens on IPv4."""
         port = _free_port()
         async with _serving(f"0.0.0.0:{port}"):
             assert await _healthy("127.0.0.1", port)
+
+    async def test_every_address_given_is_served_and_logged_as_bound(self) -> None:
+        """A repeated flag serves each address; 'listening' names each socket as bound:
+        the port ':0' chose, not 0."""
+        port = _free_port()
+        with capture_logs() as logs:
+            async with _serving(f"127.0.0.1:{port}", "127.0.0.1:0"):
+                assert await _healthy("127.0.0.1", port)
+                bound = [e["address"] for e in logs if e["event"] == "listening"]
+                chosen = int(bound[1].rpartition(":")[2])
+                assert await _healthy("127.0.0.1", chosen)
+        assert (f"127.0.0.1:{port}", True) == (bound[0], chosen > 0)
+
+    @IPV6
+    async def test_ipv6_address_is_logged_in_brackets(self) -> None:
+        port = _free_port()
+        with capture_logs() as logs:
+            async with _serving(f"[::1]:{port}"):
+                assert await _healthy("::1", port)
+        assert [f"[::1]:{port}"] == [e["address"] for e in logs if e["event"] == "listening"]
 
     async def test_host_name(self) -> None:
         """A host name is resolved and listened on."""
