@@ -99,6 +99,8 @@ def _number(
 
 
 def _socket_path(text: str) -> str:
+    # The endpoint form kubelet and CRI configs write (unix:///var/lib/...): the path.
+    text = text.removeprefix("unix://")
     # sockaddr_un.sun_path holds 108 bytes with the terminating NUL: a longer path can
     # never be connected to, and gRPC would only say UNAVAILABLE on every poll.
     if not text:
@@ -357,6 +359,17 @@ def _from_env(variable: str, text: str, spec: Mapping[str, Any]) -> Any:
     return value
 
 
+def _config_file(flag: str, text: str | None) -> Path | None:
+    if not text:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory; name the file in it")
+    if not path.is_file():
+        raise ConfigError(f"{flag} {path}: no such file")
+    return path
+
+
 def _within_interval(flag: str, given: float | None, default: float, interval: float) -> float:
     """A timeout in (0, interval]: a poll must end before the next one starts."""
     if given is None:
@@ -380,12 +393,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         listen = [parse_listen_address(environ[listen_variable], source=listen_variable)]
     else:
         listen = [parse_listen_address(DEFAULT_LISTEN_ADDRESS)]
-    web_config = Path(args.web_config_file) if args.web_config_file else None
-    if web_config is not None and not web_config.is_file():
-        raise ConfigError(f"--web.config.file {web_config}: no such file")
-    debug_auth = Path(args.debug_auth_file) if args.debug_auth_file else None
-    if debug_auth is not None and not debug_auth.is_file():
-        raise ConfigError(f"--web.debug-auth.file {debug_auth}: no such file")
+    web_config = _config_file("--web.config.file", args.web_config_file)
+    debug_auth = _config_file("--web.debug-auth.file", args.debug_auth_file)
     for flag, path in (("--path.sysfs", args.sysfs), ("--path.procfs", args.procfs)):
         if not args.demo and not Path(path).is_dir():
             raise ConfigError(f"{flag} {path}: not a directory")

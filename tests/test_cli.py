@@ -144,6 +144,13 @@ def test_abbreviated_flags_are_refused(argv: list[str]) -> None:
     assert exit_info.value.code == 2
 
 
+def test_socket_in_endpoint_form() -> None:
+    """unix:///path, the form kubelet and CRI configs write, is the path (it was taken
+    whole, and every poll failed on 'unix:unix:///...')."""
+    config = parse_config(["--kubelet.socket=unix:///run/k/kubelet.sock"], {})
+    assert "/run/k/kubelet.sock" == config.kubelet_socket
+
+
 def test_listen_address_repeats_and_replaces_the_environment() -> None:
     """--web.listen-address is repeatable, as exporter-toolkit's: every address given is
     served (one given twice, once), and flags replace the environment's address."""
@@ -180,6 +187,8 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         ([], {env_name("--web.listen-address"): "9410"}, "PODRESOURCES_EXPORTER_WEB_LISTEN"),
         (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),
         (["--path.sysfs", "/no/such/dir"], {}, "not a directory"),
+        (["--web.config.file", "/"], {}, "is a directory; name the file in it"),
+        (["--web.debug-auth.file", "/no/such/file"], {}, "no such file"),
         ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),
         ([], {env_name("--log.level"): "loud"}, "is not one of"),
         ([], {env_name("--collector.cpu"): "maybe"}, "expected true or false"),
