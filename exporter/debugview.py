@@ -282,6 +282,7 @@ def render_json(
         "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
         "age_seconds": round(now - snapshot.collected_at, 3) if snapshot.collected_at else None,
         "status": _status(snapshot),
+        **_telemetry_time(snapshot),
         "kubelet": {
             "up": snapshot.kubelet.up,
             "socket": snapshot.kubelet.socket,
@@ -314,6 +315,18 @@ def render_json(
         # Every device with processes, the unallocated ones no pod above shows included.
         found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters)
     return found
+
+
+def _telemetry_time(snapshot: Snapshot) -> JSON:
+    """When a fresh pod's telemetry was read (the last poll), and how much older than
+    its allocation it is: age_seconds is the allocation's, just asked of Get."""
+    read_at, collected_at = snapshot.telemetry_collected_at, snapshot.collected_at
+    if read_at is None or not collected_at:
+        return {}
+    return {
+        "telemetry_collected_at": rfc3339(read_at),
+        "telemetry_older_by_seconds": round(collected_at - read_at, 3),
+    }
 
 
 def _status(snapshot: Snapshot) -> str:
@@ -439,6 +452,9 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
     ]
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
     node, kubelet = _escape_line(snapshot.node), _escape_line(kubelet)
+    telemetry = _telemetry_time(snapshot).get("telemetry_older_by_seconds")
+    if telemetry is not None:
+        age = f"{age} (hardware figures {telemetry:.1f}s older: the last poll's)"
     text = f"# node {node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
     if snapshot.gpu_processes is not None:
         text += _process_table(snapshot.gpu_processes, filters)

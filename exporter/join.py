@@ -776,8 +776,12 @@ def join_fresh_pod(snapshot: Snapshot, pod: PodResources, *, collected_at: float
         collector_runs=snapshot.collectors,
     )
     # Processes were attributed knowing every pod; with one pod alone, the other holders
-    # of a shared GPU would look like foreign pods.
-    return replace(fresh, gpu_processes=snapshot.gpu_processes)
+    # of a shared GPU would look like foreign pods. The readings are the poll's, as old.
+    return replace(
+        fresh,
+        gpu_processes=snapshot.gpu_processes,
+        telemetry_collected_at=snapshot.collected_at,
+    )
 
 
 def _device_key(device: DeviceView) -> tuple[str, str]:

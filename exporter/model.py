@@ -572,6 +572,9 @@ class Snapshot:
     gpu_processes: tuple[GpuDeviceProcesses, ...] | None = None
     # Every resource name and DRA driver the kubelet mentioned: what collectors serve.
     advertised: frozenset[str] = frozenset()
+    # When the telemetry was read, where that is not collected_at: a pod fresh from Get
+    # joined with the last poll's readings.
+    telemetry_collected_at: float | None = None
 
     def hardware_of(self, device: DeviceView) -> DeviceHardware:
         """This poll's telemetry and PCI function of one of the snapshot's devices."""

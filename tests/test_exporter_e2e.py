@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from exporter.app import LOOKUP_BURST, LOOKUP_RATE_PER_S, Exporter, demo_collectors
 from exporter.cli import parse_config
-from exporter.debugview import EncodedView
+from exporter.debugview import EncodedView, rfc3339
 from exporter.ratelimit import TokenBucket
 from exporter.sim.node import SimulatedNode
 from exporter.web import DEBUG_VIEWS
@@ -449,6 +449,28 @@ class TestDebugEndpoints:
         body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
         assert body["source"].startswith("snapshot")
         assert body["pods"][0]["name"] == "trainer-0"
+        assert "telemetry_collected_at" not in body  # one time: the snapshot's
+
+    async def test_fresh_pod_says_its_telemetry_is_the_polls(
+        self, exporter: Exporter, client: TestClient
+    ) -> None:  # type: ignore[type-arg]
+        """A Get view's allocation is fresh, its hardware figures are the last poll's:
+        the view says when they were read and how much older they are, in JSON and in
+        the table's header (it gave one age, ~0, for both)."""
+        published = await exporter.poller.poll_once()
+        await asyncio.sleep(0.3)
+        body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
+        text = await (
+            await client.get("/debug/allocations/ml-training/trainer-0?format=text")
+        ).text()
+        collected_at = published.snapshot.collected_at
+        assert collected_at is not None
+        assert (body["telemetry_collected_at"], body["age_seconds"] < 0.3) == (
+            rfc3339(collected_at),
+            True,
+        )
+        assert body["telemetry_older_by_seconds"] >= 0.3
+        assert "s older: the last poll's)" in text.splitlines()[0]
 
     async def test_a_pod_newer_than_the_snapshot_is_not_denied_when_unasked(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
