@@ -12,9 +12,12 @@ host's ``class/net``. Its traffic is read from the counters its PF keeps per VF,
 ``<pf>/sriov/<n>/stats`` (mlx5), where ``n`` is the PF's ``virtfn<n>`` link to the VF;
 it is reported under ``PCI <vf address>`` and named by that address. Those samples are
 labelled ``interface=<pf ifname>/vf<n>``: no real interface has that name (netdev
-names cannot contain ``/``), which says where the figure came from. mlx5 writes
-``stats`` as one file of ``name : value`` lines; a folder of one file per counter is
-read too. The per-VF counters have no error counts. Every VF, on the host or not, also
+names cannot contain ``/``), which says where the figure came from. NVIDIA's
+out-of-tree mlx5 (MLNX_OFED, DOCA; its ``sriov_sysfs.c``) writes ``stats`` as one file
+of ``name : value`` lines; a folder of one file per counter is read too. The in-kernel
+mlx5, ice, i40e and ixgbe drivers keep no such file (they answer netlink's VF stats
+only), so there a VF inside a pod has no traffic figures. The per-VF counters have no
+error counts. Every VF, on the host or not, also
 carries ``SRIOV_VF <pf address>/<n>``.
 
 A missing counter (or a device gone since the listing, or being unregistered: its
