@@ -42,6 +42,10 @@ from exporter.model import (
 __all__ = ["FOREIGN_KINDS", "MPS_SERVER_COMMAND", "attribute_processes"]
 
 MPS_SERVER_COMMAND = "nvidia-cuda-mps-server"
+# What /proc/<pid>/comm holds for it: the kernel keeps 15 bytes (TASK_COMM_LEN 16). The
+# collector reads argv[0] first; this is its fallback. nvidia-cuda-mps-control shares
+# the prefix but makes no CUDA context, so NVML never lists it.
+_MPS_SERVER_NAMES = frozenset((MPS_SERVER_COMMAND, MPS_SERVER_COMMAND[:15]))
 
 OTHER_POD = "other_pod"
 HOST = "host"
@@ -62,7 +66,7 @@ def _classify(listed: DeviceProcesses, holders: tuple[Owner, ...]) -> tuple[View
     viewed = []
     for process in listed.processes:
         origin = process.origin
-        if process.command == MPS_SERVER_COMMAND:
+        if process.command in _MPS_SERVER_NAMES:
             named = Owner(origin.namespace, origin.pod, origin.container)
             owner = named if origin.namespace else UNALLOCATED
             viewed.append(ViewedProcess(process, ProcessKind.MPS_SERVER, owner))

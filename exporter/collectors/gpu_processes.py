@@ -208,9 +208,21 @@ class _Exited(Exception):
 
 
 def _read_command(procfs: Path, pid: int) -> str:
-    """``/proc/<pid>/comm``, "" where it cannot be read (it is only a hint)."""
+    """The program's name, "" where it cannot be read (it is only a hint).
+
+    The base name of ``argv[0]`` from ``/proc/<pid>/cmdline``: ``/proc/<pid>/comm`` is
+    cut to 15 bytes by the kernel (TASK_COMM_LEN), so "nvidia-cuda-mps-server" reads
+    "nvidia-cuda-mps" there. ``comm`` only where cmdline is empty (a zombie) or unreadable.
+    """
+    base = procfs / str(pid)
     try:
-        return (procfs / str(pid) / "comm").read_text().strip()
+        argv0 = (base / "cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        argv0 = b""
+    if argv0:
+        return argv0.decode(errors="replace").rsplit("/", 1)[-1]
+    try:
+        return (base / "comm").read_text().strip()
     except OSError:
         return ""
 

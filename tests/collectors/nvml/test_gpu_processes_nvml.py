@@ -4,6 +4,9 @@ with fixture /proc/<pid>/cgroup files and a fixture pod-log tree."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,8 +151,10 @@ class TestListing:
     def test_mps_clients_and_server(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
     ) -> None:
-        """MPS clients come from their own list; the server is told apart by its comm."""
-        (node / "proc" / "200" / "comm").write_text("nvidia-cuda-mps-server\n")
+        """MPS clients come from their own list; the server is told apart by argv[0], since
+        the kernel cuts its comm to 15 bytes."""
+        (node / "proc" / "200" / "comm").write_text("nvidia-cuda-mps\n")
+        (node / "proc" / "200" / "cmdline").write_bytes(b"/usr/bin/nvidia-cuda-mps-server\0")
         fake_nvml.configure(
             FakeGpu(
                 UUID,
@@ -162,6 +167,59 @@ class TestListing:
         assert [(100, "", GIB), (200, "nvidia-cuda-mps-server", 512 * 1024 * 1024)] == [
             (p.pid, p.command, p.memory_used_bytes) for p in readings.gpu_processes[0].processes
         ]
+
+    def test_mps_server_known_by_its_comm_is_not_foreign(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
+    ) -> None:
+        """An empty cmdline (a zombie keeps none) leaves the kernel's 15-byte comm: the
+        host's MPS server is still no foreign process on the held GPU."""
+        (node / "proc" / "200" / "comm").write_text("nvidia-cuda-mps\n")
+        (node / "proc" / "200" / "cmdline").write_bytes(b"")
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(200, GIB), FakeProcess(100, GIB, mps=True)),
+                fail=(("proc_util", NOT_SUPPORTED),),
+            )
+        )
+        foreign = [line for line in _exposition(collector.collect()) if "foreign" in line]
+        assert [
+            f'podresources_gpu_foreign_processes{{device_id="{UUID}",kind="other_pod",'
+            'resource="nvidia.com/gpu"} 0.0',
+            f'podresources_gpu_foreign_processes{{device_id="{UUID}",kind="host",'
+            'resource="nvidia.com/gpu"} 0.0',
+        ] == foreign
+
+    def test_a_real_mps_server_is_named_in_full(
+        self, fake_nvml: FakeNvml, fake_nvml_library: object, tmp_path: Path
+    ) -> None:
+        """A real process whose program is nvidia-cuda-mps-server, read from this host's
+        /proc: its full name, not the 15 bytes the kernel keeps in comm."""
+        program = tmp_path / "nvidia-cuda-mps-server"
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
+        server = subprocess.Popen([str(program), "60"])
+        _wait_for_exec(server.pid, program)
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(server.pid, GIB),),
+                fail=(("proc_util", NOT_SUPPORTED),),
+            )
+        )
+        context = CollectorContext(procfs=Path("/proc"), pod_logs=tmp_path / "pods")
+        collector = GpuProcessesCollector(context)
+        try:
+            comm = Path(f"/proc/{server.pid}/comm").read_text().strip()
+            readings = collector.collect()
+        finally:
+            collector.close()
+            server.kill()
+            server.wait()
+        assert readings.gpu_processes is not None
+        assert ("nvidia-cuda-mps", ["nvidia-cuda-mps-server"]) == (
+            comm,
+            [p.command for p in readings.gpu_processes[0].processes],
+        )
 
     def test_mig_devices_list_their_own(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
@@ -269,6 +327,16 @@ class TestDegrading:
         )
         readings = collector.collect()
         assert ((), ["GPU_IS_LOST"]) == (readings.gpu_processes, [i.error for i in readings.issues])
+
+
+def _wait_for_exec(pid: int, program: Path) -> None:
+    """Until the kernel has set up ``program`` in ``pid``: Popen may return (vfork) before
+    exec has renamed the task and laid out its arguments."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes().startswith(bytes(program) + b"\0"):
+        assert time.monotonic() < deadline, f"{program} did not start"
+        time.sleep(0.01)
 
 
 def _exposition(readings: Readings) -> list[str]:
