@@ -7,7 +7,8 @@ Device-plugin IDs (seen in the wild):
 
 - NVIDIA ``GPU-<uuid>``, MIG ``MIG-<uuid>`` and the older ``MIG-GPU-<uuid>/<gi>/<ci>``;
 - GKE ``nvidiaN`` (GPU minor N), ``nvidiaN/giM`` (GPU instance M of GPU N),
-  ``nvidiaN/vgpuK`` (a share of the whole GPU N);
+  ``nvidiaN/vgpuK`` (a share of the whole GPU N), ``nvidiaN/giM/vgpuK`` (a share of
+  GPU instance M: time-sharing on MIG, gpusharing.go ``isVirtualDeviceIDForMIGMode``);
 - time-slicing/MPS replicas ``<id>::<n>``: the replica of ``<id>``;
 - PCI addresses ``0000:af:00.1`` (SR-IOV VFs, AMD GPUs, passthrough);
 - Intel ``cardN-M`` (share M of DRM card N) and ``cardN``;
@@ -76,14 +77,17 @@ _CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
 
-# Shares of one device that other device plugins name apart: GKE's GPU time-sharing
-# ("nvidia0/vgpu1") and Intel's GPU plugin with shared-dev-num ("card0-1").
-_SHARE = re.compile(r"^(nvidia\d+)/vgpu\d+$|^(card\d+)-\d+$")
+# Shares of one device that other device plugins name apart: GKE's GPU time-sharing of a
+# whole GPU ("nvidia0/vgpu1") or of a MIG partition ("nvidia0/gi1/vgpu0", physical ID
+# "nvidia0/gi1": container-engine-accelerators pkg/gpu/nvidia/gpusharing/gpusharing.go)
+# and Intel's GPU plugin with shared-dev-num ("card0-1").
+_SHARE = re.compile(r"^(nvidia\d+(?:/gi\d+)?)/vgpu\d+$|^(card\d+)-\d+$")
 
 
 def physical_id(device_id: str) -> str:
     """The device a kubelet ID names: a replica ``<id>::<n>`` without its suffix, a GKE
-    or Intel share (``nvidia0/vgpu1``, ``card0-1``) as its GPU (``nvidia0``, ``card0``)."""
+    or Intel share (``nvidia0/vgpu1``, ``nvidia0/gi1/vgpu0``, ``card0-1``) as its GPU or
+    MIG partition (``nvidia0``, ``nvidia0/gi1``, ``card0``)."""
     head, separator, tail = device_id.rpartition(REPLICA_SEPARATOR)
     if separator and head and tail.isdigit():
         return head

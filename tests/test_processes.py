@@ -189,6 +189,34 @@ class TestSharedGpu:
         )
 
 
+class TestGkeMigTimeSharing:
+    def test_holders_of_one_partition_share_it(self) -> None:
+        """GKE time-sharing on MIG: two pods holding shares of GPU instance 1 are both
+        holders of its processes, each summed under its own share; nobody is foreign."""
+        mig = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"
+        mig_key = HardwareKey(KeyKind.MIG_UUID, mig)
+        reading = DeviceReading(
+            mig, (mig_key, HardwareKey(KeyKind.NVIDIA_MINOR_GI, "0/1")), standalone=True
+        )
+        views = (
+            view("nvidia.com/gpu", "nvidia0/gi1/vgpu0", ALICE),
+            view("nvidia.com/gpu", "nvidia0/gi1/vgpu1", BOB),
+        )
+        hardware = {v.resolution: DeviceHardware(reading) for v in views}
+        listed = DeviceProcesses(
+            mig_key, (process(10, ALICE, GIB, None), process(20, BOB, 2 * GIB, None)), False
+        )
+        (found,) = attribute_processes(views, {mig_key: listed}, hardware)
+        assert (
+            "nvidia0/gi1",
+            (("other_pod", 0), ("host", 0)),
+            (
+                GpuProcessUse(ALICE, "nvidia.com/gpu", "nvidia0/gi1/vgpu0", GIB, None),
+                GpuProcessUse(BOB, "nvidia.com/gpu", "nvidia0/gi1/vgpu1", 2 * GIB, None),
+            ),
+        ) == (found.device_id, found.foreign, found.uses)
+
+
 class TestUnallocatedDevice:
     def test_every_process_counts(self) -> None:
         """No container holds the GPU: each process, host or pod, is unallocated_device."""

@@ -38,6 +38,12 @@ def key(kind: KeyKind, value: str) -> HardwareKey:
             "nvidia0/vgpu1",
             Resolution("nvidia0", (key(KeyKind.NVIDIA_MINOR, "0"),), source="device id"),
         ),
+        # GKE time-sharing on MIG: a share of GPU instance 2 of GPU 1 is that partition
+        # (gpusharing.go isVirtualDeviceIDForMIGMode: physical ID "nvidia1/gi2").
+        (
+            "nvidia1/gi2/vgpu3",
+            Resolution("nvidia1/gi2", (key(KeyKind.NVIDIA_MINOR_GI, "1/2"),), source="device id"),
+        ),
         # PCI addresses in any case resolve to the kernel's lower-case form.
         (
             "0000:AF:00.1",
@@ -75,6 +81,7 @@ def test_resolve_device_id(device_id: str, expected: Resolution) -> None:
         ("::3", "::3"),
         ("nvidia2/vgpu7", "nvidia2"),
         ("nvidia2/gi1", "nvidia2/gi1"),  # a MIG device is not a share
+        ("nvidia2/gi1/vgpu0", "nvidia2/gi1"),  # a share of one is
         ("card0-12", "card0"),
         ("card0-x", "card0-x"),
     ],

@@ -419,6 +419,22 @@ class TestGkeNames:
 
         assert {"nvidia0/gi1": MIG_1, "nvidia0/gi2": MIG_3, "nvidia0/gi3": None} == found
 
+    def test_vgpu_of_a_gpu_instance_shares_that_instance(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvidiaN/giM/vgpuK (GKE time-sharing on MIG) each get GPU instance M's reading."""
+        fake_nvml.configure(MIG_GPU)
+
+        found = attributed_names(
+            collector.collect(), "nvidia0/gi1/vgpu0", "nvidia0/gi1/vgpu1", "nvidia0/gi2/vgpu0"
+        )
+
+        assert {
+            "nvidia0/gi1/vgpu0": MIG_1,
+            "nvidia0/gi1/vgpu1": MIG_1,
+            "nvidia0/gi2/vgpu0": MIG_3,
+        } == found
+
 
 class TestFigureErrors:
     def test_not_supported_figures_absent_and_not_reported(
