@@ -1,7 +1,8 @@
 """Which processes run on each GPU and MIG device, and whose they are. Off by default.
 
 Per device NVML lists the running compute and graphics processes with their memory
-(the newest list version the driver has), and per-process SM utilization samples
+(the newest list version the driver has; _v2 on R535, whose _v3 records pynvml
+misreads), and per-process SM utilization samples
 since the previous poll's newest sample. Each PID is then placed, node-locally and
 without the API server:
 

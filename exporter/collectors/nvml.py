@@ -100,6 +100,8 @@ _ABSENT = {
 # absence, which pynvml would raise.
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _LIBRARY_NOT_FOUND_CODE = 12
+# nvmlSystemGetDriverVersion's prefix on drivers of the R535 branch.
+_R535_DRIVER = "535."
 
 NvmlHandle = NewType("NvmlHandle", object)
 """An opaque device handle; only the source that made it can use it."""
@@ -230,13 +232,31 @@ class PynvmlSource(NvmlSource):
         # Newer APIs first; fall back once when the driver predates them.
         self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
-        # Running-process list versions, newest first; older ones drop out on
-        # FUNCTION_NOT_FOUND (a driver that predates them).
+
+    def _choose_process_versions(self) -> None:
+        """Running-process list versions, newest first, for the driver now loaded; older
+        ones drop out on FUNCTION_NOT_FOUND (a driver that predates them).
+
+        R535 drivers fill the _v3 lists with 32-byte records (CUDA 12.2's nvml.h added
+        usedGpuCcProtectedMemory without a version bump; R545 took it out again), while
+        pynvml reads 24-byte ones: every record after the first would be misread
+        (NVIDIA/go-nvml#75, nvitop PR #79). There only _v2, 24 bytes on every driver, is
+        asked. Known by the version rather than by which symbols the library exports
+        (nvitop's test): R535's own nvml.h changed twice (535.98 dropped the _v3
+        declarations, 535.104.05 restored them: nvitop #89, #94), so exports follow the
+        record size loosely, while asking _v2 of an R535 driver whose _v3 was sound loses
+        nothing -- both carry the PID and memory read here.
+        """
+        try:
+            version = str(self._call(self._pynvml.nvmlSystemGetDriverVersion))
+        except NvmlError:
+            version = ""
+        suffixes = ("_v2",) if version.startswith(_R535_DRIVER) else ("_v3", "_v2")
         self._process_versions = {
             kind: [
                 f"nvmlDevice{kind}RunningProcesses{suffix}"
-                for suffix in ("_v3", "_v2")
-                if hasattr(pynvml, f"nvmlDevice{kind}RunningProcesses{suffix}")
+                for suffix in suffixes
+                if hasattr(self._pynvml, f"nvmlDevice{kind}RunningProcesses{suffix}")
             ]
             for kind in ("GetCompute", "GetGraphics", "GetMPSCompute")
         }
@@ -253,6 +273,7 @@ class PynvmlSource(NvmlSource):
         if self._pynvml is None:
             self._bind()
         self._call(self._pynvml.nvmlInit)
+        self._choose_process_versions()  # again at each init: the driver may be new
 
     def shutdown(self) -> None:
         self._call(self._pynvml.nvmlShutdown)

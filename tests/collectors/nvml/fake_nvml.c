@@ -13,6 +13,10 @@
  *
  * Config, one directive a line, '#' starts a comment:
  *   init_error CODE          nvmlInit fails with CODE
+ *   driver_version TEXT      nvmlSystemGetDriverVersion (default 580.82.07). An R535
+ *                            driver ("535.*") fills the _v3 process lists with R535's
+ *                            32-byte nvmlProcessInfo_v3_t, as CUDA 12.2's nvml.h
+ *                            declares it; other drivers, and every _v2 list, 24 bytes
  *   gpu                      starts a GPU (NVML index = order of appearance)
  *   mig SLOT                 starts a MIG device of the last GPU, at that slot index
  *   uuid TEXT | name TEXT (rest of line) | pci BUSID | minor N | mig_mode 0|1 | max_mig N
@@ -99,13 +103,24 @@ typedef struct {
 } nvmlTemperature_v1_t;
 #define NVML_TEMPERATURE_V1 0x0100000Cu
 
-/* pynvml: c_nvmlProcessInfo_v2_t (v3 has the same layout) */
+/* pynvml: c_nvmlProcessInfo_v2_t (its v3 has the same layout) */
 typedef struct {
     unsigned int pid;
     unsigned long long usedGpuMemory;
     unsigned int gpuInstanceId;
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
+
+/* nvml.h of CUDA 12.2 (R535): nvmlProcessInfo_v3_t, what the R535 _v3 lists fill. CUDA
+ * 12.3 (R545) gave _v3 the 24-byte layout back and moved this field to
+ * nvmlProcessDetail_v1_t (nvmlDeviceGetRunningProcessDetailList). */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessInfo_r535_v3_t;
 
 /* pynvml: c_nvmlProcessUtilizationSample_t */
 typedef struct {
@@ -194,6 +209,8 @@ static fake_dev migs[MAX_GPUS][MAX_MIGS];
 static fake_dev *gpu_instances[MAX_GPUS][MAX_MIGS];
 static unsigned int gpu_count;
 static int init_count;
+#define DEFAULT_DRIVER_VERSION "580.82.07"
+static char driver_version[TEXT] = DEFAULT_DRIVER_VERSION;
 
 static void reset_device(fake_dev *d, fake_dev *parent) {
     memset(d, 0, sizeof *d);
@@ -226,6 +243,7 @@ static nvmlReturn_t load_config(void) {
     memset(migs, 0, sizeof migs);
     memset(gpu_instances, 0, sizeof gpu_instances);
     gpu_count = 0;
+    copy_text(driver_version, DEFAULT_DRIVER_VERSION);
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
     char line[1024];
@@ -240,6 +258,9 @@ static nvmlReturn_t load_config(void) {
         int ok = 1;
         if (strcmp(key, "init_error") == 0) {
             ok = sscanf(rest, "%d", &result) == 1;
+        } else if (strcmp(key, "driver_version") == 0) {
+            ok = rest[0] != '\0';
+            copy_text(driver_version, rest);
         } else if (strcmp(key, "gpu") == 0) {
             ok = gpu_count < MAX_GPUS;
             if (ok) {
@@ -404,6 +425,11 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     default: return "Unknown Error";
     }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, driver_version);
 }
 
 /* --- Test hooks (not NVML) ------------------------------------------------------------ */
@@ -638,9 +664,10 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
 /* --- Processes --------------------------------------------------------------------------- */
 
 /* The running-process lists: the size query answers INSUFFICIENT_SIZE with the count
- * (SUCCESS when there is none), as NVML does. */
+ * (SUCCESS when there is none), as NVML does. ``infos`` points to entries of the caller's
+ * size; an R535 driver writes its own 32-byte ones from the _v3 lists regardless. */
 static nvmlReturn_t running_processes(nvmlDevice_t device, int kind, int v3,
-                                      unsigned int *count, nvmlProcessInfo_t *infos) {
+                                      unsigned int *count, void *infos) {
     ENTER(device, F_PROCS);
     if (v3 && d->fail[F_PROCS_V3] != 0) return d->fail[F_PROCS_V3];
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -656,11 +683,24 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, int kind, int v3,
         *count = found;
         return found == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
     }
+    int r535 = v3 && strncmp(driver_version, "535.", 4) == 0;
     for (unsigned int i = 0; i < found; i++) {
-        infos[i].pid = listed[i]->pid;
-        infos[i].usedGpuMemory = listed[i]->memory;
-        infos[i].gpuInstanceId = d->parent != NULL ? d->gi : 0xFFFFFFFFu;
-        infos[i].computeInstanceId = d->parent != NULL ? d->ci : 0xFFFFFFFFu;
+        nvmlProcessInfo_t info = {
+            .pid = listed[i]->pid,
+            .usedGpuMemory = listed[i]->memory,
+            .gpuInstanceId = d->parent != NULL ? d->gi : 0xFFFFFFFFu,
+            .computeInstanceId = d->parent != NULL ? d->ci : 0xFFFFFFFFu,
+        };
+        if (r535) {
+            nvmlProcessInfo_r535_v3_t *entry = (nvmlProcessInfo_r535_v3_t *)infos + i;
+            memset(entry, 0, sizeof *entry);
+            entry->pid = info.pid;
+            entry->usedGpuMemory = info.usedGpuMemory;
+            entry->gpuInstanceId = info.gpuInstanceId;
+            entry->computeInstanceId = info.computeInstanceId;
+        } else {
+            ((nvmlProcessInfo_t *)infos)[i] = info;
+        }
     }
     *count = found;
     return NVML_SUCCESS;

@@ -109,11 +109,18 @@ class FakeGpu:
     samples: tuple[FakeSample, ...] = ()
 
 
-def render_config(gpus: tuple[FakeGpu, ...], *, init_error: int | None = None) -> str:
+def render_config(
+    gpus: tuple[FakeGpu, ...],
+    *,
+    init_error: int | None = None,
+    driver_version: str | None = None,
+) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
     if init_error is not None:
         lines.append(f"init_error {init_error}")
+    if driver_version is not None:
+        lines.append(f"driver_version {driver_version}")
     for gpu in gpus:
         lines += [
             "gpu",
@@ -176,7 +183,11 @@ class FakeNvml:
     config_path: Path
     monkeypatch: pytest.MonkeyPatch
 
-    def configure(self, *gpus: FakeGpu, init_error: int | None = None) -> None:
-        """Describe the node's GPUs; read at the next nvmlInit."""
-        self.config_path.write_text(render_config(gpus, init_error=init_error))
+    def configure(
+        self, *gpus: FakeGpu, init_error: int | None = None, driver_version: str | None = None
+    ) -> None:
+        """Describe the node's GPUs (and driver: "535.*" writes R535's process records);
+        read at the next nvmlInit."""
+        text = render_config(gpus, init_error=init_error, driver_version=driver_version)
+        self.config_path.write_text(text)
         self.monkeypatch.setenv(CONFIG_ENV, str(self.config_path))

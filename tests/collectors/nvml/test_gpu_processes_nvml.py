@@ -148,6 +148,32 @@ class TestListing:
             [p.pid for d in readings.gpu_processes or () for p in d.processes],
         )
 
+    def test_r535_driver_lists_every_process_right(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
+    ) -> None:
+        """An R535 driver fills 32-byte records from the _v3 lists (CUDA 12.2's nvml.h)
+        where pynvml reads 24: the _v2 lists are asked instead, so every process after
+        the first keeps its PID and memory."""
+        write_cgroup(node, 300, HOST_CGROUP)
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(
+                    FakeProcess(100, GIB),
+                    FakeProcess(200, 2 * GIB),
+                    FakeProcess(300, 3 * GIB),
+                ),
+                fail=(("proc_util", NOT_SUPPORTED),),
+            ),
+            driver_version="535.104.05",
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert ((), [(100, GIB), (200, 2 * GIB), (300, 3 * GIB)]) == (
+            readings.issues,
+            [(p.pid, p.memory_used_bytes) for p in readings.gpu_processes[0].processes],
+        )
+
     def test_mps_clients_and_server(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
     ) -> None:
