@@ -27,7 +27,9 @@ further call would fail too, and can be slow), so a lost GPU counts once a poll.
 A GPU instance's placement is read once per MIG device (it is fixed while the instance
 exists). NVML documents the call for privileged callers only, and the exporter drops
 every capability: the first ``NO_PERMISSION`` is one issue, then placements are never
-asked for again and MIG devices go without that key.
+asked for again and MIG devices go without that key. Likewise a MIG-enabled GPU's
+aggregate figures (its memory): ``NO_PERMISSION`` there is one issue per GPU, and that
+figure of that GPU is not asked again until NVML is initialised afresh.
 """
 
 from __future__ import annotations
@@ -638,6 +640,9 @@ class NvmlCollector(Collector):
         self._placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
         self._last_placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
         self._placement_denied = False
+        # Per GPU UUID, the figures a MIG-enabled GPU refused (NO_PERMISSION): not asked
+        # again until NVML is initialised afresh.
+        self._mig_denied: dict[str, set[str]] = {}
         self._issues: list[CollectorIssue] = []
         # The device being read, named in issue details: the runner logs each distinct
         # detail once, so without it a second GPU's failure would never be logged.
@@ -654,7 +659,11 @@ class NvmlCollector(Collector):
             return Readings(devices=tuple(devices), issues=tuple(self._issues))
 
     def close(self) -> None:
-        self._session.close(forget=self._gpus.clear)
+        self._session.close(forget=self._forget)
+
+    def _forget(self) -> None:
+        self._gpus.clear()
+        self._mig_denied.clear()
 
     def _attempt(
         self,
@@ -691,7 +700,7 @@ class NvmlCollector(Collector):
         samples: list[Sample] = []
         migs: list[DeviceReading] = []
         try:
-            self._read_figures(gpu.handle, samples)
+            self._read_gpu_figures(gpu, samples)
             self._read_migs(gpu, migs)
         except _GpuLostError:
             pass  # reported; what was read before it fell off the bus stays
@@ -734,6 +743,35 @@ class NvmlCollector(Collector):
             result, _ = self._attempt(figure, self._source, handle)
             if result is not None:
                 samples.extend(result)
+
+    def _read_gpu_figures(self, gpu: _Gpu, samples: list[Sample]) -> None:
+        """A whole GPU's figures. A MIG-enabled GPU gives its aggregate memory only to a
+        privileged caller (nvml.h, nvmlDeviceGetMemoryInfo): its NO_PERMISSION is one
+        issue, then that figure is not asked again (the exporter's privileges do not
+        change while it runs; every poll would only repeat it)."""
+        denied = self._mig_denied.setdefault(gpu.uuid, set())
+        for figure in _FIGURES:
+            name = figure.__name__.strip("_")
+            if name in denied:
+                continue
+            try:
+                samples.extend(figure(self._source, gpu.handle))
+            except NvmlError as error:
+                if error.error_name == NOT_SUPPORTED:
+                    continue
+                if error.error_name == NO_PERMISSION and self._mig_enabled(gpu):
+                    denied.add(name)
+                    detail = (
+                        f"{gpu.uuid}: {name}: NVML {NO_PERMISSION}; MIG-enabled GPU, not "
+                        "asked again (needs NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN)"
+                    )
+                    self._issues.append(issue(NO_PERMISSION, detail))
+                    continue
+                self._count(error, figure.__name__)
+
+    def _mig_enabled(self, gpu: _Gpu) -> bool:
+        enabled, _ = self._attempt(self._source.mig_enabled, gpu.handle)
+        return bool(enabled)
 
     def _read_migs(self, gpu: _Gpu, migs: list[DeviceReading]) -> None:
         # MIG devices come and go with reconfiguration: read afresh every poll.

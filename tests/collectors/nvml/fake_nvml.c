@@ -17,6 +17,11 @@
  *                            driver ("535.*") fills the _v3 process lists with R535's
  *                            32-byte nvmlProcessInfo_v3_t, as CUDA 12.2's nvml.h
  *                            declares it; other drivers, and every _v2 list, 24 bytes
+ *   unprivileged             the caller lacks MIG monitoring privileges: a MIG-enabled
+ *                            GPU answers NO_PERMISSION for its aggregate memory and
+ *                            process lists (nvml.h: "In MIG mode ... only if the caller
+ *                            has appropriate privileges"), and nvmlDeviceGetGpuInstanceById
+ *                            ("Requires privileged user") too
  *   gpu                      starts a GPU (NVML index = order of appearance)
  *   mig SLOT                 starts a MIG device of the last GPU, at that slot index
  *   uuid TEXT | name TEXT (rest of line) | pci BUSID | minor N | mig_mode 0|1 | max_mig N
@@ -211,6 +216,7 @@ static unsigned int gpu_count;
 static int init_count;
 #define DEFAULT_DRIVER_VERSION "580.82.07"
 static char driver_version[TEXT] = DEFAULT_DRIVER_VERSION;
+static int unprivileged;
 
 static void reset_device(fake_dev *d, fake_dev *parent) {
     memset(d, 0, sizeof *d);
@@ -244,6 +250,7 @@ static nvmlReturn_t load_config(void) {
     memset(gpu_instances, 0, sizeof gpu_instances);
     gpu_count = 0;
     copy_text(driver_version, DEFAULT_DRIVER_VERSION);
+    unprivileged = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
     char line[1024];
@@ -258,6 +265,8 @@ static nvmlReturn_t load_config(void) {
         int ok = 1;
         if (strcmp(key, "init_error") == 0) {
             ok = sscanf(rest, "%d", &result) == 1;
+        } else if (strcmp(key, "unprivileged") == 0) {
+            unprivileged = 1;
         } else if (strcmp(key, "driver_version") == 0) {
             ok = rest[0] != '\0';
             copy_text(driver_version, rest);
@@ -388,6 +397,11 @@ static nvmlReturn_t enter(nvmlDevice_t handle, enum figure figure, fake_dev **ou
     fake_dev *d = NULL;                                    \
     nvmlReturn_t entered = enter(handle, figure, &d);      \
     if (entered != NVML_SUCCESS) return entered
+
+/* True where NVML refuses a MIG-enabled GPU's aggregate figures to this caller. */
+static int aggregate_denied(const fake_dev *d) {
+    return unprivileged && d->parent == NULL && d->mig_mode;
+}
 
 static nvmlReturn_t copy_string(char *dest, unsigned int length, const char *src) {
     if (dest == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -551,6 +565,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
     ENTER(device, F_GI_BY_ID);
     if (d->parent != NULL || instance == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (!d->mig_mode) return NVML_ERROR_NOT_SUPPORTED;
+    if (unprivileged) return NVML_ERROR_NO_PERMISSION;
     long gpu = d - gpus;
     for (unsigned int slot = 0; slot < MAX_MIGS; slot++) {
         fake_dev *mig = &migs[gpu][slot];
@@ -591,6 +606,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 /* v1 counts reserved memory as used; v2 reports it apart (what nvidia-smi shows). */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     ENTER(device, F_MEMORY);
+    if (aggregate_denied(d)) return NVML_ERROR_NO_PERMISSION;
     if (memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     memory->total = d->mem_total;
     memory->used = d->mem_used + d->mem_reserved;
@@ -600,6 +616,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     ENTER(device, F_MEMORY);
+    if (aggregate_denied(d)) return NVML_ERROR_NO_PERMISSION;
     if (memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != NVML_MEMORY_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     memory->total = d->mem_total;
@@ -670,6 +687,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, int kind, int v3,
                                       unsigned int *count, void *infos) {
     ENTER(device, F_PROCS);
     if (v3 && d->fail[F_PROCS_V3] != 0) return d->fail[F_PROCS_V3];
+    if (aggregate_denied(d)) return NVML_ERROR_NO_PERMISSION;
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int found = 0;
     fake_proc *listed[MAX_PROCS];

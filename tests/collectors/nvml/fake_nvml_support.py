@@ -114,11 +114,14 @@ def render_config(
     *,
     init_error: int | None = None,
     driver_version: str | None = None,
+    unprivileged: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
     if init_error is not None:
         lines.append(f"init_error {init_error}")
+    if unprivileged:
+        lines.append("unprivileged")
     if driver_version is not None:
         lines.append(f"driver_version {driver_version}")
     for gpu in gpus:
@@ -184,10 +187,16 @@ class FakeNvml:
     monkeypatch: pytest.MonkeyPatch
 
     def configure(
-        self, *gpus: FakeGpu, init_error: int | None = None, driver_version: str | None = None
+        self,
+        *gpus: FakeGpu,
+        init_error: int | None = None,
+        driver_version: str | None = None,
+        unprivileged: bool = False,
     ) -> None:
-        """Describe the node's GPUs (and driver: "535.*" writes R535's process records);
-        read at the next nvmlInit."""
-        text = render_config(gpus, init_error=init_error, driver_version=driver_version)
+        """Describe the node's GPUs (and driver: "535.*" writes R535's process records; and
+        caller: ``unprivileged``, without MIG monitoring); read at the next nvmlInit."""
+        text = render_config(
+            gpus, init_error=init_error, driver_version=driver_version, unprivileged=unprivileged
+        )
         self.config_path.write_text(text)
         self.monkeypatch.setenv(CONFIG_ENV, str(self.config_path))

@@ -389,6 +389,64 @@ class TestMigPlacement:
         )
 
 
+class TestMigParentPrivileges:
+    def test_refused_aggregate_memory_is_one_issue_until_nvml_restarts(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Without MIG monitoring privileges a MIG-enabled GPU refuses its aggregate
+        memory: reported on the first poll, not asked again, asked anew after NVML is
+        initialised afresh; its MIG devices keep their own memory."""
+        fake_nvml.configure(MIG_GPU, unprivileged=True)
+        mig_1, mig_2, mig_3 = MIG_GPU.migs
+        pci = "0000:b1:00.0"
+
+        first = collector.collect()
+        second = collector.collect()
+        collector.close()
+        after_restart = collector.collect()
+
+        devices = (
+            gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util", "memory"))),
+            mig_reading(MIG_GPU, mig_1, pci, answers_for_instance=True, placed=False),
+            mig_reading(MIG_GPU, mig_3, pci, answers_for_instance=True, placed=False),
+            mig_reading(MIG_GPU, mig_2, pci, answers_for_instance=False, placed=False),
+        )
+        memory = CollectorIssue(
+            "NO_PERMISSION",
+            f"{UUID_A}: memory: NVML NO_PERMISSION; MIG-enabled GPU, not asked again "
+            "(needs NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN)",
+        )
+        assert (devices, devices, devices) == (
+            first.devices,
+            second.devices,
+            after_restart.devices,
+        )
+        assert ([memory], [], [memory]) == (
+            [i for i in first.issues if "memory" in i.detail],
+            list(second.issues),
+            [i for i in after_restart.issues if "memory" in i.detail],
+        )
+
+    async def test_counted_once_per_gpu(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Two MIG-enabled GPUs over three polls: one count for each GPU's memory, one for
+        the placements."""
+        other = replace(
+            MIG_GPU,
+            uuid=UUID_B,
+            minor=1,
+            pci="00000000:C1:00.0",
+            migs=(FakeMig(0, "MIG-44444444-aaaa-bbbb-cccc-dddddddddddd", 1, 0),),
+        )
+        fake_nvml.configure(MIG_GPU, other, unprivileged=True)
+
+        third = await last_of_polls(collector, 3)
+
+        expected = (True, (("GPU_IS_LOST", 0), ("NO_PERMISSION", 3)))
+        assert expected == (third.success, third.error_counts)
+
+
 class TestGkeNames:
     def test_nvidia_n_by_minor_number(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """nvidiaN is the GPU with minor number N, whatever its NVML index."""
