@@ -27,9 +27,12 @@ DRA devices (``ClaimResource``), first source with keys wins:
    prefix the claim UID; others may use the bare device name;
 3. the driver's device-name grammar:
    ``gpu.nvidia.com`` ``gpu-<minor>`` (deviceinfo.go ``GpuInfo.CanonicalName``) and
-   ``gpu-<parent minor>-mig-<profile>-<GI profile ID>-<placement start>`` (mig.go
-   ``ToCanonicalName``; the name carries no GPU instance ID or UUID, so it finds the
-   MIG device only where NVML told the nvml collector its GPU instance's placement);
+   ``gpu-<parent minor>-mig-<profile>-<GI profile ID>-<placement start>`` (v25.12+,
+   mig.go ``ToCanonicalName``) and, from v25.3 and v25.8,
+   ``gpu-<parent minor>-mig-<GI profile ID>-<placement start>-<placement size>``
+   (deviceinfo.go@v25.8.1 ``MigDeviceInfo.CanonicalName``); the name carries no GPU
+   instance ID or UUID, so it finds the MIG device only where NVML told the nvml
+   collector its GPU instance's placement;
    ``gpu.amd.com`` ``gpu-<card>-<render>`` (ROCm/k8s-gpu-dra-driver deviceinfo.go);
    ``sriovnetwork.k8snetworkplumbingwg.io`` ``<domain>-<bus>-<slot>-<function>``, the
    VF's PCI address with ``:`` and ``.`` made ``-`` (dra-driver-sriov
@@ -69,6 +72,9 @@ _INTEL_CARD = re.compile(r"^card(\d+)(?:-\d+)?$")
 _NVIDIA_DRA_GPU = re.compile(r"^gpu-(\d+)$")
 # The profile part is the profile name made RFC 1123-safe ("1g10gb", "1g10gbme").
 _NVIDIA_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-[a-z0-9-]+-(\d+)-(\d+)$")
+# v25.3/v25.8: numbers only, the placement size last. Tried first: a profile name
+# always has letters ("1g10gb"), so no v25.12 name is all numbers.
+_NVIDIA_DRA_MIG_V25_8 = re.compile(r"^gpu-(\d+)-mig-(\d+)-(\d+)-\d+$")
 _AMD_DRA_GPU = re.compile(r"^gpu-(\d+)-(\d+)$")
 _SRIOV_DRA_VF = re.compile(r"^([0-9a-f]{4})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])$")
 # A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>".
@@ -184,7 +190,7 @@ def _dra_name_keys(driver: str, name: str) -> tuple[HardwareKey, ...]:
     if driver == NVIDIA_DRIVER:
         if match := _NVIDIA_DRA_GPU.match(name):
             return (HardwareKey(KeyKind.NVIDIA_MINOR, str(int(match[1]))),)
-        if match := _NVIDIA_DRA_MIG.match(name):
+        if match := _NVIDIA_DRA_MIG_V25_8.match(name) or _NVIDIA_DRA_MIG.match(name):
             slot = f"{int(match[1])}/{int(match[2])}/{int(match[3])}"
             return (HardwareKey(KeyKind.MIG_PLACEMENT, slot),)
     elif driver == AMD_DRIVER and (match := _AMD_DRA_GPU.match(name)):

@@ -131,6 +131,23 @@ class TestNvidia:
         )
         assert expected == _resolve(MIG_DEVICE, CDI_ONLY)
 
+    @pytest.mark.parametrize(
+        ("name", "slot"),
+        [
+            ("gpu-0-mig-9-4-4", "0/9/4"),  # A100 40GB: 3g.20gb (ID 9) at placement 4
+            ("gpu-0-mig-19-2-1", "0/19/2"),  # 1g.5gb (ID 19) at placement 2
+            ("gpu-7-mig-0-0-8", "7/0/0"),  # 7g.40gb (ID 0), all 8 slices
+            ("gpu-0-mig-3g20gb-9-4", "0/9/4"),  # v25.12+: the profile name first
+        ],
+    )
+    def test_mig_names_of_each_release(self, name: str, slot: str) -> None:
+        """v25.3/v25.8 name a MIG device gpu-<minor>-mig-<GI profile ID>-<placement
+        start>-<placement size> (deviceinfo.go@v25.8.1 MigDeviceInfo.CanonicalName),
+        v25.12+ gpu-<minor>-mig-<profile>-<GI profile ID>-<placement start> (mig.go
+        ToCanonicalName): both give the slot minor/profile ID/start."""
+        device = ClaimDevice("gpu.nvidia.com", "node-a", name)
+        assert (HardwareKey(KeyKind.MIG_PLACEMENT, slot),) == _resolve(device, NOTHING).keys
+
     def test_whole_gpu_from_its_name(self) -> None:
         """With no driver file at all, gpu-<minor> gives the minor."""
         expected = Resolution(
