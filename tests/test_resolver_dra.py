@@ -155,9 +155,10 @@ class TestNvidia:
         )
         assert expected == _resolve(GPU4, NOTHING)
 
-    def test_checkpoint_entry_of_another_claim(self) -> None:
-        """A checkpoint entry speaks for its own claim: another claim falls back to CDI."""
-        assert CDI_SOURCE == _resolve(GPU4, ALL_FILES, claim=("ml", "other")).source
+    def test_checkpoint_entry_serves_any_claim(self) -> None:
+        """The driver writes no claim name into a PrepareCompleted entry, so its device
+        is that device whichever claim the kubelet names: the one prepared this boot."""
+        assert CHECKPOINT_SOURCE == _resolve(GPU4, ALL_FILES, claim=("ml", "other")).source
 
     def test_checkpoint_entry_of_another_pool(self) -> None:
         """Driver, pool and device must all match a file's entry."""

@@ -39,6 +39,9 @@ GPU_5 = "GPU-4e1f0a9b-5e1f-4c2a-9d3b-000000000105"
 MIG = "MIG-0b5d7e21-5e1f-4c2a-9d3b-000000000501"
 SRIOV = "sriovnetwork.k8snetworkplumbingwg.io"
 
+# The driver names a claim only while it prepares it (PrepareStarted): the
+# PrepareCompleted entry that replaces it has no name or namespace
+# (device_state.go@v0.4.0:323-327), so its devices name no claim.
 CHECKPOINT_DEVICES = (
     DraDevice(
         "gpu.nvidia.com",
@@ -46,8 +49,6 @@ CHECKPOINT_DEVICES = (
         "gpu-4",
         (HardwareKey(KeyKind.GPU_UUID, GPU_4),),
         CHECKPOINT_SOURCE,
-        claim_namespace="ml",
-        claim_name="llm-gpus",
     ),
     DraDevice(
         "gpu.nvidia.com",
@@ -59,8 +60,6 @@ CHECKPOINT_DEVICES = (
             HardwareKey(KeyKind.NVIDIA_MINOR_GI, "5/5"),
         ),
         CHECKPOINT_SOURCE,
-        claim_namespace="ml",
-        claim_name="llm-gpus",
     ),
 )
 METADATA_DEVICES = (
@@ -297,7 +296,8 @@ class TestCdiCache:
 
 class TestParseCheckpoint:
     def test_prepare_started_claims_are_skipped(self) -> None:
-        """Only PrepareCompleted claims count: gpu-6 of a half-prepared claim is absent."""
+        """Only PrepareCompleted claims count: the half-prepared claim (its name and
+        status, no devices yet) adds nothing."""
         text = (FIXTURES / "plugins" / "gpu.nvidia.com" / "checkpoint.json").read_text()
         assert CHECKPOINT_DEVICES == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
 
@@ -315,8 +315,6 @@ class TestParseCheckpoint:
         """A GPU bound to vfio-pci is known by its PCI function, from NVML's bus ID form."""
         claim = {
             "checkpointState": "PrepareCompleted",
-            "name": "vm",
-            "namespace": "virt",
             "preparedDevices": [
                 {
                     "devices": [
@@ -340,8 +338,6 @@ class TestParseCheckpoint:
                 "gpu-vfio-0",
                 (HardwareKey(KeyKind.PCI, "0000:3b:00.0"),),
                 CHECKPOINT_SOURCE,
-                claim_namespace="virt",
-                claim_name="vm",
             ),
         )
         assert expected == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)

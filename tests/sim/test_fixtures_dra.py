@@ -98,8 +98,6 @@ class TestFiles:
                         "gpu-4",
                         (HardwareKey(KeyKind.GPU_UUID, GPU4.uuid),),
                         CHECKPOINT_SOURCE,
-                        "dra-demo",
-                        "llm-gpus",
                     ),
                     DraDevice(
                         "gpu.nvidia.com",
@@ -111,8 +109,6 @@ class TestFiles:
                             HardwareKey(KeyKind.NVIDIA_MINOR_GI, "5/5"),
                         ),
                         CHECKPOINT_SOURCE,
-                        "dra-demo",
-                        "llm-gpus",
                     ),
                     vf("dpdk-a"),
                     vf("dpdk-b"),
