@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.metricwriter import Rows, counter, gauge
+from exporter.sysfs import parse_boot_time
 
 __all__ = [
     "PROC",
     "ProcessStat",
     "live_rows",
-    "parse_boot_time",
     "parse_max_fds",
     "parse_process_stat",
 ]
@@ -66,14 +66,6 @@ def parse_process_stat(
         started_after_boot_seconds=float(fields[19]) / ticks_per_s,  # field 22, starttime
         cpu_seconds=(float(fields[11]) + float(fields[12])) / ticks_per_s,  # utime, stime
     )
-
-
-def parse_boot_time(text: bytes) -> float:
-    """The ``btime`` line of ``/proc/stat``: seconds since the epoch; ValueError if none."""
-    for line in text.splitlines():
-        if line.startswith(b"btime "):
-            return float(line.split()[1])
-    raise ValueError("no btime line")
 
 
 def parse_max_fds(text: bytes) -> float:

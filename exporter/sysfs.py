@@ -44,6 +44,7 @@ __all__ = [
     "list_source_inodes",
     "node_dirs",
     "open_regular",
+    "parse_boot_time",
     "parse_cpulist",
     "raise_open_files_limit",
     "read_int",
@@ -420,6 +421,14 @@ def is_sysfs_mount(path: Path | str, *, mountinfo: str | None = None) -> bool:
         if inside and len(point) >= len(best):
             best, fstype = point, fields[separator + 1]
     return fstype == "sysfs"
+
+
+def parse_boot_time(text: bytes) -> float:
+    """The ``btime`` line of ``/proc/stat``: seconds since the epoch; ValueError if none."""
+    for line in text.splitlines():
+        if line.startswith(b"btime "):
+            return float(line.split()[1])
+    raise ValueError("no btime line")
 
 
 def parse_cpulist(text: str) -> tuple[int, ...]:

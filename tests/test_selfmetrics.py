@@ -21,10 +21,10 @@ from exporter.metricwriter import OPENMETRICS_EOF, Rows, join_families, write_fa
 from exporter.selfmetrics import (
     ProcessStat,
     live_rows,
-    parse_boot_time,
     parse_max_fds,
     parse_process_stat,
 )
+from exporter.sysfs import parse_boot_time
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")

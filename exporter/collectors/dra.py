@@ -11,10 +11,13 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   "parentUUID"}, "device"}, "vfio": {"info": {"uuid", "pciBusID"}, "device"}}],
   "configState"}]}}}}``, where ``device`` is the kubelet plugin library's ``Device``
   without JSON tags: ``{"Requests", "PoolName", "DeviceName", "CDIDeviceIDs"}``. Only
-  ``PrepareCompleted`` claims count, and only when ``nodeBootID`` is this boot's
-  ``<procfs>/sys/kernel/random/boot_id``: the driver invalidates the file after a
-  reboot, and MIG devices (GPU instances, UUIDs) do not survive one. It is the only
-  source for MIG devices the driver created on demand.
+  ``PrepareCompleted`` claims count (the driver names the claim only while it is
+  ``PrepareStarted``, so their devices name no claim), and only claims of this boot:
+  MIG devices (GPU instances, UUIDs) do not survive a reboot. From v0.4.0 the file
+  says its boot, ``nodeBootID``, checked against ``<procfs>/sys/kernel/random/boot_id``;
+  earlier releases write none, and such a file counts when it was last written after
+  this boot started (``btime`` of ``<procfs>/stat``, else ``<procfs>/uptime``). It is
+  the only source for MIG devices the driver created on demand.
 - KEP-5304 device metadata of any driver,
   ``<plugins>/<driver>/dra-device-metadata/<claim namespace>_<claim name>/<request>/metadata.json``
   (kubernetes/enhancements keps/sig-node/5304-dra-attributes-downward-api; the writer
@@ -44,8 +47,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +71,7 @@ from exporter.sysfs import (
     UnreadableFile,
     file_issue,
     open_regular,
+    parse_boot_time,
     read_text,
 )
 
@@ -99,6 +106,8 @@ MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 MAX_METADATA_BYTES = 1024 * 1024
 MAX_CDI_SPEC_BYTES = 4 * 1024 * 1024
 MAX_DIRECTORY_ENTRIES = 4096
+# /proc/stat, read once for btime: its intr line grows with the IRQs of big hosts.
+MAX_PROC_STAT_BYTES = 4 * 1024 * 1024
 
 # The standard attribute (k8s.io/dynamic-resource-allocation deviceattribute); the
 # KEP's example spells it resource.k8s.io/, so both are read.
@@ -123,22 +132,29 @@ class StaleCheckpointError(ValueError):
 # --- Parsers: pure, on text --------------------------------------------------------------
 
 
-def parse_nvidia_checkpoint(text: str, *, boot_id: str) -> tuple[DraDevice, ...]:
+def parse_nvidia_checkpoint(
+    text: str,
+    *,
+    boot_id: str,
+    modified_s: float | None = None,
+    boot_started_s: float | None = None,
+) -> tuple[DraDevice, ...]:
     """Devices of the ``PrepareCompleted`` claims of a gpu.nvidia.com checkpoint.
 
-    Raises StaleCheckpointError when its ``nodeBootID`` is not ``boot_id`` and
-    ValueError when it is not a v2 checkpoint.
+    ``modified_s`` is the file's mtime and ``boot_started_s`` when this boot started,
+    both seconds since the epoch (None: unknown): they date a file without
+    ``nodeBootID``. Raises StaleCheckpointError when the file is not of this boot, or
+    cannot be told to be, and ValueError when it is not a v2 checkpoint.
     """
     v2 = _mapping(_load_json(text).get("v2"))
     if not v2:
         raise ValueError("no v2 checkpoint")
-    node_boot_id = _string(v2.get("nodeBootID"))
-    if node_boot_id != boot_id:
-        raise StaleCheckpointError(
-            f"nodeBootID {node_boot_id!r} is not this boot's {boot_id!r}"
-            if node_boot_id
-            else "no nodeBootID: cannot tell whether it is from this boot"
-        )
+    _check_boot(
+        _string(v2.get("nodeBootID")),
+        boot_id=boot_id,
+        modified_s=modified_s,
+        boot_started_s=boot_started_s,
+    )
     devices: list[DraDevice] = []
     claims = _mapping(v2.get("preparedClaims"))
     for _uid, claim_value in sorted(claims.items()):
@@ -155,6 +171,37 @@ def parse_nvidia_checkpoint(text: str, *, boot_id: str) -> tuple[DraDevice, ...]
                 if device is not None:
                     devices.append(device)
     return tuple(devices)
+
+
+def _check_boot(
+    node_boot_id: str | None,
+    *,
+    boot_id: str,
+    modified_s: float | None,
+    boot_started_s: float | None,
+) -> None:
+    """Raises StaleCheckpointError unless the checkpoint is of this boot."""
+    if node_boot_id:
+        if node_boot_id != boot_id:
+            raise StaleCheckpointError(
+                f"nodeBootID {node_boot_id!r} is not this boot's {boot_id!r}"
+            )
+        return
+    # Releases before v0.4.0 (commit 506ada34) write no nodeBootID. Each prepare and
+    # unprepare rewrites the file and no prepared device outlives a reboot, so a file
+    # written since this boot started holds this boot's claims; v0.4.0 itself takes
+    # such a file for this boot's (device_state.go@v0.4.0:197-209).
+    if modified_s is None or boot_started_s is None:
+        raise StaleCheckpointError("no nodeBootID (a driver before v0.4.0), and no boot time")
+    if modified_s < boot_started_s:
+        raise StaleCheckpointError(
+            f"no nodeBootID (a driver before v0.4.0), and last written at "
+            f"{_timestamp(modified_s)}, before this boot started at {_timestamp(boot_started_s)}"
+        )
+
+
+def _timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")
 
 
 def _checkpoint_device(
@@ -419,8 +466,16 @@ def read_bounded(path: Path, *, limit: int) -> str | None:
     (a FIFO would block the read forever), GarbageFile when it is larger than ``limit``
     bytes or not UTF-8.
     """
+    found = _read_dated(path, limit=limit)
+    return None if found is None else found[0]
+
+
+def _read_dated(path: Path, *, limit: int) -> tuple[str, float] | None:
+    """read_bounded's text and the file's mtime, of the one file opened: the driver
+    replaces the checkpoint by a rename, so a separate stat may date another."""
     try:
         with open_regular(path) as handle:
+            modified_s = os.fstat(handle.fileno()).st_mtime
             data = handle.read(limit + 1)
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -429,9 +484,27 @@ def read_bounded(path: Path, *, limit: int) -> str | None:
     if len(data) > limit:
         raise GarbageFile(f"{path}: larger than {limit} bytes")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), modified_s
     except UnicodeDecodeError as error:
         raise GarbageFile(f"{path}: not UTF-8") from error
+
+
+def _read_boot_start(procfs: Path) -> float | None:
+    """When this boot started, seconds since the epoch: ``btime`` of ``/proc/stat``, else
+    now less ``/proc/uptime``; None where neither says."""
+    try:
+        stat_text = read_bounded(procfs / "stat", limit=MAX_PROC_STAT_BYTES)
+        if stat_text is not None:
+            return parse_boot_time(stat_text.encode())
+    except (CollectorError, ValueError, IndexError):
+        pass
+    try:
+        uptime = read_text(procfs / "uptime")
+        if uptime:
+            return time.time() - float(uptime.split()[0])
+    except (CollectorError, ValueError):
+        pass
+    return None
 
 
 def _entries(directory: Path) -> list[Path]:
@@ -467,6 +540,7 @@ class DraCollector(Collector):
         super().__init__(context)
         # path -> (inode, size, mtime), and its devices or why it was refused
         self._cdi_cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | str]] = {}
+        self._boot_started_s: float | None = None  # read once: a boot outlives the process
 
     def collect(self) -> Readings:
         plugins, cdi_dirs = self.context.kubelet_plugins, self.context.cdi
@@ -482,15 +556,23 @@ class DraCollector(Collector):
     def _checkpoint(self, plugins: Path, issues: list[CollectorIssue]) -> tuple[DraDevice, ...]:
         path = plugins / NVIDIA_CHECKPOINT
         try:
-            text = read_bounded(path, limit=MAX_CHECKPOINT_BYTES)
-            if text is None:
+            found = _read_dated(path, limit=MAX_CHECKPOINT_BYTES)
+            if found is None:
                 return ()
             boot_id = read_text(self.context.procfs / _BOOT_ID)
             if not boot_id:
                 raise UnreadableFile(
                     f"{path}: ignored, no {self.context.procfs / _BOOT_ID} to check it against"
                 )
-            return parse_nvidia_checkpoint(text, boot_id=boot_id)
+            if self._boot_started_s is None:
+                self._boot_started_s = _read_boot_start(self.context.procfs)
+            text, modified_s = found
+            return parse_nvidia_checkpoint(
+                text,
+                boot_id=boot_id,
+                modified_s=modified_s,
+                boot_started_s=self._boot_started_s,
+            )
         except StaleCheckpointError as error:
             issues.append(issue(STALE_CHECKPOINT, f"{path}: ignored, {error}"))
         except (CollectorError, ValueError) as error:

@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import shutil
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -294,6 +295,67 @@ class TestCdiCache:
         assert () == self._keys(collector)
 
 
+BOOT_STARTED_S = 1_769_904_000  # btime of the fixture tree's proc/stat
+RELEASES = FIXTURES / "checkpoints"
+
+
+def _install(root: Path, release: str, *, modified_s: float) -> None:
+    """The checkpoint of ``release`` in place of the tree's, last written at ``modified_s``."""
+    shutil.copyfile(RELEASES / f"{release}.json", _checkpoint(root))
+    os.utime(_checkpoint(root), (modified_s, modified_s))
+
+
+class TestReleases:
+    """Checkpoints as each NVIDIA DRA driver release writes them (checkpoints/README.md)."""
+
+    def test_v25_12_written_this_boot(self, tree: Path) -> None:
+        """v25.12.0 writes no nodeBootID: a file written since this boot started is
+        this boot's, as v0.4.0 itself takes it (device_state.go@v0.4.0:197-209)."""
+        _install(tree, "v25.12.0", modified_s=BOOT_STARTED_S + 60)
+        expected = Readings(
+            dra=DraState(devices=CHECKPOINT_DEVICES + METADATA_DEVICES, cdi_devices=CDI_DEVICES)
+        )
+        assert expected == _collect(tree)
+
+    def test_v25_12_written_before_this_boot(self, tree: Path) -> None:
+        """A file without nodeBootID last written before the boot is stale, and says when."""
+        _install(tree, "v25.12.0", modified_s=BOOT_STARTED_S - 60)
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert METADATA_DEVICES == readings.dra.devices
+        assert [
+            (
+                "stale_checkpoint",
+                f"{_checkpoint(tree)}: ignored, no nodeBootID (a driver before v0.4.0), and "
+                "last written at 2026-01-31T23:59:00+00:00, before this boot started at "
+                "2026-02-01T00:00:00+00:00",
+            )
+        ] == [(i.error, i.detail) for i in readings.issues]
+
+    def test_boot_start_from_uptime(self, tree: Path) -> None:
+        """Without btime in /proc/stat, the boot started /proc/uptime seconds ago."""
+        (tree / "proc" / "stat").unlink()
+        (tree / "proc" / "uptime").write_text("3600.25 7000.50\n")
+        now = time.time()
+        _install(tree, "v25.12.0", modified_s=now - 60)
+        fresh = _collect(tree)
+        _install(tree, "v25.12.0", modified_s=now - 7200)
+        stale = _collect(tree)
+        assert ([], ["stale_checkpoint"]) == (
+            [i.error for i in fresh.issues],
+            [i.error for i in stale.issues],
+        )
+
+    def test_no_boot_time(self, tree: Path) -> None:
+        """Where neither /proc/stat nor /proc/uptime dates the boot, such a file is stale."""
+        (tree / "proc" / "stat").unlink()
+        _install(tree, "v25.12.0", modified_s=time.time())
+        readings = _collect(tree)
+        assert [("stale_checkpoint", True)] == [
+            (i.error, i.detail.endswith("and no boot time")) for i in readings.issues
+        ]
+
+
 class TestParseCheckpoint:
     def test_prepare_started_claims_are_skipped(self) -> None:
         """Only PrepareCompleted claims count: the half-prepared claim (its name and
@@ -302,7 +364,7 @@ class TestParseCheckpoint:
         assert CHECKPOINT_DEVICES == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
 
     def test_no_boot_id_is_stale(self) -> None:
-        """A checkpoint that does not say its boot cannot be trusted."""
+        """A checkpoint that does not say its boot, and that nothing dates, is stale."""
         with pytest.raises(StaleCheckpointError):
             parse_nvidia_checkpoint('{"v2": {"preparedClaims": {}}}', boot_id=BOOT_ID)
 
