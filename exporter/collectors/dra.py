@@ -9,8 +9,10 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   "namespace", "status", "preparedDevices": [{"devices": [{"gpu": {"info": {"uuid"},
   "device"}, "mig": {"concrete": {"parentMinor", "giId", "ciId", "migUUID",
   "parentUUID"}, "device"}, "vfio": {"info": {"uuid", "pciBusID"}, "device"}}],
-  "configState"}]}}}}``, where ``device`` is the kubelet plugin library's ``Device``
-  without JSON tags: ``{"Requests", "PoolName", "DeviceName", "CDIDeviceIDs"}``. Only
+  "configState"}]}}}}`` (before v25.12 a MIG device is ``{"info": {"uuid"},
+  "device"}``, prepared.go@v25.8.1), where ``device`` is the kubelet plugin library's
+  ``Device`` without JSON tags: ``{"Requests", "PoolName", "DeviceName",
+  "CDIDeviceIDs"}``. Only
   ``PrepareCompleted`` claims count (the driver names the claim only while it is
   ``PrepareStarted``, so their devices name no claim), and only claims of this boot:
   MIG devices (GPU instances, UUIDs) do not survive a reboot. From v0.4.0 the file
@@ -215,6 +217,9 @@ def _checkpoint_device(
         body = mig
         concrete = _mapping(mig.get("concrete"))
         _add_uuid(keys, concrete.get("migUUID"))
+        # Before v25.12: MigDeviceInfo, of which only the UUID is serialized
+        # (prepared.go@v25.8.1 PreparedMigDevice.Info, deviceinfo.go@v25.8.1:48).
+        _add_uuid(keys, _mapping(mig.get("info")).get("uuid"))
         parent_uuid = _string(concrete.get("parentUUID"))
         gi, ci = _integer(concrete.get("giId")), _integer(concrete.get("ciId"))
         parent_minor = _integer(concrete.get("parentMinor"))

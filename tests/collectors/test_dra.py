@@ -332,6 +332,25 @@ class TestReleases:
             )
         ] == [(i.error, i.detail) for i in readings.issues]
 
+    def test_v25_8_mig_info(self, tree: Path) -> None:
+        """v25.8.1 keeps a MIG device as {"info": {"uuid"}, "device"} (prepared.go@v25.8.1,
+        deviceinfo.go@v25.8.1:48), named gpu-<minor>-mig-<GI profile ID>-<start>-<size>:
+        its UUID is the key."""
+        _install(tree, "v25.8.1", modified_s=BOOT_STARTED_S + 60)
+        mig = DraDevice(
+            "gpu.nvidia.com",
+            "node-a",
+            "gpu-5-mig-19-3-1",
+            (HardwareKey(KeyKind.MIG_UUID, MIG),),
+            CHECKPOINT_SOURCE,
+        )
+        expected = Readings(
+            dra=DraState(
+                devices=(CHECKPOINT_DEVICES[0], mig, *METADATA_DEVICES), cdi_devices=CDI_DEVICES
+            )
+        )
+        assert expected == _collect(tree)
+
     def test_boot_start_from_uptime(self, tree: Path) -> None:
         """Without btime in /proc/stat, the boot started /proc/uptime seconds ago."""
         (tree / "proc" / "stat").unlink()
