@@ -12,9 +12,10 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   "configState"}]}}}}`` (before v25.12 a MIG device is ``{"info": {"uuid"},
   "device"}``, prepared.go@v25.8.1), where ``device`` is the kubelet plugin library's
   ``Device`` without JSON tags: ``{"Requests", "PoolName", "DeviceName",
-  "CDIDeviceIDs"}``. Only
-  ``PrepareCompleted`` claims count (the driver names the claim only while it is
-  ``PrepareStarted``, so their devices name no claim), and only claims of this boot:
+  "CDIDeviceIDs"}``. v25.3 writes ``v1`` alone, its claims as v2's without
+  ``checkpointState``, all prepared. Only ``PrepareCompleted`` claims count (the
+  driver names the claim only while it is ``PrepareStarted``, so their devices name
+  no claim), and only claims of this boot:
   MIG devices (GPU instances, UUIDs) do not survive a reboot. From v0.4.0 the file
   says its boot, ``nodeBootID``, checked against ``<procfs>/sys/kernel/random/boot_id``;
   earlier releases write none, and such a file counts when it was last written after
@@ -146,11 +147,9 @@ def parse_nvidia_checkpoint(
     ``modified_s`` is the file's mtime and ``boot_started_s`` when this boot started,
     both seconds since the epoch (None: unknown): they date a file without
     ``nodeBootID``. Raises StaleCheckpointError when the file is not of this boot, or
-    cannot be told to be, and ValueError when it is not a v2 checkpoint.
+    cannot be told to be, and ValueError when it is neither a v1 nor a v2 checkpoint.
     """
-    v2 = _mapping(_load_json(text).get("v2"))
-    if not v2:
-        raise ValueError("no v2 checkpoint")
+    v2 = _latest_version(_load_json(text))
     _check_boot(
         _string(v2.get("nodeBootID")),
         boot_id=boot_id,
@@ -173,6 +172,23 @@ def parse_nvidia_checkpoint(
                 if device is not None:
                     devices.append(device)
     return tuple(devices)
+
+
+def _latest_version(checkpoint: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The v2 checkpoint, or the v1 one as v2, as the driver reads either
+    (checkpoint.go@v0.4.0 ToLatestVersion): v25.3 writes only v1, whose claims are
+    all prepared (device_state.go@v25.3.2:158-166; checkpointv.go@v25.8.1 ToV2)."""
+    if v2 := _mapping(checkpoint.get("v2")):
+        return v2
+    if v1 := _mapping(checkpoint.get("v1")):
+        claims = _mapping(v1.get("preparedClaims"))
+        return {
+            "preparedClaims": {
+                uid: {**_mapping(claim), "checkpointState": PREPARE_COMPLETED}
+                for uid, claim in claims.items()
+            }
+        }
+    raise ValueError("neither v1 nor v2 checkpoint")
 
 
 def _check_boot(

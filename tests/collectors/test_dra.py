@@ -351,6 +351,30 @@ class TestReleases:
         )
         assert expected == _collect(tree)
 
+    def test_v25_3_v1_only(self, tree: Path) -> None:
+        """v25.3.2 writes only v1 (checkpoint.go@v25.3.2:10-25), of claims it finished
+        preparing (device_state.go@v25.3.2:158-166): read as v2 PrepareCompleted ones, as
+        later releases convert it (checkpointv.go@v25.8.1 ToV2)."""
+        _install(tree, "v25.3.2", modified_s=BOOT_STARTED_S + 60)
+        mig = DraDevice(
+            "gpu.nvidia.com",
+            "node-a",
+            "gpu-5-mig-19-3-1",
+            (HardwareKey(KeyKind.MIG_UUID, MIG),),
+            CHECKPOINT_SOURCE,
+        )
+        expected = Readings(
+            dra=DraState(
+                devices=(CHECKPOINT_DEVICES[0], mig, *METADATA_DEVICES), cdi_devices=CDI_DEVICES
+            )
+        )
+        assert expected == _collect(tree)
+
+    def test_v25_3_written_before_this_boot(self, tree: Path) -> None:
+        """A v1 checkpoint says no boot either: written before this one, it is stale."""
+        _install(tree, "v25.3.2", modified_s=BOOT_STARTED_S - 1)
+        assert ["stale_checkpoint"] == [i.error for i in _collect(tree).issues]
+
     def test_boot_start_from_uptime(self, tree: Path) -> None:
         """Without btime in /proc/stat, the boot started /proc/uptime seconds ago."""
         (tree / "proc" / "stat").unlink()
@@ -387,10 +411,10 @@ class TestParseCheckpoint:
         with pytest.raises(StaleCheckpointError):
             parse_nvidia_checkpoint('{"v2": {"preparedClaims": {}}}', boot_id=BOOT_ID)
 
-    def test_v1_only_is_refused(self) -> None:
-        """A checkpoint without v2 is not read."""
-        with pytest.raises(ValueError, match="no v2"):
-            parse_nvidia_checkpoint('{"v1": {"preparedClaims": {}}}', boot_id=BOOT_ID)
+    def test_neither_v1_nor_v2_is_garbage(self) -> None:
+        """A file with no checkpoint version this exporter knows is not read."""
+        with pytest.raises(ValueError, match="neither v1 nor v2"):
+            parse_nvidia_checkpoint('{"checksum": 1, "v3": {}}', boot_id=BOOT_ID)
 
     def test_vfio_device(self) -> None:
         """A GPU bound to vfio-pci is known by its PCI function, from NVML's bus ID form."""
