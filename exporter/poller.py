@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
+from exporter.collectors.dra import CHECKPOINT_SOURCE
 from exporter.collectors.runner import CollectorRunner
 from exporter.join import (
     AllocationChange,
@@ -74,6 +75,10 @@ RELEASE_CHANNEL_MIN_INTERVAL_S = 5.0
 # not done every poll.
 LARGE_REPLY_BYTES = 512 * 1024
 TRIM_POLLS = 6
+# Polls in a row that must find DRA claims prepared this boot and none in List before
+# dra_claims_not_listed is logged: the last claim's pod may leave List a poll before
+# the kubelet unprepares its claim and the driver drops it from its checkpoint.
+UNLISTED_CLAIMS_POLLS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,8 @@ class Poller:
         self._large_data_held = False  # the last good kubelet data came in a large reply
         self._trims_due = 0  # polls left that trim the heap after large data was let go
         self._let_go_at = 0  # the allocations number of the first snapshot without it
+        self._unlisted_polls = 0  # polls in a row with prepared DRA claims List leaves out
+        self._unlisted_logged = False  # said so; again only after List named a claim
 
     async def run(self) -> None:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
@@ -136,6 +143,7 @@ class Poller:
         if self._interval_s >= RELEASE_CHANNEL_MIN_INTERVAL_S:
             await self._client.release_channel()
         self._keep_node_state(runs)
+        self._note_unlisted_claims(kubelet_data.pods, listed=kubelet_status.up)
         # The request stats are copied here, on the loop, where the client records them;
         # the join and the allocation diff are CPU-bound and run off the loop.
         snapshot, changes, joined_from = await asyncio.to_thread(
@@ -194,6 +202,27 @@ class Poller:
                     self._cpu_numa = cpu_numa
             elif run.name == "dra" and run.readings.dra not in (None, self._dra):
                 self._dra = run.readings.dra
+
+    def _note_unlisted_claims(self, pods: tuple[PodResources, ...], *, listed: bool) -> None:
+        """Log once when a driver's checkpoint holds claims of this boot but no container
+        in List names a DRA claim: kubelets before 1.34 leave dynamic_resources out unless
+        the KubeletPodResourcesDynamicResources gate is on, and those devices would show
+        as nobody's without a word. The checkpoint alone is boot-checked; it is tried
+        first, so nodes without one never look through the pods."""
+        if not listed:
+            return  # no List this poll: nothing to compare
+        prepared = sum(1 for d in self._dra.devices if d.source == CHECKPOINT_SOURCE)
+        if not prepared:
+            self._unlisted_polls = 0
+            return
+        if any(c.dynamic_resources for p in pods for c in p.containers):
+            self._unlisted_polls = 0
+            self._unlisted_logged = False  # List shows claims: a later lapse is news
+            return
+        self._unlisted_polls += 1
+        if self._unlisted_polls >= UNLISTED_CLAIMS_POLLS and not self._unlisted_logged:
+            self._unlisted_logged = True
+            log.warning("dra_claims_not_listed", prepared_devices=prepared, listed_pods=len(pods))
 
     def _note_judged_failures(self, runs: tuple[CollectorRun, ...]) -> None:
         # The runner logs what it saw; a source judged missing only by the join (NVML

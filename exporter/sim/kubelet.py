@@ -131,6 +131,9 @@ class SimKubelet:
         self.padding_id_bytes = _PADDING_ID_BYTES
         self.undecodable: set[str] = set()  # answer OK with bytes no client can parse
         self.kubelet_order = True  # shape and shuffle replies as the kubelet's maps do
+        # False: List and Get leave out every container's dynamic_resources, as kubelets
+        # before 1.34 do by default (feature gate KubeletPodResourcesDynamicResources off).
+        self.dynamic_resources = True
         self.rng = random.Random(0)  # the order kubelet_order draws: seeded, repeatable
         self._hang = False
         self._release = asyncio.Event()
@@ -261,7 +264,9 @@ class SimKubelet:
         return self._allocatable
 
     def shaped_pods(self, pods: tuple[PodResources, ...]) -> tuple[PodResources, ...]:
-        """``pods`` as this kubelet sends them (``kubelet_order``)."""
+        """``pods`` as this kubelet sends them (``dynamic_resources``, ``kubelet_order``)."""
+        if not self.dynamic_resources:
+            pods = tuple(_without_dynamic_resources(p) for p in pods)
         if not self.kubelet_order:
             return pods
         # Padding pods keep their shape: their knob sets the reply's size.
@@ -332,6 +337,11 @@ class _V1alpha1Servicer(v1alpha1_grpc.PodResourcesListerServicer):
             V1ALPHA1_LIST,
             v1alpha1_list_response_to_proto(self._sim.shaped_pods(self._sim.listed_pods())),
         )
+
+
+def _without_dynamic_resources(pod: PodResources) -> PodResources:
+    containers = tuple(replace(c, dynamic_resources=()) for c in pod.containers)
+    return replace(pod, containers=containers)
 
 
 def _shuffled(items: tuple[_Item, ...], rng: random.Random) -> tuple[_Item, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,14 @@ from exporter.kubelet.convert import (
     pods_from_list_response,
     pods_from_v1alpha1_list_response,
 )
-from exporter.model import AllocatableResources, ContainerResources, DeviceGroup, PodResources
+from exporter.model import (
+    AllocatableResources,
+    ClaimDevice,
+    ContainerResources,
+    DeviceGroup,
+    DynamicResource,
+    PodResources,
+)
 from exporter.sim.kubelet import (
     PADDING_NAMESPACE,
     V1_GET,
@@ -184,6 +192,20 @@ class TestMisbehaviour:
             ("UNKNOWN", "PodResources API Get method disabled"),
             ("UNKNOWN", "PodResources API GetAllocatableResources disabled"),
         )
+
+    async def test_dynamic_resources_gate_off(self, sim: SimKubelet, stub: Any) -> None:
+        """With dynamic_resources off, List and Get leave out every claim, as a kubelet
+        before 1.34 does unless KubeletPodResourcesDynamicResources is on."""
+        claim = DynamicResource("gpus", "ml", (ClaimDevice("gpu.nvidia.com", "node-a", "gpu-0"),))
+        container = replace(POD.containers[0], dynamic_resources=(claim,))
+        with_claim = replace(POD, containers=(container,))
+        sim.set_state(pods=(with_claim,))
+        sim.dynamic_resources = False
+        get = await stub.Get(
+            v1.GetPodResourcesRequest(pod_name="trainer-0", pod_namespace="ml"), timeout=TIMEOUT_S
+        )
+        listed = pods_from_list_response(await list_v1(stub))
+        assert ((POD,), POD) == (listed, pod_from_proto(get.pod_resources))
 
     async def test_rate_limit_rejects_past_burst(self, sim: SimKubelet, stub: Any) -> None:
         """Past the burst the server answers RESOURCE_EXHAUSTED, counting the rejected call."""
