@@ -13,7 +13,7 @@ as ``vanished``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from exporter.collectors.base import (
@@ -136,6 +136,12 @@ def _read_numa_node(path: Path, issues: list[CollectorIssue]) -> int | None:
         return None
 
 
+# A NUMA node override is looked for every this many polls (a minute at the default
+# interval): re-reading ~70 numa_node files costs a dense node's poll ~0.2 ms, and the
+# override is a rare, manual fix.
+NUMA_RECHECK_POLLS = 6
+
+
 class PciCollector(Collector):
     """Vendor, device, class and NUMA node of GPUs, accelerators and NICs.
 
@@ -143,10 +149,10 @@ class PciCollector(Collector):
     bus lists it under the same inode: vendor, device and class are fixed for the
     life of a function. Its NUMA node is set at enumeration but root may override it
     (``echo N > numa_node``, the kernel's answer to firmware that reports it wrong, as
-    the NUMA-mismatch runbook says), so it is read again every poll, through a kept
-    descriptor. A hot-unplugged or re-created function (a new sysfs entry: a new
-    inode) is dropped or read anew; a function whose read failed is read, and
-    reported, again next poll.
+    the NUMA-mismatch runbook says), so it is read again every ``NUMA_RECHECK_POLLS``
+    polls, through a kept descriptor. A hot-unplugged or re-created function (a new
+    sysfs entry: a new inode) is dropped or read anew; a function whose read failed is
+    read, and reported, again next poll.
     """
 
     name = "pci"
@@ -154,9 +160,10 @@ class PciCollector(Collector):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        # address -> (inode of its bus entry, the function; None for an unreported class)
-        self._functions: dict[str, tuple[int, PciDevice | None]] = {}
+        # address -> what was read of it, while its bus entry keeps its inode
+        self._functions: dict[str, _Known] = {}
         self._files = KeptFiles.under(context.sysfs)
+        self._polls = 0
 
     def collect(self) -> Readings:
         """Every function of a reported class."""
@@ -164,46 +171,60 @@ class PciCollector(Collector):
         listed = list_source_inodes(str(devices_dir), absent=f"no PCI bus at {devices_dir}")
         found: list[PciDevice] = []
         issues: list[CollectorIssue] = []
-        kept: dict[str, tuple[int, PciDevice | None]] = {}
+        kept: dict[str, _Known] = {}
+        self._polls += 1
+        numa_due = self._polls % NUMA_RECHECK_POLLS == 0
         for address, inode in listed:
             if not is_pci_address(address):
                 continue
-            cached = self._functions.get(address)
-            if cached is not None and cached[0] == inode:
-                device = cached[1]
-                if device is not None:
-                    device = self._with_numa_node(devices_dir / address, device, issues)
-                kept[address] = (inode, device)
+            known = self._functions.get(address)
+            if known is not None and known.inode == inode:
+                if numa_due and known.device is not None:
+                    known = self._with_numa_node(known, issues)
+                kept[address] = known
+                device = known.device
             else:
                 before = len(issues)
                 device = read_pci_device(devices_dir / address, address=address, issues=issues)
                 if len(issues) == before:
-                    kept[address] = (inode, device)
+                    numa_path = str(devices_dir / address / "numa_node")
+                    kept[address] = _Known(inode, device, numa_path, None)
             if device is not None:
                 found.append(device)
         self._functions = kept  # functions no longer listed are dropped here
-        self._files.sweep()
+        if numa_due:
+            self._files.sweep()  # kept descriptors of functions gone
         return Readings(pci_devices=tuple(found), issues=tuple(issues))
 
     def close(self) -> None:
         self._files.close()
 
-    def _with_numa_node(
-        self, device_dir: Path, device: PciDevice, issues: list[CollectorIssue]
-    ) -> PciDevice:
-        """``device`` with its NUMA node as sysfs says now; as it was where that read fails."""
-        path = device_dir / "numa_node"
+    def _with_numa_node(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
+        """``known`` with its function's NUMA node as sysfs says now (parsed only when the
+        text changed: ~70 functions a poll on a dense node); as it was where the read fails."""
         try:
-            text = self._files.read_text(str(path))
+            text = self._files.read_text(known.numa_path)
         except FileError as error:
             issues.append(issue(error.label, str(error)))
-            return device
+            return known
+        if text == known.numa_text or known.device is None:
+            return known
         try:
             node = None if text is None else parse_numa_node(text)
         except ValueError as error:
-            issues.append(issue(GARBAGE, f"{path}: {error}"))
-            return device
-        return device if node == device.numa_node else replace(device, numa_node=node)
+            issues.append(issue(GARBAGE, f"{known.numa_path}: {error}"))
+            return known
+        return replace(known, device=replace(known.device, numa_node=node), numa_text=text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A function as read when its bus entry (this inode) was first listed."""
+
+    inode: int
+    device: PciDevice | None  # None for a class not reported
+    numa_path: str  # <function>/numa_node, read again every NUMA_RECHECK_POLLS polls
+    numa_text: str | None  # what it held when last parsed; None: not yet re-read
 
 
 REGISTRATION = Registration(

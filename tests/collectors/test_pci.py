@@ -10,6 +10,7 @@ import pytest
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.pci import (
+    NUMA_RECHECK_POLLS,
     REGISTRATION,
     PciCollector,
     parse_hex_id,
@@ -302,16 +303,18 @@ class TestBetweenPolls:
 
     def test_numa_node_override_is_seen(self, tmp_path: Path) -> None:
         """Root's ``echo 1 > numa_node`` (the kernel's fix for firmware that reports it
-        wrong, and the NUMA-mismatch runbook's) shows at the next poll, written in place
-        as sysfs changes it; a garbage value after a good one keeps the last good node
-        and reports the file."""
+        wrong, and the NUMA-mismatch runbook's) shows within NUMA_RECHECK_POLLS polls,
+        written in place as sysfs changes it; a garbage value after a good one keeps the
+        last good node and reports the file."""
         collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
         collector.collect()
         numa_path = _function_dir(tmp_path, PF.pci_address) / "numa_node"
         numa_path.write_text("1\n")  # in place: the same file, as sysfs has it
-        overridden = collector.collect()
+        polls = [collector.collect() for _ in range(NUMA_RECHECK_POLLS - 1)]
+        before_due, overridden = polls[-2], polls[-1]  # the last is the first due
         numa_path.write_text("x\n")
-        garbled = collector.collect()
+        garbled = [collector.collect() for _ in range(NUMA_RECHECK_POLLS)][-1]
+        assert PF_4B in before_due.pci_devices  # not yet looked at
 
         moved = PciDevice(PF.pci_address, "0x15b3", "0x101d", "0x020000", 1)
         expected = (
