@@ -307,7 +307,7 @@ def _container_view(
     *,
     owner: Owner,
     container: ContainerResources,
-    allocatable_topology: Mapping[str, tuple[int, ...]],
+    allocatable_topology: Mapping[tuple[str, str], tuple[int, ...]],
     matcher: _Matcher,
     cpu_numa: Mapping[int, int],
     dra: DraState,
@@ -328,9 +328,10 @@ def _container_view(
         DeviceView(
             resource=group.resource,
             device_id=device_id,
-            numa_nodes=_sorted_nodes(group.numa_nodes) or allocatable_topology.get(device_id, ()),
+            numa_nodes=_sorted_nodes(group.numa_nodes)
+            or allocatable_topology.get((group.resource, device_id), ()),
             owner=owner,
-            allocatable=device_id in allocatable_topology,
+            allocatable=(group.resource, device_id) in allocatable_topology,
             resolution=resolve_device_id(device_id),
         )
         for group in container.devices
@@ -377,8 +378,9 @@ class _Prepared:
 class _AllocatableTotals:
     """What the join takes from ``GetAllocatableResources`` and the CPU map alone."""
 
-    topology: Mapping[str, tuple[int, ...]]  # device ID -> its NUMA nodes, sorted
-    resource: Mapping[str, str]  # device ID -> its resource
+    # (resource, device ID) -> its NUMA nodes, sorted. By both: plugins give the same IDs
+    # to several resources (the RDMA shared device plugin: "0".."N-1" for each).
+    topology: Mapping[tuple[str, str], tuple[int, ...]]
     devices: Mapping[tuple[str, ...], int]  # (resource, numa_node) -> device IDs
     cpus: Mapping[str, int]  # numa_node -> CPUs
     memory: Mapping[tuple[str, ...], int]  # (type, numa_node) -> bytes
@@ -388,17 +390,13 @@ def _allocatable_totals(
     allocatable: AllocatableResources, cpu_numa: Mapping[int, int]
 ) -> _AllocatableTotals:
     topology = {
-        device_id: _sorted_nodes(group.numa_nodes)
+        (group.resource, device_id): _sorted_nodes(group.numa_nodes)
         for group in allocatable.devices
         for device_id in group.device_ids
     }
-    resource = {
-        device_id: group.resource for group in allocatable.devices for device_id in group.device_ids
-    }
     return _AllocatableTotals(
         topology=topology,
-        resource=resource,
-        devices=Counter((resource[d], numa_label(t)) for d, t in topology.items()),
+        devices=Counter((resource, numa_label(t)) for (resource, _), t in topology.items()),
         cpus=_cpus_by_numa(allocatable.cpu_ids, cpu_numa),
         memory=_memory_totals(allocatable.memory),
     )
@@ -470,12 +468,12 @@ def _unique_containers(pod: PodResources) -> PodResources:
 
 
 def _unique_devices(container: ContainerResources) -> ContainerResources:
-    held: set[str] = set()
+    held: set[tuple[str, str]] = set()  # (resource, device ID): an ID may serve two
     groups = []
     dropped = False
     for group in container.devices:
-        ids = tuple(d for d in dict.fromkeys(group.device_ids) if d not in held)
-        held.update(ids)
+        ids = tuple(d for d in dict.fromkeys(group.device_ids) if (group.resource, d) not in held)
+        held.update((group.resource, d) for d in ids)
         if ids != group.device_ids:
             dropped = True
         if ids:
@@ -645,18 +643,18 @@ def join_snapshot(
 
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
-    allocated_ids = {d.device_id for d in allocated}
+    allocated_keys = {(d.resource, d.device_id) for d in allocated}
     unallocated = [
         DeviceView(
-            resource=totals.resource[device_id],
+            resource=resource,
             device_id=device_id,
             numa_nodes=topology,
             owner=UNALLOCATED,
             allocatable=True,
             resolution=resolve_device_id(device_id),
         )
-        for device_id, topology in totals.topology.items()
-        if device_id not in allocated_ids
+        for (resource, device_id), topology in totals.topology.items()
+        if (resource, device_id) not in allocated_keys
     ]
     unallocated.sort(key=_device_key)
     devices, hardware = _with_hardware(matcher, (*allocated, *claimed, *unallocated))
@@ -666,7 +664,7 @@ def join_snapshot(
     # finished pod's devices listed while it hands them on) hold one unit.
     for device in {(d.resource, d.device_id): d for d in allocated}.values():
         # One topology per device ID on both sides: the allocatable one where there is one.
-        topology = totals.topology.get(device.device_id, device.numa_nodes)
+        topology = totals.topology.get((device.resource, device.device_id), device.numa_nodes)
         allocated_devices[(device.resource, numa_label(topology))] += 1
 
     allocated_cpu_ids = {c for p in pod_views for c in p.cpu_ids} | {
@@ -809,8 +807,10 @@ def _holders(pods: Iterable[PodView]) -> dict[Owner, ContainerView]:
 def _holdings(container: ContainerView | None) -> tuple[set[str], set[int]]:
     if container is None:
         return set(), set()
-    devices = {d.device_id for d in container.devices}
-    devices.update(f"{d.resource}/{d.device_id}" for d in container.claim_devices)
+    # "<resource>/<ID>": one ID may serve two resources (the RDMA shared device plugin).
+    devices = {
+        f"{d.resource}/{d.device_id}" for d in (*container.devices, *container.claim_devices)
+    }
     return devices, set(container.cpu_ids)
 
 

@@ -199,7 +199,7 @@ class TestMetrics:
             await exporter.poller.poll_once()
         changes = [e for e in logs if e["event"] == "allocation_changed"]
         assert [(e["pod"], e["devices_removed"], e["cpus_removed"]) for e in changes] == [
-            ("etl-0", ["0000:4b:00.4"], [18, 19, 20, 21])
+            ("etl-0", ["mellanox.com/cx7_sriov_vf/0000:4b:00.4"], [18, 19, 20, 21])
         ]
 
     async def test_deleted_pod_disappears(

@@ -9,6 +9,7 @@ import pytest
 from exporter.collectors.nvml import NvmlCollector
 from exporter.join import container_cpu_seconds, diff_allocations, join_snapshot
 from exporter.model import (
+    UNALLOCATED,
     AllocatableResources,
     ClaimDevice,
     CollectorRun,
@@ -116,6 +117,38 @@ class TestNodeCounts:
         assert snapshot.allocated_devices == (
             NodeCount(("nvidia.com/gpu", "0"), 1),
             NodeCount(("nvidia.com/gpu", "1"), 0),
+        )
+
+    def test_one_device_id_under_two_resources_is_two_devices(self) -> None:
+        """The RDMA shared device plugin gives every resource the IDs "0".."N-1" (one
+        resource per rail): each (resource, ID) is its own device, on its own NUMA node,
+        counted under its own resource, held or free on its own."""
+        allocatable = AllocatableResources(
+            devices=(
+                DeviceGroup("rdma/rail_a", ("0", "1", "2"), (0,)),
+                DeviceGroup("rdma/rail_b", ("0", "1", "2"), (1,)),
+            )
+        )
+        both = (DeviceGroup("rdma/rail_a", ("0",), (0,)), DeviceGroup("rdma/rail_b", ("0",), (1,)))
+        pods = (
+            _pod("trainer", ContainerResources("main", devices=both)),
+            _pod(
+                "other", ContainerResources("main", devices=(DeviceGroup("rdma/rail_a", ("1",)),))
+            ),
+        )
+        snapshot = _join(pods, allocatable)
+        held = [
+            (d.resource, d.device_id, d.numa_nodes)
+            for d in _container(snapshot, "trainer", "main").devices
+        ]
+        free = sorted((d.resource, d.device_id) for d in snapshot.devices if d.owner == UNALLOCATED)
+        assert (snapshot.allocatable_devices, snapshot.allocated_devices) == (
+            (NodeCount(("rdma/rail_a", "0"), 3), NodeCount(("rdma/rail_b", "1"), 3)),
+            (NodeCount(("rdma/rail_a", "0"), 2), NodeCount(("rdma/rail_b", "1"), 1)),
+        )
+        assert (held, free) == (
+            [("rdma/rail_a", "0", (0,)), ("rdma/rail_b", "0", (1,))],
+            [("rdma/rail_a", "2"), ("rdma/rail_b", "1"), ("rdma/rail_b", "2")],
         )
 
     def test_multi_node_memory_block_counts_once(self) -> None:
@@ -571,8 +604,8 @@ class TestAllocationChanges:
             (c.owner.pod, c.devices_added, c.devices_removed, c.cpus_added, c.cpus_removed)
             for c in changes
         ] == [
-            ("a", (), ("d1",), (), (1,)),
-            ("b", ("d1",), (), (1,), ()),
+            ("a", (), ("r/d1",), (), (1,)),
+            ("b", ("r/d1",), (), (1,), ()),
         ]
         assert diff_allocations(second, second) == ()
 
@@ -589,7 +622,7 @@ class TestAllocationChanges:
         assert diff_allocations(first, reordered) == ()
         swapped = _join(pods(("d2", "d3"), (2, 1)), AllocatableResources())
         [change] = diff_allocations(reordered, swapped)
-        assert (change.devices_added, change.devices_removed) == (("d3",), ("d1",))
+        assert (change.devices_added, change.devices_removed) == (("r/d3",), ("r/d1",))
         assert (change.cpus_added, change.cpus_removed) == ((), ())
 
     def test_dra_devices_gained_and_lost(self) -> None:
