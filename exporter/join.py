@@ -386,6 +386,13 @@ class _AllocatableTotals:
     memory: Mapping[tuple[str, ...], int]  # (type, numa_node) -> bytes
 
 
+def _pod_memory(pod: PodView) -> tuple[MemoryBlock, ...]:
+    """The memory a pod holds: its pod-level blocks where it has them (pod-level
+    resource managers: the whole allocation, its exclusive containers' blocks a part of
+    it), else its containers' blocks."""
+    return pod.memory or tuple(b for c in pod.containers for b in c.memory)
+
+
 def _allocatable_totals(
     allocatable: AllocatableResources, cpu_numa: Mapping[int, int]
 ) -> _AllocatableTotals:
@@ -430,7 +437,11 @@ def _prepare_pods(
 
 
 def _merged(one: PodResources, other: PodResources) -> PodResources:
-    """Two pods of one namespace and name as one, the same whichever came first."""
+    """Two pods of one namespace and name as one, the same whichever came first. Their
+    memory blocks add up: two blocks of 8 GiB are 16 (a set of blocks made them 8). One
+    pod listed twice alike is that pod."""
+    if one == other:
+        return one
     containers: dict[str, list[ContainerResources]] = defaultdict(list)
     for container in (*one.containers, *other.containers):
         containers[container.name].append(container)
@@ -441,7 +452,7 @@ def _merged(one: PodResources, other: PodResources) -> PodResources:
                 name=name,
                 devices=tuple(sorted({g for c in held for g in c.devices}, key=repr)),
                 cpu_ids=tuple(sorted({i for c in held for i in c.cpu_ids})),
-                memory=tuple(sorted({b for c in held for b in c.memory}, key=repr)),
+                memory=tuple(sorted((b for c in held for b in c.memory), key=repr)),
                 dynamic_resources=tuple(
                     sorted({r for c in held for r in c.dynamic_resources}, key=repr)
                 ),
@@ -449,7 +460,7 @@ def _merged(one: PodResources, other: PodResources) -> PodResources:
             for name, held in sorted(containers.items())
         ),
         cpu_ids=tuple(sorted({*one.cpu_ids, *other.cpu_ids})),
-        memory=tuple(sorted({*one.memory, *other.memory}, key=repr)),
+        memory=tuple(sorted((*one.memory, *other.memory), key=repr)),
     )
 
 
@@ -672,10 +683,7 @@ def join_snapshot(
     }
     allocated_cpus = dict.fromkeys(totals.cpus, 0) | _cpus_by_numa(allocated_cpu_ids, cpu_numa)
     allocated_memory = dict.fromkeys(totals.memory, 0) | _memory_totals(
-        [
-            *(b for p in pod_views for b in p.memory),
-            *(b for p in pod_views for c in p.containers for b in c.memory),
-        ]
+        [b for p in pod_views for b in _pod_memory(p)]
     )
 
     listed = matcher.readings.gpu_processes

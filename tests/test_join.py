@@ -151,6 +151,43 @@ class TestNodeCounts:
             [("rdma/rail_a", "2"), ("rdma/rail_b", "1"), ("rdma/rail_b", "2")],
         )
 
+    def test_pod_level_memory_holds_its_containers_memory(self) -> None:
+        """With pod-level resource managers (PodLevelResourceManagers, beta in 1.37) a
+        pod's memory is its whole allocation and an exclusive container's is a part of
+        it (reference/node/pod-level-resource-managers): counted once, the pod's."""
+        allocatable = AllocatableResources(memory=(MemoryBlock("memory", 8 << 30, (0,)),))
+        pod = PodResources(
+            "ns",
+            "p",
+            (
+                ContainerResources(
+                    "main", cpu_ids=(2, 3), memory=(MemoryBlock("memory", 2 << 30, (0,)),)
+                ),
+                ContainerResources("sidecar"),
+            ),
+            cpu_ids=(2, 3, 4, 5),
+            memory=(MemoryBlock("memory", 4 << 30, (0,)),),
+        )
+        snapshot = _join((pod,), allocatable)
+        assert (snapshot.allocated_memory, snapshot.allocated_cpus) == (
+            (NodeCount(("memory", "0"), 4 << 30),),
+            (NodeCount(("0",), 4),),
+        )
+
+    def test_two_pods_of_one_name_add_their_memory(self) -> None:
+        """A pod replaced while the old one still holds its blocks: two pods, two blocks,
+        even of equal size (a set of blocks counted 8 + 8 GiB as 8)."""
+        block = MemoryBlock("memory", 8 << 30, (0,))
+        old = _pod("p", ContainerResources("c", cpu_ids=(2, 3), memory=(block,)))
+        new = _pod("p", ContainerResources("c", cpu_ids=(4, 5), memory=(block,)))
+        allocatable = AllocatableResources(memory=(MemoryBlock("memory", 32 << 30, (0,)),))
+        for pods in ((old, new), (new, old)):
+            snapshot = _join(pods, allocatable)
+            assert snapshot.allocated_memory == (NodeCount(("memory", "0"), 16 << 30),)
+        assert _join((old, old), allocatable).allocated_memory == (
+            NodeCount(("memory", "0"), 8 << 30),  # one pod listed twice is one pod
+        )
+
     def test_multi_node_memory_block_counts_once(self) -> None:
         """A block over NUMA 0 and 1 is counted once under "0,1", not on each node."""
         allocatable = AllocatableResources(
