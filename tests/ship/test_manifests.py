@@ -422,7 +422,8 @@ class TestOverlays:
     def test_service_monitor_scrapes_the_service_and_labels_the_node(
         self, rendered: dict[str, list[Doc]]
     ) -> None:
-        """The ServiceMonitor scrapes the Service's port, adds node, drops clashing labels."""
+        """The ServiceMonitor scrapes the Service's port, sets node and instance to the node name,
+        drops clashing labels."""
         docs = rendered["manifests/overlays/prometheus-operator"]
         service = _one(docs, "Service")
         monitor = _one(docs, "ServiceMonitor")
@@ -432,11 +433,13 @@ class TestOverlays:
         (endpoint,) = monitor["spec"]["endpoints"]
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         relabelings = endpoint["relabelings"]
-        assert {
-            "action": "replace",
-            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-            "targetLabel": "node",
-        } in relabelings
+        for target in ("node", "instance"):
+            # instance too: a replaced exporter pod (new IP) keeps its series.
+            assert {
+                "action": "replace",
+                "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                "targetLabel": target,
+            } in relabelings
         (drop,) = [r for r in relabelings if r["action"] == "labeldrop"]
         for label in ("namespace", "pod", "container"):
             assert f"|{label}|" in f"|{drop['regex'].strip('()')}|"
