@@ -30,6 +30,10 @@ EXPECTED = {"node-inventory.json", "workloads.json", "waste-placement.json", "ex
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 JOB = "podresources-exporter"
 NODE = "demo-node"
+# A second target where nothing listens: an exporter that is down, which has no series but `up`.
+DEAD_NODE = "dead-node"
+# $node comes from the scrape targets, so that an exporter that is down is still listed.
+NODE_VARIABLE = f'label_values(up{{job="{JOB}"}}, node)'
 # Grafana's built-in variables, as the live test sets them: windows that 1 s scrapes over
 # ~10 s of data can fill.
 BUILTINS = {"__rate_interval": "10s", "__interval": "1s", "__range": "1m"}
@@ -128,10 +132,8 @@ class TestDashboardJson:
             }
         )
         assert wanted | {"datasource"} == set(variables)
-        assert (
-            _variable_query(variables["node"])
-            == "label_values(podresources_exporter_build_info, node)"
-        )
+        # Not from the exporter's own series: a dead exporter has none, and would vanish.
+        assert _variable_query(variables["node"]) == NODE_VARIABLE
         for name in wanted:
             variable = variables[name]
             query = _variable_query(variable)
@@ -177,6 +179,23 @@ class TestDashboardJson:
             if not str(panel.get("fieldConfig", {}).get("defaults", {}).get("noValue", "")).strip()
         ]
         assert silent == []
+
+    def test_health_stats_do_not_look_healthy_without_data(self) -> None:
+        """Exporter health's stats show no data in red, saying why: "0" in green (the old
+        noValue) read as "nothing wrong" when no exporter answered at all."""
+        health = _load(REPO / "dashboards" / "exporter-health.json")
+        stats = [p for p in _query_panels(health) if p["type"] == "stat"]
+        assert stats
+        for panel in stats:
+            defaults = panel["fieldConfig"]["defaults"]
+            results = [
+                m["options"]["result"]
+                for m in defaults.get("mappings", [])
+                if m["type"] == "special" and m["options"]["match"] in {"null", "null+nan"}
+            ]
+            assert results, f"{panel['title']}: no mapping for no data"
+            assert all(r["color"] == "red" and r["text"].strip() for r in results), panel["title"]
+            assert defaults["noValue"] not in {"0", "0%", "100%"}, panel["title"]
 
     def test_queries_use_only_defined_variables(self, dashboard: Dashboard) -> None:
         """Every $variable in a query is a template variable or a Grafana built-in."""
@@ -293,7 +312,8 @@ def demo_prometheus(
                 {
                     "job_name": JOB,
                     "static_configs": [
-                        {"targets": [f"127.0.0.1:{exporter_port}"], "labels": {"node": NODE}}
+                        {"targets": [f"127.0.0.1:{exporter_port}"], "labels": {"node": NODE}},
+                        {"targets": [f"127.0.0.1:{_free_port()}"], "labels": {"node": DEAD_NODE}},
                     ],
                 }
             ],
@@ -320,7 +340,9 @@ def demo_prometheus(
                 if _get(f"{url}/-/ready")[0] != 200:
                     return False
                 samples = client.query(f'count_over_time(up{{job="{JOB}"}}[1m])')
-                return bool(samples) and float(samples[0]["value"][1]) >= MIN_SCRAPES
+                return len(samples) == 2 and all(
+                    float(sample["value"][1]) >= MIN_SCRAPES for sample in samples
+                )
 
             _wait("prometheus", scraped_enough, server, prometheus_log)
             yield client
@@ -397,3 +419,28 @@ def test_demo_exports_every_metric_the_dashboards_and_alerts_use(
             continue
         missing.append(f"{name} (used in {', '.join(sorted(where))})")
     assert not missing, "not exported by the demo: " + "; ".join(missing)
+
+
+def test_an_exporter_that_is_down_is_listed_and_counted(demo_prometheus: Prometheus) -> None:
+    """A target Prometheus cannot scrape is one of $node's values on every dashboard, and
+    the stats that count exporters count it as down: built on the exporter's own series,
+    which a dead exporter does not have, they showed a dead node nowhere and stayed green."""
+    down = {
+        "exporter-health.json": "Exporters down",
+        "node-inventory.json": "Nodes not reporting",
+    }
+    for path in DASHBOARDS:
+        dashboard = _load(path)
+        failures: list[str] = []
+        values = _resolve_variables(dashboard, demo_prometheus, failures)
+        assert not failures, failures
+        assert {NODE, DEAD_NODE} <= set(values["node"].strip("()").split("|")), path.name
+        if path.name not in down:
+            continue
+        (panel,) = [p for p in _query_panels(dashboard) if p["title"] == down[path.name]]
+        (target,) = panel["targets"]
+        (sample,) = demo_prometheus.query(_substitute(target["expr"], values))
+        assert float(sample["value"][1]) == 1, f"{path.name}: {panel['title']}"
+        # With only the live exporter selected, nothing is down: 0, not "no data".
+        (sample,) = demo_prometheus.query(_substitute(target["expr"], {**values, "node": NODE}))
+        assert float(sample["value"][1]) == 0, f"{path.name}: {panel['title']}"
