@@ -41,7 +41,7 @@ import threading
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -225,6 +225,20 @@ def _run_queue(calls: deque[_Call], clock: Callable[[], float]) -> None:
         call.outcome = _collect(call.collector, clock, started)
 
 
+def _identities_of(readings: Readings | None) -> Readings:
+    """What a failed run still says: the devices its last good run found, with their
+    identities and keys but no figures. A device's identity (UUID, model, PCI address)
+    is its hardware's: an NVML call that fails or hangs for a poll must not blank
+    ``podresources_device_info``'s labels (a new series, then the old one back) or drop
+    the GPUs only NVML finds, while no stale figure is served as fresh."""
+    if readings is None:
+        return Readings()
+    return Readings(
+        devices=tuple(replace(d, samples=()) for d in readings.devices),
+        pci_devices=readings.pci_devices,
+    )
+
+
 class CollectorRunner:
     """Owns the enabled collectors and the lanes their calls run in."""
 
@@ -252,6 +266,9 @@ class CollectorRunner:
         self._logged: dict[str, defaultdict[str, set[str]]] = {
             c.name: defaultdict(set) for c in collectors
         }
+        # collector -> its last successful readings: the very objects the published
+        # snapshot holds, so keeping them costs nothing until a run fails
+        self._last_good: dict[str, Readings] = {}
 
     async def run_all(self) -> tuple[CollectorRun, ...]:
         """One run of every collector, in order on one lane while none hangs; never raises."""
@@ -323,6 +340,7 @@ class CollectorRunner:
         if outcome.error is not None:
             return self._failed(collector, outcome.error, outcome.duration_s)
         if outcome.unavailable is not None:
+            self._last_good.pop(name, None)  # the source is gone, and what it named
             self._note_state(name, f"unavailable: {outcome.unavailable}")
             return CollectorRun(
                 name,
@@ -333,6 +351,7 @@ class CollectorRunner:
                 serves=collector.serves,
             )
         readings = outcome.readings or Readings()
+        self._last_good[name] = readings
         self._note_state(name, "ok")
         self._note_issues(name, readings.issues)
         return CollectorRun(
@@ -351,6 +370,7 @@ class CollectorRunner:
             name,
             False,
             duration_s,
+            readings=_identities_of(self._last_good.get(name)),
             error=error,
             error_counts=self._counts(name),
             serves=collector.serves,  # every run describes its collector alike

@@ -14,6 +14,7 @@ import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,13 +26,19 @@ from exporter.collectors.runner import MAX_LOGGED_ISSUES, CollectorRunner
 from exporter.model import (
     CollectorIssue,
     CollectorRun,
+    DeviceIdentity,
     DeviceReading,
     HardwareKey,
     KeyKind,
+    MetricKind,
+    MetricSpec,
+    PciDevice,
     Readings,
+    Sample,
 )
 
 CONTEXT = CollectorContext()
+POWER = MetricSpec("podresources_gpu_power_watts", MetricKind.GAUGE, "power")
 READING = DeviceReading("eth0", (HardwareKey(KeyKind.NETDEV, "eth0"),))
 # How long a test waits, at most, for a released thread to report back: a bound that
 # only a broken runner reaches, never a measured duration.
@@ -612,6 +619,38 @@ class TestLogsAndCounts:
             (("GARBAGE", 1), ("GPU_IS_LOST", 3)),
             (("GARBAGE", 1), ("GPU_IS_LOST", 3)),
         ] == counts
+
+
+class TestFailedRunsKeepIdentities:
+    async def test_a_failed_run_names_the_last_devices_without_figures(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """A run that fails (NVML hung or erroring for a poll) still names the devices
+        its last good run found, identity and keys, but no figure: device_info's
+        labels stay put and nothing stale passes for fresh. A source gone unavailable
+        names nothing."""
+        gpu = DeviceReading(
+            "GPU-a",
+            (HardwareKey(KeyKind.GPU_UUID, "GPU-a"),),
+            DeviceIdentity(uuid="GPU-a", pci_address="0000:17:00.0", model="H100", vendor="nvidia"),
+            (Sample(POWER, 300.0),),
+            standalone=True,
+        )
+        pci = PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", 0)
+        good = Readings(devices=(gpu,), pci_devices=(pci,), node_samples=(Sample(POWER, 1.0),))
+        script = [lambda: good, _failing, _failing, _unavailable, _failing]
+        runner = make_runner([_Scripted(CONTEXT, script)], timeout_s=BOUND_S)
+
+        runs = [(await runner.run_all())[0] for _ in script]
+
+        kept = Readings(devices=(replace(gpu, samples=()),), pci_devices=(pci,))
+        assert [(r.success, r.readings) for r in runs] == [
+            (True, good),
+            (False, kept),
+            (False, kept),
+            (True, Readings()),
+            (False, Readings()),
+        ]
 
 
 class TestNoLeak:
