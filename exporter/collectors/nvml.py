@@ -622,7 +622,9 @@ class NvmlCollector(Collector):
     # passthrough's pgpu and the DRA driver: NVIDIA's network operator names NICs and RDMA
     # devices under nvidia.com/ too (hostdev, rdma_shared_device_a), which need no NVML.
     serves = ("nvidia.com/gpu", "nvidia.com/mig-", "nvidia.com/pgpu", "gpu.nvidia.com")
-    known_errors = (GPU_IS_LOST,)
+    # Counted from 0, so the first of them is an increase alerts can see: the errors
+    # that say a GPU is in trouble, and the privilege one.
+    known_errors = (GPU_IS_LOST, "RESET_REQUIRED", "TIMEOUT", "UNKNOWN", NO_PERMISSION)
 
     def __init__(
         self,

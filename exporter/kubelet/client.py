@@ -242,7 +242,7 @@ class KubeletClient:
         self._backoff = _Backoff(
             initial_s=backoff_initial_s, max_s=backoff_max_s, clock=clock, rng=random.Random()
         )
-        self._stats = StatsRecorder()
+        self._stats = StatsRecorder(methods=(METHOD_LIST, METHOD_GET_ALLOCATABLE, METHOD_GET))
         # method -> (clock time it was found unavailable, why)
         self._unavailable: dict[str, tuple[float, str]] = {}
         self._channel: grpc.aio.Channel | None = None  # opened on first use, inside the loop

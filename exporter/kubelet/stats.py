@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "LATENCY_BUCKETS_S",
+    "PRESET_CODES",
     "KubeletRequestStats",
     "LatencyHistogram",
     "RequestCount",
@@ -70,11 +71,31 @@ class KubeletRequestStats:
         return next((r.count for r in self.requests if (r.method, r.code) == (method, code)), 0)
 
 
-class StatsRecorder:
-    """Counts and times calls as they happen; ``snapshot()`` copies them out."""
+# The codes a PodResources call can end with, counted from 0 for every method the
+# client calls: a series that first appears at 1 is an increase rate() never sees
+# (prometheus/docs instrumentation "Avoid missing metrics"; go-grpc-prometheus
+# pre-registers every code likewise). INTERNAL: a reply that does not decode.
+PRESET_CODES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "RESOURCE_EXHAUSTED",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+)
 
-    def __init__(self) -> None:
-        self._codes: Counter[tuple[str, str]] = Counter()
+
+class StatsRecorder:
+    """Counts and times calls as they happen; ``snapshot()`` copies them out. Each of
+    ``methods`` has a count of every ``PRESET_CODES`` code from the start."""
+
+    def __init__(self, methods: tuple[str, ...] = ()) -> None:
+        self._codes: Counter[tuple[str, str]] = Counter(
+            dict.fromkeys(((m, c) for m in methods for c in PRESET_CODES), 0)
+        )
         self._buckets: dict[str, list[int]] = {}  # per bucket, not cumulative
         self._sums: dict[str, float] = {}
 

@@ -23,7 +23,7 @@ from exporter.kubelet.errors import (
     PodNotFound,
     ReplyUndecodable,
 )
-from exporter.kubelet.stats import LATENCY_BUCKETS_S, RequestCount
+from exporter.kubelet.stats import LATENCY_BUCKETS_S, PRESET_CODES, RequestCount
 from exporter.model import (
     AllocatableResources,
     ContainerResources,
@@ -530,7 +530,7 @@ class TestUndecodable:
             with pytest.raises(ReplyUndecodable):
                 await call
         stats = client.stats()
-        counts = {(r.method, r.code): r.count for r in stats.requests}
+        counts = {(r.method, r.code): r.count for r in stats.requests if r.count}
         assert {
             ("List", "INTERNAL"): 1,
             ("GetAllocatableResources", "INTERNAL"): 1,
@@ -702,6 +702,11 @@ class TestMessageSize:
         assert await client.list_pods() == PODS
 
 
+def _made(client: KubeletClient) -> tuple[RequestCount, ...]:
+    """The requests counted, without the codes still at their preset 0."""
+    return tuple(r for r in client.stats().requests if r.count)
+
+
 class TestStats:
     async def test_requests_counted_by_method_and_code(
         self, sim: SimKubelet, client: KubeletClient
@@ -712,11 +717,19 @@ class TestStats:
         await client.get_allocatable()
         with pytest.raises(PodNotFound):
             await client.get_pod(namespace="ml", name="gone")
-        assert client.stats().requests == (
+        assert _made(client) == (
             RequestCount(method="Get", code="UNKNOWN", count=1),
             RequestCount(method="GetAllocatableResources", code="OK", count=1),
             RequestCount(method="List", code="OK", count=2),
         )
+
+    async def test_every_code_of_every_method_counts_from_zero(self, client: KubeletClient) -> None:
+        """Before any call, each method has a 0 for each code a call can end with: the
+        first failure is then an increase (a series first seen at 1 is none to rate())."""
+        counts = {(r.method, r.code): r.count for r in client.stats().requests}
+        methods = ("List", "GetAllocatableResources", "Get")
+        assert {(m, c): 0 for m in methods for c in PRESET_CODES} == counts
+        assert {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"} <= set(PRESET_CODES)
 
     async def test_local_refusals_are_not_counted(
         self, sim: SimKubelet, client: KubeletClient
@@ -732,7 +745,7 @@ class TestStats:
                 await look_up(client)
         sim.force_code = None
         stats = client.stats()
-        assert (stats.requests, stats.count(method="Get", code="UNAVAILABLE")) == (
+        assert (_made(client), stats.count(method="Get", code="UNAVAILABLE")) == (
             (
                 RequestCount(method="Get", code="UNAVAILABLE", count=1),
                 RequestCount(method="GetAllocatableResources", code="UNIMPLEMENTED", count=1),
