@@ -347,7 +347,8 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
 
     device_info = gauge(
         "podresources_device_info",
-        "Every device ID the kubelet knows, with identity from hardware telemetry.",
+        "Every device ID the kubelet knows, and every GPU NVML finds that none names "
+        "(resource empty), with identity from hardware telemetry.",
         ("resource", "device_id", "numa_node", "uuid", "pci_address", "model", "vendor"),
     )
     mismatch = gauge(

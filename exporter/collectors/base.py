@@ -40,7 +40,8 @@ __all__ = [
 COLLECTOR_ERRORS = MetricSpec(
     "podresources_collector_errors_total",
     MetricKind.COUNTER,
-    "Failed reads of single figures of single devices since the exporter started, by error.",
+    "Problems a collector reported since the exporter started, by error: a figure it "
+    "could not read, or (gpu_processes) a process it could not attribute.",
     labels=("collector", "error"),
 )
 
