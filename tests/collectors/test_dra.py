@@ -305,6 +305,23 @@ def _install(root: Path, release: str, *, modified_s: float) -> None:
     os.utime(_checkpoint(root), (modified_s, modified_s))
 
 
+def _with_old_mig_name() -> Readings:
+    """The tree's readings with its MIG device as releases before v25.12 name it,
+    gpu-<minor>-mig-<GI profile ID>-<start>-<size>, known by its UUID."""
+    mig = DraDevice(
+        "gpu.nvidia.com",
+        "node-a",
+        "gpu-5-mig-19-3-1",
+        (HardwareKey(KeyKind.MIG_UUID, MIG),),
+        CHECKPOINT_SOURCE,
+    )
+    return Readings(
+        dra=DraState(
+            devices=(CHECKPOINT_DEVICES[0], mig, *METADATA_DEVICES), cdi_devices=CDI_DEVICES
+        )
+    )
+
+
 class TestReleases:
     """Checkpoints as each NVIDIA DRA driver release writes them (checkpoints/README.md)."""
 
@@ -337,38 +354,14 @@ class TestReleases:
         deviceinfo.go@v25.8.1:48), named gpu-<minor>-mig-<GI profile ID>-<start>-<size>:
         its UUID is the key."""
         _install(tree, "v25.8.1", modified_s=BOOT_STARTED_S + 60)
-        mig = DraDevice(
-            "gpu.nvidia.com",
-            "node-a",
-            "gpu-5-mig-19-3-1",
-            (HardwareKey(KeyKind.MIG_UUID, MIG),),
-            CHECKPOINT_SOURCE,
-        )
-        expected = Readings(
-            dra=DraState(
-                devices=(CHECKPOINT_DEVICES[0], mig, *METADATA_DEVICES), cdi_devices=CDI_DEVICES
-            )
-        )
-        assert expected == _collect(tree)
+        assert _with_old_mig_name() == _collect(tree)
 
     def test_v25_3_v1_only(self, tree: Path) -> None:
         """v25.3.2 writes only v1 (checkpoint.go@v25.3.2:10-25), of claims it finished
         preparing (device_state.go@v25.3.2:158-166): read as v2 PrepareCompleted ones, as
         later releases convert it (checkpointv.go@v25.8.1 ToV2)."""
         _install(tree, "v25.3.2", modified_s=BOOT_STARTED_S + 60)
-        mig = DraDevice(
-            "gpu.nvidia.com",
-            "node-a",
-            "gpu-5-mig-19-3-1",
-            (HardwareKey(KeyKind.MIG_UUID, MIG),),
-            CHECKPOINT_SOURCE,
-        )
-        expected = Readings(
-            dra=DraState(
-                devices=(CHECKPOINT_DEVICES[0], mig, *METADATA_DEVICES), cdi_devices=CDI_DEVICES
-            )
-        )
-        assert expected == _collect(tree)
+        assert _with_old_mig_name() == _collect(tree)
 
     def test_v25_3_written_before_this_boot(self, tree: Path) -> None:
         """A v1 checkpoint says no boot either: written before this one, it is stale."""
