@@ -435,7 +435,8 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
                     (
                         pod.namespace,
                         pod.name,
-                        container.owner.container,
+                        # A pod's shared pool under pod-level resources: no container's.
+                        container.owner.container or "(pod pool)",
                         device.resource if device else "-",
                         device.device_id if device else "-",
                         (numa_label(device.numa_nodes) or "?") if device else "-",

@@ -409,11 +409,13 @@ _CONTAINER_FAMILIES = (
     ),
     (
         "podresources_container_exclusive_cpus",
-        "Exclusive CPUs allocated to a container, per NUMA node.",
+        "Exclusive CPUs allocated to a container, per NUMA node; an empty container label "
+        "is a pod's shared pool under pod-level resources.",
     ),
     (
         "podresources_container_memory_bytes",
-        "Memory and hugepages allocated to a container by the memory manager, in bytes.",
+        "Memory and hugepages allocated to a container by the memory manager, in bytes; an "
+        "empty container label is a pod's shared pool under pod-level resources.",
     ),
     (
         "podresources_container_dynamic_resource_info",

@@ -386,6 +386,36 @@ class _AllocatableTotals:
     memory: Mapping[tuple[str, ...], int]  # (type, numa_node) -> bytes
 
 
+SHARED_POOL = ""  # the container name under which a pod's shared pool is shown
+
+
+def _shared_pool(pod: PodResources) -> ContainerResources | None:
+    """A pod's shared pool under pod-level resource managers, as a container named "":
+    the pod's exclusive CPUs no container holds exclusively, and its memory blocks less
+    its containers' (reference/node/pod-level-resource-managers: "PodSharedPool = Pod -
+    Union(containers)"), where containers without exclusive CPUs of their own run. So
+    the pool gets its CPU seconds and a pod's per-container series add up to the pod's.
+    None for a pod without pod-level resources, or whose containers hold it all."""
+    if not (pod.cpu_ids or pod.memory):
+        return None
+    held = {c for container in pod.containers for c in container.cpu_ids}
+    cpus = tuple(sorted(set(pod.cpu_ids) - held))
+    left: dict[tuple[str, tuple[int, ...]], int] = defaultdict(int)
+    for block in pod.memory:
+        left[block.memory_type, _sorted_nodes(block.numa_nodes)] += block.size_bytes
+    for container in pod.containers:
+        for block in container.memory:
+            key = (block.memory_type, _sorted_nodes(block.numa_nodes))
+            if key in left:
+                left[key] -= block.size_bytes
+    memory = tuple(
+        MemoryBlock(kind, size, nodes) for (kind, nodes), size in sorted(left.items()) if size > 0
+    )
+    if not (cpus or memory):
+        return None
+    return ContainerResources(SHARED_POOL, cpu_ids=cpus, memory=memory)
+
+
 def _pod_memory(pod: PodView) -> tuple[MemoryBlock, ...]:
     """The memory a pod holds: its pod-level blocks where it has them (pod-level
     resource managers: the whole allocation, its exclusive containers' blocks a part of
@@ -607,6 +637,7 @@ def join_snapshot(
         totals = _allocatable_totals(allocatable, cpu_numa)
 
     def pod_view(pod: PodResources) -> PodView:
+        pool = _shared_pool(pod)
         return PodView(
             namespace=pod.namespace,
             name=pod.name,
@@ -619,7 +650,7 @@ def join_snapshot(
                     cpu_numa=cpu_numa,
                     dra=dra,
                 )
-                for container in pod.containers
+                for container in (*pod.containers, *((pool,) if pool else ()))
             ),
             cpu_ids=tuple(sorted(set(pod.cpu_ids))),
             memory=pod.memory,

@@ -440,6 +440,50 @@ def test_the_same_container_on_other_cpus_is_another_cpu_seconds_series() -> Non
     assert page(10, 11) == [f'{name}{{container="db",cpus="10-11",{owner}}} 2000.0']
 
 
+def test_a_pods_shared_pool_is_container_empty_and_adds_up() -> None:
+    """Pod-level resource managers (beta in 1.37): the pod holds CPUs 2-5 and 4 GiB, its
+    container "main" 2-3 and 2 GiB, its sidecar nothing of its own. The rest, where the
+    sidecar runs, is the pod's shared pool: container "" with CPUs 4-5, 2 GiB and their
+    CPU seconds, so a pod's container series add up to what the node counts for it."""
+    from exporter.model import CollectorRun, MemoryBlock, Readings
+
+    times = {cpu: CpuTimes(cpu, (("user", 10.0 * cpu),)) for cpu in range(8)}
+    gib = 1 << 30
+    pod = PodResources(
+        "ns",
+        "p",
+        (
+            ContainerResources(
+                "main", cpu_ids=(2, 3), memory=(MemoryBlock("memory", 2 * gib, (0,)),)
+            ),
+            ContainerResources("sidecar"),
+        ),
+        cpu_ids=(2, 3, 4, 5),
+        memory=(MemoryBlock("memory", 4 * gib, (0,)),),
+    )
+    snapshot = join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(pod,),
+        allocatable=AllocatableResources(cpu_ids=tuple(range(8))),
+        cpu_numa=dict.fromkeys(range(8), 0),
+        collector_runs=(CollectorRun("cpu", True, 0.0, Readings(cpu_times=times)),),
+    )
+    families = {f.name: f for f in parse_text(render(snapshot).text.decode())}
+
+    def by_container(name: str) -> dict[str, float]:
+        return {s.labels["container"]: s.value for s in families[name].samples}
+
+    assert (
+        by_container("podresources_container_exclusive_cpus"),
+        by_container("podresources_container_memory_bytes"),
+        by_container("podresources_container_exclusive_cpu_seconds"),
+        families["podresources_node_allocated_cpus"].samples[0].value,
+        families["podresources_node_allocated_memory_bytes"].samples[0].value,
+    ) == ({"main": 2, "": 2}, {"main": 2 * gib, "": 2 * gib}, {"main": 50.0, "": 90.0}, 4, 4 * gib)
+
+
 def _inventory_lines(allocatable: DeviceGroup, pci: PciDevice) -> list[str]:
     """The device_info and device_numa_mismatch lines of a node whose one device
     (no telemetry) sysfs knows as ``pci``."""
