@@ -281,7 +281,7 @@ def render_json(
         "source": source,
         "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
         "age_seconds": round(now - snapshot.collected_at, 3) if snapshot.collected_at else None,
-        "status": _status(snapshot),
+        "status": _status(snapshot, source),
         **_telemetry_time(snapshot),
         "kubelet": {
             "up": snapshot.kubelet.up,
@@ -317,6 +317,9 @@ def render_json(
     return found
 
 
+GET_SOURCE = "kubelet Get"  # a view of one pod Get has just answered for
+
+
 def _telemetry_time(snapshot: Snapshot) -> JSON:
     """When a fresh pod's telemetry was read (the last poll), and how much older than
     its allocation it is: age_seconds is the allocation's, just asked of Get."""
@@ -329,10 +332,12 @@ def _telemetry_time(snapshot: Snapshot) -> JSON:
     }
 
 
-def _status(snapshot: Snapshot) -> str:
+def _status(snapshot: Snapshot, source: str) -> str:
     """One word for ``jq .status``: whether the pods shown are what the kubelet says now."""
     if not snapshot.collected_at:
         return "no kubelet data yet"  # allocatable and telemetry stand alone
+    if source == GET_SOURCE:
+        return "ok"  # Get just answered for this pod, whatever List does
     if not snapshot.kubelet.up:
         return "stale: kubelet down"  # the last good pods, with their age
     return "ok"

@@ -573,8 +573,11 @@ class Snapshot:
     gpu_processes: tuple[GpuDeviceProcesses, ...] | None = None
     # Every resource name and DRA driver the kubelet mentioned: what collectors serve.
     advertised: frozenset[str] = frozenset()
+    # Unix seconds the poll took its readings: collected_at is the kubelet data's, which
+    # stays where it was while List fails and the collectors go on.
+    readings_at: float | None = None
     # When the telemetry was read, where that is not collected_at: a pod fresh from Get
-    # joined with the last poll's readings.
+    # joined with the last poll's readings (its readings_at).
     telemetry_collected_at: float | None = None
 
     def hardware_of(self, device: DeviceView) -> DeviceHardware:

@@ -285,6 +285,7 @@ class Poller:
             snapshot,
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
+            readings_at=time.time(),
         )
         if refreshed is not None:
             return snapshot, (), joined_from

@@ -29,7 +29,14 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
-from exporter.debugview import FILTER_KEYS, EncodedView, Filters, encode_json, encode_text
+from exporter.debugview import (
+    FILTER_KEYS,
+    GET_SOURCE,
+    EncodedView,
+    Filters,
+    encode_json,
+    encode_text,
+)
 from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from exporter.join import join_fresh_pod
 from exporter.kubelet.errors import KubeletError, MethodUnavailable, PodNotFound
@@ -443,7 +450,7 @@ async def pod_allocations(request: web.Request) -> web.StreamResponse:
         unanswered = error
     else:
         joined = join_fresh_pod(snapshot, fresh, collected_at=time.time())
-        return await _respond(request, joined, filters=filters, output=output, source="kubelet Get")
+        return await _respond(request, joined, filters=filters, output=output, source=GET_SOURCE)
     if not any(filters.keeps_pod(p) for p in snapshot.pods):
         if isinstance(unanswered, MethodUnavailable):  # the snapshot is all there is
             raise ErrorAnswer(f"pod {namespace}/{name} not in the last snapshot", status=404)

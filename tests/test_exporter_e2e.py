@@ -451,6 +451,27 @@ class TestDebugEndpoints:
         assert body["pods"][0]["name"] == "trainer-0"
         assert "telemetry_collected_at" not in body  # one time: the snapshot's
 
+    async def test_fresh_pod_while_list_fails(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """List failing (a reply too large to decode), Get still answering: the pod Get
+        gives is current ("ok", not "stale: kubelet down"), and its hardware figures are
+        the last poll's, not as old as the last good List (the collectors go on)."""
+        from exporter.sim.kubelet import V1_LIST
+
+        await exporter.poller.poll_once()
+        sim_node.kubelet.undecodable = {V1_LIST}
+        for _ in range(2):
+            await asyncio.sleep(0.4)
+            published = await exporter.poller.poll_once()
+        body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
+        assert (published.snapshot.kubelet.up, body["source"], body["status"]) == (
+            False,
+            "kubelet Get",
+            "ok",
+        )
+        assert body["telemetry_older_by_seconds"] < 0.4
+
     async def test_fresh_pod_says_its_telemetry_is_the_polls(
         self, exporter: Exporter, client: TestClient
     ) -> None:  # type: ignore[type-arg]
@@ -463,10 +484,10 @@ class TestDebugEndpoints:
         text = await (
             await client.get("/debug/allocations/ml-training/trainer-0?format=text")
         ).text()
-        collected_at = published.snapshot.collected_at
-        assert collected_at is not None
+        readings_at = published.snapshot.readings_at
+        assert readings_at is not None
         assert (body["telemetry_collected_at"], body["age_seconds"] < 0.3) == (
-            rfc3339(collected_at),
+            rfc3339(readings_at),
             True,
         )
         assert body["telemetry_older_by_seconds"] >= 0.3

@@ -29,7 +29,14 @@ class Clock:
 
 
 def _comparable(snapshot: Snapshot) -> Snapshot:
-    return replace(snapshot, poll_duration_seconds=0.0, kubelet_requests=KubeletRequestStats())
+    """The snapshot without what the poller stamps on it (duration, request counts,
+    when the readings were taken), for comparing with a join made by hand."""
+    return replace(
+        snapshot,
+        poll_duration_seconds=0.0,
+        kubelet_requests=KubeletRequestStats(),
+        readings_at=None,
+    )
 
 
 class TestUnchangedReplies:
