@@ -468,10 +468,9 @@ def _prepare_pods(
 
 def _merged(one: PodResources, other: PodResources) -> PodResources:
     """Two pods of one namespace and name as one, the same whichever came first. Their
-    memory blocks add up: two blocks of 8 GiB are 16 (a set of blocks made them 8). One
-    pod listed twice alike is that pod."""
-    if one == other:
-        return one
+    memory blocks add up: two blocks of 8 GiB are 16 (a set of blocks made them 8), also
+    where both entries are alike (List makes one entry per pod object, server_v1.go: a
+    replacement that holds memory but no exclusive CPUs lists just like the old pod)."""
     containers: dict[str, list[ContainerResources]] = defaultdict(list)
     for container in (*one.containers, *other.containers):
         containers[container.name].append(container)

@@ -184,8 +184,10 @@ class TestNodeCounts:
         for pods in ((old, new), (new, old)):
             snapshot = _join(pods, allocatable)
             assert snapshot.allocated_memory == (NodeCount(("memory", "0"), 16 << 30),)
-        assert _join((old, old), allocatable).allocated_memory == (
-            NodeCount(("memory", "0"), 8 << 30),  # one pod listed twice is one pod
+        # Alike entries are two pods too: List makes one entry per pod object.
+        alike = _pod("p", ContainerResources("c", memory=(block,)))
+        assert _join((alike, alike), allocatable).allocated_memory == (
+            NodeCount(("memory", "0"), 16 << 30),
         )
 
     def test_multi_node_memory_block_counts_once(self) -> None:
