@@ -99,8 +99,9 @@ def _number(
 
 
 def _socket_path(text: str) -> str:
-    # The endpoint form kubelet and CRI configs write (unix:///var/lib/...): the path.
-    text = text.removeprefix("unix://")
+    # The endpoint forms kubelet and CRI configs write (unix:///var/lib/..., and gRPC's
+    # unix:/var/lib/...): the path.
+    text = text.removeprefix("unix://").removeprefix("unix:")
     # sockaddr_un.sun_path holds 108 bytes with the terminating NUL: a longer path can
     # never be connected to, and gRPC would only say UNAVAILABLE on every poll.
     if not text:

@@ -147,8 +147,9 @@ def test_abbreviated_flags_are_refused(argv: list[str]) -> None:
 def test_socket_in_endpoint_form() -> None:
     """unix:///path, the form kubelet and CRI configs write, is the path (it was taken
     whole, and every poll failed on 'unix:unix:///...')."""
-    config = parse_config(["--kubelet.socket=unix:///run/k/kubelet.sock"], {})
-    assert "/run/k/kubelet.sock" == config.kubelet_socket
+    given = ["unix:///run/k/kubelet.sock", "unix:/run/k/kubelet.sock", "/run/k/kubelet.sock"]
+    sockets = {parse_config([f"--kubelet.socket={s}"], {}).kubelet_socket for s in given}
+    assert {"/run/k/kubelet.sock"} == sockets
 
 
 def test_listen_address_repeats_and_replaces_the_environment() -> None:
