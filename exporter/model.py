@@ -315,8 +315,8 @@ class GpuProcess:
     ``memory_used_bytes`` is None where NVML does not say (MIG without privileges);
     ``sm_utilization_ratio`` is the mean of NVML's samples since the previous poll, 0
     for a listed process without samples, None where the device gives none.
-    ``command`` is the program's name (``argv[0]``'s base name, else the 15-byte
-    ``/proc/<pid>/comm``; "" where unread): it tells an MPS server apart.
+    ``command`` is ``/proc/<pid>/comm``, the name's first 15 bytes ("" where unread):
+    it tells an MPS server apart.
     """
 
     pid: int

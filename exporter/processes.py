@@ -42,9 +42,9 @@ from exporter.model import (
 __all__ = ["FOREIGN_KINDS", "MPS_SERVER_COMMAND", "attribute_processes"]
 
 MPS_SERVER_COMMAND = "nvidia-cuda-mps-server"
-# What /proc/<pid>/comm holds for it: the kernel keeps 15 bytes (TASK_COMM_LEN 16). The
-# collector reads argv[0] first; this is its fallback. nvidia-cuda-mps-control shares
-# the prefix but makes no CUDA context, so NVML never lists it.
+# What /proc/<pid>/comm holds for it, which the collector reads: the kernel keeps 15
+# bytes (TASK_COMM_LEN 16). nvidia-cuda-mps-control shares the prefix but makes no CUDA
+# context, so NVML never lists it.
 _MPS_SERVER_NAMES = frozenset((MPS_SERVER_COMMAND, MPS_SERVER_COMMAND[:15]))
 
 OTHER_POD = "other_pod"

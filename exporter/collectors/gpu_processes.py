@@ -209,21 +209,12 @@ class _Exited(Exception):
 
 
 def _read_command(procfs: Path, pid: int) -> str:
-    """The program's name, "" where it cannot be read (it is only a hint).
-
-    The base name of ``argv[0]`` from ``/proc/<pid>/cmdline``: ``/proc/<pid>/comm`` is
-    cut to 15 bytes by the kernel (TASK_COMM_LEN), so "nvidia-cuda-mps-server" reads
-    "nvidia-cuda-mps" there. ``comm`` only where cmdline is empty (a zombie) or unreadable.
-    """
-    base = procfs / str(pid)
+    """``/proc/<pid>/comm``, "" where it cannot be read (it is only a hint). The kernel
+    keeps 15 bytes of the name (TASK_COMM_LEN): "nvidia-cuda-mps-server" reads
+    "nvidia-cuda-mps", which attribution knows. Not cmdline: reading another process's
+    argv takes its mmap lock, which a process stuck in the driver may hold."""
     try:
-        argv0 = (base / "cmdline").read_bytes().split(b"\0", 1)[0]
-    except OSError:
-        argv0 = b""
-    if argv0:
-        return argv0.decode(errors="replace").rsplit("/", 1)[-1]
-    try:
-        return (base / "comm").read_text().strip()
+        return (procfs / str(pid) / "comm").read_text().strip()
     except OSError:
         return ""
 

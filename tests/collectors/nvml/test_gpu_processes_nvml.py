@@ -177,10 +177,9 @@ class TestListing:
     def test_mps_clients_and_server(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
     ) -> None:
-        """MPS clients come from their own list; the server is told apart by argv[0], since
-        the kernel cuts its comm to 15 bytes."""
+        """MPS clients come from their own list; the server by its comm, which the kernel
+        cuts to 15 bytes."""
         (node / "proc" / "200" / "comm").write_text("nvidia-cuda-mps\n")
-        (node / "proc" / "200" / "cmdline").write_bytes(b"/usr/bin/nvidia-cuda-mps-server\0")
         fake_nvml.configure(
             FakeGpu(
                 UUID,
@@ -190,17 +189,16 @@ class TestListing:
         )
         readings = collector.collect()
         assert readings.gpu_processes is not None
-        assert [(100, "", GIB), (200, "nvidia-cuda-mps-server", 512 * 1024 * 1024)] == [
+        assert [(100, "", GIB), (200, "nvidia-cuda-mps", 512 * 1024 * 1024)] == [
             (p.pid, p.command, p.memory_used_bytes) for p in readings.gpu_processes[0].processes
         ]
 
     def test_mps_server_known_by_its_comm_is_not_foreign(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
     ) -> None:
-        """An empty cmdline (a zombie keeps none) leaves the kernel's 15-byte comm: the
-        host's MPS server is still no foreign process on the held GPU."""
+        """Known by the kernel's 15-byte comm, the host's MPS server is no foreign
+        process on the held GPU."""
         (node / "proc" / "200" / "comm").write_text("nvidia-cuda-mps\n")
-        (node / "proc" / "200" / "cmdline").write_bytes(b"")
         fake_nvml.configure(
             FakeGpu(
                 UUID,
@@ -216,11 +214,12 @@ class TestListing:
             'resource="nvidia.com/gpu"} 0.0',
         ] == foreign
 
-    def test_a_real_mps_server_is_named_in_full(
+    def test_a_real_mps_server_is_known_by_the_kernels_comm(
         self, fake_nvml: FakeNvml, fake_nvml_library: object, tmp_path: Path
     ) -> None:
         """A real process whose program is nvidia-cuda-mps-server, read from this host's
-        /proc: its full name, not the 15 bytes the kernel keeps in comm."""
+        /proc: the 15 bytes the kernel keeps in comm, a name attribution takes for the
+        MPS server (it hand-wrote a 22-character comm the kernel never gives)."""
         program = tmp_path / "nvidia-cuda-mps-server"
         shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
         server = subprocess.Popen([str(program), "60"])
@@ -242,7 +241,8 @@ class TestListing:
             server.kill()
             server.wait()
         assert readings.gpu_processes is not None
-        assert ("nvidia-cuda-mps", ["nvidia-cuda-mps-server"]) == (
+        # tests/test_processes.py: that name is the MPS server to attribution.
+        assert ("nvidia-cuda-mps", ["nvidia-cuda-mps"]) == (
             comm,
             [p.command for p in readings.gpu_processes[0].processes],
         )
