@@ -24,9 +24,16 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
     elif fmt == "logfmt":
-        renderer = structlog.processors.LogfmtRenderer(
+        logfmt = structlog.processors.LogfmtRenderer(
             key_order=["timestamp", "level", "event"], bool_as_flag=False
         )
+
+        def renderer(logger: object, method: str, event: structlog.typing.EventDict) -> str | bytes:
+            # A list as logfmt readers split it (devices=a,b), not Python's ['a', 'b'].
+            for key, value in event.items():
+                if isinstance(value, list | tuple):
+                    event[key] = ",".join(map(str, value))
+            return logfmt(logger, method, event)
     else:
         renderer = structlog.processors.JSONRenderer()
     stamped: list[structlog.typing.Processor] = [

@@ -42,7 +42,9 @@ def _lines(fmt: str) -> list[str]:
     handlers, level = root.handlers[:], root.level
     try:
         configure_logging(level="info", fmt=fmt, stream=stream)
-        structlog.get_logger("test").info("poll_failed", reason="kubelet gone", pods=3)
+        structlog.get_logger("test").info(
+            "poll_failed", reason="kubelet gone", pods=3, cpus=[2, 3], devices=("r/a", "r/b")
+        )
         try:
             raise ConnectionResetError("peer went away")
         except ConnectionResetError:
@@ -57,7 +59,7 @@ def test_library_lines_are_stamped_and_name_their_exception() -> None:
     """A library's line carries a timestamp and its logger like the exporter's own, its
     exception named in one line, no traceback."""
     own, library = (json.loads(line) for line in _lines("json"))
-    assert (own.keys() - {"reason", "pods"}, library) == (
+    assert (own.keys() - {"reason", "pods", "cpus", "devices"}, library) == (
         {"event", "level", "timestamp"},
         {
             "event": "Error handling request",
@@ -75,7 +77,7 @@ def test_logfmt_lines() -> None:
     the value has a space, the library's line in the same format."""
     own, library = _lines("logfmt")
     assert (own.split(" ", 1)[1], library.split(" ", 1)[1]) == (
-        'level=info event=poll_failed reason="kubelet gone" pods=3',
+        'level=info event=poll_failed reason="kubelet gone" pods=3 cpus=2,3 devices=r/a,r/b',
         'level=error event="Error handling request" logger=aiohttp.server '
         'error="ConnectionResetError: peer went away"',
     )
