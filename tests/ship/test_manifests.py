@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -461,3 +463,94 @@ class TestOverlays:
             assert config_map["metadata"]["name"] == f"podresources-dashboard-{key[:-5]}"
             files[key] = content
         assert {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")} == files
+
+
+def _driver_upgrade_patches() -> dict[str, str]:
+    """docs/operations.md's GPU Operator driver-upgrade patches, keyed by their first line
+    (a comment saying what each is for)."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    section = text[
+        text.index("- **NVIDIA GPU Operator driver upgrades**") : text.index("- **DRA drivers**")
+    ]
+    blocks = [textwrap.dedent(b) for b in re.findall(r"\n  ```yaml\n(.*?)\n  ```\n", section, re.S)]
+    return {block.splitlines()[0]: block for block in blocks}
+
+
+def _terms(pod_spec: Doc) -> list[list[Doc]]:
+    required = pod_spec["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    return [term["matchExpressions"] for term in required["nodeSelectorTerms"]]
+
+
+class TestDriverUpgradePatches:
+    """The documented patches that let the GPU Operator unload the driver, as a user's
+    kustomization beside a checkout of this repository renders them."""
+
+    NODE_SELECTOR = (
+        "# GPU Operator v26.7+: the node selector the driver manager pauses and waits for"
+    )
+    ALONE = "# older releases, without the gpu-nodes component"
+    WITH_GPU_NODES = "# older releases, with the gpu-nodes component"
+    PAUSED = {
+        "key": "nvidia.com/dra-kubelet-plugin",
+        "operator": "NotIn",
+        "values": ["paused-for-driver-upgrade"],
+    }
+
+    @staticmethod
+    def _pod_spec(kubectl: str, tmp_path: Path, patch: str | None, gpu_nodes: bool) -> Doc:
+        (tmp_path / "podresources-exporter").symlink_to(REPO)
+        kustomization = (
+            "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+            "kind: Kustomization\n"
+            "resources: [podresources-exporter/manifests/base]\n"
+        )
+        if gpu_nodes:
+            kustomization += "components: [podresources-exporter/manifests/components/gpu-nodes]\n"
+        (tmp_path / "kustomization.yaml").write_text(kustomization + (patch or ""))
+        return _pod_spec(_render(kubectl, tmp_path))
+
+    def test_the_three_patches_are_documented(self) -> None:
+        """The section holds exactly the three patches the tests below render."""
+        assert {self.NODE_SELECTOR, self.ALONE, self.WITH_GPU_NODES} == set(
+            _driver_upgrade_patches()
+        )
+
+    @pytest.mark.parametrize("gpu_nodes", [False, True], ids=["base", "gpu-nodes"])
+    def test_node_selector_on_the_client_label(
+        self, kubectl: str, tmp_path: Path, gpu_nodes: bool
+    ) -> None:
+        """v26.7+: nodeSelector nvidia.com/gpu.deploy.client=true (the key the driver
+        manager waits for), leaving gpu-nodes' affinity as it was."""
+        patch = _driver_upgrade_patches()[self.NODE_SELECTOR]
+        spec = self._pod_spec(kubectl, tmp_path, patch, gpu_nodes)
+        assert {"nvidia.com/gpu.deploy.client": "true"} == spec["nodeSelector"]
+        if gpu_nodes:
+            (tmp_path / "without").mkdir()
+            plain = self._pod_spec(kubectl, tmp_path / "without", None, gpu_nodes=True)
+            assert plain["affinity"] == spec["affinity"]
+        else:
+            assert "affinity" not in spec
+
+    def test_custom_label_affinity_alone(self, kubectl: str, tmp_path: Path) -> None:
+        """Older releases, base only: one term, the label not paused."""
+        patch = _driver_upgrade_patches()[self.ALONE]
+        assert [[self.PAUSED]] == _terms(self._pod_spec(kubectl, tmp_path, patch, False))
+
+    def test_custom_label_affinity_keeps_the_gpu_node_terms(
+        self, kubectl: str, tmp_path: Path
+    ) -> None:
+        """Older releases with gpu-nodes: every GPU-node term kept, each with the paused
+        check appended (the plain `add` on affinity would have replaced them all)."""
+        (tmp_path / "gpu-nodes").mkdir()
+        plain = _terms(self._pod_spec(kubectl, tmp_path / "gpu-nodes", None, True))
+        (tmp_path / "patched").mkdir()
+        patch = _driver_upgrade_patches()[self.WITH_GPU_NODES]
+        patched = _terms(self._pod_spec(kubectl, tmp_path / "patched", patch, True))
+        assert [[*term, self.PAUSED] for term in plain] == patched
+        (tmp_path / "replaced").mkdir()
+        alone = _driver_upgrade_patches()[self.ALONE]
+        assert [[self.PAUSED]] == _terms(
+            self._pod_spec(kubectl, tmp_path / "replaced", alone, True)
+        )
