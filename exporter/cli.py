@@ -55,17 +55,35 @@ def _plain(number: float) -> str:
 
 # Go's time.ParseDuration units, as kingpin's Duration flags of other exporters take them.
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|us|µs|ns|m|s)")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|us|µs|ns|m|s)")
+# ASCII only: float() and int() also take Arabic-Indic and other Unicode digits and
+# "1_0", which no other exporter's flags do.
+_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# The longest Go duration (int64 nanoseconds, about 292 years): past it Go refuses.
+_MAX_DURATION_S = (2**63 - 1) / 1e9
 
 
 def _seconds(text: str) -> float:
     """Seconds from a plain number (``10``, ``2.5``) or a Go duration (``10s``, ``1m30s``,
-    ``500ms``); ValueError for anything else."""
+    ``+500ms``); ValueError for anything else."""
     stripped = text.strip()
-    parts = _DURATION.findall(stripped)
-    if not parts or "".join(number + unit for number, unit in parts) != stripped:
-        return float(stripped)  # a plain number, or ValueError
-    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    if _NUMBER.fullmatch(stripped) or stripped.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(stripped)  # nan and inf for the caller to refuse by name
+    body = stripped.removeprefix("+")
+    parts = _DURATION.findall(body)
+    if not parts or "".join(number + unit for number, unit in parts) != body:
+        raise ValueError(f"not a duration: {text!r}")
+    seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    if seconds > _MAX_DURATION_S:
+        raise ValueError(f"longer than Go's longest duration: {text!r}")
+    return seconds
+
+
+def _integer(text: str) -> int:
+    if not _INTEGER.fullmatch(text.strip()):
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
 
 
 def _number(
@@ -135,7 +153,7 @@ def parse_listen_address(text: str, *, source: str = "--web.listen-address") -> 
     bracketed = host.startswith("[") and host.endswith("]")
     if (
         not separator
-        or not port_text.isdigit()
+        or not (port_text.isascii() and port_text.isdigit())  # int() refuses "²"
         or int(port_text) > 65535
         or host.startswith("[") != host.endswith("]")  # half a bracket
         or (":" in host and not bracketed)  # "::1:9410": which colon ends the host?
@@ -199,7 +217,7 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "costs ~80 MiB of RSS (40-byte IDs) to ~25 MiB (200-byte IDs)",
         default=DEFAULT_MAX_MESSAGE_BYTES,
         type=_number(
-            int,
+            _integer,
             "--kubelet.max-message-bytes",
             minimum=MIN_MAX_MESSAGE_BYTES,
             maximum=MAX_MAX_MESSAGE_BYTES,

@@ -114,6 +114,7 @@ def test_a_flag_wins_over_a_bad_environment_value(
         (["--poll.interval", "2.5"], {}, ("poll_interval_s", 2.5)),
         ([], {env_name("--poll.interval"): "30s"}, ("poll_interval_s", 30.0)),
         (["--kubelet.timeout=500ms"], {}, ("kubelet_timeout_s", 0.5)),
+        (["--kubelet.timeout=+2s"], {}, ("kubelet_timeout_s", 2.0)),
         (["--collector.timeout=1.5s"], {}, ("collector_timeout_s", 1.5)),
     ],
 )
@@ -126,7 +127,12 @@ def test_prometheus_flag_words_are_understood(
     assert expected == (expected[0], getattr(config, expected[0]))
 
 
-@pytest.mark.parametrize("text", ["10x", "s", "1h-5m", "10 s", "5s10", "", "1e400s"])
+@pytest.mark.parametrize(
+    "text",
+    # Unicode digits and "1_0" pass float(); Go's parser refuses them, and durations
+    # past its int64 nanoseconds.
+    ["10x", "s", "1h-5m", "10 s", "5s10", "", "1e400s", "\u0661\u0660", "1_0", "9999999999h"],
+)
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse_config([f"--poll.interval={text}"], {})
@@ -185,6 +191,8 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         (["--web.listen-address", "[::1:9410"], {}, "expected HOST:PORT"),  # half a bracket
         (["--web.listen-address", "::1]:9410"], {}, "expected HOST:PORT"),
         (["--web.listen-address", "::1:9410"], {}, "expected HOST:PORT"),  # no brackets
+        (["--web.listen-address", ":\u00b2"], {}, "expected HOST:PORT"),  # int() refuses it
+        (["--web.listen-address", ":\u0669\u0664\u0661\u0660"], {}, "expected HOST:PORT"),
         ([], {env_name("--web.listen-address"): "9410"}, "PODRESOURCES_EXPORTER_WEB_LISTEN"),
         (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),
         (["--path.sysfs", "/no/such/dir"], {}, "not a directory"),
@@ -228,6 +236,10 @@ def test_process_exits_2_with_one_line(argv: list[str]) -> None:
     ("argv", "message"),
     [
         (["--poll.interval", "nan"], "--poll.interval must be a finite number"),
+        (
+            ["--kubelet.max-message-bytes", "1_048_576"],
+            "--kubelet.max-message-bytes must be a number",
+        ),
         (["--poll.interval", "inf"], "--poll.interval must be a finite number"),
         (["--poll.interval", "1e-9"], "--poll.interval must be at least 1"),
         (["--poll.interval", "0.5"], "--poll.interval must be at least 1"),
