@@ -77,7 +77,9 @@ class Filters:
         )
 
     def keeps_container(self, container: ContainerView) -> bool:
-        if self.container is not None and container.owner.container != self.container:
+        # The shared pool is asked for by the name the table shows it under.
+        name = container.owner.container or POD_POOL
+        if self.container is not None and name != self.container:
             return False
         if self.resource is None and self.device is None:
             return True
@@ -318,6 +320,9 @@ def render_json(
 
 
 GET_SOURCE = "kubelet Get"  # a view of one pod Get has just answered for
+# How the table names a pod's shared pool (the container ""), and ?container= asks for
+# it: no container name can be it (names are DNS labels).
+POD_POOL = "(pod pool)"
 
 
 def _telemetry_time(snapshot: Snapshot) -> JSON:
@@ -441,7 +446,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
                         pod.namespace,
                         pod.name,
                         # A pod's shared pool under pod-level resources: no container's.
-                        container.owner.container or "(pod pool)",
+                        container.owner.container or POD_POOL,
                         device.resource if device else "-",
                         device.device_id if device else "-",
                         (numa_label(device.numa_nodes) or "?") if device else "-",

@@ -396,8 +396,8 @@ def _shared_pool(pod: PodResources) -> ContainerResources | None:
     Union(containers)"), where containers without exclusive CPUs of their own run. So
     the pool gets its CPU seconds and a pod's per-container series add up to the pod's.
     None for a pod without pod-level resources, or whose containers hold it all."""
-    if not (pod.cpu_ids or pod.memory):
-        return None
+    if not (pod.cpu_ids or pod.memory) or any(c.name == SHARED_POOL for c in pod.containers):
+        return None  # (a container named "", which validation forbids, would be two series)
     held = {c for container in pod.containers for c in container.cpu_ids}
     cpus = tuple(sorted(set(pod.cpu_ids) - held))
     left: dict[tuple[str, tuple[int, ...]], int] = defaultdict(int)

@@ -106,6 +106,28 @@ class TestEncodedJson:
         assert expected == render_json(view, filters=Filters(), now=COLLECTED_AT + 5)["status"]
 
 
+class TestSharedPool:
+    def test_the_pool_is_asked_for_by_the_name_the_table_shows(self) -> None:
+        """A pod's shared pool (container "") is "(pod pool)" in the table, and
+        ?container=(pod pool) selects it: the row on-call sees can be filtered to."""
+        pod = PodResources("ns", "p", (ContainerResources("main", cpu_ids=(2,)),), cpu_ids=(2, 3))
+        view = join_snapshot(
+            node="n",
+            collected_at=COLLECTED_AT,
+            kubelet=KubeletStatus(up=True, socket="/s", api=()),
+            pods=(pod,),
+            allocatable=AllocatableResources(cpu_ids=(2, 3)),
+            cpu_numa={},
+        )
+        body = render_json(view, filters=Filters(container="(pod pool)"), now=COLLECTED_AT)
+        text = render_text(view, filters=Filters(container="(pod pool)"), now=COLLECTED_AT)
+        assert ([""], [[3]]) == (
+            [c["name"] for c in body["pods"][0]["containers"]],
+            [c["cpu_ids"] for c in body["pods"][0]["containers"]],
+        )
+        assert "(pod pool)" in text.splitlines()[2]
+
+
 class TestEncodedText:
     def test_same_as_rendering_per_request(self) -> None:
         """For ordinary names the encoded table is the rendered one."""

@@ -484,6 +484,24 @@ def test_a_pods_shared_pool_is_container_empty_and_adds_up() -> None:
     ) == ({"main": 2, "": 2}, {"main": 2 * gib, "": 2 * gib}, {"main": 50.0, "": 90.0}, 4, 4 * gib)
 
 
+def test_a_container_named_empty_leaves_no_pool_to_collide_with() -> None:
+    """Validation forbids an empty container name, but a kubelet reply may carry one:
+    no shared pool is made beside it, so no series appears twice."""
+    pod = PodResources("ns", "p", (ContainerResources("", cpu_ids=(6,)),), cpu_ids=(6, 8))
+    snapshot = join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(pod,),
+        allocatable=AllocatableResources(cpu_ids=tuple(range(16))),
+        cpu_numa={},
+    )
+    assert ([""], []) == (
+        [c.owner.container for c in snapshot.pods[0].containers],
+        _series_twice(snapshot),
+    )
+
+
 def _inventory_lines(allocatable: DeviceGroup, pci: PciDevice) -> list[str]:
     """The device_info and device_numa_mismatch lines of a node whose one device
     (no telemetry) sysfs knows as ``pci``."""
