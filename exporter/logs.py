@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
+import re
 import sys
 from typing import TextIO, cast
 
@@ -22,18 +24,17 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
     out = _LossyStream(sys.stderr if stream is None else stream)
     renderer: structlog.typing.Processor
     if fmt == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
-    elif fmt == "logfmt":
-        logfmt = structlog.processors.LogfmtRenderer(
-            key_order=["timestamp", "level", "event"], bool_as_flag=False
-        )
+        console = structlog.dev.ConsoleRenderer(colors=out.isatty())
 
-        def renderer(logger: object, method: str, event: structlog.typing.EventDict) -> str | bytes:
-            # A list as logfmt readers split it (devices=a,b), not Python's ['a', 'b'].
+        def renderer(logger: object, method: str, event: structlog.typing.EventDict) -> str:
+            # Values from outside (device IDs, pod names) must not move the cursor or
+            # start a line of their own on a terminal.
             for key, value in event.items():
-                if isinstance(value, list | tuple):
-                    event[key] = ",".join(map(str, value))
-            return logfmt(logger, method, event)
+                if isinstance(value, str):
+                    event[key] = value.translate(_CONTROL_ESCAPES)
+            return str(console(logger, method, event))
+    elif fmt == "logfmt":
+        renderer = _logfmt
     else:
         renderer = structlog.processors.JSONRenderer()
     stamped: list[structlog.typing.Processor] = [
@@ -65,6 +66,48 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
         handlers=[handler],
         force=True,
     )
+
+
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators, as
+# escapes: raw, a TAB or NUL splits a logfmt value into a forged key, a CR or an ANSI
+# escape rewrites what a terminal shows, U+2028 breaks lines for some readers.
+_CONTROL_ESCAPES = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+    **{ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"},
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+_LOGFMT_QUOTE = re.compile(r'[\x00-\x20"=\\\x7f-\x9f\u2028\u2029]')
+_LOGFMT_FIRST = ("timestamp", "level", "event")
+
+
+def _logfmt(_logger: object, _method: str, event: structlog.typing.EventDict) -> str:
+    """One logfmt line, written as go-logfmt writes one: a value with a space, '=', a
+    quote, a backslash or a control character is quoted, its specials escaped JSON-style;
+    a list is its items joined with ',' (devices=a,b), not Python's ['a', 'b']."""
+    keys = [
+        *(k for k in _LOGFMT_FIRST if k in event),
+        *(k for k in event if k not in _LOGFMT_FIRST),
+    ]
+    return " ".join(f"{key}={_logfmt_value(event[key])}" for key in keys)
+
+
+def _logfmt_value(value: object) -> str:
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = ""
+    elif isinstance(value, list | tuple):
+        text = ",".join(map(str, value))
+    else:
+        text = str(value)
+    if not _LOGFMT_QUOTE.search(text):
+        return text
+    # json.dumps escapes C0, the quote and the backslash; the rest is left raw by it.
+    return json.dumps(text, ensure_ascii=False).translate(_WIDE_ESCAPES)
+
+
+_WIDE_ESCAPES = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)}
 
 
 def _name_exception(

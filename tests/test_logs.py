@@ -6,6 +6,7 @@ import io
 import json
 import logging
 
+import pytest
 import structlog
 
 from exporter.logs import configure_logging
@@ -82,6 +83,48 @@ def test_logfmt_lines() -> None:
         'error="ConnectionResetError: peer went away"',
     )
     assert [own[:12], library[:12]] == ["timestamp=20"] * 2
+
+
+HOSTILE = 'gpu-0\tforged=1\r\x1b[2Klevel=error\x00\x85\u2028" \\ end'
+
+
+def _hostile_line(fmt: str) -> str:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(level="info", fmt=fmt, stream=stream)
+        log = structlog.get_logger("test")
+        log.info("allocation_changed", devices_added=[HOSTILE], pod=HOSTILE)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return stream.getvalue()
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [
+        hex(ord(c))
+        for c in text[:-1]
+        if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029"
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "console", "json"])
+def test_values_from_outside_cannot_forge_lines_or_keys(fmt: str) -> None:
+    """A device ID or pod name with TAB, CR, NUL, an ANSI escape, C1 NEL, U+2028, a
+    quote and a backslash (a device plugin names its devices freely): one line, no raw
+    control character, in every format."""
+    line = _hostile_line(fmt)
+    assert (line.count("\n"), _raw_controls(line)) == (1, [])
+
+
+def test_logfmt_quotes_as_go_logfmt_does() -> None:
+    """A value with a space, '=', a quote, a backslash or a control character is quoted
+    with JSON-style escapes (go-logfmt's encoding), so a reader gets it back whole."""
+    line = _hostile_line("logfmt").rstrip("\n")
+    quoted = line.split(" pod=", 1)[1]
+    assert (json.loads(quoted), line.split(" ")[2]) == (HOSTILE, "event=allocation_changed")
 
 
 class _GoneReader(io.StringIO):
