@@ -16,11 +16,12 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   ``checkpointState``, all prepared. Only ``PrepareCompleted`` claims count (the
   driver names the claim only while it is ``PrepareStarted``, so their devices name
   no claim), and only claims of this boot:
-  MIG devices (GPU instances, UUIDs) do not survive a reboot. From v0.4.0 the file
-  says its boot, ``nodeBootID``, checked against ``<procfs>/sys/kernel/random/boot_id``;
-  earlier releases write none, and such a file counts when it was last written after
-  this boot started (``btime`` of ``<procfs>/stat``, else ``<procfs>/uptime``). It is
-  the only source for MIG devices the driver created on demand.
+  MIG devices (GPU instances, UUIDs) do not survive a reboot. From v0.4.0 (the release
+  after v25.12) the file says its boot, ``nodeBootID``, checked against
+  ``<procfs>/sys/kernel/random/boot_id``; v25.12 and earlier write none, and such a
+  file counts when it was last written after this boot started (``btime`` of
+  ``<procfs>/stat``, else ``<procfs>/uptime``). It is the only source for MIG devices
+  the driver created on demand.
 - KEP-5304 device metadata of any driver,
   ``<plugins>/<driver>/dra-device-metadata/<claim namespace>_<claim name>/<request>/metadata.json``
   (kubernetes/enhancements keps/sig-node/5304-dra-attributes-downward-api; the writer
@@ -205,10 +206,11 @@ def _check_boot(
                 f"nodeBootID {node_boot_id!r} is not this boot's {boot_id!r}"
             )
         return
-    # Releases before v0.4.0 (commit 506ada34) write no nodeBootID. Each prepare and
-    # unprepare rewrites the file and no prepared device outlives a reboot, so a file
-    # written since this boot started holds this boot's claims; v0.4.0 itself takes
-    # such a file for this boot's (device_state.go@v0.4.0:197-209).
+    # v25.12 and earlier (the next release was v0.4.0, commit 506ada34) write no
+    # nodeBootID. Each prepare and unprepare rewrites the file and no prepared device
+    # outlives a reboot, so a file written since this boot started holds this boot's
+    # claims; v0.4.0 itself takes such a file for this boot's
+    # (device_state.go@v0.4.0:197-209).
     if modified_s is None or boot_started_s is None:
         raise StaleCheckpointError("no nodeBootID (a driver before v0.4.0), and no boot time")
     if modified_s < boot_started_s:
