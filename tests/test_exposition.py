@@ -378,6 +378,24 @@ def _claims_page(*claims: DynamicResource) -> Snapshot:
     )
 
 
+def _node_of(
+    *pods: PodResources,
+    cpus: int = 16,
+    cpu_numa: dict[int, int] | None = None,
+    runs: tuple[CollectorRun, ...] = (),
+) -> Snapshot:
+    """The snapshot of a node of ``cpus`` allocatable CPUs holding ``pods``."""
+    return join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=pods,
+        allocatable=AllocatableResources(cpu_ids=tuple(range(cpus))),
+        cpu_numa=cpu_numa or {},
+        collector_runs=runs,
+    )
+
+
 def test_a_claim_referenced_twice_is_one_claim() -> None:
     """The kubelet lists a claim once per reference in the container (two requests of
     one claim: twice); it is one claim, each device one series."""
@@ -418,16 +436,7 @@ def test_the_same_container_on_other_cpus_is_another_cpu_seconds_series() -> Non
 
     def page(*cpus: int) -> list[str]:
         pod = PodResources("ns", "db-0", (ContainerResources("db", cpu_ids=cpus),))
-        snapshot = join_snapshot(
-            node="n",
-            collected_at=1.0,
-            kubelet=KubeletStatus(up=True, socket="/s", api=()),
-            pods=(pod,),
-            allocatable=AllocatableResources(cpu_ids=tuple(range(16))),
-            cpu_numa={},
-            collector_runs=runs,
-        )
-        text = render(snapshot).text.decode()
+        text = render(_node_of(pod, runs=runs)).text.decode()
         return [
             line
             for line in text.splitlines()
@@ -461,15 +470,8 @@ def test_a_pods_shared_pool_is_container_empty_and_adds_up() -> None:
         cpu_ids=(2, 3, 4, 5),
         memory=(MemoryBlock("memory", 4 * gib, (0,)),),
     )
-    snapshot = join_snapshot(
-        node="n",
-        collected_at=1.0,
-        kubelet=KubeletStatus(up=True, socket="/s", api=()),
-        pods=(pod,),
-        allocatable=AllocatableResources(cpu_ids=tuple(range(8))),
-        cpu_numa=dict.fromkeys(range(8), 0),
-        collector_runs=(CollectorRun("cpu", True, 0.0, Readings(cpu_times=times)),),
-    )
+    runs = (CollectorRun("cpu", True, 0.0, Readings(cpu_times=times)),)
+    snapshot = _node_of(pod, cpus=8, cpu_numa=dict.fromkeys(range(8), 0), runs=runs)
     families = {f.name: f for f in parse_text(render(snapshot).text.decode())}
 
     def by_container(name: str) -> dict[str, float]:
@@ -488,14 +490,7 @@ def test_a_container_named_empty_leaves_no_pool_to_collide_with() -> None:
     """Validation forbids an empty container name, but a kubelet reply may carry one:
     no shared pool is made beside it, so no series appears twice."""
     pod = PodResources("ns", "p", (ContainerResources("", cpu_ids=(6,)),), cpu_ids=(6, 8))
-    snapshot = join_snapshot(
-        node="n",
-        collected_at=1.0,
-        kubelet=KubeletStatus(up=True, socket="/s", api=()),
-        pods=(pod,),
-        allocatable=AllocatableResources(cpu_ids=tuple(range(16))),
-        cpu_numa={},
-    )
+    snapshot = _node_of(pod)
     assert ([""], []) == (
         [c.owner.container for c in snapshot.pods[0].containers],
         _series_twice(snapshot),
