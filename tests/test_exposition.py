@@ -497,6 +497,39 @@ def test_a_container_named_empty_leaves_no_pool_to_collide_with() -> None:
     )
 
 
+def test_a_held_device_the_kubelet_no_longer_offers_reads_0() -> None:
+    """GetAllocatableResources lists healthy devices only: a GPU a container holds that
+    went unhealthy (or whose plugin is gone) is 0, the offered ones 1, held or free;
+    DRA devices (no device-plugin inventory) have no such series."""
+    held = ContainerResources(
+        "c",
+        devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a", "GPU-sick")),),
+        dynamic_resources=(
+            DynamicResource("claim", "ns", (ClaimDevice("gpu.nvidia.com", "pool", "gpu-4"),)),
+        ),
+    )
+    snapshot = join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(PodResources("ns", "p", (held,)),),
+        allocatable=AllocatableResources(
+            devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a", "GPU-free")),)
+        ),
+        cpu_numa={},
+    )
+    family = next(
+        f
+        for f in parse_text(render(snapshot).text.decode())
+        if f.name == "podresources_device_allocatable"
+    )
+    assert {(s.labels["resource"], s.labels["device_id"]): s.value for s in family.samples} == {
+        ("nvidia.com/gpu", "GPU-a"): 1.0,
+        ("nvidia.com/gpu", "GPU-sick"): 0.0,
+        ("nvidia.com/gpu", "GPU-free"): 1.0,
+    }
+
+
 def _inventory_lines(allocatable: DeviceGroup, pci: PciDevice) -> list[str]:
     """The device_info and device_numa_mismatch lines of a node whose one device
     (no telemetry) sysfs knows as ``pci``."""
