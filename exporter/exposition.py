@@ -356,11 +356,12 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
         "1 for a device whose kubelet-reported NUMA node disagrees with sysfs.",
         ("resource", "device_id", "kubelet_numa_node", "sysfs_numa_node"),
     )
-    offered = gauge(
-        "podresources_device_allocatable",
-        "1 for a device-plugin device the kubelet offers (healthy, its plugin registered), "
-        "0 for one a container holds that the kubelet no longer offers (unhealthy, or its "
-        "plugin gone).",
+    # Present only where it is 1, as numa_mismatch: a series per device would add a
+    # third of the page on nodes with ~100,000 device IDs (the large-reply bench).
+    unoffered = gauge(
+        "podresources_device_not_allocatable",
+        "1 for a device a container holds that the kubelet no longer offers as allocatable "
+        "(unhealthy, or its device plugin gone).",
         ("resource", "device_id"),
     )
     seen: set[tuple[str, str]] = set()
@@ -368,8 +369,10 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
         if (device.resource, device.device_id) in seen:
             continue
         seen.add((device.resource, device.device_id))
-        if device.claim is None and device.resource:  # not DRA, not found by NVML alone
-            offered.add((device.resource, device.device_id), 1 if device.allocatable else 0)
+        # Device-plugin devices only: DRA devices and GPUs NVML alone finds have no
+        # inventory to leave.
+        if not device.allocatable and device.claim is None and device.resource:
+            unoffered.add((device.resource, device.device_id), 1)
         hardware = snapshot.hardware_of(device)
         identity = hardware.reading.identity if hardware.reading else None
         pci_address = (identity.pci_address if identity else None) or (
@@ -405,7 +408,7 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
     for driver, found in sorted(unresolved_devices.items()):
         unresolved.add((driver,), len(found))
     yield device_info
-    yield offered
+    yield unoffered
     yield mismatch
     yield unresolved
 

@@ -497,10 +497,10 @@ def test_a_container_named_empty_leaves_no_pool_to_collide_with() -> None:
     )
 
 
-def test_a_held_device_the_kubelet_no_longer_offers_reads_0() -> None:
+def test_a_held_device_the_kubelet_no_longer_offers_is_marked() -> None:
     """GetAllocatableResources lists healthy devices only: a GPU a container holds that
-    went unhealthy (or whose plugin is gone) is 0, the offered ones 1, held or free;
-    DRA devices (no device-plugin inventory) have no such series."""
+    went unhealthy (or whose plugin is gone) is marked 1; offered ones, held or free,
+    and DRA devices (no device-plugin inventory) have no such series."""
     held = ContainerResources(
         "c",
         devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a", "GPU-sick")),),
@@ -521,12 +521,10 @@ def test_a_held_device_the_kubelet_no_longer_offers_reads_0() -> None:
     family = next(
         f
         for f in parse_text(render(snapshot).text.decode())
-        if f.name == "podresources_device_allocatable"
+        if f.name == "podresources_device_not_allocatable"
     )
     assert {(s.labels["resource"], s.labels["device_id"]): s.value for s in family.samples} == {
-        ("nvidia.com/gpu", "GPU-a"): 1.0,
-        ("nvidia.com/gpu", "GPU-sick"): 0.0,
-        ("nvidia.com/gpu", "GPU-free"): 1.0,
+        ("nvidia.com/gpu", "GPU-sick"): 1.0,
     }
 
 
