@@ -702,7 +702,7 @@ class NvmlCollector(Collector):
         samples: list[Sample] = []
         migs: list[DeviceReading] = []
         try:
-            self._read_gpu_figures(gpu, samples)
+            self._read_figures(gpu.handle, samples, gpu=gpu)
             self._read_migs(gpu, migs)
         except _GpuLostError:
             pass  # reported; what was read before it fell off the bus stays
@@ -740,28 +740,25 @@ class NvmlCollector(Collector):
             self._gpus[index] = gpu
         return gpu
 
-    def _read_figures(self, handle: NvmlHandle, samples: list[Sample]) -> None:
-        for figure in _FIGURES:
-            result, _ = self._attempt(figure, self._source, handle)
-            if result is not None:
-                samples.extend(result)
-
-    def _read_gpu_figures(self, gpu: _Gpu, samples: list[Sample]) -> None:
-        """A whole GPU's figures. A MIG-enabled GPU gives its aggregate memory only to a
-        privileged caller (nvml.h, nvmlDeviceGetMemoryInfo): its NO_PERMISSION is one
-        issue, then that figure is not asked again (the exporter's privileges do not
-        change while it runs; every poll would only repeat it)."""
-        denied = self._mig_denied.setdefault(gpu.uuid, set())
+    def _read_figures(
+        self, handle: NvmlHandle, samples: list[Sample], *, gpu: _Gpu | None = None
+    ) -> None:
+        """A device's figures. A whole GPU (``gpu``) with MIG enabled gives its aggregate
+        memory only to a privileged caller (nvml.h, nvmlDeviceGetMemoryInfo): its
+        NO_PERMISSION is one issue, then that figure is not asked again (the exporter's
+        privileges do not change while it runs; every poll would only repeat it)."""
+        denied = self._mig_denied.setdefault(gpu.uuid, set()) if gpu is not None else None
         for figure in _FIGURES:
             name = figure.__name__.strip("_")
-            if name in denied:
+            if denied is not None and name in denied:
                 continue
             try:
-                samples.extend(figure(self._source, gpu.handle))
+                samples.extend(figure(self._source, handle))
             except NvmlError as error:
                 if error.error_name == NOT_SUPPORTED:
                     continue
-                if error.error_name == NO_PERMISSION and self._mig_enabled(gpu):
+                refused = error.error_name == NO_PERMISSION
+                if refused and gpu is not None and denied is not None and self._mig_enabled(gpu):
                     denied.add(name)
                     detail = (
                         f"{gpu.uuid}: {name}: NVML {NO_PERMISSION}; MIG-enabled GPU, not "
