@@ -39,13 +39,12 @@ from exporter.model import (
     ViewedProcess,
 )
 
-__all__ = ["FOREIGN_KINDS", "MPS_SERVER_COMMAND", "attribute_processes"]
+__all__ = ["FOREIGN_KINDS", "MPS_SERVER_COMM", "attribute_processes"]
 
-MPS_SERVER_COMMAND = "nvidia-cuda-mps-server"
-# What /proc/<pid>/comm holds for it, which the collector reads: the kernel keeps 15
-# bytes (TASK_COMM_LEN 16). nvidia-cuda-mps-control shares the prefix but makes no CUDA
-# context, so NVML never lists it.
-_MPS_SERVER_NAMES = frozenset((MPS_SERVER_COMMAND, MPS_SERVER_COMMAND[:15]))
+# What /proc/<pid>/comm, which the collector reads, holds for nvidia-cuda-mps-server:
+# the kernel keeps 15 bytes (TASK_COMM_LEN 16). nvidia-cuda-mps-control shares the
+# prefix but makes no CUDA context, so NVML never lists it.
+MPS_SERVER_COMM = "nvidia-cuda-mps-server"[:15]
 
 OTHER_POD = "other_pod"
 HOST = "host"
@@ -66,7 +65,7 @@ def _classify(listed: DeviceProcesses, holders: tuple[Owner, ...]) -> tuple[View
     viewed = []
     for process in listed.processes:
         origin = process.origin
-        if process.command in _MPS_SERVER_NAMES:
+        if process.command == MPS_SERVER_COMM:
             named = Owner(origin.namespace, origin.pod, origin.container)
             owner = named if origin.namespace else UNALLOCATED
             viewed.append(ViewedProcess(process, ProcessKind.MPS_SERVER, owner))

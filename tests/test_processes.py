@@ -153,10 +153,11 @@ class TestSharedGpu:
         )
 
     def test_mps_server_is_machinery_not_foreign(self) -> None:
-        """The MPS server (in the device plugin's pod) runs the holders' clients: it is
-        shown as mps_server, neither foreign nor summed into anyone's use."""
+        """The MPS server (in the device plugin's pod) runs the holders' clients: known by
+        the 15 bytes of its name the kernel keeps in comm, "nvidia-cuda-mps", it is shown
+        as mps_server, neither foreign nor summed into anyone's use."""
         daemon = Owner("kube-system", "nvidia-device-plugin-mps-control-daemon", "mps")
-        server = GpuProcess(9, origin(daemon), GIB, None, "nvidia-cuda-mps-server")
+        server = GpuProcess(9, origin(daemon), GIB, None, "nvidia-cuda-mps")
         client = process(10, ALICE, 2 * GIB, None)
         listed = DeviceProcesses(KEY, (server, client), False)
         (found,) = attribute(SHARED, {KEY: listed})
@@ -165,18 +166,6 @@ class TestSharedGpu:
             (GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", 2 * GIB, None),),
             ViewedProcess(server, ProcessKind.MPS_SERVER, daemon),
         ) == (found.foreign, found.uses, found.processes[0])
-
-    def test_mps_server_by_its_kernel_comm(self) -> None:
-        """The name the kernel keeps in /proc/<pid>/comm, "nvidia-cuda-mps" (15 bytes),
-        where argv[0] could not be read: still the MPS server, not another pod's process."""
-        daemon = Owner("kube-system", "nvidia-device-plugin-mps-control-daemon", "mps")
-        server = GpuProcess(9, origin(daemon), GIB, None, "nvidia-cuda-mps")
-        listed = DeviceProcesses(KEY, (server, process(10, ALICE, 2 * GIB, None)), False)
-        (found,) = attribute(SHARED, {KEY: listed})
-        assert ((("other_pod", 0), ("host", 0)), ProcessKind.MPS_SERVER) == (
-            found.foreign,
-            found.processes[0].kind,
-        )
 
     def test_unknown_pod_is_never_foreign(self) -> None:
         """A pod's process we could not name may be the holder's: shown, not counted."""
