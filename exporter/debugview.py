@@ -284,7 +284,7 @@ def render_json(
         "collected_at": rfc3339(snapshot.collected_at) if snapshot.collected_at else None,
         "age_seconds": round(now - snapshot.collected_at, 3) if snapshot.collected_at else None,
         "status": _status(snapshot, source),
-        **_telemetry_time(snapshot),
+        **_telemetry_time(snapshot, source),
         "kubelet": {
             "up": snapshot.kubelet.up,
             "socket": snapshot.kubelet.socket,
@@ -325,11 +325,12 @@ GET_SOURCE = "kubelet Get"  # a view of one pod Get has just answered for
 POD_POOL = "(pod pool)"
 
 
-def _telemetry_time(snapshot: Snapshot) -> JSON:
-    """When a fresh pod's telemetry was read (the last poll), and how much older than
-    its allocation it is: age_seconds is the allocation's, just asked of Get."""
-    read_at, collected_at = snapshot.telemetry_collected_at, snapshot.collected_at
-    if read_at is None or not collected_at:
+def _telemetry_time(snapshot: Snapshot, source: str) -> JSON:
+    """In a view of a pod Get has just answered for, when its telemetry was read (the
+    last poll's readings_at), and how much older than its allocation it is: age_seconds
+    is the allocation's. Other views hold one poll's data: one age says it all."""
+    read_at, collected_at = snapshot.readings_at, snapshot.collected_at
+    if source != GET_SOURCE or read_at is None or not collected_at:
         return {}
     return {
         "telemetry_collected_at": rfc3339(read_at),
@@ -413,12 +414,14 @@ def _text_age(snapshot: Snapshot, now: float) -> str:
     )
 
 
-def render_text(snapshot: Snapshot, *, filters: Filters, now: float) -> str:
+def render_text(
+    snapshot: Snapshot, *, filters: Filters, now: float, source: str = "snapshot"
+) -> str:
     """One line per container device (or per container when it holds none)."""
-    return _render_text(snapshot, filters=filters, age=_text_age(snapshot, now))
+    return _render_text(snapshot, filters=filters, age=_text_age(snapshot, now), source=source)
 
 
-def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
+def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str) -> str:
     header = (
         "NAMESPACE",
         "POD",
@@ -463,7 +466,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str) -> str:
     ]
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
     node, kubelet = _escape_line(snapshot.node), _escape_line(kubelet)
-    telemetry = _telemetry_time(snapshot).get("telemetry_older_by_seconds")
+    telemetry = _telemetry_time(snapshot, source).get("telemetry_older_by_seconds")
     if telemetry is not None:
         age = f"{age} (hardware figures {telemetry:.1f}s older: the last poll's)"
     text = f"# node {node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
@@ -543,8 +546,8 @@ def encode_json(snapshot: Snapshot, *, filters: Filters, source: str = "snapshot
     return _split(text, mark, collected_at=snapshot.collected_at or 0.0, text_age=False)
 
 
-def encode_text(snapshot: Snapshot, *, filters: Filters) -> EncodedView:
+def encode_text(snapshot: Snapshot, *, filters: Filters, source: str = "snapshot") -> EncodedView:
     """render_text as bytes, with the age left to splice in."""
     age = _AGE_MARK if snapshot.collected_at else _text_age(snapshot, 0.0)
-    text = _render_text(snapshot, filters=filters, age=age)
+    text = _render_text(snapshot, filters=filters, age=age, source=source)
     return _split(text, _AGE_MARK, collected_at=snapshot.collected_at or 0.0, text_age=True)

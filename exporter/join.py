@@ -816,7 +816,7 @@ def join_fresh_pod(snapshot: Snapshot, pod: PodResources, *, collected_at: float
     return replace(
         fresh,
         gpu_processes=snapshot.gpu_processes,
-        telemetry_collected_at=snapshot.readings_at or snapshot.collected_at,
+        readings_at=snapshot.readings_at or snapshot.collected_at,
     )
 
 

@@ -574,11 +574,9 @@ class Snapshot:
     # Every resource name and DRA driver the kubelet mentioned: what collectors serve.
     advertised: frozenset[str] = frozenset()
     # Unix seconds the poll took its readings: collected_at is the kubelet data's, which
-    # stays where it was while List fails and the collectors go on.
+    # stays where it was while List fails and the collectors go on (and is Get's time in
+    # a view of one pod Get has just answered for, joined with the last poll's readings).
     readings_at: float | None = None
-    # When the telemetry was read, where that is not collected_at: a pod fresh from Get
-    # joined with the last poll's readings (its readings_at).
-    telemetry_collected_at: float | None = None
 
     def hardware_of(self, device: DeviceView) -> DeviceHardware:
         """This poll's telemetry and PCI function of one of the snapshot's devices."""

@@ -190,7 +190,7 @@ async def _full_view(snapshot: Snapshot, output: str, shared: dict[str, Any]) ->
 
 def _encode(snapshot: Snapshot, filters: Filters, output: str, source: str) -> EncodedView:
     if output == "text":
-        return encode_text(snapshot, filters=filters)
+        return encode_text(snapshot, filters=filters, source=source)
     return encode_json(snapshot, filters=filters, source=source)
 
 
