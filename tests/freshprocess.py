@@ -6,10 +6,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def with_repo_path(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with this checkout first on PYTHONPATH, keeping what was there (the
+    packages of a machine that has them on PYTHONPATH, not in a venv)."""
+    inherited = env.get("PYTHONPATH")
+    path = f"{REPO_ROOT}{os.pathsep}{inherited}" if inherited else str(REPO_ROOT)
+    return {**env, "PYTHONPATH": path}
 
 
 def run_python(
@@ -21,7 +29,7 @@ def run_python(
     return subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO_ROOT,
-        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        env=with_repo_path(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from freshprocess import with_repo_path
 
 from exporter.sim.node import SimulatedNode
 
@@ -110,8 +111,14 @@ class ExporterProcess:
         self.process.send_signal(signum)
 
 
+def _flags(node: SimulatedNode | None) -> Sequence[str]:
+    if node is None:
+        raise ValueError("start_exporter needs a node or its flags")
+    return node.exporter_flags()
+
+
 async def start_exporter(
-    node: SimulatedNode,
+    node: SimulatedNode | None,
     log_dir: Path,
     *extra: str,
     flags: Sequence[str] | None = None,
@@ -125,7 +132,7 @@ async def start_exporter(
         sys.executable,
         "-m",
         "exporter",
-        *(node.exporter_flags() if flags is None else flags),
+        *(_flags(node) if flags is None else flags),
         "--web.listen-address",
         f"127.0.0.1:{port}",
         "--poll.interval",
@@ -136,7 +143,7 @@ async def start_exporter(
         "fault-node",
         *extra,
     ]
-    env = dict(os.environ, GRPC_VERBOSITY="ERROR", PYTHONPATH=str(Path.cwd()))
+    env = with_repo_path({**os.environ, "GRPC_VERBOSITY": "ERROR"})
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env

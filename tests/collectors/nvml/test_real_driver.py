@@ -1,0 +1,306 @@
+"""The NVML collectors against this machine's real NVIDIA driver, where it has one.
+
+What no fake can show: that pynvml's structs, our calls and our unit conversions agree
+with the driver, checked against two other witnesses, ``nvidia-smi`` and the kernel
+(``/sys/bus/pci/devices``, ``/proc/driver/nvidia/gpus``). A process holding a CUDA
+context (through libcuda.so.1 with ctypes: no CUDA toolkit needed) must be listed with
+its memory, and the exporter itself, polling a simulated kubelet whose pod holds the
+real GPU, must serve the GPU's figures under that pod.
+
+CI machines have no GPU: the module skips there, saying so. The collectors run in other
+processes (the probe, the exporter): pynvml binds one libnvidia-ml per process, and the
+other tests in this folder need it bound to the fake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from fault.faultkit import start_exporter
+from freshprocess import with_repo_path
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.model import AllocatableResources, ContainerResources, DeviceGroup, PodResources
+from exporter.sim.kubelet import SimKubelet
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+PROBE = Path(__file__).with_name("real_driver_probe.py")
+MIB = 1024 * 1024
+HELD_BYTES = 256 * MIB
+
+
+def _smi(*args: str) -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+_SMI_FIELDS = ("uuid", "pci.bus_id", "name", "memory.total", "power.limit", "mig.mode.current")
+_SMI_TABLE = _smi(f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits")
+
+pytestmark = pytest.mark.skipif(
+    not _SMI_TABLE,
+    reason="no NVIDIA GPU here (nvidia-smi missing or failing): the real-driver checks need one",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SmiGpu:
+    uuid: str
+    pci_address: str  # the kernel's form: 0000:17:00.0
+    name: str
+    memory_total_mib: int
+    power_limit_watts: float | None  # None where the board reports "[N/A]"
+    mig_enabled: bool
+
+
+def _smi_gpus() -> list[SmiGpu]:
+    gpus = []
+    for line in (_SMI_TABLE or "").splitlines():
+        uuid, bus_id, name, memory, power, mig = (field.strip() for field in line.split(","))
+        domain, rest = bus_id.split(":", 1)
+        gpus.append(
+            SmiGpu(
+                uuid=uuid,
+                pci_address=f"{int(domain, 16):04x}:{rest}".lower(),
+                name=name,
+                memory_total_mib=int(memory),
+                power_limit_watts=None if power.startswith("[") else float(power),
+                mig_enabled=mig == "Enabled",
+            )
+        )
+    return gpus
+
+
+# A host process holding a CUDA context and HELD_BYTES on the first GPU, through the
+# driver API alone. It prints the GPU's UUID when the memory is held, then waits.
+_CUDA_HOLDER = textwrap.dedent(
+    """
+    import ctypes, sys
+    cuda = ctypes.CDLL("libcuda.so.1")
+    def check(result, call):
+        if result != 0:
+            sys.exit(f"{call} failed: CUresult {result}")
+    check(cuda.cuInit(0), "cuInit")
+    device = ctypes.c_int()
+    check(cuda.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
+    uuid = (ctypes.c_ubyte * 16)()
+    check(cuda.cuDeviceGetUuid(uuid, device), "cuDeviceGetUuid")
+    context = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+    check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    pointer = ctypes.c_uint64()
+    check(cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(HELD_BYTES)), "cuMemAlloc")
+    h = bytes(uuid).hex()
+    print(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}", flush=True)
+    sys.stdin.read()
+    """
+).replace("HELD_BYTES", str(HELD_BYTES))
+
+
+@dataclass(frozen=True, slots=True)
+class CudaHolder:
+    pid: int
+    gpu_uuid: str
+    command: str  # its /proc/<pid>/comm
+
+
+@pytest.fixture(scope="module")
+def cuda_holder() -> Iterator[CudaHolder]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _CUDA_HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdin is not None
+    uuid = process.stdout.readline().strip()
+    if not uuid.startswith("GPU-"):
+        process.kill()
+        _, stderr = process.communicate(timeout=30)
+        pytest.fail(f"could not hold a CUDA context: {stderr.strip()}")
+    command = Path(f"/proc/{process.pid}/comm").read_text().strip()
+    yield CudaHolder(pid=process.pid, gpu_uuid=uuid, command=command)
+    process.stdin.close()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def probe(cuda_holder: CudaHolder) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(PROBE), "--polls", "3"],
+        cwd=REPO_ROOT,
+        env=with_repo_path(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    errors = [poll["error"] for polls in result.values() for poll in polls if poll["error"]]
+    assert errors == [], "a collector failed on the real driver"
+    return result
+
+
+def _gpus(poll: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["keys"]["gpu_uuid"]: d for d in poll["devices"] if "gpu_uuid" in d["keys"]}
+
+
+def test_every_gpu_is_found_with_the_kernels_identity(probe: dict[str, Any]) -> None:
+    smi = {gpu.uuid: gpu for gpu in _smi_gpus()}
+    for poll in probe["nvml"]:
+        gpus = _gpus(poll)
+        assert set(gpus) == set(smi)
+        for uuid, gpu in gpus.items():
+            expected = smi[uuid]
+            assert gpu["keys"]["pci"] == expected.pci_address
+            assert gpu["identity"]["pci_address"] == expected.pci_address
+            assert gpu["identity"]["model"] == expected.name
+            assert gpu["identity"]["vendor"] == "nvidia"
+            device = Path("/sys/bus/pci/devices", expected.pci_address)
+            assert (device / "vendor").read_text().strip() == "0x10de"
+            information = Path("/proc/driver/nvidia/gpus", expected.pci_address, "information")
+            minor = next(
+                line.split(":", 1)[1].strip()
+                for line in information.read_text().splitlines()
+                if line.startswith("Device Minor")
+            )
+            assert gpu["keys"]["nvidia_minor"] == minor
+
+
+def test_figures_are_in_the_drivers_units(probe: dict[str, Any]) -> None:
+    smi = {gpu.uuid: gpu for gpu in _smi_gpus()}
+    for poll in probe["nvml"]:
+        for uuid, gpu in _gpus(poll).items():
+            figures = gpu["figures"]
+            expected = smi[uuid]
+            # nvidia-smi prints whole MiB of the same NVML total.
+            total = figures["podresources_gpu_memory_total_bytes"]
+            assert int(total // MIB) == expected.memory_total_mib
+            assert 0 < figures["podresources_gpu_memory_used_bytes"] <= total
+            if expected.mig_enabled:
+                continue  # a MIG-enabled GPU answers its figures per MIG device
+            assert 0 <= figures["podresources_gpu_utilization_ratio"] <= 1
+            assert 10 < figures["podresources_gpu_temperature_celsius"] < 110
+            assert figures["podresources_gpu_sm_clock_hertz"] >= 100e6
+            power = figures["podresources_gpu_power_watts"]
+            assert power > 0
+            if expected.power_limit_watts is not None:
+                assert power < 2 * expected.power_limit_watts
+            assert figures["podresources_gpu_energy_joules_total"] > 0
+
+
+def test_energy_only_grows(probe: dict[str, Any]) -> None:
+    per_poll = [
+        {
+            uuid: g["figures"].get("podresources_gpu_energy_joules_total")
+            for uuid, g in _gpus(poll).items()
+        }
+        for poll in probe["nvml"]
+    ]
+    for uuid in per_poll[0]:
+        readings = [poll[uuid] for poll in per_poll if poll[uuid] is not None]
+        assert readings == sorted(readings)
+
+
+def test_a_healthy_driver_reports_no_issues(probe: dict[str, Any]) -> None:
+    for collector in ("nvml", "gpu_processes"):
+        for poll in probe[collector]:
+            assert poll["issues"] == []
+
+
+def test_a_cuda_process_is_listed_with_its_memory(
+    probe: dict[str, Any], cuda_holder: CudaHolder
+) -> None:
+    for poll in probe["gpu_processes"]:
+        devices = {device["key"]: device for device in poll["processes"]}
+        held = devices[f"gpu_uuid:{cuda_holder.gpu_uuid}"]
+        (process,) = (p for p in held["processes"] if p["pid"] == cuda_holder.pid)
+        assert process["memory_used_bytes"] >= HELD_BYTES
+        assert process["command"] == cuda_holder.command
+        assert process["pod_uid"] is None  # a host process: its cgroup is no pod's
+
+
+@pytest.fixture
+async def kubelet_holding_the_gpu(
+    short_tmp: Path, cuda_holder: CudaHolder
+) -> AsyncIterator[SimKubelet]:
+    kubelet = SimKubelet(socket_path=str(short_tmp / "kubelet.sock"))
+    gpus = tuple(gpu.uuid for gpu in _smi_gpus())
+    held = DeviceGroup("nvidia.com/gpu", (cuda_holder.gpu_uuid,))
+    pod = PodResources("ml", "trainer-0", (ContainerResources("main", devices=(held,)),))
+    allocatable = AllocatableResources(devices=(DeviceGroup("nvidia.com/gpu", gpus),))
+    kubelet.set_state(pods=(pod,), allocatable=allocatable)
+    await kubelet.start()
+    yield kubelet
+    await kubelet.stop()
+
+
+def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+async def test_the_exporter_serves_the_real_gpu_under_its_pod(
+    kubelet_holding_the_gpu: SimKubelet, cuda_holder: CudaHolder, short_tmp: Path
+) -> None:
+    flags = [
+        "--kubelet.socket",
+        kubelet_holding_the_gpu.socket_path,
+        "--path.sysfs",
+        "/sys",
+        "--path.procfs",
+        "/proc",
+        "--path.pod-logs",
+        str(short_tmp / "no-pod-logs"),
+        "--collector.gpu_processes",
+    ]
+    exporter = await start_exporter(None, short_tmp, flags=flags, ready_path="/readyz")
+    try:
+        async with aiohttp.ClientSession() as session:
+            _, body, _ = await exporter.get(session, "/metrics")
+            _, debug, _ = await exporter.get(session, "/debug/allocations")
+    finally:
+        exporter.signal(15)
+        assert await exporter.wait_exit(within_s=30) == 0
+    text = body.decode()
+    holder = {"namespace": "ml", "pod": "trainer-0", "container": "main"}
+    device = {"resource": "nvidia.com/gpu", "device_id": cuda_holder.gpu_uuid}
+    total = {gpu.uuid: gpu.memory_total_mib for gpu in _smi_gpus()}[cuda_holder.gpu_uuid]
+    assert [
+        value // MIB
+        for labels, value in _samples(text, "podresources_gpu_memory_total_bytes")
+        if labels == {**holder, **device}
+    ] == [total]
+    (info,) = (
+        labels
+        for labels, _ in _samples(text, "podresources_device_info")
+        if labels["device_id"] == cuda_holder.gpu_uuid
+    )
+    assert info["uuid"] == cuda_holder.gpu_uuid
+    assert info["vendor"] == "nvidia"
+    assert ({"collector": "nvml"}, 1.0) in _samples(text, "podresources_collector_success")
+    # The holder process is the host's, on a GPU that the pod holds.
+    assert ({**device, "kind": "host"}, 1.0) in _samples(text, "podresources_gpu_foreign_processes")
+    allocations = json.loads(debug)
+    assert cuda_holder.gpu_uuid in json.dumps(allocations)
