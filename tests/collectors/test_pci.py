@@ -62,6 +62,7 @@ def _add_function(sysfs: Path, address: str, *, class_id: str, numa_node: str = 
 
 
 CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
+CAPTURED_H100 = Path(__file__).parents[1] / "fixtures" / "captured" / "h100-firecracker"
 
 
 def _collect(sysfs: Path) -> Readings:
@@ -157,6 +158,17 @@ class TestPciCollector:
             pci_devices=(PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None),)
         )
         assert expected == _collect(CAPTURED / "sys")
+
+    def test_captured_h100_vm(self) -> None:
+        """On the real H100 VM the GPU, a 3D controller (0x030200) as NVIDIA's data-center
+        GPUs are, is reported beside the virtio NIC; the VM has no NUMA (-1 everywhere)."""
+        expected = Readings(
+            pci_devices=(
+                PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None),
+                PciDevice("0000:00:06.0", "0x10de", "0x2330", "0x030200", None),
+            )
+        )
+        assert expected == _collect(CAPTURED_H100 / "sys")
 
     def test_garbage_numa_node_loses_only_the_node(self, tmp_path: Path) -> None:
         """Garbage in one function's numa_node leaves the node unknown, with an issue."""

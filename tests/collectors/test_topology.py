@@ -15,6 +15,7 @@ from exporter.sim.fixtures.pci import write_attribute
 from exporter.sim.hardware import demo_hardware
 
 CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu"
+CAPTURED_H100 = Path(__file__).parents[1] / "fixtures" / "captured" / "h100-firecracker"
 
 
 def _node_root(sysfs: Path) -> Path:
@@ -89,6 +90,11 @@ class TestTopologyCollector:
     def test_captured_vm(self) -> None:
         """On the real VM both vCPUs sit on node 0 (node0/cpulist reads "0-1")."""
         assert Readings(cpu_numa=((0, 0), (1, 0))) == _collect(CAPTURED / "sys")
+
+    def test_captured_h100_vm(self) -> None:
+        """The real 16-vCPU H100 VM: node0/cpulist reads "0-15", a range."""
+        expected = Readings(cpu_numa=tuple((cpu, 0) for cpu in range(16)))
+        assert expected == _collect(CAPTURED_H100 / "sys")
 
     def test_pairs_sorted_by_cpu(self, tmp_path: Path) -> None:
         """The map is reported as (cpu, node) pairs sorted by CPU."""
