@@ -382,8 +382,12 @@ static int lost(fake_dev *d) {
     return gpu->lost_flag[0] != '\0' && access(gpu->lost_flag, F_OK) == 0;
 }
 
+/* Per-device calls made, by figure, since the library loaded (fakeNvmlCalls). */
+static long figure_calls[F_COUNT];
+
 /* The common prologue of every per-device call. */
 static nvmlReturn_t enter(nvmlDevice_t handle, enum figure figure, fake_dev **out) {
+    figure_calls[figure]++;
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     fake_dev *d = lookup(handle);
     if (d == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -449,6 +453,14 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
 /* --- Test hooks (not NVML) ------------------------------------------------------------ */
 
 int fakeNvmlInitCount(void) { return init_count; }
+
+/* Calls made so far of the figure named as in the config's "fail" lines; -1: no such. */
+long fakeNvmlCalls(const char *figure) {
+    for (int f = 0; f < F_COUNT; f++) {
+        if (strcmp(figure_names[f], figure) == 0) return figure_calls[f];
+    }
+    return -1;
+}
 
 long fakeNvmlStructSize(const char *name) {
     if (strcmp(name, "nvmlPciInfo_t") == 0) return sizeof(nvmlPciInfo_t);

@@ -173,6 +173,15 @@ class FakeNvmlLibrary:
         """nvmlInit calls not yet matched by nvmlShutdown."""
         return int(self.cdll.fakeNvmlInitCount())
 
+    def calls(self, figure: str) -> int:
+        """Per-device calls of ``figure`` (a name of the config's ``fail`` lines:
+        "energy", "proc_util"...) since the library loaded; compare before and after."""
+        self.cdll.fakeNvmlCalls.restype = ctypes.c_long
+        count = int(self.cdll.fakeNvmlCalls(figure.encode()))
+        if count < 0:
+            raise ValueError(f"the fake NVML has no figure {figure!r}")
+        return count
+
     def struct_size(self, name: str) -> int:
         self.cdll.fakeNvmlStructSize.restype = ctypes.c_long
         return int(self.cdll.fakeNvmlStructSize(name.encode()))

@@ -133,6 +133,43 @@ class TestListing:
         )
         assert expected == collector.collect()
 
+    def test_idle_device_is_not_asked_for_samples(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A device without processes is not asked for per-process samples (an H100's
+        driver takes 2-3 ms of CPU to say it has none); it lists none, with support
+        as NVML last answered it."""
+        fake_nvml.configure(FakeGpu(UUID))
+        before = fake_nvml.library.calls("proc_util")
+        readings = collector.collect()
+        assert (before, Readings(gpu_processes=(DeviceProcesses(GPU_KEY, (), True),))) == (
+            fake_nvml.library.calls("proc_util"),
+            readings,
+        )
+
+    def test_device_going_idle_keeps_its_unsupported_samples(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
+    ) -> None:
+        """A device that answered NOT_SUPPORTED (a MIG device) and then runs nothing
+        still says it gives no samples, without being asked again."""
+        running = tmp_path / "running"
+        running.touch()
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB, alive_flag=running),),
+                fail=(("proc_util", NOT_SUPPORTED),),
+            )
+        )
+        collector.collect()
+        running.unlink()
+        before = fake_nvml.library.calls("proc_util")
+        readings = collector.collect()
+        assert (before, Readings(gpu_processes=(DeviceProcesses(GPU_KEY, (), False),))) == (
+            fake_nvml.library.calls("proc_util"),
+            readings,
+        )
+
     def test_falls_back_to_v2_lists(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
     ) -> None:
