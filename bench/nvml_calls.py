@@ -1,0 +1,87 @@
+"""What each NVML call the collectors make costs on this machine's real driver.
+
+    .venv/bin/python bench/nvml_calls.py [--gpu 0] [--runs 25]
+
+Needs an NVIDIA GPU (the simulated node's GPUs cost nothing, so ``make bench`` cannot
+see this). Calls every ``PynvmlSource`` method the nvml and gpu_processes collectors
+use, ``--runs`` times each on one GPU, and prints the median wall and thread-CPU time
+of one call, with the last answer; then the sum of the medians (about one poll of both
+collectors for that GPU, were every figure asked once). Figures only, no pass/fail.
+Run it with the GPU idle and again under load: some answers cost what they report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from exporter.collectors.nvml import NvmlError, PynvmlSource
+
+
+def _calls(source: PynvmlSource, gpu: int) -> dict[str, Callable[[], Any]]:
+    handle = source.device_handle(gpu)
+    return {
+        "device_count": source.device_count,
+        "device_handle": lambda: source.device_handle(gpu),
+        "uuid": lambda: source.uuid(handle),
+        "name": lambda: source.name(handle),
+        "pci_bus_id": lambda: source.pci_bus_id(handle),
+        "minor_number": lambda: source.minor_number(handle),
+        "mig_enabled": lambda: source.mig_enabled(handle),
+        "utilization_percent": lambda: source.utilization_percent(handle),
+        "memory": lambda: source.memory(handle),
+        "power_milliwatts": lambda: source.power_milliwatts(handle),
+        "energy_millijoules": lambda: source.energy_millijoules(handle),
+        "temperature_celsius": lambda: source.temperature_celsius(handle),
+        "sm_clock_mhz": lambda: source.sm_clock_mhz(handle),
+        "ecc_errors corrected": lambda: source.ecc_errors(handle, "corrected"),
+        "ecc_errors uncorrected": lambda: source.ecc_errors(handle, "uncorrected"),
+        "compute_processes": lambda: source.compute_processes(handle),
+        "graphics_processes": lambda: source.graphics_processes(handle),
+        "mps_processes": lambda: source.mps_processes(handle),
+        "process_utilization": lambda: source.process_utilization(handle, 0),
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Time each NVML call the collectors make.")
+    parser.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to ask")
+    parser.add_argument("--runs", type=int, default=25, help="calls of each, after one more")
+    args = parser.parse_args(argv)
+    source = PynvmlSource()
+    started = time.perf_counter()
+    try:
+        source.init()
+    except NvmlError as error:
+        sys.exit(f"nvmlInit failed: {error.error_name} (no NVIDIA driver here?)")
+    print(f"nvmlInit: {(time.perf_counter() - started) * 1000:.1f} ms")
+    wall_sum = cpu_sum = 0.0
+    try:
+        for name, call in _calls(source, args.gpu).items():
+            try:
+                answer = call()
+            except NvmlError as error:
+                print(f"{name:24s} NVML {error.error_name}")
+                continue
+            walls, cpus = [], []
+            for _ in range(args.runs):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                call()
+                cpus.append(time.thread_time() - cpu)
+                walls.append(time.perf_counter() - wall)
+            wall_us, cpu_us = statistics.median(walls) * 1e6, statistics.median(cpus) * 1e6
+            wall_sum += wall_us
+            cpu_sum += cpu_us
+            print(f"{name:24s} wall {wall_us:8.1f} us  cpu {cpu_us:8.1f} us  {str(answer)[:60]}")
+    finally:
+        source.shutdown()
+    print(f"sum of medians: wall {wall_sum / 1000:.2f} ms, cpu {cpu_sum / 1000:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
