@@ -29,7 +29,8 @@ exists). NVML documents the call for privileged callers only, and the exporter d
 every capability: the first ``NO_PERMISSION`` is one issue, then placements are never
 asked for again and MIG devices go without that key. Likewise a MIG-enabled GPU's
 aggregate figures (its memory): ``NO_PERMISSION`` there is one issue per GPU, and that
-figure of that GPU is not asked again until NVML is initialised afresh.
+figure of that GPU is not asked again until NVML is initialised afresh or the GPU's
+MIG mode is turned off.
 """
 
 from __future__ import annotations
@@ -643,7 +644,7 @@ class NvmlCollector(Collector):
         self._last_placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
         self._placement_denied = False
         # Per GPU UUID, the figures a MIG-enabled GPU refused (NO_PERMISSION): not asked
-        # again until NVML is initialised afresh.
+        # again until NVML is initialised afresh or the GPU's MIG mode is off.
         self._mig_denied: dict[str, set[str]] = {}
         self._issues: list[CollectorIssue] = []
         # The device being read, named in issue details: the runner logs each distinct
@@ -702,8 +703,14 @@ class NvmlCollector(Collector):
         samples: list[Sample] = []
         migs: list[DeviceReading] = []
         try:
-            self._read_figures(gpu.handle, samples, gpu=gpu)
-            self._read_migs(gpu, migs)
+            # Asked once a poll (~0.15 ms on an H100): MIG mode can change while we run.
+            mig_enabled = self._mig_enabled(gpu)
+            if not mig_enabled:
+                # MIG turned off: the whole GPU answers its aggregate figures again.
+                self._mig_denied.pop(gpu.uuid, None)
+            self._read_figures(gpu.handle, samples, gpu=gpu, mig_enabled=mig_enabled)
+            if mig_enabled:
+                self._read_migs(gpu, migs)
         except _GpuLostError:
             pass  # reported; what was read before it fell off the bus stays
         keys = [HardwareKey(KeyKind.GPU_UUID, gpu.uuid)]
@@ -741,7 +748,12 @@ class NvmlCollector(Collector):
         return gpu
 
     def _read_figures(
-        self, handle: NvmlHandle, samples: list[Sample], *, gpu: _Gpu | None = None
+        self,
+        handle: NvmlHandle,
+        samples: list[Sample],
+        *,
+        gpu: _Gpu | None = None,
+        mig_enabled: bool = False,
     ) -> None:
         """A device's figures. A whole GPU (``gpu``) with MIG enabled gives its aggregate
         memory only to a privileged caller (nvml.h, nvmlDeviceGetMemoryInfo): its
@@ -758,7 +770,7 @@ class NvmlCollector(Collector):
                 if error.error_name == NOT_SUPPORTED:
                     continue
                 refused = error.error_name == NO_PERMISSION
-                if refused and gpu is not None and denied is not None and self._mig_enabled(gpu):
+                if refused and gpu is not None and denied is not None and mig_enabled:
                     denied.add(name)
                     detail = (
                         f"{gpu.uuid}: {name}: NVML {NO_PERMISSION}; MIG-enabled GPU, not "
@@ -773,11 +785,9 @@ class NvmlCollector(Collector):
         return bool(enabled)
 
     def _read_migs(self, gpu: _Gpu, migs: list[DeviceReading]) -> None:
+        """The MIG devices of a GPU whose MIG mode is on."""
         # MIG devices come and go with reconfiguration: read afresh every poll.
         source = self._source
-        enabled, _ = self._attempt(source.mig_enabled, gpu.handle)
-        if not enabled:
-            return
         slots, _ = self._attempt(source.max_mig_device_count, gpu.handle)
         found: list[_Mig] = []
         try:

@@ -35,6 +35,8 @@
  *                            power energy temperature clock ecc gi ci; on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
+ *   mig_off_flag PATH        the GPU's MIG mode reads off while PATH exists (as after
+ *                            nvidia-smi -mig 0 and a reset), on otherwise
  *   lost_after N             the GPU is lost after N calls naming it
  *   proc compute|graphics|mps PID MEMORY|na [PATH]
  *                            a running process of the device (GPU or MIG) with its used
@@ -200,6 +202,7 @@ typedef struct fake_dev {
     unsigned long long ecc_corrected, ecc_uncorrected;
     int fail[F_COUNT];
     char lost_flag[512];
+    char mig_off_flag[512];
     long lost_after; /* -1: never */
     long calls;
     fake_proc procs[MAX_PROCS];
@@ -329,6 +332,8 @@ static nvmlReturn_t load_config(void) {
             if (ok) current->fail[figure] = code;
         } else if (strcmp(key, "lost_flag") == 0) {
             snprintf(current->lost_flag, sizeof current->lost_flag, "%s", rest);
+        } else if (strcmp(key, "mig_off_flag") == 0) {
+            snprintf(current->mig_off_flag, sizeof current->mig_off_flag, "%s", rest);
         } else if (strcmp(key, "proc") == 0) {
             ok = current->proc_count < MAX_PROCS;
             if (ok) {
@@ -402,9 +407,15 @@ static nvmlReturn_t enter(nvmlDevice_t handle, enum figure figure, fake_dev **ou
     nvmlReturn_t entered = enter(handle, figure, &d);      \
     if (entered != NVML_SUCCESS) return entered
 
+/* The GPU's current MIG mode. */
+static int mig_on(const fake_dev *d) {
+    if (d->mig_off_flag[0] != '\0' && access(d->mig_off_flag, F_OK) == 0) return 0;
+    return d->mig_mode != 0;
+}
+
 /* True where NVML refuses a MIG-enabled GPU's aggregate figures to this caller. */
 static int aggregate_denied(const fake_dev *d) {
-    return unprivileged && d->parent == NULL && d->mig_mode;
+    return unprivileged && d->parent == NULL && mig_on(d);
 }
 
 static nvmlReturn_t copy_string(char *dest, unsigned int length, const char *src) {
@@ -532,8 +543,8 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
                                   unsigned int *pending) {
     ENTER(device, F_MIG_MODE);
     if (current == NULL || pending == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    *current = d->mig_mode;
-    *pending = d->mig_mode;
+    *current = (unsigned int)mig_on(d);
+    *pending = (unsigned int)mig_on(d);
     return NVML_SUCCESS;
 }
 
@@ -550,7 +561,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     if (d->parent != NULL || mig == NULL || index >= d->max_mig) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (!d->mig_mode) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!mig_on(d)) return NVML_ERROR_INVALID_ARGUMENT;
     fake_dev *child = &migs[d - gpus][index];
     if (!child->present) return NVML_ERROR_NOT_FOUND;
     *mig = (nvmlDevice_t)child;
@@ -576,7 +587,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
                                           nvmlGpuInstance_t *instance) {
     ENTER(device, F_GI_BY_ID);
     if (d->parent != NULL || instance == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    if (!d->mig_mode) return NVML_ERROR_NOT_SUPPORTED;
+    if (!mig_on(d)) return NVML_ERROR_NOT_SUPPORTED;
     if (unprivileged) return NVML_ERROR_NO_PERMISSION;
     long gpu = d - gpus;
     for (unsigned int slot = 0; slot < MAX_MIGS; slot++) {

@@ -104,6 +104,7 @@ class FakeGpu:
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     migs: tuple[FakeMig, ...] = field(default=())
     lost_flag: Path | None = None  # lost while this file exists
+    mig_off_flag: Path | None = None  # MIG mode off while this file exists (with migs)
     lost_after: int | None = None  # lost after this many calls naming it
     processes: tuple[FakeProcess, ...] = ()
     samples: tuple[FakeSample, ...] = ()
@@ -143,6 +144,8 @@ def render_config(
         ]
         if gpu.lost_flag is not None:
             lines.append(f"lost_flag {gpu.lost_flag}")
+        if gpu.mig_off_flag is not None:
+            lines.append(f"mig_off_flag {gpu.mig_off_flag}")
         if gpu.lost_after is not None:
             lines.append(f"lost_after {gpu.lost_after}")
         if gpu.migs:

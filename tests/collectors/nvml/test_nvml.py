@@ -432,6 +432,24 @@ class TestMigParentPrivileges:
             [i for i in after_restart.issues if "memory" in i.detail],
         )
 
+    def test_memory_asked_again_once_mig_is_off(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A GPU whose MIG mode is turned off while the exporter runs answers its
+        aggregate memory again, and has it from that very poll: the refusal was MIG's."""
+        mig_off = tmp_path / "mig_off"
+        fake_nvml.configure(replace(MIG_GPU, mig_off_flag=mig_off), unprivileged=True)
+        collector.collect()
+
+        mig_off.touch()
+        after = collector.collect()
+
+        assert (GPU_MEMORY_TOTAL, (), [UUID_A]) == (
+            next(s.spec for s in after.devices[0].samples if s.spec is GPU_MEMORY_TOTAL),
+            after.issues,
+            [d.name for d in after.devices],
+        )
+
     async def test_counted_once_per_gpu(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
@@ -593,14 +611,15 @@ class TestLostGpu:
                 gpu_reading(GPU_A, "0000:17:00.0"),
                 gpu_reading(gpu_b, "0000:b1:00.0", ()),
             ),
-            issues=(issue("GPU_IS_LOST", UUID_B, "utilization"),),
+            issues=(issue("GPU_IS_LOST", UUID_B, "mig_enabled"),),  # the first call a poll
         )
         assert (expected, expected) == (second, third)
 
     def test_gpu_lost_mid_poll(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """A GPU lost halfway through its figures keeps what it answered before."""
-        # Calls 1-6 succeed: handle, uuid, name, pci, minor, utilization; memory fails.
-        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_after=6)
+        # Calls 1-7 succeed: handle, uuid, name, pci, minor, MIG mode, utilization;
+        # memory fails.
+        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_after=7)
         fake_nvml.configure(gpu_b, GPU_A)
 
         readings = collector.collect()
