@@ -282,8 +282,10 @@ class GpuProcessesCollector(Collector):
         # Per device UUID: the newest sample timestamp seen, so each poll asks NVML
         # for the samples since the previous one.
         self._last_sample_us: dict[str, int] = {}
-        # Device UUIDs whose last answer to per-process samples was NOT_SUPPORTED.
-        self._samples_unsupported: set[str] = set()
+        # Per device UUID: whether its last answer to per-process samples had any
+        # (False: NOT_SUPPORTED); and the devices that ran a process at the last poll.
+        self._gives_samples: dict[str, bool] = {}
+        self._busy: set[str] = set()
         self._issues: list[CollectorIssue] = []
 
     def collect(self) -> Readings:
@@ -353,27 +355,42 @@ class GpuProcessesCollector(Collector):
         if not lists:
             return None  # neither list is supported: no figures, not a fault
         processes = _merge_lists(*lists)
-        if not processes:
-            # No process to give samples to. Not asked: on an H100 the driver takes 2-3 ms
-            # of CPU to answer, even with nothing to report (measured, driver 580), per
-            # idle device and poll. Support is as last answered (MIG devices: none).
-            supported = key.value not in self._samples_unsupported
-            return _Listed(key, (), {} if supported else None)
+        was_busy = key.value in self._busy
+        if processes:
+            self._busy.add(key.value)
+        else:
+            self._busy.discard(key.value)
+            if not was_busy:
+                # Nothing to give samples to, and nothing left to step past. Not asked: an
+                # H100's driver takes 2-3 ms of CPU to answer, even with nothing to report
+                # (measured, driver 580), per device and poll.
+                return _Listed(key, (), {} if self._samples_given(key) else None)
+        # Asked also at the first idle poll after a busy one, so that the next busy
+        # poll's samples start after it: a PID seen again (a new CUDA context of the
+        # same process) must not be averaged with samples from before the idle stretch.
+        return _Listed(key, processes, self._sm_ratio(key, handle))
+
+    def _samples_given(self, key: HardwareKey) -> bool:
+        """Whether the device gives per-process samples, as it last answered; a MIG
+        device never asked does not (nvml.h: not supported on MIG-enabled GPUs)."""
+        return self._gives_samples.get(key.value, key.kind is not KeyKind.MIG_UUID)
+
+    def _sm_ratio(self, key: HardwareKey, handle: NvmlHandle) -> Mapping[int, float] | None:
+        """Mean SM utilization per PID of the samples since the last poll's newest;
+        None where the device gives none."""
         since = self._last_sample_us.get(key.value, 0)
         try:
-            samples = source.process_utilization(handle, since)
+            samples = self._source.process_utilization(handle, since)
         except NvmlError as error:
             if error.error_name == NOT_SUPPORTED:
-                self._samples_unsupported.add(key.value)
+                self._gives_samples[key.value] = False
             else:
                 self._count(error, f"process_utilization {key.value}")
-            sm_ratio = None
-        else:
-            self._samples_unsupported.discard(key.value)
-            sm_ratio = _mean_sm_ratio(tuple(s for s in samples if s.timestamp_us > since))
-            if samples:
-                self._last_sample_us[key.value] = max(since, *(s.timestamp_us for s in samples))
-        return _Listed(key, processes, sm_ratio)
+            return None
+        self._gives_samples[key.value] = True
+        if samples:
+            self._last_sample_us[key.value] = max(since, *(s.timestamp_us for s in samples))
+        return _mean_sm_ratio(tuple(s for s in samples if s.timestamp_us > since))
 
     def _place(self, listed: list[_Listed]) -> tuple[DeviceProcesses, ...]:
         """Each listed PID with its pod and container; exited PIDs drop out."""

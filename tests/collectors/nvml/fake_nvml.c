@@ -42,8 +42,9 @@
  *                            a running process of the device (GPU or MIG) with its used
  *                            memory (na: NVML_VALUE_NOT_AVAILABLE), listed while PATH
  *                            exists when one is given
- *   sample PID TIMESTAMP_US SM_PCT
- *                            a process utilization sample of the device
+ *   sample PID TIMESTAMP_US SM_PCT [PATH]
+ *                            a process utilization sample of the device, held while
+ *                            PATH exists when one is given
  *   (fail figures also: procs (both lists), procs_v3 (v3 lists only), proc_util)
  */
 #include <stdio.h>
@@ -180,7 +181,11 @@ typedef struct {
     unsigned int pid;
     unsigned long long timestamp;
     unsigned int sm;
+    char present_flag[256]; /* held by NVML while this file exists; "" always */
 } fake_sample;
+
+/* True while a fixture's flag file (or no flag) says the entry exists. */
+static int flagged(const char *flag) { return flag[0] == '\0' || access(flag, F_OK) == 0; }
 
 #define MAX_GPUS 16
 #define MAX_MIGS 8
@@ -353,8 +358,11 @@ static nvmlReturn_t load_config(void) {
             ok = current->sample_count < MAX_PROCS;
             if (ok) {
                 fake_sample *sample = &current->samples[current->sample_count];
-                ok = sscanf(rest, "%u %llu %u", &sample->pid, &sample->timestamp,
-                            &sample->sm) == 3;
+                sample->present_flag[0] = '\0';
+                int fields = sscanf(rest, "%u %llu %u %255s", &sample->pid, &sample->timestamp,
+                                    &sample->sm, sample->present_flag);
+                ok = fields >= 3;
+                if (fields == 3) sample->present_flag[0] = '\0';
                 if (ok) current->sample_count++;
             }
         } else if (strcmp(key, "lost_after") == 0) {
@@ -551,7 +559,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
     ENTER(device, F_MIG_MODE);
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = d->max_mig;
+    *count = mig_on(d) ? d->max_mig : 0; /* nvml.h: zero if MIG is not enabled */
     return NVML_SUCCESS;
 }
 
@@ -717,7 +725,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, int kind, int v3,
     for (unsigned int i = 0; i < d->proc_count; i++) {
         fake_proc *proc = &d->procs[i];
         if (proc->kind != kind) continue;
-        if (proc->alive_flag[0] != '\0' && access(proc->alive_flag, F_OK) != 0) continue;
+        if (!flagged(proc->alive_flag)) continue;
         listed[found++] = proc;
     }
     if (infos == NULL || *count < found) {
@@ -788,7 +796,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int found = 0;
     for (unsigned int i = 0; i < d->sample_count; i++) {
-        if (d->samples[i].timestamp > lastSeen) found++;
+        if (d->samples[i].timestamp > lastSeen && flagged(d->samples[i].present_flag)) found++;
     }
     if (found == 0) return NVML_ERROR_NOT_FOUND;
     if (utilization == NULL || *count < found) {
@@ -798,7 +806,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     unsigned int n = 0;
     for (unsigned int i = 0; i < d->sample_count; i++) {
         fake_sample *sample = &d->samples[i];
-        if (sample->timestamp <= lastSeen) continue;
+        if (sample->timestamp <= lastSeen || !flagged(sample->present_flag)) continue;
         memset(&utilization[n], 0, sizeof utilization[n]);
         utilization[n].pid = sample->pid;
         utilization[n].timeStamp = sample->timestamp;

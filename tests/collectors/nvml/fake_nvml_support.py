@@ -59,6 +59,7 @@ class FakeSample:
     pid: int
     timestamp_us: int
     sm_percent: int
+    present_flag: Path | None = None  # held by NVML only while this file exists
 
 
 def _process_lines(
@@ -70,7 +71,11 @@ def _process_lines(
         flag = "" if p.alive_flag is None else f" {p.alive_flag}"
         kind = "graphics" if p.graphics else "mps" if p.mps else "compute"
         lines.append(f"proc {kind} {p.pid} {memory}{flag}")
-    lines += [f"sample {s.pid} {s.timestamp_us} {s.sm_percent}" for s in samples]
+    lines += [
+        f"sample {s.pid} {s.timestamp_us} {s.sm_percent}"
+        + ("" if s.present_flag is None else f" {s.present_flag}")
+        for s in samples
+    ]
     return lines
 
 

@@ -3,6 +3,7 @@ with fixture /proc/<pid>/cgroup files and a fixture pod-log tree."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -147,28 +148,70 @@ class TestListing:
             readings,
         )
 
-    def test_device_going_idle_keeps_its_unsupported_samples(
+    def test_device_going_idle_is_asked_once_more(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
     ) -> None:
-        """A device that answered NOT_SUPPORTED (a MIG device) and then runs nothing
-        still says it gives no samples, without being asked again."""
+        """The first idle poll after a busy one still asks for samples, to step past
+        those of the busy stretch; the polls after it do not."""
         running = tmp_path / "running"
+        running.touch()
+        fake_nvml.configure(FakeGpu(UUID, processes=(FakeProcess(100, GIB, alive_flag=running),)))
+        calls = fake_nvml.library.calls
+        counts = [calls("proc_util")]
+        collector.collect()
+        counts.append(calls("proc_util"))
+        running.unlink()
+        collector.collect()
+        counts.append(calls("proc_util"))
+        idle = collector.collect()
+        counts.append(calls("proc_util"))
+
+        steps = [later - earlier for earlier, later in itertools.pairwise(counts)]
+        # One call a question: with no sample to give, NVML answers the size query so.
+        assert ([1, 1, 0], Readings(gpu_processes=(DeviceProcesses(GPU_KEY, (), True),))) == (
+            steps,
+            idle,
+        )
+
+    def test_samples_from_before_an_idle_stretch_are_not_counted_again(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
+    ) -> None:
+        """A PID busy, then gone for a poll, then back (a new CUDA context): its ratio is
+        of the samples since the idle poll, not of the busy stretch's late ones."""
+        running, late, again = tmp_path / "running", tmp_path / "late", tmp_path / "again"
         running.touch()
         fake_nvml.configure(
             FakeGpu(
                 UUID,
                 processes=(FakeProcess(100, GIB, alive_flag=running),),
-                fail=(("proc_util", NOT_SUPPORTED),),
+                samples=(
+                    FakeSample(100, 1_000, 100),
+                    FakeSample(100, 3_000, 100, present_flag=late),
+                    FakeSample(100, 5_000, 10, present_flag=again),
+                ),
             )
         )
-        collector.collect()
+        collector.collect()  # busy: the sample at 1,000
         running.unlink()
-        before = fake_nvml.library.calls("proc_util")
-        readings = collector.collect()
-        assert (before, Readings(gpu_processes=(DeviceProcesses(GPU_KEY, (), False),))) == (
-            fake_nvml.library.calls("proc_util"),
-            readings,
+        late.touch()  # the busy stretch's last sample, seen after that poll
+        collector.collect()  # idle
+        running.touch()
+        again.touch()
+        back = collector.collect().gpu_processes
+
+        assert back is not None
+        assert [0.1] == [p.sm_utilization_ratio for p in back[0].processes]
+
+    def test_idle_mig_device_gives_no_samples(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A MIG device never asked is taken at nvml.h's word: no per-process samples
+        on MIG-enabled GPUs."""
+        fake_nvml.configure(FakeGpu(UUID, migs=(FakeMig(0, MIG_UUID, 1, 0),)))
+        expected = Readings(
+            gpu_processes=(DeviceProcesses(HardwareKey(KeyKind.MIG_UUID, MIG_UUID), (), False),)
         )
+        assert expected == collector.collect()
 
     def test_falls_back_to_v2_lists(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
