@@ -704,9 +704,11 @@ class NvmlCollector(Collector):
         migs: list[DeviceReading] = []
         try:
             # Asked once a poll (~0.15 ms on an H100): MIG mode can change while we run.
-            mig_enabled = self._mig_enabled(gpu)
-            if not mig_enabled:
-                # MIG turned off: the whole GPU answers its aggregate figures again.
+            mode, settled = self._attempt(self._source.mig_enabled, gpu.handle)
+            mig_enabled = bool(mode)
+            if settled and not mig_enabled:
+                # MIG off (or no MIG at all: NOT_SUPPORTED), as NVML said, not as a failed
+                # read would have it: the whole GPU answers its aggregate figures again.
                 self._mig_denied.pop(gpu.uuid, None)
             self._read_figures(gpu.handle, samples, gpu=gpu, mig_enabled=mig_enabled)
             if mig_enabled:
@@ -779,10 +781,6 @@ class NvmlCollector(Collector):
                     self._issues.append(issue(NO_PERMISSION, detail))
                     continue
                 self._count(error, figure.__name__)
-
-    def _mig_enabled(self, gpu: _Gpu) -> bool:
-        enabled, _ = self._attempt(self._source.mig_enabled, gpu.handle)
-        return bool(enabled)
 
     def _read_migs(self, gpu: _Gpu, migs: list[DeviceReading]) -> None:
         """The MIG devices of a GPU whose MIG mode is on."""

@@ -31,7 +31,8 @@
  *                            (nvmlGpuInstanceGetInfo; the first slot of that GI says)
  *   power MILLIWATTS | energy MILLIJOULES | temperature CELSIUS | sm_clock MHZ
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
- *   fail FIGURE CODE         FIGURE: handle uuid name pci minor mig_mode util memory
+ *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
+ *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock ecc gi ci; on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -206,6 +207,7 @@ typedef struct fake_dev {
     unsigned int temperature, sm_clock;
     unsigned long long ecc_corrected, ecc_uncorrected;
     int fail[F_COUNT];
+    char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
     char mig_off_flag[512];
     long lost_after; /* -1: never */
@@ -331,10 +333,15 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "fail") == 0) {
             char name[64] = "";
             int code = 0;
-            ok = sscanf(rest, "%63s %d", name, &code) == 2;
+            char flag[256] = "";
+            ok = sscanf(rest, "%63s %d %255s", name, &code, flag) >= 2;
             int figure = ok ? parse_figure(name) : -1;
             ok = figure >= 0;
-            if (ok) current->fail[figure] = code;
+            if (ok) {
+                current->fail[figure] = code;
+                snprintf(current->fail_flag[figure], sizeof current->fail_flag[figure], "%s",
+                         flag);
+            }
         } else if (strcmp(key, "lost_flag") == 0) {
             snprintf(current->lost_flag, sizeof current->lost_flag, "%s", rest);
         } else if (strcmp(key, "mig_off_flag") == 0) {
@@ -405,7 +412,7 @@ static nvmlReturn_t enter(nvmlDevice_t handle, enum figure figure, fake_dev **ou
     fake_dev *d = lookup(handle);
     if (d == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (lost(d)) return NVML_ERROR_GPU_IS_LOST;
-    if (d->fail[figure] != 0) return d->fail[figure];
+    if (d->fail[figure] != 0 && flagged(d->fail_flag[figure])) return d->fail[figure];
     *out = d;
     return NVML_SUCCESS;
 }

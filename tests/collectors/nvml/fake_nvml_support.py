@@ -107,6 +107,7 @@ class FakeGpu:
     sm_clock_mhz: int = 1755
     ecc: tuple[int, int] = (3, 1)  # corrected, uncorrected (volatile)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
+    fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
     lost_flag: Path | None = None  # lost while this file exists
     mig_off_flag: Path | None = None  # MIG mode off while this file exists (with migs)
@@ -145,6 +146,7 @@ def render_config(
             f"sm_clock {gpu.sm_clock_mhz}",
             f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
+            *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),
         ]
         if gpu.lost_flag is not None:

@@ -450,6 +450,26 @@ class TestMigParentPrivileges:
             [d.name for d in after.devices],
         )
 
+    def test_a_failed_mig_mode_read_is_not_mig_turned_off(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A MIG-mode read that fails once is that one issue: the refused memory is not
+        asked again (nor counted again), as it would be were MIG off."""
+        failing = tmp_path / "mig_mode_fails"
+        fake_nvml.configure(
+            replace(MIG_GPU, fail_while=(("mig_mode", UNKNOWN, failing),)), unprivileged=True
+        )
+        collector.collect()
+        failing.touch()
+        during = collector.collect()
+        failing.unlink()
+        after = collector.collect()
+
+        assert ([issue("UNKNOWN", UUID_A, "mig_enabled")], []) == (
+            list(during.issues),
+            list(after.issues),
+        )
+
     async def test_counted_once_per_gpu(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
