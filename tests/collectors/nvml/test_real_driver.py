@@ -44,7 +44,10 @@ def _smi(*args: str) -> str | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
-    done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=60, check=False)
+    try:
+        done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # a GPU fallen off the bus can hang it: skip, not stop the session
     return done.stdout if done.returncode == 0 else None
 
 
@@ -53,7 +56,7 @@ _SMI_TABLE = _smi(f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader
 
 pytestmark = pytest.mark.skipif(
     not _SMI_TABLE,
-    reason="no NVIDIA GPU here (nvidia-smi missing or failing): the real-driver checks need one",
+    reason="no NVIDIA GPU here (nvidia-smi missing, failing or hanging): these checks need one",
 )
 
 
@@ -199,16 +202,18 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             used = figures["podresources_gpu_memory_used_bytes"]
             # An idle GPU reads 0 (seen on an H100, driver 580); the holder's, its memory.
             assert (HELD_BYTES if uuid == cuda_holder.gpu_uuid else 0) <= used <= total
-            if expected.mig_enabled:
-                continue  # a MIG-enabled GPU answers its figures per MIG device
             assert 0 <= figures["podresources_gpu_utilization_ratio"] <= 1
             assert 10 < figures["podresources_gpu_temperature_celsius"] < 110
             assert figures["podresources_gpu_sm_clock_hertz"] >= 100e6
-            power = figures["podresources_gpu_power_watts"]
-            assert power > 0
+            # Power needs power management, which boards without a power limit lack
+            # (nvml.h); the energy counter needs Volta or newer.
+            power = figures.get("podresources_gpu_power_watts")
             if expected.power_limit_watts is not None:
-                assert power < 2 * expected.power_limit_watts
-            assert figures["podresources_gpu_energy_joules_total"] > 0
+                assert power is not None
+                assert 0 < power < 2 * expected.power_limit_watts
+            assert power is None or power > 0
+            energy = figures.get("podresources_gpu_energy_joules_total")
+            assert energy is None or energy > 0
 
 
 def test_energy_only_grows(probe: dict[str, Any]) -> None:
@@ -305,7 +310,12 @@ async def test_the_exporter_serves_the_real_gpu_under_its_pod(
     assert info["uuid"] == cuda_holder.gpu_uuid
     assert info["vendor"] == "nvidia"
     assert ({"collector": "nvml"}, 1.0) in _samples(text, "podresources_collector_success")
-    # The holder process is the host's, on a GPU that the pod holds.
-    assert ({**device, "kind": "host"}, 1.0) in _samples(text, "podresources_gpu_foreign_processes")
+    # The holder is the host's, on a GPU the pod holds (with any other: a display server).
+    (hosts,) = (
+        value
+        for labels, value in _samples(text, "podresources_gpu_foreign_processes")
+        if labels == {**device, "kind": "host"}
+    )
+    assert hosts >= 1
     allocations = json.loads(debug)
     assert cuda_holder.gpu_uuid in json.dumps(allocations)
