@@ -9,6 +9,7 @@ from __future__ import annotations
 from exporter.model import MetricKind, MetricSpec
 
 __all__ = [
+    "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
     "GPU_MEMORY_TOTAL",
@@ -51,4 +52,11 @@ GPU_ECC_ERRORS = MetricSpec(
     MetricKind.COUNTER,
     "GPU memory ECC errors since the driver loaded, by type (corrected, uncorrected).",
     labels=("type",),
+)
+GPU_DRIVER_INFO = MetricSpec(
+    "podresources_gpu_driver_info",
+    MetricKind.GAUGE,
+    "The GPU driver the node runs, always 1: its vendor, version, and the newest CUDA "
+    "version it supports (NVIDIA only, empty otherwise).",
+    labels=("vendor", "version", "cuda_version"),
 )

@@ -53,6 +53,7 @@ from exporter.collectors.base import (
     issue,
 )
 from exporter.collectors.gpu_metrics import (
+    GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
     GPU_MEMORY_TOTAL,
@@ -166,6 +167,8 @@ class NvmlSource(Protocol):
 
     def init(self) -> None: ...
     def shutdown(self) -> None: ...
+    def driver_version(self) -> str: ...  # 580.159.04
+    def cuda_driver_version(self) -> int: ...  # 13000 for CUDA 13.0
     def device_count(self) -> int: ...
     def device_handle(self, index: int) -> NvmlHandle: ...
     def uuid(self, handle: NvmlHandle) -> str: ...
@@ -251,7 +254,7 @@ class PynvmlSource(NvmlSource):
         nothing -- both carry the PID and memory read here.
         """
         try:
-            version = str(self._call(self._pynvml.nvmlSystemGetDriverVersion))
+            version = self.driver_version()
         except NvmlError:
             version = ""
         suffixes = ("_v2",) if version.startswith(_R535_DRIVER) else ("_v3", "_v2")
@@ -280,6 +283,12 @@ class PynvmlSource(NvmlSource):
 
     def shutdown(self) -> None:
         self._call(self._pynvml.nvmlShutdown)
+
+    def driver_version(self) -> str:
+        return str(self._call(self._pynvml.nvmlSystemGetDriverVersion))
+
+    def cuda_driver_version(self) -> int:
+        return int(self._call(self._pynvml.nvmlSystemGetCudaDriverVersion))
 
     def device_count(self) -> int:
         return int(self._call(self._pynvml.nvmlDeviceGetCount))
@@ -647,6 +656,9 @@ class NvmlCollector(Collector):
         # again until NVML is initialised afresh or the GPU's MIG mode is off.
         self._mig_denied: dict[str, set[str]] = {}
         self._issues: list[CollectorIssue] = []
+        # The driver's versions, read once per nvmlInit: they change only with the driver,
+        # and a new driver means NVML initialised afresh.
+        self._driver: Sample | None = None
         # The device being read, named in issue details: the runner logs each distinct
         # detail once, so without it a second GPU's failure would never be logged.
         self._reading = ""
@@ -656,10 +668,15 @@ class NvmlCollector(Collector):
             self._issues = []
             self._last_placements, self._placements = self._placements, {}
             count = self._session.device_count()
+            driver = self._driver_info()
             devices: list[DeviceReading] = []
             for index in range(count):
                 devices.extend(self._read_gpu(index))
-            return Readings(devices=tuple(devices), issues=tuple(self._issues))
+            return Readings(
+                devices=tuple(devices),
+                node_samples=() if driver is None else (driver,),
+                issues=tuple(self._issues),
+            )
 
     def close(self) -> None:
         self._session.close(forget=self._forget)
@@ -667,6 +684,25 @@ class NvmlCollector(Collector):
     def _forget(self) -> None:
         self._gpus.clear()
         self._mig_denied.clear()
+        self._driver = None
+
+    def _driver_info(self) -> Sample | None:
+        """podresources_gpu_driver_info's sample; None (an issue) while a read fails."""
+        if self._driver is None:
+            self._reading = "driver"
+            version, _ = self._attempt(self._source.driver_version)
+            try:
+                cuda: int | None = self._source.cuda_driver_version()
+            except NvmlError as error:
+                cuda = None
+                # FUNCTION_NOT_FOUND: a driver older than the call, not a fault.
+                if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+                    self._count(error, "cuda_driver_version")
+            if version is not None:
+                # nvidia-smi's "CUDA Version": 13000 is 13.0, 12040 is 12.4.
+                cuda_text = "" if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"
+                self._driver = Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", version, cuda_text))
+        return self._driver
 
     def _attempt(
         self,

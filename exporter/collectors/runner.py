@@ -227,8 +227,9 @@ def _run_queue(calls: deque[_Call], clock: Callable[[], float]) -> None:
 
 def _identities_of(readings: Readings | None) -> Readings:
     """What a failed run still says: the devices its last good run found, with their
-    identities and keys but no figures. A device's identity (UUID, model, PCI address)
-    is its hardware's: an NVML call that fails or hangs for a poll must not blank
+    identities and keys but no figures, and its node-level ``_info`` samples (the
+    driver's version). A device's identity (UUID, model, PCI address) is its
+    hardware's: an NVML call that fails or hangs for a poll must not blank
     ``podresources_device_info``'s labels (a new series, then the old one back) or drop
     the GPUs only NVML finds, while no stale figure is served as fresh."""
     if readings is None:
@@ -236,6 +237,7 @@ def _identities_of(readings: Readings | None) -> Readings:
     return Readings(
         devices=tuple(replace(d, samples=()) for d in readings.devices),
         pci_devices=readings.pci_devices,
+        node_samples=tuple(s for s in readings.node_samples if s.spec.name.endswith("_info")),
     )
 
 

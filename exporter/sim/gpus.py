@@ -38,9 +38,17 @@ from exporter.collectors.nvml import (
 )
 from exporter.sim.hardware import SimGpu, SimHardware, SimMigDevice
 
-__all__ = ["MAX_MIG_DEVICES", "SimulatedNvmlSource"]
+__all__ = [
+    "MAX_MIG_DEVICES",
+    "SIM_CUDA_DRIVER_VERSION",
+    "SIM_DRIVER_VERSION",
+    "SimulatedNvmlSource",
+]
 
 MAX_MIG_DEVICES = 7  # MIG slots of an A100/H100
+# The driver the simulated node runs: the one seen on an H100 (nvidia-smi's 13.0).
+SIM_DRIVER_VERSION = "580.159.04"
+SIM_CUDA_DRIVER_VERSION = 13000
 WOBBLE_PERIOD_S = 60.0
 WOBBLE = 0.1  # relative amplitude
 DRIVER_UPTIME_AT_ZERO_S = 86_400.0
@@ -68,6 +76,14 @@ class SimulatedNvmlSource(NvmlSource):
 
     def shutdown(self) -> None:
         self._initialized = False
+
+    def driver_version(self) -> str:
+        self._require_initialized()
+        return SIM_DRIVER_VERSION
+
+    def cuda_driver_version(self) -> int:
+        self._require_initialized()
+        return SIM_CUDA_DRIVER_VERSION
 
     def device_count(self) -> int:
         self._require_initialized()

@@ -22,6 +22,7 @@ from freshprocess import run_python
 from structlog.testing import capture_logs
 
 from exporter.collectors.base import Collector, CollectorContext, CollectorUnavailable
+from exporter.collectors.gpu_metrics import GPU_DRIVER_INFO
 from exporter.collectors.runner import MAX_LOGGED_ISSUES, CollectorRunner
 from exporter.model import (
     CollectorIssue,
@@ -637,13 +638,19 @@ class TestFailedRunsKeepIdentities:
             standalone=True,
         )
         pci = PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", 0)
-        good = Readings(devices=(gpu,), pci_devices=(pci,), node_samples=(Sample(POWER, 1.0),))
+        driver = Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.159.04", "13.0"))
+        good = Readings(
+            devices=(gpu,), pci_devices=(pci,), node_samples=(Sample(POWER, 1.0), driver)
+        )
         script = [lambda: good, _failing, _failing, _unavailable, _failing]
         runner = make_runner([_Scripted(CONTEXT, script)], timeout_s=BOUND_S)
 
         runs = [(await runner.run_all())[0] for _ in script]
 
-        kept = Readings(devices=(replace(gpu, samples=()),), pci_devices=(pci,))
+        # The driver's version is an identity too: kept, where the node figure is not.
+        kept = Readings(
+            devices=(replace(gpu, samples=()),), pci_devices=(pci,), node_samples=(driver,)
+        )
         assert [(r.success, r.readings) for r in runs] == [
             (True, good),
             (False, kept),

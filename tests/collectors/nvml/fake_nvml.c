@@ -17,6 +17,8 @@
  *                            driver ("535.*") fills the _v3 process lists with R535's
  *                            32-byte nvmlProcessInfo_v3_t, as CUDA 12.2's nvml.h
  *                            declares it; other drivers, and every _v2 list, 24 bytes
+ *   cuda_version N           nvmlSystemGetCudaDriverVersion (default 13000); -1: the
+ *                            function is missing (FUNCTION_NOT_FOUND)
  *   unprivileged             the caller lacks MIG monitoring privileges: a MIG-enabled
  *                            GPU answers NO_PERMISSION for its aggregate memory and
  *                            process lists (nvml.h: "In MIG mode ... only if the caller
@@ -65,6 +67,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
@@ -225,7 +228,9 @@ static fake_dev *gpu_instances[MAX_GPUS][MAX_MIGS];
 static unsigned int gpu_count;
 static int init_count;
 #define DEFAULT_DRIVER_VERSION "580.82.07"
+#define DEFAULT_CUDA_VERSION 13000 /* the CUDA 13.0 that R580 supports */
 static char driver_version[TEXT] = DEFAULT_DRIVER_VERSION;
+static int cuda_version = DEFAULT_CUDA_VERSION;
 static int unprivileged;
 
 static void reset_device(fake_dev *d, fake_dev *parent) {
@@ -260,6 +265,7 @@ static nvmlReturn_t load_config(void) {
     memset(gpu_instances, 0, sizeof gpu_instances);
     gpu_count = 0;
     copy_text(driver_version, DEFAULT_DRIVER_VERSION);
+    cuda_version = DEFAULT_CUDA_VERSION;
     unprivileged = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
@@ -277,6 +283,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%d", &result) == 1;
         } else if (strcmp(key, "unprivileged") == 0) {
             unprivileged = 1;
+        } else if (strcmp(key, "cuda_version") == 0) {
+            ok = sscanf(rest, "%d", &cuda_version) == 1;
         } else if (strcmp(key, "driver_version") == 0) {
             ok = rest[0] != '\0';
             copy_text(driver_version, rest);
@@ -474,6 +482,18 @@ const char *nvmlErrorString(nvmlReturn_t result) {
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     return copy_string(version, length, driver_version);
+}
+
+/* Not counted as a device call; works without nvmlInit, as NVML's does. */
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
+    if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cuda_version < 0) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    *version = cuda_version;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    return nvmlSystemGetCudaDriverVersion(version);
 }
 
 /* --- Test hooks (not NVML) ------------------------------------------------------------ */

@@ -121,12 +121,15 @@ def render_config(
     *,
     init_error: int | None = None,
     driver_version: str | None = None,
+    cuda_version: int | None = None,
     unprivileged: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
     if init_error is not None:
         lines.append(f"init_error {init_error}")
+    if cuda_version is not None:
+        lines.append(f"cuda_version {cuda_version}")
     if unprivileged:
         lines.append("unprivileged")
     if driver_version is not None:
@@ -210,12 +213,17 @@ class FakeNvml:
         *gpus: FakeGpu,
         init_error: int | None = None,
         driver_version: str | None = None,
+        cuda_version: int | None = None,
         unprivileged: bool = False,
     ) -> None:
         """Describe the node's GPUs (and driver: "535.*" writes R535's process records; and
         caller: ``unprivileged``, without MIG monitoring); read at the next nvmlInit."""
         text = render_config(
-            gpus, init_error=init_error, driver_version=driver_version, unprivileged=unprivileged
+            gpus,
+            init_error=init_error,
+            driver_version=driver_version,
+            cuda_version=cuda_version,
+            unprivileged=unprivileged,
         )
         self.config_path.write_text(text)
         self.monkeypatch.setenv(CONFIG_ENV, str(self.config_path))

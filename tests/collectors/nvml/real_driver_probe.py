@@ -92,6 +92,9 @@ def _polls(collector: Collector, count: int, interval_s: float) -> list[dict[str
                 "duration_s": time.perf_counter() - started,
                 "error": None,
                 "devices": _figures(readings),
+                "node": {
+                    sample.spec.name: list(sample.label_values) for sample in readings.node_samples
+                },
                 "processes": _processes(readings),
                 "issues": [f"{issue.error}: {issue.detail}" for issue in readings.issues],
             }

@@ -32,6 +32,7 @@ from freshprocess import run_python
 
 from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
 from exporter.collectors.gpu_metrics import (
+    GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
     GPU_MEMORY_TOTAL,
@@ -161,6 +162,10 @@ def mig_reading(
     )
 
 
+# What every poll of the fake reports of its driver (fake_nvml.c's defaults).
+DRIVER = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "13.0")),)
+
+
 def issue(error: str, device: str, call: str) -> CollectorIssue:
     """A failed read as the collector reports it: which device, which call, which error."""
     return CollectorIssue(error, f"{device}: {call}: NVML {error}")
@@ -214,7 +219,7 @@ class TestWholeGpus:
             samples=expected_samples,
             standalone=True,
         )
-        assert Readings(devices=(expected,)) == readings
+        assert Readings(node_samples=DRIVER, devices=(expected,)) == readings
 
     def test_pci_address_in_kernel_form(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -236,7 +241,8 @@ class TestWholeGpus:
         readings = collector.collect()
 
         expected = Readings(
-            devices=(gpu_reading(GPU_A, "0000:17:00.0"), gpu_reading(GPU_B, "0000:b1:00.0"))
+            node_samples=DRIVER,
+            devices=(gpu_reading(GPU_A, "0000:17:00.0"), gpu_reading(GPU_B, "0000:b1:00.0")),
         )
         assert expected == readings
 
@@ -279,12 +285,13 @@ class TestMig:
         readings = collector.collect()
 
         expected = Readings(
+            node_samples=DRIVER,
             devices=(
                 gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util",))),
                 mig_reading(MIG_GPU, mig_1, pci, answers_for_instance=True),
                 mig_reading(MIG_GPU, mig_3, pci, answers_for_instance=True),
                 mig_reading(MIG_GPU, mig_2, pci, answers_for_instance=False),
-            )
+            ),
         )
         assert expected == readings
 
@@ -360,7 +367,10 @@ class TestMigPlacement:
             f"{MIG_1}: gpu_instance_placement: NVML NO_PERMISSION; "
             "not asked again, MIG devices get no placement key",
         )
-        expected = (Readings(devices, issues=(refused,)), Readings(devices))
+        expected = (
+            Readings(devices, node_samples=DRIVER, issues=(refused,)),
+            Readings(devices, node_samples=DRIVER),
+        )
         assert expected == (first, second)
 
     async def test_no_permission_counts_once(
@@ -548,7 +558,8 @@ class TestFigureErrors:
         readings = collector.collect()
 
         expected = Readings(
-            devices=(gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("power", "ecc"))),)
+            node_samples=DRIVER,
+            devices=(gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("power", "ecc"))),),
         )
         assert expected == readings
 
@@ -563,6 +574,7 @@ class TestFigureErrors:
         second = collector.collect()
 
         expected = Readings(
+            node_samples=DRIVER,
             devices=(
                 gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("temperature", "energy"))),
             ),
@@ -606,6 +618,43 @@ class TestFigureErrors:
         assert expected == (second.success, second.error_counts)
 
 
+class TestDriverInfo:
+    def test_versions_as_nvidia_smi_prints_them(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The driver's version as NVML gives it, CUDA's as nvidia-smi prints it."""
+        fake_nvml.configure(GPU_A, driver_version="575.57.08", cuda_version=12090)
+
+        expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "575.57.08", "12.9")),)
+        assert expected == collector.collect().node_samples
+
+    def test_a_driver_without_the_cuda_call_has_no_cuda_version(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """An old driver without nvmlSystemGetCudaDriverVersion: cuda_version is "",
+        and that is no error."""
+        fake_nvml.configure(GPU_A, cuda_version=-1)
+        readings = collector.collect()
+
+        expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "")),)
+        assert (expected, ()) == (readings.node_samples, readings.issues)
+
+    def test_read_again_after_nvml_is_initialised_afresh(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Read once per nvmlInit: a new driver (NVML initialised afresh) is seen."""
+        fake_nvml.configure(GPU_A, driver_version="570.133.20")
+        before = collector.collect().node_samples
+        collector.close()
+        fake_nvml.configure(GPU_A, driver_version="580.159.04")
+        after = collector.collect().node_samples
+
+        assert [("nvidia", "570.133.20", "13.0"), ("nvidia", "580.159.04", "13.0")] == [
+            before[0].label_values,
+            after[0].label_values,
+        ]
+
+
 class TestLostGpu:
     def test_gpu_lost_between_polls(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
@@ -622,11 +671,13 @@ class TestLostGpu:
 
         assert (
             Readings(
-                devices=(gpu_reading(GPU_A, "0000:17:00.0"), gpu_reading(gpu_b, "0000:b1:00.0"))
+                node_samples=DRIVER,
+                devices=(gpu_reading(GPU_A, "0000:17:00.0"), gpu_reading(gpu_b, "0000:b1:00.0")),
             )
             == first
         )
         expected = Readings(
+            node_samples=DRIVER,
             devices=(
                 gpu_reading(GPU_A, "0000:17:00.0"),
                 gpu_reading(gpu_b, "0000:b1:00.0", ()),
@@ -645,6 +696,7 @@ class TestLostGpu:
         readings = collector.collect()
 
         expected = Readings(
+            node_samples=DRIVER,
             devices=(
                 gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85),)),
                 gpu_reading(GPU_A, "0000:17:00.0"),
@@ -664,6 +716,7 @@ class TestLostGpu:
         readings = collector.collect()
 
         expected = Readings(
+            node_samples=DRIVER,
             devices=(gpu_reading(GPU_A, "0000:17:00.0"),),
             issues=(issue("GPU_IS_LOST", "GPU index 0", "device_handle"),),
         )
@@ -681,7 +734,9 @@ class TestLibrary:
         fake_nvml.configure(GPU_A)
         readings = collector.collect()
 
-        assert Readings(devices=(gpu_reading(GPU_A, "0000:17:00.0"),)) == readings
+        assert (
+            Readings(node_samples=DRIVER, devices=(gpu_reading(GPU_A, "0000:17:00.0"),)) == readings
+        )
 
     def test_other_init_failure_is_an_error(
         self, fake_nvml: FakeNvml, collector: NvmlCollector

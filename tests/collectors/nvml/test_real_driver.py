@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +52,15 @@ def _smi(*args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-_SMI_FIELDS = ("uuid", "pci.bus_id", "name", "memory.total", "power.limit", "mig.mode.current")
+_SMI_FIELDS = (
+    "uuid",
+    "pci.bus_id",
+    "name",
+    "memory.total",
+    "power.limit",
+    "mig.mode.current",
+    "driver_version",
+)
 _SMI_TABLE = _smi(f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits")
 
 pytestmark = pytest.mark.skipif(
@@ -68,12 +77,13 @@ class SmiGpu:
     memory_total_mib: int
     power_limit_watts: float | None  # None where the board reports "[N/A]"
     mig_enabled: bool
+    driver_version: str
 
 
 def _smi_gpus() -> list[SmiGpu]:
     gpus = []
     for line in (_SMI_TABLE or "").splitlines():
-        uuid, bus_id, name, memory, power, mig = (field.strip() for field in line.split(","))
+        uuid, bus_id, name, memory, power, mig, driver = (f.strip() for f in line.split(","))
         domain, rest = bus_id.split(":", 1)
         gpus.append(
             SmiGpu(
@@ -83,6 +93,7 @@ def _smi_gpus() -> list[SmiGpu]:
                 memory_total_mib=int(memory),
                 power_limit_watts=None if power.startswith("[") else float(power),
                 mig_enabled=mig == "Enabled",
+                driver_version=driver,
             )
         )
     return gpus
@@ -214,6 +225,14 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             assert power is None or power > 0
             energy = figures.get("podresources_gpu_energy_joules_total")
             assert energy is None or energy > 0
+
+
+def test_driver_version_is_nvidia_smis(probe: dict[str, Any]) -> None:
+    (driver,) = {gpu.driver_version for gpu in _smi_gpus()}
+    for poll in probe["nvml"]:
+        vendor, version, cuda = poll["node"]["podresources_gpu_driver_info"]
+        assert (vendor, version) == ("nvidia", driver)
+        assert re.fullmatch(r"\d+\.\d+", cuda), cuda
 
 
 def test_energy_only_grows(probe: dict[str, Any]) -> None:
