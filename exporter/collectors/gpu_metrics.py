@@ -12,12 +12,14 @@ __all__ = [
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
+    "GPU_LAST_XID",
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
     "GPU_POWER",
     "GPU_SM_CLOCK",
     "GPU_TEMPERATURE",
     "GPU_UTILIZATION",
+    "GPU_XID_ERRORS",
 ]
 
 GPU_UTILIZATION = MetricSpec(
@@ -59,4 +61,16 @@ GPU_DRIVER_INFO = MetricSpec(
     "The GPU driver the node runs, always 1: its vendor, version, and the newest CUDA "
     "version it supports (NVIDIA only, empty otherwise).",
     labels=("vendor", "version", "cuda_version"),
+)
+GPU_XID_ERRORS = MetricSpec(
+    "podresources_gpu_xid_errors_total",
+    MetricKind.COUNTER,
+    "Critical Xid errors the NVIDIA driver reported for the GPU since the exporter began "
+    "to watch it (NVML Xid events).",
+)
+GPU_LAST_XID = MetricSpec(
+    "podresources_gpu_last_xid",
+    MetricKind.GAUGE,
+    "The code of the last Xid error the NVIDIA driver reported for the GPU (NVIDIA's Xid "
+    "catalog); absent until one.",
 )

@@ -41,7 +41,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, NewType, ParamSpec, Protocol, TypeVar
 
 from exporter.collectors.base import (
@@ -56,12 +56,14 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_LAST_XID,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    GPU_XID_ERRORS,
 )
 from exporter.model import (
     CollectorIssue,
@@ -74,10 +76,12 @@ from exporter.model import (
 )
 
 __all__ = [
+    "MAX_EVENTS_PER_POLL",
     "REGISTRATION",
     "EccErrorType",
     "NvmlCollector",
     "NvmlError",
+    "NvmlEventSet",
     "NvmlGpuInstancePlacement",
     "NvmlHandle",
     "NvmlMemory",
@@ -86,6 +90,7 @@ __all__ = [
     "NvmlSession",
     "NvmlSource",
     "PynvmlSource",
+    "XidWatch",
 ]
 
 
@@ -109,6 +114,9 @@ _R535_DRIVER = "535."
 
 NvmlHandle = NewType("NvmlHandle", object)
 """An opaque device handle; only the source that made it can use it."""
+
+NvmlEventSet = NewType("NvmlEventSet", object)
+"""An opaque NVML event set; only the source that made it can use it."""
 
 EccErrorType = Literal["corrected", "uncorrected"]
 
@@ -201,6 +209,12 @@ class NvmlSource(Protocol):
     def process_utilization(
         self, handle: NvmlHandle, since_us: int
     ) -> tuple[NvmlProcessSample, ...]: ...
+    # Xid events: a set, GPUs registered with it, the next event without waiting (None:
+    # none waiting) as the GPU's handle and the Xid, and the set freed.
+    def xid_event_set(self) -> NvmlEventSet: ...
+    def register_xid_events(self, handle: NvmlHandle, events: NvmlEventSet) -> None: ...
+    def next_xid(self, events: NvmlEventSet) -> tuple[NvmlHandle, int] | None: ...
+    def free_event_set(self, events: NvmlEventSet) -> None: ...
 
 
 # --- The real library -----------------------------------------------------------------
@@ -448,6 +462,28 @@ class PynvmlSource(NvmlSource):
             for s in found
         )
 
+    def xid_event_set(self) -> NvmlEventSet:
+        return NvmlEventSet(self._call(self._pynvml.nvmlEventSetCreate))
+
+    def register_xid_events(self, handle: NvmlHandle, events: NvmlEventSet) -> None:
+        xid = self._pynvml.nvmlEventTypeXidCriticalError
+        self._call(self._pynvml.nvmlDeviceRegisterEvents, handle, xid, events)
+
+    def next_xid(self, events: NvmlEventSet) -> tuple[NvmlHandle, int] | None:
+        xid = self._pynvml.nvmlEventTypeXidCriticalError
+        while True:
+            try:
+                event = self._call(self._pynvml.nvmlEventSetWait_v2, events, 0)
+            except NvmlError as error:
+                if error.error_name == "TIMEOUT":  # nothing waiting
+                    return None
+                raise
+            if int(event.eventType) & xid:  # only Xids are registered; be sure
+                return NvmlHandle(event.device), int(event.eventData)
+
+    def free_event_set(self, events: NvmlEventSet) -> None:
+        self._call(self._pynvml.nvmlEventSetFree, events)
+
 
 # --- Figures: one NVML reading, converted to base units ----------------------------------
 
@@ -546,6 +582,114 @@ class _Mig:
     compute_instance: int | None
     placement: NvmlGpuInstancePlacement | None
     reading: DeviceReading
+
+
+# --- Xid errors: the driver's critical error reports, counted per GPU from NVML events ---
+#
+# An Xid is how the driver says a GPU or the work on it failed (NVIDIA's Xid catalog:
+# 79 fell off the bus, 48 a double-bit ECC error, 63/64 row remapping, 74 NVLink, 94/95
+# contained/uncontained ECC, 119/120 GSP firmware; 13, 31, 43, 45, 68 and 109 are usually
+# an application's own fault, which NVIDIA's device plugin leaves out of its health
+# check). NVML delivers them as events to a set each GPU is registered with
+# (``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``), as the device plugin's
+# health check does; ``XidWatch`` drains that set once a poll without waiting and counts.
+#
+# Only Xids after a GPU is registered are seen: the counter starts at 0 when the
+# exporter starts watching (and is kept across NVML re-initialisation, so it does not
+# reset). Events of a MIG-enabled GPU are counted on the GPU, whatever instance raised
+# them. ``NOT_SUPPORTED`` (a board without events) leaves that GPU unwatched: no series,
+# rather than a 0 that would say "no errors".
+
+# Events taken from the set per poll: a GPU in an Xid storm must not hold the poll.
+# NVML keeps the rest for the next one.
+MAX_EVENTS_PER_POLL = 256
+
+
+class XidWatch:
+    """One NVML session's event set, the GPUs registered with it, and the counts.
+
+    Call holding the session's lock, between its nvmlInit and nvmlShutdown; ``report``
+    gets each failed call (error, call name) for the collector's issues.
+    """
+
+    def __init__(self, source: NvmlSource, *, report: Callable[[NvmlError, str], None]) -> None:
+        self._source = source
+        self._report = report
+        self._events: NvmlEventSet | None = None
+        self._unavailable = False  # no event sets on this driver: not asked again
+        self._watched: set[str] = set()  # GPU UUIDs registered with the set
+        self._refused: set[str] = set()  # GPU UUIDs whose registration NVML refused
+        # Per GPU UUID, since the exporter started: not reset when NVML is initialised
+        # again, so the counter does not go back to 0.
+        self._counts: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+
+    def watch(self, uuid: str, handle: NvmlHandle) -> None:
+        """Register the GPU once per event set; a refusal is reported once."""
+        if uuid in self._watched or uuid in self._refused:
+            return
+        events = self._event_set()
+        if events is None:
+            return
+        try:
+            self._source.register_xid_events(handle, events)
+        except NvmlError as error:
+            self._refused.add(uuid)
+            if error.error_name != NOT_SUPPORTED:
+                self._report(error, "register_xid_events")
+            return
+        self._watched.add(uuid)
+        self._counts.setdefault(uuid, 0)
+
+    def drain(self, uuid_of: Callable[[NvmlHandle], str]) -> None:
+        """Count the events waiting, up to MAX_EVENTS_PER_POLL, without waiting."""
+        if self._events is None:
+            return
+        for _ in range(MAX_EVENTS_PER_POLL):
+            try:
+                found = self._source.next_xid(self._events)
+                if found is None:
+                    return
+                handle, xid = found
+                uuid = uuid_of(handle)
+            except NvmlError as error:
+                self._report(error, "next_xid")
+                return
+            self._counts[uuid] = self._counts.get(uuid, 0) + 1
+            self._last[uuid] = xid
+
+    def with_counts(self, device: DeviceReading) -> DeviceReading:
+        """A watched GPU's reading with its count and last Xid (counted, not read: a
+        GPU lost this poll keeps them); any other reading as it is."""
+        if device.name not in self._watched:
+            return device
+        counted = [Sample(GPU_XID_ERRORS, float(self._counts.get(device.name, 0)))]
+        last = self._last.get(device.name)
+        if last is not None:
+            counted.append(Sample(GPU_LAST_XID, float(last)))
+        return replace(device, samples=(*device.samples, *counted))
+
+    def forget(self) -> None:
+        """Before nvmlShutdown: free the set; the next session registers afresh."""
+        events, self._events = self._events, None
+        self._watched.clear()
+        self._refused.clear()
+        self._unavailable = False
+        if events is not None:
+            try:
+                self._source.free_event_set(events)
+            except NvmlError as error:
+                self._report(error, "free_event_set")
+
+    def _event_set(self) -> NvmlEventSet | None:
+        if self._events is None and not self._unavailable:
+            try:
+                self._events = self._source.xid_event_set()
+            except NvmlError as error:
+                self._unavailable = True
+                if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+                    self._report(error, "xid_event_set")
+        return self._events
 
 
 class NvmlSession:
@@ -659,6 +803,7 @@ class NvmlCollector(Collector):
         # The driver's versions, read once per nvmlInit: they change only with the driver,
         # and a new driver means NVML initialised afresh.
         self._driver: Sample | None = None
+        self._xids = XidWatch(self._source, report=self._report_xid_failure)
         # The device being read, named in issue details: the runner logs each distinct
         # detail once, so without it a second GPU's failure would never be logged.
         self._reading = ""
@@ -672,6 +817,9 @@ class NvmlCollector(Collector):
             devices: list[DeviceReading] = []
             for index in range(count):
                 devices.extend(self._read_gpu(index))
+            # After the reads, which register GPUs: a GPU's Xids count from its first poll.
+            self._xids.drain(self._source.uuid)
+            devices = [self._xids.with_counts(device) for device in devices]
             return Readings(
                 devices=tuple(devices),
                 node_samples=() if driver is None else (driver,),
@@ -682,9 +830,15 @@ class NvmlCollector(Collector):
         self._session.close(forget=self._forget)
 
     def _forget(self) -> None:
+        self._xids.forget()
         self._gpus.clear()
         self._mig_denied.clear()
         self._driver = None
+
+    def _report_xid_failure(self, error: NvmlError, call: str) -> None:
+        # Never GPU_IS_LOST's abandon-the-GPU: the Xid calls run outside a GPU's read.
+        detail = f"Xid events: {call}: NVML {error.error_name}"
+        self._issues.append(issue(error.error_name, detail))
 
     def _driver_info(self) -> Sample | None:
         """podresources_gpu_driver_info's sample; None (an issue) while a read fails."""
@@ -738,6 +892,7 @@ class NvmlCollector(Collector):
         self._reading = gpu.uuid
         samples: list[Sample] = []
         migs: list[DeviceReading] = []
+        self._xids.watch(gpu.uuid, gpu.handle)
         try:
             # Asked once a poll (~0.15 ms on an H100): MIG mode can change while we run.
             mode, settled = self._attempt(self._source.mig_enabled, gpu.handle)

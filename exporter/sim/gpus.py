@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from exporter.collectors.nvml import (
     EccErrorType,
     NvmlError,
+    NvmlEventSet,
     NvmlGpuInstancePlacement,
     NvmlHandle,
     NvmlMemory,
@@ -70,12 +71,35 @@ class SimulatedNvmlSource(NvmlSource):
         self._processes = hardware.gpu_processes
         self._clock = clock
         self._initialized = False
+        self._xids_raised: set[str] = set()
+        self._xids_waiting: list[tuple[SimGpu, int]] = []
 
     def init(self) -> None:
         self._initialized = True
 
     def shutdown(self) -> None:
         self._initialized = False
+
+    def xid_event_set(self) -> NvmlEventSet:
+        self._require_initialized()
+        return NvmlEventSet(object())
+
+    def register_xid_events(self, handle: NvmlHandle, events: NvmlEventSet) -> None:
+        # A GPU's Xids are raised once it is first watched, once in the process's life
+        # (the driver does not raise an Xid again for a new watcher).
+        gpu = _whole(handle)
+        if gpu.uuid not in self._xids_raised:
+            self._xids_raised.add(gpu.uuid)
+            self._xids_waiting.extend((gpu, xid) for xid in gpu.xids)
+
+    def next_xid(self, events: NvmlEventSet) -> tuple[NvmlHandle, int] | None:
+        if not self._xids_waiting:
+            return None
+        gpu, xid = self._xids_waiting.pop(0)
+        return NvmlHandle(_SimHandle(gpu)), xid
+
+    def free_event_set(self, events: NvmlEventSet) -> None:
+        self._xids_waiting.clear()
 
     def driver_version(self) -> str:
         self._require_initialized()

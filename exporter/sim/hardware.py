@@ -69,6 +69,7 @@ class SimGpu:
     power_limit_watts: float
     utilization: float  # base utilization ratio 0-1 the simulation wobbles around
     mig_devices: tuple[SimMigDevice, ...] = ()
+    xids: tuple[int, ...] = ()  # Xid errors the driver raises for it, once registered
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +302,8 @@ def demo_hardware() -> SimHardware:
 
 
 def _free_gpu() -> SimGpu:
-    """GPU 6: advertised by the device plugin, allocated to nobody, yet busy."""
+    """GPU 6: advertised by the device plugin, allocated to nobody, yet busy; the process
+    nobody holds it for has hit a GPU memory page fault (Xid 31)."""
     return SimGpu(
         index=6,
         uuid=_uuid("GPU", 0x106),
@@ -311,6 +313,7 @@ def _free_gpu() -> SimGpu:
         memory_total_bytes=80 * GIB,
         power_limit_watts=700.0,
         utilization=0.3,
+        xids=(31,),
     )
 
 

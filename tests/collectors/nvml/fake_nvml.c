@@ -17,6 +17,10 @@
  *                            driver ("535.*") fills the _v3 process lists with R535's
  *                            32-byte nvmlProcessInfo_v3_t, as CUDA 12.2's nvml.h
  *                            declares it; other drivers, and every _v2 list, 24 bytes
+ *   event_set_error CODE     nvmlEventSetCreate fails with CODE
+ *   xid CODE [PATH]          an Xid of the GPU, delivered once to an event set it is
+ *                            registered with, once PATH exists when one is given
+ *                            (fail figure: events, for nvmlDeviceRegisterEvents)
  *   cuda_version N           nvmlSystemGetCudaDriverVersion (default 13000); -1: the
  *                            function is missing (FUNCTION_NOT_FOUND)
  *   unprivileged             the caller lacks MIG monitoring privileges: a MIG-enabled
@@ -68,6 +72,7 @@ enum {
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
@@ -164,13 +169,36 @@ typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
 enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
-    F_GI_BY_ID, F_COUNT
+    F_GI_BY_ID, F_EVENTS, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
-    "gi_by_id",
+    "gi_by_id", "events",
 };
+
+/* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+typedef struct fake_event_set {
+    int live;
+} *nvmlEventSet_t;
+
+#define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
+
+#define MAX_XIDS 8
+
+typedef struct {
+    unsigned long long code;
+    char flag[256]; /* raised once this file exists; "" at once */
+    int delivered;
+} fake_xid;
 
 #define MAX_PROCS 16
 
@@ -219,6 +247,9 @@ typedef struct fake_dev {
     unsigned int proc_count;
     fake_sample samples[MAX_PROCS];
     unsigned int sample_count;
+    fake_xid xids[MAX_XIDS];
+    unsigned int xid_count;
+    unsigned long long registered_events; /* the event types of nvmlDeviceRegisterEvents */
 } fake_dev;
 
 static fake_dev gpus[MAX_GPUS];
@@ -231,6 +262,8 @@ static int init_count;
 #define DEFAULT_CUDA_VERSION 13000 /* the CUDA 13.0 that R580 supports */
 static char driver_version[TEXT] = DEFAULT_DRIVER_VERSION;
 static int cuda_version = DEFAULT_CUDA_VERSION;
+static int event_set_error; /* nvmlEventSetCreate fails with it; 0: it works */
+static struct fake_event_set event_sets[4];
 static int unprivileged;
 
 static void reset_device(fake_dev *d, fake_dev *parent) {
@@ -266,6 +299,7 @@ static nvmlReturn_t load_config(void) {
     gpu_count = 0;
     copy_text(driver_version, DEFAULT_DRIVER_VERSION);
     cuda_version = DEFAULT_CUDA_VERSION;
+    event_set_error = 0;
     unprivileged = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
@@ -283,6 +317,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%d", &result) == 1;
         } else if (strcmp(key, "unprivileged") == 0) {
             unprivileged = 1;
+        } else if (strcmp(key, "event_set_error") == 0) {
+            ok = sscanf(rest, "%d", &event_set_error) == 1;
         } else if (strcmp(key, "cuda_version") == 0) {
             ok = sscanf(rest, "%d", &cuda_version) == 1;
         } else if (strcmp(key, "driver_version") == 0) {
@@ -379,6 +415,15 @@ static nvmlReturn_t load_config(void) {
                 ok = fields >= 3;
                 if (fields == 3) sample->present_flag[0] = '\0';
                 if (ok) current->sample_count++;
+            }
+        } else if (strcmp(key, "xid") == 0) {
+            ok = current->xid_count < MAX_XIDS;
+            if (ok) {
+                fake_xid *xid = &current->xids[current->xid_count];
+                xid->flag[0] = '\0';
+                xid->delivered = 0;
+                ok = sscanf(rest, "%llu %255s", &xid->code, xid->flag) >= 1;
+                if (ok) current->xid_count++;
             }
         } else if (strcmp(key, "lost_after") == 0) {
             ok = sscanf(rest, "%ld", &current->lost_after) == 1;
@@ -496,6 +541,61 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
     return nvmlSystemGetCudaDriverVersion(version);
 }
 
+/* --- Events --------------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (event_set_error != 0) return event_set_error;
+    for (unsigned int i = 0; i < sizeof event_sets / sizeof event_sets[0]; i++) {
+        if (!event_sets[i].live) {
+            event_sets[i].live = 1;
+            *set = &event_sets[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                      nvmlEventSet_t set) {
+    ENTER(device, F_EVENTS);
+    if (set == NULL || !set->live || d->parent != NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    d->registered_events |= types;
+    return NVML_SUCCESS;
+}
+
+/* The next Xid of a registered GPU whose flag file exists, once each; never waits. */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                 unsigned int timeoutms) {
+    (void)timeoutms;
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL || !set->live || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int g = 0; g < gpu_count; g++) {
+        fake_dev *gpu = &gpus[g];
+        if (!(gpu->registered_events & NVML_EVENT_TYPE_XID_CRITICAL_ERROR)) continue;
+        for (unsigned int i = 0; i < gpu->xid_count; i++) {
+            fake_xid *xid = &gpu->xids[i];
+            if (xid->delivered || !flagged(xid->flag)) continue;
+            xid->delivered = 1;
+            memset(data, 0, sizeof *data);
+            data->device = (nvmlDevice_t)gpu;
+            data->eventType = NVML_EVENT_TYPE_XID_CRITICAL_ERROR;
+            data->eventData = xid->code;
+            data->gpuInstanceId = 0xFFFFFFFFu; /* the whole GPU, as nvml.h says */
+            data->computeInstanceId = 0xFFFFFFFFu;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (set == NULL || !set->live) return NVML_ERROR_INVALID_ARGUMENT;
+    set->live = 0;
+    return NVML_SUCCESS;
+}
+
 /* --- Test hooks (not NVML) ------------------------------------------------------------ */
 
 int fakeNvmlInitCount(void) { return init_count; }
@@ -519,6 +619,8 @@ long fakeNvmlStructSize(const char *name) {
         return sizeof(nvmlProcessUtilizationSample_t);
     }
     if (strcmp(name, "c_nvmlGpuInstanceInfo_t") == 0) return sizeof(nvmlGpuInstanceInfo_t);
+    if (strcmp(name, "c_nvmlEventData_t") == 0) return sizeof(nvmlEventData_t);
+    if (strcmp(name, "c_nvmlEventSet_t") == 0) return sizeof(nvmlEventSet_t);
     return -1;
 }
 

@@ -111,6 +111,8 @@ class FakeGpu:
     migs: tuple[FakeMig, ...] = field(default=())
     lost_flag: Path | None = None  # lost while this file exists
     mig_off_flag: Path | None = None  # MIG mode off while this file exists (with migs)
+    # Xids the driver raises for it: (code, raised once this file exists; None: at once).
+    xids: tuple[tuple[int, Path | None], ...] = ()
     lost_after: int | None = None  # lost after this many calls naming it
     processes: tuple[FakeProcess, ...] = ()
     samples: tuple[FakeSample, ...] = ()
@@ -122,12 +124,15 @@ def render_config(
     init_error: int | None = None,
     driver_version: str | None = None,
     cuda_version: int | None = None,
+    event_set_error: int | None = None,
     unprivileged: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
     if init_error is not None:
         lines.append(f"init_error {init_error}")
+    if event_set_error is not None:
+        lines.append(f"event_set_error {event_set_error}")
     if cuda_version is not None:
         lines.append(f"cuda_version {cuda_version}")
     if unprivileged:
@@ -156,6 +161,7 @@ def render_config(
             lines.append(f"lost_flag {gpu.lost_flag}")
         if gpu.mig_off_flag is not None:
             lines.append(f"mig_off_flag {gpu.mig_off_flag}")
+        lines += [f"xid {code}" + ("" if flag is None else f" {flag}") for code, flag in gpu.xids]
         if gpu.lost_after is not None:
             lines.append(f"lost_after {gpu.lost_after}")
         if gpu.migs:
@@ -214,6 +220,7 @@ class FakeNvml:
         init_error: int | None = None,
         driver_version: str | None = None,
         cuda_version: int | None = None,
+        event_set_error: int | None = None,
         unprivileged: bool = False,
     ) -> None:
         """Describe the node's GPUs (and driver: "535.*" writes R535's process records; and
@@ -223,6 +230,7 @@ class FakeNvml:
             init_error=init_error,
             driver_version=driver_version,
             cuda_version=cuda_version,
+            event_set_error=event_set_error,
             unprivileged=unprivileged,
         )
         self.config_path.write_text(text)

@@ -35,12 +35,14 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_LAST_XID,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    GPU_XID_ERRORS,
 )
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.runner import CollectorRunner
@@ -96,6 +98,8 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[0]), ("corrected",)),
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[1]), ("uncorrected",)),
         ),
+        # Counted from events, not read: none raised unless a test raises one.
+        "xid": NO_XIDS,
     }
     return tuple(s for figure, group in by_figure.items() if figure not in without for s in group)
 
@@ -162,6 +166,8 @@ def mig_reading(
     )
 
 
+# A watched GPU that raised no Xid.
+NO_XIDS = (Sample(GPU_XID_ERRORS, 0.0),)
 # What every poll of the fake reports of its driver (fake_nvml.c's defaults).
 DRIVER = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "13.0")),)
 
@@ -207,6 +213,7 @@ class TestWholeGpus:
             Sample(GPU_SM_CLOCK, 1_755_000_000.0),
             Sample(GPU_ECC_ERRORS, 3.0, ("corrected",)),  # volatile, not aggregate
             Sample(GPU_ECC_ERRORS, 1.0, ("uncorrected",)),
+            Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
             name=UUID_A,
@@ -655,6 +662,85 @@ class TestDriverInfo:
         ]
 
 
+def xid_figures(readings: Readings, uuid: str) -> dict[str, float]:
+    """The Xid counter and last Xid of one GPU's reading, by family name."""
+    (gpu,) = (d for d in readings.devices if d.name == uuid)
+    xid_families = (GPU_XID_ERRORS.name, GPU_LAST_XID.name)
+    return {s.spec.name: s.value for s in gpu.samples if s.spec.name in xid_families}
+
+
+class TestXidErrors:
+    def test_counted_per_gpu_with_the_last_code(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """Each Xid event counts once for its GPU, whose last code is kept; a GPU that
+        raised none counts 0 from the first poll."""
+        raised = tmp_path / "raised"
+        gpu_b = replace(GPU_B, xids=((48, raised), (79, raised)))
+        fake_nvml.configure(GPU_A, gpu_b)
+
+        first = collector.collect()
+        raised.touch()
+        second = collector.collect()
+        third = collector.collect()
+
+        total, last = GPU_XID_ERRORS.name, GPU_LAST_XID.name
+        assert [
+            {total: 0.0},
+            {total: 2.0, last: 79.0},
+            {total: 2.0, last: 79.0},
+            {total: 0.0},
+        ] == [
+            xid_figures(first, UUID_B),
+            xid_figures(second, UUID_B),
+            xid_figures(third, UUID_B),
+            xid_figures(third, UUID_A),
+        ]
+
+    def test_a_gpu_without_events_has_no_xid_series(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A board that cannot register events is not watched: no counter, which would
+        say "no errors", and no issue."""
+        fake_nvml.configure(replace(GPU_A, fail=(("events", NOT_SUPPORTED),)))
+        readings = collector.collect()
+
+        assert ({}, ()) == (xid_figures(readings, UUID_A), readings.issues)
+
+    def test_an_event_set_nvml_refuses_is_one_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvmlEventSetCreate failing: one issue, not asked again this NVML session, and
+        the GPUs' figures go on without Xid series."""
+        fake_nvml.configure(GPU_A, event_set_error=UNKNOWN)
+        first = collector.collect()
+        second = collector.collect()
+
+        failed = CollectorIssue("UNKNOWN", "Xid events: xid_event_set: NVML UNKNOWN")
+        assert ([failed], [], {}) == (
+            list(first.issues),
+            list(second.issues),
+            xid_figures(second, UUID_A),
+        )
+
+    def test_the_count_survives_nvml_initialised_afresh(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The counter is the exporter's: NVML initialised again (a new event set) does
+        not take it back to 0, which rate() would read as a reset."""
+        fake_nvml.configure(replace(GPU_A, xids=((119, None),)))
+        before = collector.collect()
+        collector.close()
+        fake_nvml.configure(GPU_A)
+        after = collector.collect()
+
+        total, last = GPU_XID_ERRORS.name, GPU_LAST_XID.name
+        assert [{total: 1.0, last: 119.0}] * 2 == [
+            xid_figures(before, UUID_A),
+            xid_figures(after, UUID_A),
+        ]
+
+
 class TestLostGpu:
     def test_gpu_lost_between_polls(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
@@ -680,7 +766,8 @@ class TestLostGpu:
             node_samples=DRIVER,
             devices=(
                 gpu_reading(GPU_A, "0000:17:00.0"),
-                gpu_reading(gpu_b, "0000:b1:00.0", ()),
+                # Its Xids are counted, not read: that figure stays.
+                gpu_reading(gpu_b, "0000:b1:00.0", NO_XIDS),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "mig_enabled"),),  # the first call a poll
         )
@@ -688,9 +775,9 @@ class TestLostGpu:
 
     def test_gpu_lost_mid_poll(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """A GPU lost halfway through its figures keeps what it answered before."""
-        # Calls 1-7 succeed: handle, uuid, name, pci, minor, MIG mode, utilization;
-        # memory fails.
-        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_after=7)
+        # Calls 1-8 succeed: handle, uuid, name, pci, minor, Xid events, MIG mode,
+        # utilization; memory fails.
+        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_after=8)
         fake_nvml.configure(gpu_b, GPU_A)
 
         readings = collector.collect()
@@ -698,7 +785,7 @@ class TestLostGpu:
         expected = Readings(
             node_samples=DRIVER,
             devices=(
-                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85),)),
+                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85), *NO_XIDS)),
                 gpu_reading(GPU_A, "0000:17:00.0"),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "memory"),),
@@ -787,6 +874,8 @@ class TestLibrary:
             "c_nvmlUtilization_t",
             "c_nvmlTemperature_v1_t",
             "c_nvmlGpuInstanceInfo_t",
+            "c_nvmlEventData_t",
+            "c_nvmlEventSet_t",
         ],
     )
     def test_fake_structs_match_pynvml(

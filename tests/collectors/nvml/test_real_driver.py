@@ -227,6 +227,14 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             assert energy is None or energy > 0
 
 
+def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:
+    """NVML let each GPU register for Xid events (a refusal would be an issue, or no
+    counter); none is expected while the test runs."""
+    for poll in probe["nvml"]:
+        for gpu in _gpus(poll).values():
+            assert gpu["figures"]["podresources_gpu_xid_errors_total"] >= 0
+
+
 def test_driver_version_is_nvidia_smis(probe: dict[str, Any]) -> None:
     (driver,) = {gpu.driver_version for gpu in _smi_gpus()}
     for poll in probe["nvml"]:
