@@ -19,11 +19,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.collectors.nvml import NvmlError, PynvmlSource
+from exporter.collectors.nvml import NvmlError, NvmlEventSet, PynvmlSource
 
 
-def _calls(source: PynvmlSource, gpu: int) -> dict[str, Callable[[], Any]]:
+def _calls(
+    source: PynvmlSource, gpu: int, events: NvmlEventSet | None
+) -> dict[str, Callable[[], Any]]:
     handle = source.device_handle(gpu)
+    xids: dict[str, Callable[[], Any]] = {}
+    if events is not None:
+        source.register_xid_events(handle, events)
+        # The poll's look for Xid events: one wait of 0 ms with none waiting.
+        xids["next_xid"] = lambda: source.next_xid(events)
     return {
         "device_count": source.device_count,
         "device_handle": lambda: source.device_handle(gpu),
@@ -44,6 +51,7 @@ def _calls(source: PynvmlSource, gpu: int) -> dict[str, Callable[[], Any]]:
         "graphics_processes": lambda: source.graphics_processes(handle),
         "mps_processes": lambda: source.mps_processes(handle),
         "process_utilization": lambda: source.process_utilization(handle, 0),
+        **xids,
     }
 
 
@@ -61,7 +69,12 @@ def main(argv: list[str]) -> int:
     print(f"nvmlInit: {(time.perf_counter() - started) * 1000:.1f} ms")
     wall_sum = cpu_sum = 0.0
     try:
-        for name, call in _calls(source, args.gpu).items():
+        events: NvmlEventSet | None = source.xid_event_set()
+    except NvmlError as error:
+        print(f"{'xid_event_set':24s} NVML {error.error_name}")
+        events = None
+    try:
+        for name, call in _calls(source, args.gpu, events).items():
             try:
                 answer = call()
             except NvmlError as error:
@@ -78,6 +91,8 @@ def main(argv: list[str]) -> int:
             cpu_sum += cpu_us
             print(f"{name:24s} wall {wall_us:8.1f} us  cpu {cpu_us:8.1f} us  {str(answer)[:60]}")
     finally:
+        if events is not None:
+            source.free_event_set(events)
         source.shutdown()
     print(f"sum of medians: wall {wall_sum / 1000:.2f} ms, cpu {cpu_sum / 1000:.2f} ms")
     return 0

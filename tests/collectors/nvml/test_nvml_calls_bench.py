@@ -32,6 +32,7 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "mig_enabled",
         "uuid",
         "compute_processes",
+        "next_xid",
     } <= timed
     assert "GPU-aaaa" in done.stdout
     assert lines[-1].startswith("sum of medians: wall ")
