@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: everything the project can check only there, in one go.
+#
+#   scripts/check-real-gpu.sh [OUT_DIR]      (from the repository root, after `make venv`;
+#                                            or with the packages on PYTHONPATH)
+#
+# 1. The NVML tests: the real-driver checks (nvidia-smi and the kernel as witnesses, a
+#    CUDA process, the exporter with a simulated kubelet holding the real GPU) and the
+#    fake-library tests beside them in the same process.
+# 2. bench/nvml_calls.py: what each NVML call the collectors make costs on this driver.
+# 3. tests/collectors/nvml/real_driver_probe.py: what the collectors read, and each
+#    poll's time, into OUT_DIR/probe.json.
+# 4. scripts/capture_fixtures.py: this machine's /sys and /proc, reduced to the files
+#    the collectors read, into OUT_DIR/capture (a candidate for tests/fixtures/captured).
+#
+# Needs nvidia-smi and gcc; takes about a minute. Prints figures; records nothing.
+set -u
+out=${1:-/tmp/podresources-gpu-check}
+python=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GRPC_VERBOSITY=ERROR
+mkdir -p "$out"
+command -v nvidia-smi >/dev/null || { echo "no nvidia-smi: this machine has no NVIDIA driver" >&2; exit 1; }
+
+echo "== the machine"
+nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,driver_version,mig.mode.current --format=csv
+uname -r
+
+echo "== NVML tests"
+"$python" -m pytest -p no:cacheprovider -q -rs tests/collectors/nvml tests/collectors/test_gpu_processes.py
+tests=$?
+
+echo "== the cost of each NVML call (GPU 0)"
+"$python" bench/nvml_calls.py
+
+echo "== the collectors' readings, 21 polls"
+"$python" tests/collectors/nvml/real_driver_probe.py --polls 21 --interval 0 >"$out/probe.json"
+"$python" - "$out/probe.json" <<'EOF'
+import json, statistics, sys
+for name, polls in json.load(open(sys.argv[1])).items():
+    ms = [poll["duration_s"] * 1000 for poll in polls]
+    errors = sorted({poll["error"] for poll in polls if poll["error"]})
+    issues = sorted({i for poll in polls for i in poll.get("issues", ())})
+    print(f"{name}: first poll {ms[0]:.1f} ms, then median {statistics.median(ms[1:]):.2f} ms;"
+          f" errors {errors or 'none'}; issues {issues or 'none'}")
+EOF
+
+echo "== a capture of /sys and /proc"
+rm -rf "$out/capture"
+"$python" scripts/capture_fixtures.py "$out/capture"
+echo "probe and capture in $out"
+exit $tests
