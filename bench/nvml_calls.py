@@ -28,9 +28,13 @@ def _calls(
     handle = source.device_handle(gpu)
     xids: dict[str, Callable[[], Any]] = {}
     if events is not None:
-        source.register_xid_events(handle, events)
-        # The poll's look for Xid events: one wait of 0 ms with none waiting.
-        xids["next_xid"] = lambda: source.next_xid(events)
+        try:
+            source.register_xid_events(handle, events)
+        except NvmlError as error:  # a board without events: timed without them
+            print(f"{'register_xid_events':24s} NVML {error.error_name}")
+        else:
+            # The poll's look for Xid events: one wait of 0 ms with none waiting.
+            xids["next_xid"] = lambda: source.next_xid(events)
     return {
         "device_count": source.device_count,
         "device_handle": lambda: source.device_handle(gpu),

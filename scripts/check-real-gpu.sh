@@ -36,7 +36,9 @@ echo "== the collectors' readings, 21 polls"
 "$python" tests/collectors/nvml/real_driver_probe.py --polls 21 --interval 0 >"$out/probe.json"
 "$python" - "$out/probe.json" <<'EOF'
 import json, statistics, sys
-for name, polls in json.load(open(sys.argv[1])).items():
+probe = json.load(open(sys.argv[1]))
+print("Xid event registration:", probe.pop("xid_registration"))
+for name, polls in probe.items():
     ms = [poll["duration_s"] * 1000 for poll in polls]
     errors = sorted({poll["error"] for poll in polls if poll["error"]})
     issues = sorted({i for poll in polls for i in poll.get("issues", ())})

@@ -12,7 +12,6 @@ __all__ = [
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
-    "GPU_LAST_XID",
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
     "GPU_POWER",
@@ -65,12 +64,7 @@ GPU_DRIVER_INFO = MetricSpec(
 GPU_XID_ERRORS = MetricSpec(
     "podresources_gpu_xid_errors_total",
     MetricKind.COUNTER,
-    "Critical Xid errors the NVIDIA driver reported for the GPU since the exporter began "
-    "to watch it (NVML Xid events).",
-)
-GPU_LAST_XID = MetricSpec(
-    "podresources_gpu_last_xid",
-    MetricKind.GAUGE,
-    "The code of the last Xid error the NVIDIA driver reported for the GPU (NVIDIA's Xid "
-    "catalog); absent until one.",
+    "Xid errors the NVIDIA driver reported for the GPU since the exporter began to watch "
+    "it, by Xid code (NVML Xid events; a code's series appears with its first error).",
+    labels=("xid",),
 )

@@ -56,7 +56,6 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
-    GPU_LAST_XID,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
@@ -98,6 +97,7 @@ __all__ = [
 NOT_SUPPORTED = "NOT_SUPPORTED"
 NOT_FOUND = "NOT_FOUND"
 GPU_IS_LOST = "GPU_IS_LOST"
+UNKNOWN = "UNKNOWN"
 NO_PERMISSION = "NO_PERMISSION"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
 _ABSENT = {
@@ -590,15 +590,16 @@ class _Mig:
 # 79 fell off the bus, 48 a double-bit ECC error, 63/64 row remapping, 74 NVLink, 94/95
 # contained/uncontained ECC, 119/120 GSP firmware; 13, 31, 43, 45, 68 and 109 are usually
 # an application's own fault, which NVIDIA's device plugin leaves out of its health
-# check). NVML delivers them as events to a set each GPU is registered with
-# (``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``), as the device plugin's
-# health check does; ``XidWatch`` drains that set once a poll without waiting and counts.
+# check; 999 an Xid the driver has no number for). NVML delivers them as events to a set
+# each GPU is registered with (``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``),
+# as the device plugin's health check does; ``XidWatch`` drains that set once a poll,
+# without waiting, and counts per GPU and Xid.
 #
-# Only Xids after a GPU is registered are seen: the counter starts at 0 when the
-# exporter starts watching (and is kept across NVML re-initialisation, so it does not
-# reset). Events of a MIG-enabled GPU are counted on the GPU, whatever instance raised
-# them. ``NOT_SUPPORTED`` (a board without events) leaves that GPU unwatched: no series,
-# rather than a 0 that would say "no errors".
+# Only Xids after a GPU is registered are seen; a code's counter appears with its first
+# occurrence, and is kept across NVML re-initialisation, so it never goes back. A
+# MIG-enabled GPU's Xids count on the GPU; nvml.h gives the events of single instances
+# only to a privileged caller, the others (those of the whole GPU) to anyone.
+# ``NOT_SUPPORTED`` (a board without events) leaves that GPU unwatched.
 
 # Events taken from the set per poll: a GPU in an Xid storm must not hold the poll.
 # NVML keeps the rest for the next one.
@@ -609,7 +610,7 @@ class XidWatch:
     """One NVML session's event set, the GPUs registered with it, and the counts.
 
     Call holding the session's lock, between its nvmlInit and nvmlShutdown; ``report``
-    gets each failed call (error, call name) for the collector's issues.
+    gets each failed call (error, what was asked) for the collector's issues.
     """
 
     def __init__(self, source: NvmlSource, *, report: Callable[[NvmlError, str], None]) -> None:
@@ -618,15 +619,17 @@ class XidWatch:
         self._events: NvmlEventSet | None = None
         self._unavailable = False  # no event sets on this driver: not asked again
         self._watched: set[str] = set()  # GPU UUIDs registered with the set
-        self._refused: set[str] = set()  # GPU UUIDs whose registration NVML refused
-        # Per GPU UUID, since the exporter started: not reset when NVML is initialised
-        # again, so the counter does not go back to 0.
-        self._counts: dict[str, int] = {}
-        self._last: dict[str, int] = {}
+        self._unsupported: set[str] = set()  # GPU UUIDs that cannot register (final)
+        self._failing: set[str] = set()  # GPUs whose registration failed: reported once
+        # Per GPU UUID and Xid, since the exporter started: not reset when NVML is
+        # initialised again, so a counter never goes back.
+        self._counts: dict[str, dict[int, int]] = {}
 
     def watch(self, uuid: str, handle: NvmlHandle) -> None:
-        """Register the GPU once per event set; a refusal is reported once."""
-        if uuid in self._watched or uuid in self._refused:
+        """Register the GPU once per event set. NOT_SUPPORTED is final; another error
+        is reported once and retried every poll (a passing fault must not leave the GPU
+        unwatched for the life of the process)."""
+        if uuid in self._watched or uuid in self._unsupported:
             return
         events = self._event_set()
         if events is None:
@@ -634,12 +637,15 @@ class XidWatch:
         try:
             self._source.register_xid_events(handle, events)
         except NvmlError as error:
-            self._refused.add(uuid)
-            if error.error_name != NOT_SUPPORTED:
-                self._report(error, "register_xid_events")
+            if error.error_name == NOT_SUPPORTED:
+                self._unsupported.add(uuid)
+            elif error.error_name != GPU_IS_LOST and uuid not in self._failing:
+                # (A lost GPU is reported by its read, once a poll, as always.)
+                self._failing.add(uuid)
+                self._report(error, f"register_xid_events {uuid}")
             return
+        self._failing.discard(uuid)
         self._watched.add(uuid)
-        self._counts.setdefault(uuid, 0)
 
     def drain(self, uuid_of: Callable[[NvmlHandle], str]) -> None:
         """Count the events waiting, up to MAX_EVENTS_PER_POLL, without waiting."""
@@ -648,32 +654,43 @@ class XidWatch:
         for _ in range(MAX_EVENTS_PER_POLL):
             try:
                 found = self._source.next_xid(self._events)
-                if found is None:
-                    return
-                handle, xid = found
-                uuid = uuid_of(handle)
             except NvmlError as error:
                 self._report(error, "next_xid")
+                if error.error_name == UNKNOWN:
+                    # nvml.h: after UNKNOWN the set is in an undefined state, to be
+                    # freed; the next poll makes a new one and registers the GPUs again.
+                    self.forget()
                 return
-            self._counts[uuid] = self._counts.get(uuid, 0) + 1
-            self._last[uuid] = xid
+            if found is None:
+                return
+            handle, xid = found
+            try:
+                uuid = uuid_of(handle)
+            except NvmlError as error:
+                # The event is taken: say which Xid it was, at least in the log.
+                self._report(error, f"Xid {xid} of a GPU NVML cannot name: uuid")
+                continue
+            per_gpu = self._counts.setdefault(uuid, {})
+            per_gpu[xid] = per_gpu.get(xid, 0) + 1
 
     def with_counts(self, device: DeviceReading) -> DeviceReading:
-        """A watched GPU's reading with its count and last Xid (counted, not read: a
-        GPU lost this poll keeps them); any other reading as it is."""
-        if device.name not in self._watched:
+        """A GPU's reading with its count per Xid (counted, not read: a GPU lost this
+        poll keeps them); any other reading as it is."""
+        counts = self._counts.get(device.name)
+        if not counts:
             return device
-        counted = [Sample(GPU_XID_ERRORS, float(self._counts.get(device.name, 0)))]
-        last = self._last.get(device.name)
-        if last is not None:
-            counted.append(Sample(GPU_LAST_XID, float(last)))
+        counted = tuple(
+            Sample(GPU_XID_ERRORS, float(count), (str(xid),))
+            for xid, count in sorted(counts.items())
+        )
         return replace(device, samples=(*device.samples, *counted))
 
     def forget(self) -> None:
-        """Before nvmlShutdown: free the set; the next session registers afresh."""
+        """Before nvmlShutdown: free the set; the next one registers afresh."""
         events, self._events = self._events, None
         self._watched.clear()
-        self._refused.clear()
+        self._unsupported.clear()
+        self._failing.clear()
         self._unavailable = False
         if events is not None:
             try:

@@ -18,6 +18,7 @@
  *                            32-byte nvmlProcessInfo_v3_t, as CUDA 12.2's nvml.h
  *                            declares it; other drivers, and every _v2 list, 24 bytes
  *   event_set_error CODE     nvmlEventSetCreate fails with CODE
+ *   event_wait_error CODE PATH  nvmlEventSetWait_v2 fails with CODE while PATH exists
  *   xid CODE [PATH]          an Xid of the GPU, delivered once to an event set it is
  *                            registered with, once PATH exists when one is given
  *                            (fail figure: events, for nvmlDeviceRegisterEvents)
@@ -263,6 +264,8 @@ static int init_count;
 static char driver_version[TEXT] = DEFAULT_DRIVER_VERSION;
 static int cuda_version = DEFAULT_CUDA_VERSION;
 static int event_set_error; /* nvmlEventSetCreate fails with it; 0: it works */
+static int event_wait_error; /* nvmlEventSetWait_v2 fails with it while the flag exists */
+static char event_wait_flag[256];
 static struct fake_event_set event_sets[4];
 static int unprivileged;
 
@@ -300,6 +303,8 @@ static nvmlReturn_t load_config(void) {
     copy_text(driver_version, DEFAULT_DRIVER_VERSION);
     cuda_version = DEFAULT_CUDA_VERSION;
     event_set_error = 0;
+    event_wait_error = 0;
+    event_wait_flag[0] = '\0';
     unprivileged = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
@@ -319,6 +324,8 @@ static nvmlReturn_t load_config(void) {
             unprivileged = 1;
         } else if (strcmp(key, "event_set_error") == 0) {
             ok = sscanf(rest, "%d", &event_set_error) == 1;
+        } else if (strcmp(key, "event_wait_error") == 0) {
+            ok = sscanf(rest, "%d %255s", &event_wait_error, event_wait_flag) == 2;
         } else if (strcmp(key, "cuda_version") == 0) {
             ok = sscanf(rest, "%d", &cuda_version) == 1;
         } else if (strcmp(key, "driver_version") == 0) {
@@ -571,6 +578,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
     (void)timeoutms;
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     if (set == NULL || !set->live || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (event_wait_error != 0 && flagged(event_wait_flag)) return event_wait_error;
     for (unsigned int g = 0; g < gpu_count; g++) {
         fake_dev *gpu = &gpus[g];
         if (!(gpu->registered_events & NVML_EVENT_TYPE_XID_CRITICAL_ERROR)) continue;

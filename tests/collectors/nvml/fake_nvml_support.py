@@ -125,6 +125,7 @@ def render_config(
     driver_version: str | None = None,
     cuda_version: int | None = None,
     event_set_error: int | None = None,
+    event_wait_error: tuple[int, Path] | None = None,
     unprivileged: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
@@ -133,6 +134,8 @@ def render_config(
         lines.append(f"init_error {init_error}")
     if event_set_error is not None:
         lines.append(f"event_set_error {event_set_error}")
+    if event_wait_error is not None:
+        lines.append(f"event_wait_error {event_wait_error[0]} {event_wait_error[1]}")
     if cuda_version is not None:
         lines.append(f"cuda_version {cuda_version}")
     if unprivileged:
@@ -221,6 +224,7 @@ class FakeNvml:
         driver_version: str | None = None,
         cuda_version: int | None = None,
         event_set_error: int | None = None,
+        event_wait_error: tuple[int, Path] | None = None,
         unprivileged: bool = False,
     ) -> None:
         """Describe the node's GPUs (and driver: "535.*" writes R535's process records; and
@@ -231,6 +235,7 @@ class FakeNvml:
             driver_version=driver_version,
             cuda_version=cuda_version,
             event_set_error=event_set_error,
+            event_wait_error=event_wait_error,
             unprivileged=unprivileged,
         )
         self.config_path.write_text(text)

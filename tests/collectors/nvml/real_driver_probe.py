@@ -8,7 +8,8 @@ also runs by hand:
 
 One JSON object: per poll of ``NvmlCollector`` its devices (keys, identity, figures),
 issues and wall time (the first poll pays ``nvmlInit``), then the same for
-``GpuProcessesCollector``. Figures are keyed ``name`` or ``name{label values}``.
+``GpuProcessesCollector``, then whether each GPU could register for Xid events.
+Figures are keyed ``name`` or ``name{label values}``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from exporter.collectors.base import (
     CollectorUnavailable,
 )
 from exporter.collectors.gpu_processes import GpuProcessesCollector
-from exporter.collectors.nvml import NvmlCollector
+from exporter.collectors.nvml import NvmlCollector, NvmlError, PynvmlSource
 from exporter.model import Readings
 
 
@@ -102,6 +103,29 @@ def _polls(collector: Collector, count: int, interval_s: float) -> list[dict[str
     return polls
 
 
+def _xid_registration() -> dict[str, str]:
+    """Per GPU UUID, whether NVML let it register for Xid events: "ok" or the error."""
+    source = PynvmlSource()
+    source.init()
+    found: dict[str, str] = {}
+    try:
+        try:
+            events = source.xid_event_set()
+        except NvmlError as error:
+            return {"(event set)": error.error_name}
+        for index in range(source.device_count()):
+            handle = source.device_handle(index)
+            try:
+                source.register_xid_events(handle, events)
+                found[source.uuid(handle)] = "ok"
+            except NvmlError as error:
+                found[source.uuid(handle)] = error.error_name
+        source.free_event_set(events)
+    finally:
+        source.shutdown()
+    return found
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Read NVIDIA GPUs through the NVML collectors.")
     parser.add_argument("--polls", type=int, default=3, help="collect() calls per collector")
@@ -116,10 +140,11 @@ def main(argv: list[str]) -> int:
             "nvml": _polls(nvml, args.polls, args.interval),
             "gpu_processes": _polls(processes, args.polls, args.interval),
         }
+        xids = _xid_registration()
     finally:
         nvml.close()
         processes.close()
-    json.dump(result, sys.stdout, indent=1)
+    json.dump({**result, "xid_registration": xids}, sys.stdout, indent=1)
     return 0
 
 

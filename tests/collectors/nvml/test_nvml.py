@@ -35,7 +35,6 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
-    GPU_LAST_XID,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
@@ -98,8 +97,6 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[0]), ("corrected",)),
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[1]), ("uncorrected",)),
         ),
-        # Counted from events, not read: none raised unless a test raises one.
-        "xid": NO_XIDS,
     }
     return tuple(s for figure, group in by_figure.items() if figure not in without for s in group)
 
@@ -166,8 +163,6 @@ def mig_reading(
     )
 
 
-# A watched GPU that raised no Xid.
-NO_XIDS = (Sample(GPU_XID_ERRORS, 0.0),)
 # What every poll of the fake reports of its driver (fake_nvml.c's defaults).
 DRIVER = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "13.0")),)
 
@@ -213,7 +208,6 @@ class TestWholeGpus:
             Sample(GPU_SM_CLOCK, 1_755_000_000.0),
             Sample(GPU_ECC_ERRORS, 3.0, ("corrected",)),  # volatile, not aggregate
             Sample(GPU_ECC_ERRORS, 1.0, ("uncorrected",)),
-            Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
             name=UUID_A,
@@ -662,57 +656,74 @@ class TestDriverInfo:
         ]
 
 
-def xid_figures(readings: Readings, uuid: str) -> dict[str, float]:
-    """The Xid counter and last Xid of one GPU's reading, by family name."""
+def xid_counts(readings: Readings, uuid: str) -> dict[str, float]:
+    """One GPU's Xid counters, by Xid code."""
     (gpu,) = (d for d in readings.devices if d.name == uuid)
-    xid_families = (GPU_XID_ERRORS.name, GPU_LAST_XID.name)
-    return {s.spec.name: s.value for s in gpu.samples if s.spec.name in xid_families}
+    return {s.label_values[0]: s.value for s in gpu.samples if s.spec is GPU_XID_ERRORS}
 
 
 class TestXidErrors:
-    def test_counted_per_gpu_with_the_last_code(
+    def test_counted_per_gpu_and_code(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """Each Xid event counts once for its GPU, whose last code is kept; a GPU that
-        raised none counts 0 from the first poll."""
-        raised = tmp_path / "raised"
-        gpu_b = replace(GPU_B, xids=((48, raised), (79, raised)))
+        """Each Xid event counts once, for its GPU and code, from the poll it arrives
+        in; a code's series appears with its first error, so a later application Xid
+        does not hide an earlier hardware one; a GPU that raised none has none."""
+        raised, later = tmp_path / "raised", tmp_path / "later"
+        gpu_b = replace(GPU_B, xids=((48, raised), (13, raised), (13, later)))
         fake_nvml.configure(GPU_A, gpu_b)
 
         first = collector.collect()
         raised.touch()
         second = collector.collect()
+        later.touch()
         third = collector.collect()
 
-        total, last = GPU_XID_ERRORS.name, GPU_LAST_XID.name
-        assert [
-            {total: 0.0},
-            {total: 2.0, last: 79.0},
-            {total: 2.0, last: 79.0},
-            {total: 0.0},
-        ] == [
-            xid_figures(first, UUID_B),
-            xid_figures(second, UUID_B),
-            xid_figures(third, UUID_B),
-            xid_figures(third, UUID_A),
+        assert [{}, {"13": 1.0, "48": 1.0}, {"13": 2.0, "48": 1.0}, {}] == [
+            xid_counts(first, UUID_B),
+            xid_counts(second, UUID_B),
+            xid_counts(third, UUID_B),
+            xid_counts(third, UUID_A),
         ]
 
-    def test_a_gpu_without_events_has_no_xid_series(
+    def test_a_gpu_without_events_is_not_watched_and_says_nothing(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A board that cannot register events is not watched: no counter, which would
-        say "no errors", and no issue."""
-        fake_nvml.configure(replace(GPU_A, fail=(("events", NOT_SUPPORTED),)))
+        """A board that cannot register events (NOT_SUPPORTED): no counter, no issue."""
+        fake_nvml.configure(replace(GPU_A, fail=(("events", NOT_SUPPORTED),), xids=((48, None),)))
         readings = collector.collect()
 
-        assert ({}, ()) == (xid_figures(readings, UUID_A), readings.issues)
+        assert ({}, ()) == (xid_counts(readings, UUID_A), readings.issues)
+
+    def test_a_registration_that_fails_is_retried(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A registration NVML refuses with another error is one issue, and is tried again
+        each poll: once it succeeds the GPU's Xids count."""
+        failing = tmp_path / "registration_fails"
+        failing.touch()
+        gpu = replace(GPU_A, fail_while=(("events", UNKNOWN, failing),), xids=((63, None),))
+        fake_nvml.configure(gpu)
+        first = collector.collect()
+        second = collector.collect()
+        failing.unlink()
+        third = collector.collect()
+
+        refused = CollectorIssue(
+            "UNKNOWN", f"Xid events: register_xid_events {UUID_A}: NVML UNKNOWN"
+        )
+        assert ([refused], [], {"63": 1.0}) == (
+            list(first.issues),
+            list(second.issues),
+            xid_counts(third, UUID_A),
+        )
 
     def test_an_event_set_nvml_refuses_is_one_issue(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
         """nvmlEventSetCreate failing: one issue, not asked again this NVML session, and
         the GPUs' figures go on without Xid series."""
-        fake_nvml.configure(GPU_A, event_set_error=UNKNOWN)
+        fake_nvml.configure(replace(GPU_A, xids=((48, None),)), event_set_error=UNKNOWN)
         first = collector.collect()
         second = collector.collect()
 
@@ -720,8 +731,46 @@ class TestXidErrors:
         assert ([failed], [], {}) == (
             list(first.issues),
             list(second.issues),
-            xid_figures(second, UUID_A),
+            xid_counts(second, UUID_A),
         )
+
+    def test_an_unknown_wait_makes_a_new_event_set(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """nvml.h: after UNKNOWN from nvmlEventSetWait the set is in an undefined state,
+        to be freed. One issue; the next poll makes a new set, registers the GPUs again,
+        and their Xids count."""
+        failing, raised = tmp_path / "wait_fails", tmp_path / "raised"
+        gpu = replace(GPU_A, xids=((74, raised),))
+        fake_nvml.configure(gpu, event_wait_error=(UNKNOWN, failing))
+        collector.collect()
+        failing.touch()
+        during = collector.collect()
+        failing.unlink()
+        registrations = fake_nvml.library.calls("events")
+        collector.collect()
+        raised.touch()
+        after = collector.collect()
+
+        assert (
+            [CollectorIssue("UNKNOWN", "Xid events: next_xid: NVML UNKNOWN")],
+            1,
+            {"74": 1.0},
+        ) == (
+            list(during.issues),
+            fake_nvml.library.calls("events") - registrations,
+            xid_counts(after, UUID_A),
+        )
+
+    def test_a_gpu_lost_at_registration_is_reported_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A GPU lost just as it is registered is one GPU_IS_LOST, from its read."""
+        # Calls 1-5 succeed: handle, uuid, name, pci, minor; registration fails.
+        fake_nvml.configure(replace(GPU_A, lost_after=5))
+        readings = collector.collect()
+
+        assert [issue("GPU_IS_LOST", UUID_A, "mig_enabled")] == list(readings.issues)
 
     def test_the_count_survives_nvml_initialised_afresh(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -734,11 +783,7 @@ class TestXidErrors:
         fake_nvml.configure(GPU_A)
         after = collector.collect()
 
-        total, last = GPU_XID_ERRORS.name, GPU_LAST_XID.name
-        assert [{total: 1.0, last: 119.0}] * 2 == [
-            xid_figures(before, UUID_A),
-            xid_figures(after, UUID_A),
-        ]
+        assert [{"119": 1.0}] * 2 == [xid_counts(before, UUID_A), xid_counts(after, UUID_A)]
 
 
 class TestLostGpu:
@@ -766,8 +811,7 @@ class TestLostGpu:
             node_samples=DRIVER,
             devices=(
                 gpu_reading(GPU_A, "0000:17:00.0"),
-                # Its Xids are counted, not read: that figure stays.
-                gpu_reading(gpu_b, "0000:b1:00.0", NO_XIDS),
+                gpu_reading(gpu_b, "0000:b1:00.0", ()),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "mig_enabled"),),  # the first call a poll
         )
@@ -785,7 +829,7 @@ class TestLostGpu:
         expected = Readings(
             node_samples=DRIVER,
             devices=(
-                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85), *NO_XIDS)),
+                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85),)),
                 gpu_reading(GPU_A, "0000:17:00.0"),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "memory"),),
