@@ -19,6 +19,7 @@ __all__ = [
     "GPU_TEMPERATURE",
     "GPU_UTILIZATION",
     "GPU_XID_ERRORS",
+    "GPU_XID_ERRORS_BY_CODE",
 ]
 
 GPU_UTILIZATION = MetricSpec(
@@ -65,6 +66,11 @@ GPU_XID_ERRORS = MetricSpec(
     "podresources_gpu_xid_errors_total",
     MetricKind.COUNTER,
     "Xid errors the NVIDIA driver reported for the GPU since the exporter began to watch "
-    "it, by Xid code (NVML Xid events; a code's series appears with its first error).",
+    "it, from 0 (NVML Xid events).",
+)
+GPU_XID_ERRORS_BY_CODE = MetricSpec(
+    "podresources_gpu_xid_errors_by_code_total",
+    MetricKind.COUNTER,
+    "The same Xid errors by Xid code; a code's series appears with its first error.",
     labels=("xid",),
 )

@@ -63,6 +63,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
     GPU_XID_ERRORS,
+    GPU_XID_ERRORS_BY_CODE,
 )
 from exporter.model import (
     CollectorIssue,
@@ -593,10 +594,12 @@ class _Mig:
 # check; 999 an Xid the driver has no number for). NVML delivers them as events to a set
 # each GPU is registered with (``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``),
 # as the device plugin's health check does; ``XidWatch`` drains that set once a poll,
-# without waiting, and counts per GPU and Xid.
+# without waiting, and counts per GPU (from 0 when it is first watched: the series to
+# alert on, whose increase is seen however an exporter restart falls) and per GPU and Xid
+# (a code's series appears with its first error: it names the codes).
 #
-# Only Xids after a GPU is registered are seen; a code's counter appears with its first
-# occurrence, and is kept across NVML re-initialisation, so it never goes back. A
+# Only Xids after a GPU is registered are seen; the counts are kept across NVML
+# re-initialisation, so they never go back. A
 # MIG-enabled GPU's Xids count on the GPU; nvml.h gives the events of single instances
 # only to a privileged caller, the others (those of the whole GPU) to anyone.
 # ``NOT_SUPPORTED`` (a board without events) leaves that GPU unwatched.
@@ -610,25 +613,28 @@ class XidWatch:
     """One NVML session's event set, the GPUs registered with it, and the counts.
 
     Call holding the session's lock, between its nvmlInit and nvmlShutdown; ``report``
-    gets each failed call (error, what was asked) for the collector's issues.
+    gets each failed call (error, what was asked) for the collector's issues; a failing
+    call is reported once until it has worked again.
     """
 
     def __init__(self, source: NvmlSource, *, report: Callable[[NvmlError, str], None]) -> None:
         self._source = source
         self._report = report
         self._events: NvmlEventSet | None = None
-        self._unavailable = False  # no event sets on this driver: not asked again
+        self._unavailable = False  # no event sets on this driver (final this session)
         self._watched: set[str] = set()  # GPU UUIDs registered with the set
         self._unsupported: set[str] = set()  # GPU UUIDs that cannot register (final)
-        self._failing: set[str] = set()  # GPUs whose registration failed: reported once
-        # Per GPU UUID and Xid, since the exporter started: not reset when NVML is
-        # initialised again, so a counter never goes back.
-        self._counts: dict[str, dict[int, int]] = {}
+        self._failing: set[str] = set()  # calls failing now, reported once
+        # Since the exporter started, per GPU UUID (every GPU ever watched, from 0: the
+        # series alerts take the increase of, which must not first appear above 0) and
+        # per GPU and Xid. Not reset when NVML is initialised again.
+        self._totals: dict[str, int] = {}
+        self._by_code: dict[str, dict[int, int]] = {}
 
     def watch(self, uuid: str, handle: NvmlHandle) -> None:
-        """Register the GPU once per event set. NOT_SUPPORTED is final; another error
-        is reported once and retried every poll (a passing fault must not leave the GPU
-        unwatched for the life of the process)."""
+        """Register the GPU once per event set. NOT_SUPPORTED is final; another error is
+        tried again next poll, after UNKNOWN with a new set (nvml.h,
+        nvmlDeviceRegisterEvents: the set is then in an undefined state, to be freed)."""
         if uuid in self._watched or uuid in self._unsupported:
             return
         events = self._event_set()
@@ -639,13 +645,15 @@ class XidWatch:
         except NvmlError as error:
             if error.error_name == NOT_SUPPORTED:
                 self._unsupported.add(uuid)
-            elif error.error_name != GPU_IS_LOST and uuid not in self._failing:
-                # (A lost GPU is reported by its read, once a poll, as always.)
-                self._failing.add(uuid)
-                self._report(error, f"register_xid_events {uuid}")
+                return
+            if error.error_name != GPU_IS_LOST:  # a lost GPU: its read reports it
+                self._report_once(error, f"register_xid_events {uuid}")
+            if error.error_name == UNKNOWN:
+                self._free_set()
             return
-        self._failing.discard(uuid)
+        self._failing.discard(f"register_xid_events {uuid}")
         self._watched.add(uuid)
+        self._totals.setdefault(uuid, 0)
 
     def drain(self, uuid_of: Callable[[NvmlHandle], str]) -> None:
         """Count the events waiting, up to MAX_EVENTS_PER_POLL, without waiting."""
@@ -655,12 +663,9 @@ class XidWatch:
             try:
                 found = self._source.next_xid(self._events)
             except NvmlError as error:
-                self._report(error, "next_xid")
-                if error.error_name == UNKNOWN:
-                    # nvml.h: after UNKNOWN the set is in an undefined state, to be
-                    # freed; the next poll makes a new one and registers the GPUs again.
-                    self.forget()
+                self._report_once(error, "next_xid")
                 return
+            self._failing.discard("next_xid")
             if found is None:
                 return
             handle, xid = found
@@ -670,28 +675,36 @@ class XidWatch:
                 # The event is taken: say which Xid it was, at least in the log.
                 self._report(error, f"Xid {xid} of a GPU NVML cannot name: uuid")
                 continue
-            per_gpu = self._counts.setdefault(uuid, {})
-            per_gpu[xid] = per_gpu.get(xid, 0) + 1
+            self._totals[uuid] = self._totals.get(uuid, 0) + 1
+            per_code = self._by_code.setdefault(uuid, {})
+            per_code[xid] = per_code.get(xid, 0) + 1
 
     def with_counts(self, device: DeviceReading) -> DeviceReading:
-        """A GPU's reading with its count per Xid (counted, not read: a GPU lost this
-        poll keeps them); any other reading as it is."""
-        counts = self._counts.get(device.name)
-        if not counts:
+        """A GPU's reading with its Xid counts (counted, not read: a GPU lost this poll
+        keeps them); any other reading as it is."""
+        total = self._totals.get(device.name)
+        if total is None:
             return device
-        counted = tuple(
-            Sample(GPU_XID_ERRORS, float(count), (str(xid),))
-            for xid, count in sorted(counts.items())
+        per_code = self._by_code.get(device.name, {})
+        counted = (
+            Sample(GPU_XID_ERRORS, float(total)),
+            *(
+                Sample(GPU_XID_ERRORS_BY_CODE, float(count), (str(xid),))
+                for xid, count in sorted(per_code.items())
+            ),
         )
         return replace(device, samples=(*device.samples, *counted))
 
     def forget(self) -> None:
         """Before nvmlShutdown: free the set; the next one registers afresh."""
-        events, self._events = self._events, None
-        self._watched.clear()
+        self._free_set()
         self._unsupported.clear()
         self._failing.clear()
         self._unavailable = False
+
+    def _free_set(self) -> None:
+        events, self._events = self._events, None
+        self._watched.clear()
         if events is not None:
             try:
                 self._source.free_event_set(events)
@@ -703,10 +716,18 @@ class XidWatch:
             try:
                 self._events = self._source.xid_event_set()
             except NvmlError as error:
-                self._unavailable = True
-                if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
-                    self._report(error, "xid_event_set")
+                if error.error_name in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+                    self._unavailable = True  # a driver without event sets
+                else:
+                    self._report_once(error, "xid_event_set")  # tried again next poll
+                return None
+            self._failing.discard("xid_event_set")
         return self._events
+
+    def _report_once(self, error: NvmlError, call: str) -> None:
+        if call not in self._failing:
+            self._failing.add(call)
+            self._report(error, call)
 
 
 class NvmlSession:

@@ -42,6 +42,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
     GPU_XID_ERRORS,
+    GPU_XID_ERRORS_BY_CODE,
 )
 from exporter.collectors.nvml import NvmlCollector
 from exporter.collectors.runner import CollectorRunner
@@ -97,6 +98,8 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[0]), ("corrected",)),
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[1]), ("uncorrected",)),
         ),
+        # Counted from events, not read: none raised unless a test raises one.
+        "xid": NO_XIDS,
     }
     return tuple(s for figure, group in by_figure.items() if figure not in without for s in group)
 
@@ -163,6 +166,8 @@ def mig_reading(
     )
 
 
+# A watched GPU that raised no Xid: its total, from 0.
+NO_XIDS = (Sample(GPU_XID_ERRORS, 0.0),)
 # What every poll of the fake reports of its driver (fake_nvml.c's defaults).
 DRIVER = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "13.0")),)
 
@@ -208,6 +213,7 @@ class TestWholeGpus:
             Sample(GPU_SM_CLOCK, 1_755_000_000.0),
             Sample(GPU_ECC_ERRORS, 3.0, ("corrected",)),  # volatile, not aggregate
             Sample(GPU_ECC_ERRORS, 1.0, ("uncorrected",)),
+            Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
             name=UUID_A,
@@ -657,18 +663,20 @@ class TestDriverInfo:
 
 
 def xid_counts(readings: Readings, uuid: str) -> dict[str, float]:
-    """One GPU's Xid counters, by Xid code."""
+    """One GPU's Xid counters: "total" and each code's."""
     (gpu,) = (d for d in readings.devices if d.name == uuid)
-    return {s.label_values[0]: s.value for s in gpu.samples if s.spec is GPU_XID_ERRORS}
+    counts = {s.label_values[0]: s.value for s in gpu.samples if s.spec is GPU_XID_ERRORS_BY_CODE}
+    totals = [s.value for s in gpu.samples if s.spec is GPU_XID_ERRORS]
+    return counts | ({"total": totals[0]} if totals else {})
 
 
 class TestXidErrors:
     def test_counted_per_gpu_and_code(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """Each Xid event counts once, for its GPU and code, from the poll it arrives
-        in; a code's series appears with its first error, so a later application Xid
-        does not hide an earlier hardware one; a GPU that raised none has none."""
+        """Each Xid event counts once, for its GPU in all and by code, from the poll it
+        arrives in. The total starts at 0 when the GPU is first watched (an increase
+        alerts can see); a code's series appears with its first error."""
         raised, later = tmp_path / "raised", tmp_path / "later"
         gpu_b = replace(GPU_B, xids=((48, raised), (13, raised), (13, later)))
         fake_nvml.configure(GPU_A, gpu_b)
@@ -679,7 +687,12 @@ class TestXidErrors:
         later.touch()
         third = collector.collect()
 
-        assert [{}, {"13": 1.0, "48": 1.0}, {"13": 2.0, "48": 1.0}, {}] == [
+        assert [
+            {"total": 0.0},
+            {"total": 2.0, "13": 1.0, "48": 1.0},
+            {"total": 3.0, "13": 2.0, "48": 1.0},
+            {"total": 0.0},
+        ] == [
             xid_counts(first, UUID_B),
             xid_counts(second, UUID_B),
             xid_counts(third, UUID_B),
@@ -689,7 +702,8 @@ class TestXidErrors:
     def test_a_gpu_without_events_is_not_watched_and_says_nothing(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A board that cannot register events (NOT_SUPPORTED): no counter, no issue."""
+        """A board that cannot register events (NOT_SUPPORTED): no counter, which would
+        say "no errors", and no issue."""
         fake_nvml.configure(replace(GPU_A, fail=(("events", NOT_SUPPORTED),), xids=((48, None),)))
         readings = collector.collect()
 
@@ -698,8 +712,9 @@ class TestXidErrors:
     def test_a_registration_that_fails_is_retried(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """A registration NVML refuses with another error is one issue, and is tried again
-        each poll: once it succeeds the GPU's Xids count."""
+        """A registration NVML refuses with another error (UNKNOWN: with a new event set,
+        as nvml.h asks) is one issue, and is tried again each poll: once it succeeds the
+        GPU's Xids count."""
         failing = tmp_path / "registration_fails"
         failing.touch()
         gpu = replace(GPU_A, fail_while=(("events", UNKNOWN, failing),), xids=((63, None),))
@@ -712,17 +727,18 @@ class TestXidErrors:
         refused = CollectorIssue(
             "UNKNOWN", f"Xid events: register_xid_events {UUID_A}: NVML UNKNOWN"
         )
-        assert ([refused], [], {"63": 1.0}) == (
+        assert ([refused], [], {}, {"total": 1.0, "63": 1.0}) == (
             list(first.issues),
             list(second.issues),
+            xid_counts(second, UUID_A),
             xid_counts(third, UUID_A),
         )
 
-    def test_an_event_set_nvml_refuses_is_one_issue(
+    def test_an_event_set_nvml_refuses_is_tried_again(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """nvmlEventSetCreate failing: one issue, not asked again this NVML session, and
-        the GPUs' figures go on without Xid series."""
+        """nvmlEventSetCreate failing (not NOT_SUPPORTED): one issue, tried again each
+        poll; the GPUs' figures go on without Xid series meanwhile."""
         fake_nvml.configure(replace(GPU_A, xids=((48, None),)), event_set_error=UNKNOWN)
         first = collector.collect()
         second = collector.collect()
@@ -734,30 +750,31 @@ class TestXidErrors:
             xid_counts(second, UUID_A),
         )
 
-    def test_an_unknown_wait_makes_a_new_event_set(
+    def test_an_unknown_wait_is_reported_once_and_the_set_kept(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """nvml.h: after UNKNOWN from nvmlEventSetWait the set is in an undefined state,
-        to be freed. One issue; the next poll makes a new set, registers the GPUs again,
-        and their Xids count."""
+        """nvmlEventSetWait failing: one issue while it lasts; the set stays (nvml.h asks
+        a new set only after a failed registration), and Xids count once it answers."""
         failing, raised = tmp_path / "wait_fails", tmp_path / "raised"
         gpu = replace(GPU_A, xids=((74, raised),))
         fake_nvml.configure(gpu, event_wait_error=(UNKNOWN, failing))
         collector.collect()
         failing.touch()
         during = collector.collect()
+        again = collector.collect()
         failing.unlink()
         registrations = fake_nvml.library.calls("events")
-        collector.collect()
         raised.touch()
         after = collector.collect()
 
         assert (
             [CollectorIssue("UNKNOWN", "Xid events: next_xid: NVML UNKNOWN")],
-            1,
-            {"74": 1.0},
+            [],
+            0,
+            {"total": 1.0, "74": 1.0},
         ) == (
             list(during.issues),
+            list(again.issues),
             fake_nvml.library.calls("events") - registrations,
             xid_counts(after, UUID_A),
         )
@@ -775,15 +792,16 @@ class TestXidErrors:
     def test_the_count_survives_nvml_initialised_afresh(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """The counter is the exporter's: NVML initialised again (a new event set) does
-        not take it back to 0, which rate() would read as a reset."""
+        """The counters are the exporter's: NVML initialised again (a new event set) does
+        not take them back to 0, which rate() would read as a reset."""
         fake_nvml.configure(replace(GPU_A, xids=((119, None),)))
         before = collector.collect()
         collector.close()
         fake_nvml.configure(GPU_A)
         after = collector.collect()
 
-        assert [{"119": 1.0}] * 2 == [xid_counts(before, UUID_A), xid_counts(after, UUID_A)]
+        expected = {"total": 1.0, "119": 1.0}
+        assert [expected, expected] == [xid_counts(before, UUID_A), xid_counts(after, UUID_A)]
 
 
 class TestLostGpu:
@@ -811,7 +829,8 @@ class TestLostGpu:
             node_samples=DRIVER,
             devices=(
                 gpu_reading(GPU_A, "0000:17:00.0"),
-                gpu_reading(gpu_b, "0000:b1:00.0", ()),
+                # Its Xids are counted, not read: that series stays.
+                gpu_reading(gpu_b, "0000:b1:00.0", NO_XIDS),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "mig_enabled"),),  # the first call a poll
         )
@@ -829,7 +848,7 @@ class TestLostGpu:
         expected = Readings(
             node_samples=DRIVER,
             devices=(
-                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85),)),
+                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85), *NO_XIDS)),
                 gpu_reading(GPU_A, "0000:17:00.0"),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "memory"),),

@@ -21,6 +21,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    GPU_XID_ERRORS,
 )
 from exporter.collectors.nvml import NvmlCollector, NvmlGpuInstancePlacement, NvmlHandle
 from exporter.model import DeviceIdentity, DeviceReading, HardwareKey, KeyKind, Readings, Sample
@@ -35,6 +36,8 @@ NO_ECC_ERRORS = (
     Sample(GPU_ECC_ERRORS, 0.0, ("corrected",)),
     Sample(GPU_ECC_ERRORS, 0.0, ("uncorrected",)),
 )
+# Watched for Xid events from the first poll; these simulated GPUs raise none.
+NO_XID_ERRORS = (Sample(GPU_XID_ERRORS, 0.0),)
 
 
 class Clock:
@@ -94,6 +97,7 @@ class TestWholeGpus:
                 Sample(GPU_TEMPERATURE, 72.0),
                 Sample(GPU_SM_CLOCK, 1.98e9),
                 *NO_ECC_ERRORS,
+                *NO_XID_ERRORS,
             ),
             standalone=True,
         )
@@ -112,6 +116,7 @@ class TestWholeGpus:
             Sample(GPU_TEMPERATURE, 30.0),
             Sample(GPU_SM_CLOCK, 345e6),
             *NO_ECC_ERRORS,
+            *NO_XID_ERRORS,
         )
         assert expected == device(readings, GPU_1.uuid).samples
 
@@ -186,6 +191,7 @@ class TestMig:
             GPU_TEMPERATURE.name,
             GPU_SM_CLOCK.name,
             GPU_ECC_ERRORS.name,
+            GPU_XID_ERRORS.name,
         }
         assert expected == {s.spec.name for s in device(readings, GPU_2.uuid).samples}
 
