@@ -599,9 +599,9 @@ class _Mig:
 # (a code's series appears with its first error: it names the codes).
 #
 # Only Xids after a GPU is registered are seen; the counts are kept across NVML
-# re-initialisation, so they never go back. A
-# MIG-enabled GPU's Xids count on the GPU; nvml.h gives the events of single instances
-# only to a privileged caller, the others (those of the whole GPU) to anyone.
+# re-initialisation, so they never go back. A MIG-enabled GPU's Xids count on the GPU;
+# nvml.h gives the events of single instances only to a privileged caller, the others
+# (those of the whole GPU) to anyone.
 # ``NOT_SUPPORTED`` (a board without events) leaves that GPU unwatched.
 
 # Events taken from the set per poll: a GPU in an Xid storm must not hold the poll.
