@@ -1,12 +1,14 @@
-"""What each NVML call the collectors make costs on this machine's real driver.
+"""What the NVML calls of a poll cost on this machine's real driver, for a whole GPU.
 
     .venv/bin/python bench/nvml_calls.py [--gpu 0] [--runs 25]
 
 Needs an NVIDIA GPU (the simulated node's GPUs cost nothing, so ``make bench`` cannot
-see this). Calls every ``PynvmlSource`` method the nvml and gpu_processes collectors
-use, ``--runs`` times each on one GPU, and prints the median wall and thread-CPU time
-of one call, with the last answer; then the sum of the medians (about one poll of both
-collectors for that GPU, were every figure asked once). Figures only, no pass/fail.
+see this). Calls the ``PynvmlSource`` methods the nvml and gpu_processes collectors use
+for a whole GPU (not the MIG calls, nor the driver's version and the event set's
+registration, made once), ``--runs`` times each on one GPU, and prints the median wall
+and thread-CPU time of one call, with the last answer; then the sum of the medians (an
+upper bound of one poll of both collectors for that GPU: the identity calls are made
+once, process utilization only for a GPU running a process). Figures only.
 Run it with the GPU idle and again under load: some answers cost what they report.
 """
 

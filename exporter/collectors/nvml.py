@@ -40,7 +40,7 @@ import importlib
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NewType, ParamSpec, Protocol, TypeVar
 
@@ -216,6 +216,9 @@ class NvmlSource(Protocol):
     def register_xid_events(self, handle: NvmlHandle, events: NvmlEventSet) -> None: ...
     def next_xid(self, events: NvmlEventSet) -> tuple[NvmlHandle, int] | None: ...
     def free_event_set(self, events: NvmlEventSet) -> None: ...
+    # What a handle points at, equal for two handles of one device without asking NVML
+    # (an event's handle is another object than the one registered).
+    def device_key(self, handle: NvmlHandle) -> Hashable: ...
 
 
 # --- The real library -----------------------------------------------------------------
@@ -485,6 +488,11 @@ class PynvmlSource(NvmlSource):
     def free_event_set(self, events: NvmlEventSet) -> None:
         self._call(self._pynvml.nvmlEventSetFree, events)
 
+    def device_key(self, handle: NvmlHandle) -> Hashable:
+        # nvmlDevice_t is a pointer: its address names the device.
+        pointer: Any = handle
+        return ctypes.cast(pointer, ctypes.c_void_p).value
+
 
 # --- Figures: one NVML reading, converted to base units ----------------------------------
 
@@ -598,8 +606,8 @@ class _Mig:
 # alert on, whose increase is seen however an exporter restart falls) and per GPU and Xid
 # (a code's series appears with its first error: it names the codes).
 #
-# Only Xids after a GPU is registered are seen; the counts are kept across NVML
-# re-initialisation, so they never go back. A MIG-enabled GPU's Xids count on the GPU;
+# Only Xids after a GPU is registered are seen; the counts live as long as the process
+# (a new set, after a failure, does not reset them). A MIG-enabled GPU's Xids count on the GPU;
 # nvml.h gives the events of single instances only to a privileged caller, the others
 # (those of the whole GPU) to anyone.
 # ``NOT_SUPPORTED`` (a board without events) leaves that GPU unwatched.
@@ -625,10 +633,11 @@ class XidWatch:
         self._watched: set[str] = set()  # GPU UUIDs registered with the set
         self._unsupported: set[str] = set()  # GPU UUIDs that cannot register (final)
         self._failing: set[str] = set()  # calls failing now, reported once
-        # Since the exporter started, per GPU UUID (every GPU ever watched, from 0: the
-        # series alerts take the increase of, which must not first appear above 0) and
-        # per GPU and Xid. Not reset when NVML is initialised again.
-        self._totals: dict[str, int] = {}
+        self._names: dict[Hashable, str] = {}  # device_key -> UUID of registered GPUs
+        # Every GPU ever watched (its total is served from 0: the series alerts take the
+        # increase of, which must not first appear above 0), and the counts per GPU and
+        # Xid, for the life of the process.
+        self._ever_watched: set[str] = set()
         self._by_code: dict[str, dict[int, int]] = {}
 
     def watch(self, uuid: str, handle: NvmlHandle) -> None:
@@ -653,7 +662,8 @@ class XidWatch:
             return
         self._failing.discard(f"register_xid_events {uuid}")
         self._watched.add(uuid)
-        self._totals.setdefault(uuid, 0)
+        self._ever_watched.add(uuid)
+        self._names[self._source.device_key(handle)] = uuid
 
     def drain(self, uuid_of: Callable[[NvmlHandle], str]) -> None:
         """Count the events waiting, up to MAX_EVENTS_PER_POLL, without waiting."""
@@ -664,30 +674,36 @@ class XidWatch:
                 found = self._source.next_xid(self._events)
             except NvmlError as error:
                 self._report_once(error, "next_xid")
+                if error.error_name == GPU_IS_LOST:
+                    # A set with a lost GPU in it may answer so from now on: a new set
+                    # next poll, which the lost GPU cannot join, keeps the others counted.
+                    self._free_set()
                 return
             self._failing.discard("next_xid")
             if found is None:
                 return
             handle, xid = found
-            try:
-                uuid = uuid_of(handle)
-            except NvmlError as error:
-                # The event is taken: say which Xid it was, at least in the log.
-                self._report(error, f"Xid {xid} of a GPU NVML cannot name: uuid")
-                continue
-            self._totals[uuid] = self._totals.get(uuid, 0) + 1
+            # By the registered handle, not by asking NVML: a GPU that fell off the bus
+            # (its Xid 79) answers no more calls.
+            uuid = self._names.get(self._source.device_key(handle))
+            if uuid is None:
+                try:
+                    uuid = uuid_of(handle)
+                except NvmlError as error:
+                    # The event is taken: say which Xid it was, at least in the log.
+                    self._report(error, f"Xid {xid} of a GPU NVML cannot name: uuid")
+                    continue
             per_code = self._by_code.setdefault(uuid, {})
             per_code[xid] = per_code.get(xid, 0) + 1
 
     def with_counts(self, device: DeviceReading) -> DeviceReading:
         """A GPU's reading with its Xid counts (counted, not read: a GPU lost this poll
         keeps them); any other reading as it is."""
-        total = self._totals.get(device.name)
-        if total is None:
-            return device
         per_code = self._by_code.get(device.name, {})
+        if device.name not in self._ever_watched and not per_code:
+            return device
         counted = (
-            Sample(GPU_XID_ERRORS, float(total)),
+            Sample(GPU_XID_ERRORS, float(sum(per_code.values()))),
             *(
                 Sample(GPU_XID_ERRORS_BY_CODE, float(count), (str(xid),))
                 for xid, count in sorted(per_code.items())
@@ -704,7 +720,8 @@ class XidWatch:
 
     def _free_set(self) -> None:
         events, self._events = self._events, None
-        self._watched.clear()
+        self._watched.clear()  # registered with that set only: all register again
+        self._names.clear()
         if events is not None:
             try:
                 self._source.free_event_set(events)
@@ -838,9 +855,10 @@ class NvmlCollector(Collector):
         # again until NVML is initialised afresh or the GPU's MIG mode is off.
         self._mig_denied: dict[str, set[str]] = {}
         self._issues: list[CollectorIssue] = []
-        # The driver's versions, read once per nvmlInit: they change only with the driver,
-        # and a new driver means NVML initialised afresh.
+        # The driver's versions, read once: they change only with the driver, and a new
+        # driver means a new exporter process (the old one holds the module open).
         self._driver: Sample | None = None
+        self._cuda_failing = False
         self._xids = XidWatch(self._source, report=self._report_xid_failure)
         # The device being read, named in issue details: the runner logs each distinct
         # detail once, so without it a second GPU's failure would never be logged.
@@ -883,17 +901,25 @@ class NvmlCollector(Collector):
         if self._driver is None:
             self._reading = "driver"
             version, _ = self._attempt(self._source.driver_version)
+            settled = True
             try:
                 cuda: int | None = self._source.cuda_driver_version()
             except NvmlError as error:
                 cuda = None
-                # FUNCTION_NOT_FOUND: a driver older than the call, not a fault.
+                # FUNCTION_NOT_FOUND: a driver older than the call, not a fault; any other
+                # error is asked again next poll, counted once.
                 if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
-                    self._count(error, "cuda_driver_version")
+                    settled = False
+                    if not self._cuda_failing:
+                        self._count(error, "cuda_driver_version")
+            self._cuda_failing = not settled
             if version is not None:
                 # nvidia-smi's "CUDA Version": 13000 is 13.0, 12040 is 12.4.
                 cuda_text = "" if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"
-                self._driver = Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", version, cuda_text))
+                sample = Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", version, cuda_text))
+                if not settled:
+                    return sample  # not kept: the CUDA version is asked again
+                self._driver = sample
         return self._driver
 
     def _attempt(

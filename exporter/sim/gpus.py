@@ -23,7 +23,7 @@ the clock (in NVML's microseconds), so a poll at the same clock sees none new.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from exporter.collectors.nvml import (
@@ -100,6 +100,10 @@ class SimulatedNvmlSource(NvmlSource):
 
     def free_event_set(self, events: NvmlEventSet) -> None:
         self._xids_waiting.clear()
+
+    def device_key(self, handle: NvmlHandle) -> Hashable:
+        sim = _unwrap(handle)
+        return (sim.gpu.uuid, None if sim.mig is None else sim.mig.uuid)
 
     def driver_version(self) -> str:
         self._require_initialized()

@@ -17,7 +17,9 @@
  *                            driver ("535.*") fills the _v3 process lists with R535's
  *                            32-byte nvmlProcessInfo_v3_t, as CUDA 12.2's nvml.h
  *                            declares it; other drivers, and every _v2 list, 24 bytes
- *   event_set_error CODE     nvmlEventSetCreate fails with CODE
+ *   event_set_error CODE [PATH]  nvmlEventSetCreate fails with CODE (while PATH exists)
+ *   cuda_error CODE PATH     nvmlSystemGetCudaDriverVersion fails with CODE while PATH
+ *                            exists (nvml.h gives it no such error; pynvml can raise)
  *   event_wait_error CODE PATH  nvmlEventSetWait_v2 fails with CODE while PATH exists
  *   xid CODE [PATH]          an Xid of the GPU, delivered once to an event set it is
  *                            registered with, once PATH exists when one is given
@@ -251,6 +253,7 @@ typedef struct fake_dev {
     fake_xid xids[MAX_XIDS];
     unsigned int xid_count;
     unsigned long long registered_events; /* the event types of nvmlDeviceRegisterEvents */
+    nvmlEventSet_t registered_set;        /* ... with this set (one at a time here) */
 } fake_dev;
 
 static fake_dev gpus[MAX_GPUS];
@@ -263,7 +266,10 @@ static int init_count;
 #define DEFAULT_CUDA_VERSION 13000 /* the CUDA 13.0 that R580 supports */
 static char driver_version[TEXT] = DEFAULT_DRIVER_VERSION;
 static int cuda_version = DEFAULT_CUDA_VERSION;
-static int event_set_error; /* nvmlEventSetCreate fails with it; 0: it works */
+static int event_set_error; /* nvmlEventSetCreate fails with it (while the flag exists) */
+static char event_set_flag[256];
+static int cuda_error; /* nvmlSystemGetCudaDriverVersion fails with it while the flag exists */
+static char cuda_error_flag[256];
 static int event_wait_error; /* nvmlEventSetWait_v2 fails with it while the flag exists */
 static char event_wait_flag[256];
 static struct fake_event_set event_sets[4];
@@ -303,6 +309,9 @@ static nvmlReturn_t load_config(void) {
     copy_text(driver_version, DEFAULT_DRIVER_VERSION);
     cuda_version = DEFAULT_CUDA_VERSION;
     event_set_error = 0;
+    event_set_flag[0] = '\0';
+    cuda_error = 0;
+    cuda_error_flag[0] = '\0';
     event_wait_error = 0;
     event_wait_flag[0] = '\0';
     unprivileged = 0;
@@ -323,7 +332,9 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "unprivileged") == 0) {
             unprivileged = 1;
         } else if (strcmp(key, "event_set_error") == 0) {
-            ok = sscanf(rest, "%d", &event_set_error) == 1;
+            ok = sscanf(rest, "%d %255s", &event_set_error, event_set_flag) >= 1;
+        } else if (strcmp(key, "cuda_error") == 0) {
+            ok = sscanf(rest, "%d %255s", &cuda_error, cuda_error_flag) == 2;
         } else if (strcmp(key, "event_wait_error") == 0) {
             ok = sscanf(rest, "%d %255s", &event_wait_error, event_wait_flag) == 2;
         } else if (strcmp(key, "cuda_version") == 0) {
@@ -540,6 +551,7 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
     if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (cuda_version < 0) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (cuda_error != 0 && flagged(cuda_error_flag)) return cuda_error;
     *version = cuda_version;
     return NVML_SUCCESS;
 }
@@ -553,7 +565,7 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    if (event_set_error != 0) return event_set_error;
+    if (event_set_error != 0 && flagged(event_set_flag)) return event_set_error;
     for (unsigned int i = 0; i < sizeof event_sets / sizeof event_sets[0]; i++) {
         if (!event_sets[i].live) {
             event_sets[i].live = 1;
@@ -569,6 +581,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ty
     ENTER(device, F_EVENTS);
     if (set == NULL || !set->live || d->parent != NULL) return NVML_ERROR_INVALID_ARGUMENT;
     d->registered_events |= types;
+    d->registered_set = set;
     return NVML_SUCCESS;
 }
 
@@ -581,6 +594,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
     if (event_wait_error != 0 && flagged(event_wait_flag)) return event_wait_error;
     for (unsigned int g = 0; g < gpu_count; g++) {
         fake_dev *gpu = &gpus[g];
+        if (gpu->registered_set != set) continue; /* events go to the sets registered */
         if (!(gpu->registered_events & NVML_EVENT_TYPE_XID_CRITICAL_ERROR)) continue;
         for (unsigned int i = 0; i < gpu->xid_count; i++) {
             fake_xid *xid = &gpu->xids[i];
@@ -601,6 +615,12 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     if (set == NULL || !set->live) return NVML_ERROR_INVALID_ARGUMENT;
     set->live = 0;
+    for (unsigned int g = 0; g < gpu_count; g++) {
+        if (gpus[g].registered_set == set) {
+            gpus[g].registered_set = NULL;
+            gpus[g].registered_events = 0;
+        }
+    }
     return NVML_SUCCESS;
 }
 

@@ -124,16 +124,21 @@ def render_config(
     init_error: int | None = None,
     driver_version: str | None = None,
     cuda_version: int | None = None,
-    event_set_error: int | None = None,
+    event_set_error: int | tuple[int, Path] | None = None,
     event_wait_error: tuple[int, Path] | None = None,
+    cuda_error: tuple[int, Path] | None = None,
     unprivileged: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
     if init_error is not None:
         lines.append(f"init_error {init_error}")
-    if event_set_error is not None:
+    if isinstance(event_set_error, tuple):
+        lines.append(f"event_set_error {event_set_error[0]} {event_set_error[1]}")
+    elif event_set_error is not None:
         lines.append(f"event_set_error {event_set_error}")
+    if cuda_error is not None:
+        lines.append(f"cuda_error {cuda_error[0]} {cuda_error[1]}")
     if event_wait_error is not None:
         lines.append(f"event_wait_error {event_wait_error[0]} {event_wait_error[1]}")
     if cuda_version is not None:
@@ -223,8 +228,9 @@ class FakeNvml:
         init_error: int | None = None,
         driver_version: str | None = None,
         cuda_version: int | None = None,
-        event_set_error: int | None = None,
+        event_set_error: int | tuple[int, Path] | None = None,
         event_wait_error: tuple[int, Path] | None = None,
+        cuda_error: tuple[int, Path] | None = None,
         unprivileged: bool = False,
     ) -> None:
         """Describe the node's GPUs (and driver: "535.*" writes R535's process records; and
@@ -236,6 +242,7 @@ class FakeNvml:
             cuda_version=cuda_version,
             event_set_error=event_set_error,
             event_wait_error=event_wait_error,
+            cuda_error=cuda_error,
             unprivileged=unprivileged,
         )
         self.config_path.write_text(text)

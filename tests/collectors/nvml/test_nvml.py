@@ -625,6 +625,9 @@ class TestFigureErrors:
         assert expected == (second.success, second.error_counts)
 
 
+GPU_IS_LOST_CODE = 15  # nvml.h NVML_ERROR_GPU_IS_LOST
+
+
 class TestDriverInfo:
     def test_versions_as_nvidia_smi_prints_them(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -645,6 +648,30 @@ class TestDriverInfo:
 
         expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "")),)
         assert (expected, ()) == (readings.node_samples, readings.issues)
+
+    def test_a_failing_cuda_version_is_asked_again(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A CUDA version read that fails is one issue and an empty cuda_version while it
+        fails, then read: not kept empty for the life of the process."""
+        failing = tmp_path / "cuda_fails"
+        failing.touch()
+        fake_nvml.configure(GPU_A, cuda_error=(UNKNOWN, failing))
+        first = collector.collect()
+        second = collector.collect()
+        failing.unlink()
+        third = collector.collect()
+
+        failed = CollectorIssue("UNKNOWN", "driver: cuda_driver_version: NVML UNKNOWN")
+        assert (
+            [failed],
+            [],
+            [("nvidia", "580.82.07", ""), ("nvidia", "580.82.07", "13.0")],
+        ) == (
+            list(first.issues),
+            list(second.issues),
+            [second.node_samples[0].label_values, third.node_samples[0].label_values],
+        )
 
     def test_read_again_after_nvml_is_initialised_afresh(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -735,19 +762,86 @@ class TestXidErrors:
         )
 
     def test_an_event_set_nvml_refuses_is_tried_again(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """nvmlEventSetCreate failing (not NOT_SUPPORTED): one issue, tried again each
-        poll; the GPUs' figures go on without Xid series meanwhile."""
-        fake_nvml.configure(replace(GPU_A, xids=((48, None),)), event_set_error=UNKNOWN)
+        """nvmlEventSetCreate failing (not NOT_SUPPORTED): one issue, no Xid series
+        meanwhile, and tried again each poll: once it works, Xids count."""
+        failing = tmp_path / "create_fails"
+        failing.touch()
+        fake_nvml.configure(replace(GPU_A, xids=((48, None),)), event_set_error=(UNKNOWN, failing))
         first = collector.collect()
         second = collector.collect()
+        failing.unlink()
+        third = collector.collect()
 
         failed = CollectorIssue("UNKNOWN", "Xid events: xid_event_set: NVML UNKNOWN")
-        assert ([failed], [], {}) == (
+        assert ([failed], [], {}, {"total": 1.0, "48": 1.0}) == (
             list(first.issues),
             list(second.issues),
             xid_counts(second, UUID_A),
+            xid_counts(third, UUID_A),
+        )
+
+    def test_a_gpu_falling_off_the_bus_counts_its_xid_79(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """The event is matched to the GPU by its handle, without asking NVML, which a
+        lost GPU no longer answers: its Xid 79 counts, and its loss is one issue."""
+        lost = tmp_path / "lost"
+        fake_nvml.configure(replace(GPU_A, lost_flag=lost, xids=((79, lost),)))
+        collector.collect()
+        lost.touch()
+        readings = collector.collect()
+
+        assert ({"total": 1.0, "79": 1.0}, [issue("GPU_IS_LOST", UUID_A, "mig_enabled")]) == (
+            xid_counts(readings, UUID_A),
+            list(readings.issues),
+        )
+
+    def test_after_a_new_event_set_every_gpu_registers_again(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """Registrations belong to a set: when one GPU's UNKNOWN makes the collector free
+        the set, the GPUs registered with it register with the new one, and their Xids
+        still count."""
+        failing, raised = tmp_path / "registration_fails", tmp_path / "raised"
+        failing.touch()
+        gpu_b = replace(GPU_B, fail_while=(("events", UNKNOWN, failing),))
+        fake_nvml.configure(replace(GPU_A, xids=((94, raised),)), gpu_b)
+        collector.collect()  # A registers, B's UNKNOWN frees the set
+        failing.unlink()
+        collector.collect()  # a new set: A and B register
+        raised.touch()
+        readings = collector.collect()
+
+        assert {"total": 1.0, "94": 1.0} == xid_counts(readings, UUID_A)
+
+    def test_a_wait_answering_gpu_is_lost_makes_a_new_set(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A set with a lost GPU may answer GPU_IS_LOST from then on: the collector makes
+        a new one, so the other GPUs' Xids go on counting."""
+        failing, raised = tmp_path / "wait_lost", tmp_path / "raised"
+        fake_nvml.configure(
+            replace(GPU_A, xids=((92, raised),)), event_wait_error=(GPU_IS_LOST_CODE, failing)
+        )
+        collector.collect()
+        failing.touch()
+        during = collector.collect()
+        failing.unlink()
+        registrations = fake_nvml.library.calls("events")
+        collector.collect()
+        raised.touch()
+        after = collector.collect()
+
+        assert (
+            [CollectorIssue("GPU_IS_LOST", "Xid events: next_xid: NVML GPU_IS_LOST")],
+            1,
+            {"total": 1.0, "92": 1.0},
+        ) == (
+            list(during.issues),
+            fake_nvml.library.calls("events") - registrations,
+            xid_counts(after, UUID_A),
         )
 
     def test_an_unknown_wait_is_reported_once_and_the_set_kept(
