@@ -282,7 +282,7 @@ class GpuProcessesCollector(Collector):
         # Per device UUID: the newest sample timestamp seen, so each poll asks NVML
         # for the samples since the previous one.
         self._last_sample_us: dict[str, int] = {}
-        # Per device UUID: whether its last answer to per-process samples had any
+        # Per device UUID: whether it gives per-process samples, as its last answer said
         # (False: NOT_SUPPORTED); and the devices that ran a process at the last poll.
         self._gives_samples: dict[str, bool] = {}
         self._busy: set[str] = set()
