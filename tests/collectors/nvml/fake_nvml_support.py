@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,28 +223,10 @@ class FakeNvml:
     config_path: Path
     monkeypatch: pytest.MonkeyPatch
 
-    def configure(
-        self,
-        *gpus: FakeGpu,
-        init_error: int | None = None,
-        driver_version: str | None = None,
-        cuda_version: int | None = None,
-        event_set_error: int | tuple[int, Path] | None = None,
-        event_wait_error: tuple[int, Path] | None = None,
-        cuda_error: tuple[int, Path] | None = None,
-        unprivileged: bool = False,
-    ) -> None:
-        """Describe the node's GPUs (and driver: "535.*" writes R535's process records; and
-        caller: ``unprivileged``, without MIG monitoring); read at the next nvmlInit."""
-        text = render_config(
-            gpus,
-            init_error=init_error,
-            driver_version=driver_version,
-            cuda_version=cuda_version,
-            event_set_error=event_set_error,
-            event_wait_error=event_wait_error,
-            cuda_error=cuda_error,
-            unprivileged=unprivileged,
-        )
+    def configure(self, *gpus: FakeGpu, **driver: Any) -> None:
+        """Describe the node's GPUs, and the driver and caller as ``render_config`` takes
+        them ("535.*" writes R535's process records; ``unprivileged``: without MIG
+        monitoring); read at the next nvmlInit."""
+        text = render_config(gpus, **driver)
         self.config_path.write_text(text)
         self.monkeypatch.setenv(CONFIG_ENV, str(self.config_path))

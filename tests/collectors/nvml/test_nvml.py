@@ -816,55 +816,43 @@ class TestXidErrors:
 
         assert {"total": 1.0, "94": 1.0} == xid_counts(readings, UUID_A)
 
-    def test_a_wait_answering_gpu_is_lost_makes_a_new_set(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    @pytest.mark.parametrize(
+        ("code", "name", "new_set"),
+        [
+            # nvml.h asks a new set only after a failed registration: the set is kept.
+            (UNKNOWN, "UNKNOWN", False),
+            # A set with a lost GPU may answer so from then on: a new one, which the lost
+            # GPU cannot join, keeps the other GPUs counted.
+            (GPU_IS_LOST_CODE, "GPU_IS_LOST", True),
+        ],
+    )
+    def test_a_failing_wait_is_one_issue_and_xids_count_after(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        tmp_path: Path,
+        code: int,
+        name: str,
+        new_set: bool,
     ) -> None:
-        """A set with a lost GPU may answer GPU_IS_LOST from then on: the collector makes
-        a new one, so the other GPUs' Xids go on counting."""
-        failing, raised = tmp_path / "wait_lost", tmp_path / "raised"
-        fake_nvml.configure(
-            replace(GPU_A, xids=((92, raised),)), event_wait_error=(GPU_IS_LOST_CODE, failing)
-        )
-        collector.collect()
-        failing.touch()
-        during = collector.collect()
-        failing.unlink()
-        registrations = fake_nvml.library.calls("events")
-        collector.collect()
-        raised.touch()
-        after = collector.collect()
-
-        assert (
-            [CollectorIssue("GPU_IS_LOST", "Xid events: next_xid: NVML GPU_IS_LOST")],
-            1,
-            {"total": 1.0, "92": 1.0},
-        ) == (
-            list(during.issues),
-            fake_nvml.library.calls("events") - registrations,
-            xid_counts(after, UUID_A),
-        )
-
-    def test_an_unknown_wait_is_reported_once_and_the_set_kept(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
-    ) -> None:
-        """nvmlEventSetWait failing: one issue while it lasts; the set stays (nvml.h asks
-        a new set only after a failed registration), and Xids count once it answers."""
+        """nvmlEventSetWait failing: one issue while it lasts, the set kept or made anew
+        by the error, and Xids counted once it answers."""
         failing, raised = tmp_path / "wait_fails", tmp_path / "raised"
-        gpu = replace(GPU_A, xids=((74, raised),))
-        fake_nvml.configure(gpu, event_wait_error=(UNKNOWN, failing))
+        fake_nvml.configure(replace(GPU_A, xids=((74, raised),)), event_wait_error=(code, failing))
         collector.collect()
         failing.touch()
         during = collector.collect()
         again = collector.collect()
         failing.unlink()
         registrations = fake_nvml.library.calls("events")
+        collector.collect()
         raised.touch()
         after = collector.collect()
 
         assert (
-            [CollectorIssue("UNKNOWN", "Xid events: next_xid: NVML UNKNOWN")],
+            [CollectorIssue(name, f"Xid events: next_xid: NVML {name}")],
             [],
-            0,
+            int(new_set),
             {"total": 1.0, "74": 1.0},
         ) == (
             list(during.issues),
