@@ -99,6 +99,7 @@ NOT_SUPPORTED = "NOT_SUPPORTED"
 NOT_FOUND = "NOT_FOUND"
 GPU_IS_LOST = "GPU_IS_LOST"
 UNKNOWN = "UNKNOWN"
+TIMEOUT = "TIMEOUT"
 NO_PERMISSION = "NO_PERMISSION"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
 _ABSENT = {
@@ -479,7 +480,7 @@ class PynvmlSource(NvmlSource):
             try:
                 event = self._call(self._pynvml.nvmlEventSetWait_v2, events, 0)
             except NvmlError as error:
-                if error.error_name == "TIMEOUT":  # nothing waiting
+                if error.error_name == TIMEOUT:  # nothing waiting
                     return None
                 raise
             if int(event.eventType) & xid:  # only Xids are registered; be sure
@@ -621,8 +622,8 @@ class XidWatch:
     """One NVML session's event set, the GPUs registered with it, and the counts.
 
     Call holding the session's lock, between its nvmlInit and nvmlShutdown; ``report``
-    gets each failed call (error, what was asked) for the collector's issues; a failing
-    call is reported once until it has worked again.
+    gets each failed call (error, what was asked) for the collector's issues, as every
+    failed read is reported (the runner logs each distinct one once).
     """
 
     def __init__(self, source: NvmlSource, *, report: Callable[[NvmlError, str], None]) -> None:
@@ -630,21 +631,17 @@ class XidWatch:
         self._report = report
         self._events: NvmlEventSet | None = None
         self._unavailable = False  # no event sets on this driver (final this session)
-        self._watched: set[str] = set()  # GPU UUIDs registered with the set
         self._unsupported: set[str] = set()  # GPU UUIDs that cannot register (final)
-        self._failing: set[str] = set()  # calls failing now, reported once
-        self._names: dict[Hashable, str] = {}  # device_key -> UUID of registered GPUs
-        # Every GPU ever watched (its total is served from 0: the series alerts take the
-        # increase of, which must not first appear above 0), and the counts per GPU and
-        # Xid, for the life of the process.
-        self._ever_watched: set[str] = set()
+        self._names: dict[Hashable, str] = {}  # device_key -> UUID, registered with the set
+        # Per GPU ever watched (its total is served from 0: the series alerts take the
+        # increase of, which must not first appear above 0) and Xid, for the process's life.
         self._by_code: dict[str, dict[int, int]] = {}
 
     def watch(self, uuid: str, handle: NvmlHandle) -> None:
         """Register the GPU once per event set. NOT_SUPPORTED is final; another error is
         tried again next poll, after UNKNOWN with a new set (nvml.h,
         nvmlDeviceRegisterEvents: the set is then in an undefined state, to be freed)."""
-        if uuid in self._watched or uuid in self._unsupported:
+        if uuid in self._names.values() or uuid in self._unsupported:
             return
         events = self._event_set()
         if events is None:
@@ -656,30 +653,27 @@ class XidWatch:
                 self._unsupported.add(uuid)
                 return
             if error.error_name != GPU_IS_LOST:  # a lost GPU: its read reports it
-                self._report_once(error, f"register_xid_events {uuid}")
+                self._report(error, f"register_xid_events {uuid}")
             if error.error_name == UNKNOWN:
                 self._free_set()
             return
-        self._failing.discard(f"register_xid_events {uuid}")
-        self._watched.add(uuid)
-        self._ever_watched.add(uuid)
         self._names[self._source.device_key(handle)] = uuid
+        self._by_code.setdefault(uuid, {})
 
-    def drain(self, uuid_of: Callable[[NvmlHandle], str]) -> None:
+    def drain(self) -> None:
         """Count the events waiting, up to MAX_EVENTS_PER_POLL, without waiting."""
-        if self._events is None:
-            return
         for _ in range(MAX_EVENTS_PER_POLL):
+            if self._events is None:
+                return
             try:
                 found = self._source.next_xid(self._events)
             except NvmlError as error:
-                self._report_once(error, "next_xid")
+                self._report(error, "next_xid")
                 if error.error_name == GPU_IS_LOST:
-                    # A set with a lost GPU in it may answer so from now on: a new set
-                    # next poll, which the lost GPU cannot join, keeps the others counted.
+                    # A set with a lost GPU may answer so from now on: a new set next
+                    # poll, which the lost GPU cannot join, keeps the others counted.
                     self._free_set()
                 return
-            self._failing.discard("next_xid")
             if found is None:
                 return
             handle, xid = found
@@ -688,7 +682,7 @@ class XidWatch:
             uuid = self._names.get(self._source.device_key(handle))
             if uuid is None:
                 try:
-                    uuid = uuid_of(handle)
+                    uuid = self._source.uuid(handle)
                 except NvmlError as error:
                     # The event is taken: say which Xid it was, at least in the log.
                     self._report(error, f"Xid {xid} of a GPU NVML cannot name: uuid")
@@ -699,8 +693,8 @@ class XidWatch:
     def with_counts(self, device: DeviceReading) -> DeviceReading:
         """A GPU's reading with its Xid counts (counted, not read: a GPU lost this poll
         keeps them); any other reading as it is."""
-        per_code = self._by_code.get(device.name, {})
-        if device.name not in self._ever_watched and not per_code:
+        per_code = self._by_code.get(device.name)
+        if per_code is None:
             return device
         counted = (
             Sample(GPU_XID_ERRORS, float(sum(per_code.values()))),
@@ -715,13 +709,11 @@ class XidWatch:
         """Before nvmlShutdown: free the set; the next one registers afresh."""
         self._free_set()
         self._unsupported.clear()
-        self._failing.clear()
         self._unavailable = False
 
     def _free_set(self) -> None:
         events, self._events = self._events, None
-        self._watched.clear()  # registered with that set only: all register again
-        self._names.clear()
+        self._names.clear()  # registered with that set only: all register again
         if events is not None:
             try:
                 self._source.free_event_set(events)
@@ -736,15 +728,8 @@ class XidWatch:
                 if error.error_name in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
                     self._unavailable = True  # a driver without event sets
                 else:
-                    self._report_once(error, "xid_event_set")  # tried again next poll
-                return None
-            self._failing.discard("xid_event_set")
+                    self._report(error, "xid_event_set")  # tried again next poll
         return self._events
-
-    def _report_once(self, error: NvmlError, call: str) -> None:
-        if call not in self._failing:
-            self._failing.add(call)
-            self._report(error, call)
 
 
 class NvmlSession:
@@ -833,7 +818,7 @@ class NvmlCollector(Collector):
     serves = ("nvidia.com/gpu", "nvidia.com/mig-", "nvidia.com/pgpu", "gpu.nvidia.com")
     # Counted from 0, so the first of them is an increase alerts can see: the errors
     # that say a GPU is in trouble, and the privilege one.
-    known_errors = (GPU_IS_LOST, "RESET_REQUIRED", "TIMEOUT", "UNKNOWN", NO_PERMISSION)
+    known_errors = (GPU_IS_LOST, "RESET_REQUIRED", TIMEOUT, UNKNOWN, NO_PERMISSION)
 
     def __init__(
         self,
@@ -858,7 +843,6 @@ class NvmlCollector(Collector):
         # The driver's versions, read once: they change only with the driver, and a new
         # driver means a new exporter process (the old one holds the module open).
         self._driver: Sample | None = None
-        self._cuda_failing = False
         self._xids = XidWatch(self._source, report=self._report_xid_failure)
         # The device being read, named in issue details: the runner logs each distinct
         # detail once, so without it a second GPU's failure would never be logged.
@@ -874,7 +858,7 @@ class NvmlCollector(Collector):
             for index in range(count):
                 devices.extend(self._read_gpu(index))
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
-            self._xids.drain(self._source.uuid)
+            self._xids.drain()
             devices = [self._xids.with_counts(device) for device in devices]
             return Readings(
                 devices=tuple(devices),
@@ -907,12 +891,10 @@ class NvmlCollector(Collector):
             except NvmlError as error:
                 cuda = None
                 # FUNCTION_NOT_FOUND: a driver older than the call, not a fault; any other
-                # error is asked again next poll, counted once.
+                # error is a failed read, asked again next poll.
                 if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
                     settled = False
-                    if not self._cuda_failing:
-                        self._count(error, "cuda_driver_version")
-            self._cuda_failing = not settled
+                    self._count(error, "cuda_driver_version")
             if version is not None:
                 # nvidia-smi's "CUDA Version": 13000 is 13.0, 12040 is 12.4.
                 cuda_text = "" if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"

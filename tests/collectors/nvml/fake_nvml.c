@@ -191,6 +191,7 @@ typedef struct {
 
 typedef struct fake_event_set {
     int live;
+    int broken; /* a registration with it failed UNKNOWN: nvml.h's "undefined state" */
 } *nvmlEventSet_t;
 
 #define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
@@ -569,6 +570,7 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     for (unsigned int i = 0; i < sizeof event_sets / sizeof event_sets[0]; i++) {
         if (!event_sets[i].live) {
             event_sets[i].live = 1;
+            event_sets[i].broken = 0;
             *set = &event_sets[i];
             return NVML_SUCCESS;
         }
@@ -578,7 +580,11 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
 
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
                                       nvmlEventSet_t set) {
-    ENTER(device, F_EVENTS);
+    if (set != NULL && set->broken) return NVML_ERROR_UNKNOWN;
+    fake_dev *d = NULL;
+    nvmlReturn_t entered = enter(device, F_EVENTS, &d);
+    if (entered == NVML_ERROR_UNKNOWN && set != NULL) set->broken = 1;
+    if (entered != NVML_SUCCESS) return entered;
     if (set == NULL || !set->live || d->parent != NULL) return NVML_ERROR_INVALID_ARGUMENT;
     d->registered_events |= types;
     d->registered_set = set;
@@ -591,6 +597,7 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
     (void)timeoutms;
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     if (set == NULL || !set->live || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (set->broken) return NVML_ERROR_UNKNOWN;
     if (event_wait_error != 0 && flagged(event_wait_flag)) return event_wait_error;
     for (unsigned int g = 0; g < gpu_count; g++) {
         fake_dev *gpu = &gpus[g];

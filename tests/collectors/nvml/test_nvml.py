@@ -30,6 +30,7 @@ from fake_nvml_support import (
 )
 from freshprocess import run_python
 
+import exporter.collectors.nvml as nvml_module
 from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
 from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
@@ -652,8 +653,8 @@ class TestDriverInfo:
     def test_a_failing_cuda_version_is_asked_again(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """A CUDA version read that fails is one issue and an empty cuda_version while it
-        fails, then read: not kept empty for the life of the process."""
+        """A CUDA version read that fails is an issue each poll and an empty cuda_version
+        while it fails, then read: not kept empty for the life of the process."""
         failing = tmp_path / "cuda_fails"
         failing.touch()
         fake_nvml.configure(GPU_A, cuda_error=(UNKNOWN, failing))
@@ -665,7 +666,7 @@ class TestDriverInfo:
         failed = CollectorIssue("UNKNOWN", "driver: cuda_driver_version: NVML UNKNOWN")
         assert (
             [failed],
-            [],
+            [failed],
             [("nvidia", "580.82.07", ""), ("nvidia", "580.82.07", "13.0")],
         ) == (
             list(first.issues),
@@ -740,7 +741,7 @@ class TestXidErrors:
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
         """A registration NVML refuses with another error (UNKNOWN: with a new event set,
-        as nvml.h asks) is one issue, and is tried again each poll: once it succeeds the
+        as nvml.h asks) is an issue each poll, and is tried again: once it succeeds the
         GPU's Xids count."""
         failing = tmp_path / "registration_fails"
         failing.touch()
@@ -754,7 +755,7 @@ class TestXidErrors:
         refused = CollectorIssue(
             "UNKNOWN", f"Xid events: register_xid_events {UUID_A}: NVML UNKNOWN"
         )
-        assert ([refused], [], {}, {"total": 1.0, "63": 1.0}) == (
+        assert ([refused], [refused], {}, {"total": 1.0, "63": 1.0}) == (
             list(first.issues),
             list(second.issues),
             xid_counts(second, UUID_A),
@@ -764,8 +765,8 @@ class TestXidErrors:
     def test_an_event_set_nvml_refuses_is_tried_again(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """nvmlEventSetCreate failing (not NOT_SUPPORTED): one issue, no Xid series
-        meanwhile, and tried again each poll: once it works, Xids count."""
+        """nvmlEventSetCreate failing (not NOT_SUPPORTED): an issue each poll, no Xid series
+        meanwhile, and tried again: once it works, Xids count."""
         failing = tmp_path / "create_fails"
         failing.touch()
         fake_nvml.configure(replace(GPU_A, xids=((48, None),)), event_set_error=(UNKNOWN, failing))
@@ -775,7 +776,7 @@ class TestXidErrors:
         third = collector.collect()
 
         failed = CollectorIssue("UNKNOWN", "Xid events: xid_event_set: NVML UNKNOWN")
-        assert ([failed], [], {}, {"total": 1.0, "48": 1.0}) == (
+        assert ([failed], [failed], {}, {"total": 1.0, "48": 1.0}) == (
             list(first.issues),
             list(second.issues),
             xid_counts(second, UUID_A),
@@ -835,8 +836,8 @@ class TestXidErrors:
         name: str,
         new_set: bool,
     ) -> None:
-        """nvmlEventSetWait failing: one issue while it lasts, the set kept or made anew
-        by the error, and Xids counted once it answers."""
+        """nvmlEventSetWait failing: an issue each poll while it lasts, the set kept or
+        made anew by the error, and Xids counted once it answers."""
         failing, raised = tmp_path / "wait_fails", tmp_path / "raised"
         fake_nvml.configure(replace(GPU_A, xids=((74, raised),)), event_wait_error=(code, failing))
         collector.collect()
@@ -849,9 +850,10 @@ class TestXidErrors:
         raised.touch()
         after = collector.collect()
 
+        failed = [CollectorIssue(name, f"Xid events: next_xid: NVML {name}")]
         assert (
-            [CollectorIssue(name, f"Xid events: next_xid: NVML {name}")],
-            [],
+            failed,
+            failed,
             int(new_set),
             {"total": 1.0, "74": 1.0},
         ) == (
@@ -860,6 +862,27 @@ class TestXidErrors:
             fake_nvml.library.calls("events") - registrations,
             xid_counts(after, UUID_A),
         )
+
+    def test_at_most_so_many_events_a_poll(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """An Xid storm does not hold the poll: the events over the cap wait for the next."""
+        monkeypatch.setattr(nvml_module, "MAX_EVENTS_PER_POLL", 2)
+        raised = tmp_path / "raised"
+        fake_nvml.configure(replace(GPU_A, xids=((13, raised), (13, raised), (13, raised))))
+        collector.collect()
+        raised.touch()
+        first = collector.collect()
+        second = collector.collect()
+
+        assert [{"total": 2.0, "13": 2.0}, {"total": 3.0, "13": 3.0}] == [
+            xid_counts(first, UUID_A),
+            xid_counts(second, UUID_A),
+        ]
 
     def test_a_gpu_lost_at_registration_is_reported_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
