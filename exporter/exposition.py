@@ -371,7 +371,12 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
         seen.add((device.resource, device.device_id))
         # Device-plugin devices only: DRA devices and GPUs NVML alone finds have no
         # inventory to leave.
-        if not device.allocatable and device.claim is None and device.resource:
+        if (
+            snapshot.allocatable_known
+            and not device.allocatable
+            and device.claim is None
+            and device.resource
+        ):
             unoffered.add((device.resource, device.device_id), 1)
         hardware = snapshot.hardware_of(device)
         identity = hardware.reading.identity if hardware.reading else None

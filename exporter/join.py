@@ -611,6 +611,7 @@ def join_snapshot(
     dra: DraState = DraState(),  # noqa: B008 - frozen, shared safely
     collector_runs: tuple[CollectorRun, ...] = (),
     cache: JoinCache | None = None,
+    allocatable_known: bool = True,
 ) -> Snapshot:
     """Everything one poll learnt, joined per container and per node.
 
@@ -722,6 +723,7 @@ def join_snapshot(
         collected_at=collected_at,
         kubelet=kubelet,
         allocatable=allocatable,
+        allocatable_known=allocatable_known,
         pods=pod_views,
         devices=devices,
         allocatable_devices=_counts(totals.devices),

@@ -577,6 +577,9 @@ class Snapshot:
     # stays where it was while List fails and the collectors go on (and is Get's time in
     # a view of one pod Get has just answered for, joined with the last poll's readings).
     readings_at: float | None = None
+    # False where the kubelet gave no inventory (``allocatable`` then stands empty): no
+    # held device is "no longer offered" for being absent from it.
+    allocatable_known: bool = True
 
     def hardware_of(self, device: DeviceView) -> DeviceHardware:
         """This poll's telemetry and PCI function of one of the snapshot's devices."""

@@ -86,6 +86,10 @@ class _KubeletData:
     pods: tuple[PodResources, ...]
     allocatable: AllocatableResources
     collected_at: float | None  # None until the kubelet first answers
+    # False where the kubelet has given no inventory (GetAllocatableResources missing or
+    # disabled, or failing before it ever answered): the empty one stands in, and no
+    # device may be called "no longer offered" for its absence from it.
+    allocatable_known: bool = True
 
 
 class Poller:
@@ -248,7 +252,13 @@ class Poller:
         """Join (or, when nothing the join reads changed, only refresh the readings of
         the last snapshot), and tell what changed hands and what it was joined from."""
         previous = self._store.current
-        joined_from = (kubelet_data.pods, kubelet_data.allocatable, self._cpu_numa, self._dra)
+        joined_from = (
+            kubelet_data.pods,
+            kubelet_data.allocatable,
+            kubelet_data.allocatable_known,
+            self._cpu_numa,
+            self._dra,
+        )
         # Identity, not equality: the client hands back the same objects for replies
         # of the same content, and the CPU map and DRA state are kept while unchanged.
         last = self._published_from
@@ -276,6 +286,7 @@ class Poller:
                 kubelet=kubelet_status,
                 pods=kubelet_data.pods,
                 allocatable=kubelet_data.allocatable,
+                allocatable_known=kubelet_data.allocatable_known,
                 cpu_numa=self._cpu_numa,
                 dra=self._dra,
                 collector_runs=runs,
@@ -318,12 +329,15 @@ class Poller:
             if not isinstance(pods_result, KubeletError):
                 raise pods_result
             error = pods_result
+        allocatable_known = True
         if isinstance(allocatable_result, MethodUnavailable):
             allocatable = AllocatableResources()  # an old or restricted kubelet: no inventory
+            allocatable_known = False
         elif isinstance(allocatable_result, BaseException):
             if not isinstance(allocatable_result, KubeletError):
                 raise allocatable_result
             allocatable = previous.allocatable if previous else AllocatableResources()
+            allocatable_known = previous.allocatable_known if previous else False
             error = error or allocatable_result
         else:
             allocatable = allocatable_result
@@ -331,9 +345,9 @@ class Poller:
         if isinstance(pods_result, BaseException):
             # Until a List has answered, no inventory either: allocatable counts beside
             # no pods would say every device and CPU of the node is free.
-            data = previous or _KubeletData((), AllocatableResources(), None)
+            data = previous or _KubeletData((), AllocatableResources(), None, False)
         else:
-            data = _KubeletData(pods_result, allocatable, now)
+            data = _KubeletData(pods_result, allocatable, now, allocatable_known)
             self._last_good = data
         listed = not isinstance(pods_result, BaseException)
         self._note_error(error, served_from=data.collected_at, up=listed)

@@ -355,6 +355,8 @@ class TestKubeletFailures:
         assert series[("podresources_kubelet_api_available", (("method", "List"),))] == 1
         assert _with_name(series, "podresources_container_device_info")
         assert not _with_name(series, "podresources_node_allocatable_devices")
+        # No inventory says nothing of the held devices: none is "no longer offered".
+        assert not _with_name(series, "podresources_device_not_allocatable")
 
     async def test_reply_over_4_mib_is_read(self, sim_node: SimulatedNode) -> None:
         """With --kubelet.max-message-bytes raised, a List reply of more than gRPC's own

@@ -528,6 +528,28 @@ def test_a_held_device_the_kubelet_no_longer_offers_is_marked() -> None:
     }
 
 
+def test_no_inventory_marks_no_device_as_no_longer_offered() -> None:
+    """A kubelet without GetAllocatableResources (old, or the method disabled) gives no
+    inventory: held devices are not "no longer offered" for being absent from it."""
+    held = ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a", "GPU-b")),))
+    snapshot = join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=(PodResources("ns", "p", (held,)),),
+        allocatable=AllocatableResources(),
+        allocatable_known=False,
+        cpu_numa={},
+    )
+    text = render(snapshot).text.decode()
+    assert [] == [
+        s
+        for f in parse_text(text)
+        if f.name == "podresources_device_not_allocatable"
+        for s in f.samples
+    ]
+
+
 def _inventory_lines(allocatable: DeviceGroup, pci: PciDevice) -> list[str]:
     """The device_info and device_numa_mismatch lines of a node whose one device
     (no telemetry) sysfs knows as ``pci``."""
