@@ -144,6 +144,7 @@ class Poller:
         (kubelet_data, kubelet_status), runs = await asyncio.gather(
             self._poll_kubelet(), self._runner.run_all()
         )
+        readings_at = time.time()  # when the collectors finished, not after the join
         if self._interval_s >= RELEASE_CHANNEL_MIN_INTERVAL_S:
             await self._client.release_channel()
         self._keep_node_state(runs)
@@ -156,6 +157,7 @@ class Poller:
             kubelet_status,
             runs,
             started,
+            readings_at,
             self._client.stats(),
         )
         self._note_judged_failures(snapshot.collectors)
@@ -247,6 +249,7 @@ class Poller:
         kubelet_status: KubeletStatus,
         runs: tuple[CollectorRun, ...],
         started: float,
+        readings_at: float,
         request_stats: KubeletRequestStats,
     ) -> tuple[Snapshot, tuple[AllocationChange, ...], tuple[object, ...]]:
         """Join (or, when nothing the join reads changed, only refresh the readings of
@@ -296,7 +299,7 @@ class Poller:
             snapshot,
             poll_duration_seconds=time.perf_counter() - started,
             kubelet_requests=request_stats,
-            readings_at=time.time(),
+            readings_at=readings_at,
         )
         if refreshed is not None:
             return snapshot, (), joined_from
