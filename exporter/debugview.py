@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.logs import escape_line
 from exporter.model import (
     ContainerView,
     DeviceHardware,
@@ -396,13 +397,9 @@ def _hardware_cell(device: DeviceView | None, snapshot: Snapshot) -> str:
     return "-"
 
 
-def _escape(char: str) -> str:
-    return "\\\\" if char == "\\" else char.encode("unicode_escape").decode("ascii")
-
-
 def _cell(text: str) -> str:
     """Control characters escaped (a newline in an ID cannot inject a row), length capped."""
-    text = _escape_line(text)
+    text = escape_line(text)
     return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
 
 
@@ -465,7 +462,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str)
         for row in rows
     ]
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
-    node, kubelet = _escape_line(snapshot.node), _escape_line(kubelet)
+    node, kubelet = escape_line(snapshot.node), escape_line(kubelet)
     telemetry = _telemetry_time(snapshot, source).get("telemetry_older_by_seconds")
     if telemetry is not None:
         age = f"{age} (hardware figures {telemetry:.1f}s older: the last poll's)"
@@ -499,12 +496,6 @@ def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) ->
         for row in rows
     ]
     return "# GPU processes\n" + "\n".join(lines) + "\n"
-
-
-def _escape_line(text: str) -> str:
-    if text.isprintable() and "\\" not in text:
-        return text
-    return "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typing import TextIO, cast
 
 import structlog
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging", "escape_line"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "logfmt", "console")
@@ -31,7 +31,7 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
             # start a line of their own on a terminal.
             for key, value in event.items():
                 if isinstance(value, str):
-                    event[key] = value.translate(_CONTROL_ESCAPES)
+                    event[key] = escape_line(value)
             return str(console(logger, method, event))
     elif fmt == "logfmt":
         renderer = _logfmt
@@ -68,16 +68,25 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
     )
 
 
-# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators, as
-# escapes: raw, a TAB or NUL splits a logfmt value into a forged key, a CR or an ANSI
-# escape rewrites what a terminal shows, U+2028 breaks lines for some readers.
-_CONTROL_ESCAPES = {
-    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
-    **{ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"},
-    0x2028: "\\u2028",
-    0x2029: "\\u2029",
-}
-_LOGFMT_QUOTE = re.compile(r'[\x00-\x20"=\\\x7f-\x9f\u2028\u2029]')
+def escape_line(text: str) -> str:
+    """``text`` as one line that shows what it holds: every character ``str.isprintable``
+    refuses (C0 and C1 controls, DEL, the line and paragraph separators, bidi overrides,
+    zero-width and other format characters) and the backslash, as Python escapes them.
+    Values from outside (device IDs a plugin names freely, pod names) reach log lines and
+    the debug table: raw, a CR or an ANSI escape rewrites what a terminal shows, U+2028
+    breaks lines for some readers, U+202E reverses what follows."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    return "\\\\" if char == "\\" else char.encode("unicode_escape").decode("ascii")
+
+
+# go-logfmt quotes a value with a space, '=', a quote or a backslash; we also quote any
+# character escape_line would escape.
+_LOGFMT_SPECIAL = re.compile(r'[ "=\\]')
 _LOGFMT_FIRST = ("timestamp", "level", "event")
 
 
@@ -101,13 +110,14 @@ def _logfmt_value(value: object) -> str:
         text = ",".join(map(str, value))
     else:
         text = str(value)
-    if not _LOGFMT_QUOTE.search(text):
+    if text.isprintable() and not _LOGFMT_SPECIAL.search(text):
         return text
-    # json.dumps escapes C0, the quote and the backslash; the rest is left raw by it.
-    return json.dumps(text, ensure_ascii=False).translate(_WIDE_ESCAPES)
-
-
-_WIDE_ESCAPES = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), 0x2028, 0x2029)}
+    # json.dumps escapes C0, the quote and the backslash; any other character that does
+    # not print gets its JSON escape too.
+    quoted = json.dumps(text, ensure_ascii=False)
+    if quoted.isprintable():
+        return quoted
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in quoted)
 
 
 def _name_exception(
