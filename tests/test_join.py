@@ -189,6 +189,11 @@ class TestNodeCounts:
         assert _join((alike, alike), allocatable).allocated_memory == (
             NodeCount(("memory", "0"), 16 << 30),
         )
+        # Pod-level blocks (pod-level resource managers) add up the same way.
+        pod_level = PodResources("ns", "p", (ContainerResources("c"),), memory=(block,))
+        assert _join((pod_level, pod_level), allocatable).allocated_memory == (
+            NodeCount(("memory", "0"), 16 << 30),
+        )
 
     def test_multi_node_memory_block_counts_once(self) -> None:
         """A block over NUMA 0 and 1 is counted once under "0,1", not on each node."""
