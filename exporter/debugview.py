@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.join import SHARED_POOL
 from exporter.logs import escape_line
 from exporter.model import (
     ContainerView,
@@ -63,7 +64,11 @@ class Filters:
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filters:
-        return cls(**{key: query.get(key) for key in FILTER_KEYS})
+        """The filters a query asks for; the shared pool by the name the table shows."""
+        values = {key: query.get(key) for key in FILTER_KEYS}
+        if values["container"] == POD_POOL:
+            values["container"] = SHARED_POOL
+        return cls(**values)
 
     def _device_matches(self, device: DeviceView) -> bool:
         # device: the kubelet's ID, or the physical device its telemetry series name (a
@@ -78,9 +83,7 @@ class Filters:
         )
 
     def keeps_container(self, container: ContainerView) -> bool:
-        # The shared pool is asked for by the name the table shows it under.
-        name = container.owner.container or POD_POOL
-        if self.container is not None and name != self.container:
+        if self.container is not None and container.owner.container != self.container:
             return False
         if self.resource is None and self.device is None:
             return True

@@ -119,13 +119,15 @@ class TestSharedPool:
             allocatable=AllocatableResources(cpu_ids=(2, 3)),
             cpu_numa={},
         )
-        body = render_json(view, filters=Filters(container="(pod pool)"), now=COLLECTED_AT)
-        text = render_text(view, filters=Filters(container="(pod pool)"), now=COLLECTED_AT)
-        assert ([""], [[3]]) == (
-            [c["name"] for c in body["pods"][0]["containers"]],
-            [c["cpu_ids"] for c in body["pods"][0]["containers"]],
-        )
-        assert "(pod pool)" in text.splitlines()[2]
+        for asked in ("(pod pool)", ""):  # the table's name, or the raw one JSON shows
+            filters = Filters.from_query({"container": asked})
+            body = render_json(view, filters=filters, now=COLLECTED_AT)
+            text = render_text(view, filters=filters, now=COLLECTED_AT)
+            assert ([""], [[3]]) == (
+                [c["name"] for c in body["pods"][0]["containers"]],
+                [c["cpu_ids"] for c in body["pods"][0]["containers"]],
+            )
+            assert "(pod pool)" in text.splitlines()[2]
 
 
 class TestEncodedText:
