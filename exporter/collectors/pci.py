@@ -188,7 +188,7 @@ class PciCollector(Collector):
                 device = read_pci_device(devices_dir / address, address=address, issues=issues)
                 if len(issues) == before:
                     numa_path = str(devices_dir / address / "numa_node")
-                    kept[address] = _Known(inode, device, numa_path, None)
+                    kept[address] = _Known(inode, device, numa_path)
             if device is not None:
                 found.append(device)
         self._functions = kept  # functions no longer listed are dropped here
@@ -200,21 +200,21 @@ class PciCollector(Collector):
         self._files.close()
 
     def _with_numa_node(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
-        """``known`` with its function's NUMA node as sysfs says now (parsed only when the
-        text changed: ~70 functions a poll on a dense node); as it was where the read fails."""
+        """``known`` with its function's NUMA node as sysfs says now; as it was where the
+        read fails."""
+        assert known.device is not None  # the caller re-reads reported functions only
         try:
             text = self._files.read_text(known.numa_path)
+            node = None if text is None else parse_numa_node(text)
         except FileError as error:
             issues.append(issue(error.label, str(error)))
             return known
-        if text == known.numa_text or known.device is None:
-            return known
-        try:
-            node = None if text is None else parse_numa_node(text)
         except ValueError as error:
             issues.append(issue(GARBAGE, f"{known.numa_path}: {error}"))
             return known
-        return replace(known, device=replace(known.device, numa_node=node), numa_text=text)
+        if node == known.device.numa_node:
+            return known
+        return replace(known, device=replace(known.device, numa_node=node))
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +224,6 @@ class _Known:
     inode: int
     device: PciDevice | None  # None for a class not reported
     numa_path: str  # <function>/numa_node, read again every NUMA_RECHECK_POLLS polls
-    numa_text: str | None  # what it held when last parsed; None: not yet re-read
 
 
 REGISTRATION = Registration(
