@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: everything the project can check only there, in one go.
 #
-#   scripts/check-real-gpu.sh [OUT_DIR]      (from the repository root, after `make venv`;
-#                                            or with the packages on PYTHONPATH)
+#   scripts/check-real-gpu.sh [--provoke-xid] [OUT_DIR]
+#       (from the repository root, after `make venv`; or with the packages on PYTHONPATH)
 #
 # 1. The NVML tests: the real-driver checks (nvidia-smi and the kernel as witnesses, a
 #    CUDA process, the exporter with a simulated kubelet holding the real GPU) and the
@@ -13,8 +13,16 @@
 # 4. scripts/capture_fixtures.py: this machine's /sys and /proc, reduced to the files
 #    the collectors read, into OUT_DIR/capture (a candidate for tests/fixtures/captured).
 #
+# --provoke-xid also runs a CUDA kernel that faults on purpose, so that the driver reports
+# Xid 31 on the first GPU, and checks that it is counted once. The GPU carries on, but
+# its Xid log (and any Xid alert) will show it: only where that is welcome.
+#
 # Needs nvidia-smi and gcc; takes about a minute. Prints figures; records nothing.
 set -u
+if [ "${1:-}" = --provoke-xid ]; then
+  export PODRESOURCES_PROVOKE_XID=1
+  shift
+fi
 out=${1:-/tmp/podresources-gpu-check}
 python=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GRPC_VERBOSITY=ERROR

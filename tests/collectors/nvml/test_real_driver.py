@@ -238,6 +238,37 @@ def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:
             ].get(uuid)
 
 
+@pytest.mark.skipif(
+    os.environ.get("PODRESOURCES_PROVOKE_XID") != "1",
+    reason="causes an Xid 31 on the first GPU, which its Xid log and alerts will show:"
+    " set PODRESOURCES_PROVOKE_XID=1 (scripts/check-real-gpu.sh --provoke-xid) to run it",
+)
+def test_a_real_xid_is_counted_once() -> None:
+    """A kernel writing to address 0x10 makes the driver report Xid 31 (seen on an
+    H100, driver 580: an MMU fault, the GPU carries on). The watch must count it once,
+    on the GPU it happened on, under its code."""
+    if any(gpu.mig_enabled for gpu in _smi_gpus()):
+        pytest.skip("a GPU is in MIG mode: CUDA would fault on a MIG device")
+    done = subprocess.run(
+        [sys.executable, str(PROBE), "--polls", "3", "--interval", "1", "--provoke-xid"],
+        cwd=REPO_ROOT,
+        env=with_repo_path(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    provoked = result["provoked_xid"]
+    assert provoked["cuda_result"] == 700, provoked  # CUDA_ERROR_ILLEGAL_ADDRESS
+    first, *later = (_gpus(poll)[provoked["gpu_uuid"]]["figures"] for poll in result["nvml"])
+    assert first["podresources_gpu_xid_errors_total"] == 0
+    for figures in later:  # once, however many polls after
+        assert figures["podresources_gpu_xid_errors_total"] == 1
+        assert figures["podresources_gpu_xid_errors_by_code_total{31}"] == 1
+
+
 def test_driver_version_is_nvidia_smis(probe: dict[str, Any]) -> None:
     (driver,) = {gpu.driver_version for gpu in _smi_gpus()}
     for poll in probe["nvml"]:
