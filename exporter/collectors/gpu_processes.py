@@ -295,10 +295,22 @@ class GpuProcessesCollector(Collector):
             listed: list[_Listed] = []
             for index in range(count):
                 listed.extend(self._list_gpu(index))
+            if not self._issues:
+                self._forget_devices_not_in(listed)
             return Readings(gpu_processes=self._place(listed), issues=tuple(self._issues))
 
     def close(self) -> None:
         self._session.close()
+
+    def _forget_devices_not_in(self, listed: list[_Listed]) -> None:
+        """Drop the state of devices this poll did not list, with every device listed:
+        they are gone (each MIG reconfiguration names its MIG devices anew). After a
+        poll that failed somewhere the state stays, for the device that failed."""
+        present = {entry.key.value for entry in listed}
+        self._busy &= present
+        for by_device in (self._last_sample_us, self._gives_samples):
+            for uuid in by_device.keys() - present:
+                del by_device[uuid]
 
     def _count(self, error: NvmlError, call: str) -> None:
         self._issues.append(issue(error.error_name, f"{call}: NVML {error.error_name}"))

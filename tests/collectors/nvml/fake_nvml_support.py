@@ -15,6 +15,7 @@ __all__ = [
     "FUNCTION_NOT_FOUND",
     "GIB",
     "MIB",
+    "NOT_FOUND",
     "NOT_SUPPORTED",
     "NO_PERMISSION",
     "UNKNOWN",
@@ -35,6 +36,7 @@ GIB = 1024 * MIB
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 DRIVER_NOT_LOADED = 9
+NOT_FOUND = 6
 FUNCTION_NOT_FOUND = 13
 UNKNOWN = 999
 
@@ -91,6 +93,7 @@ class FakeMig:
     # Its GPU instance's profile ID, placement start and size: 3g.40gb in slots 0-3.
     placement: tuple[int, int, int] = (9, 0, 4)
     fail: tuple[tuple[str, int], ...] = tuple((figure, NOT_SUPPORTED) for figure in MIG_UNSUPPORTED)
+    fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     processes: tuple[FakeProcess, ...] = ()
 
 
@@ -185,6 +188,7 @@ def render_config(
                 "placement {} {} {}".format(*mig.placement),
                 "memory {} {} {}".format(*mig.memory),
                 *(f"fail {figure} {code}" for figure, code in mig.fail),
+                *(f"fail {figure} {code} {path}" for figure, code, path in mig.fail_while),
                 *_process_lines(mig.processes, ()),
             ]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from fake_nvml_support import (
     GIB,
+    NOT_FOUND,
     NOT_SUPPORTED,
     UNKNOWN,
     FakeGpu,
@@ -425,6 +426,38 @@ class TestDegrading:
         )
         readings = collector.collect()
         assert ((), ["UNKNOWN"]) == (readings.gpu_processes, [i.error for i in readings.issues])
+
+    def test_state_of_devices_gone_is_dropped(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
+    ) -> None:
+        """A MIG reconfiguration names new MIG devices: what was kept per device (busy,
+        samples given, the newest sample) goes with the old ones, once a poll listed
+        every device; a poll that failed somewhere keeps it, for the device that failed."""
+        other = "MIG-22222222-aaaa-bbbb-cccc-dddddddddddd"
+        unlisted, gone = tmp_path / "unlisted", tmp_path / "gone"
+        old = FakeMig(
+            0,
+            MIG_UUID,
+            1,
+            0,
+            processes=(FakeProcess(100, GIB),),
+            fail_while=(("procs", UNKNOWN, unlisted), ("uuid", NOT_FOUND, gone)),
+        )
+        new = FakeMig(1, other, 2, 0, processes=(FakeProcess(100, GIB),))
+        fake_nvml.configure(FakeGpu(UUID, fail=(("util", NOT_SUPPORTED),), migs=(old, new)))
+
+        def poll() -> tuple[list[str], list[set[str]]]:
+            issues = [i.error for i in collector.collect().issues]
+            kept = [collector._busy, set(collector._gives_samples), set(collector._last_sample_us)]
+            return issues, kept
+
+        both = {MIG_UUID, other}
+        assert ([], [both, both, set()]) == poll()
+        unlisted.touch()
+        assert (["UNKNOWN"], [both, both, set()]) == poll()
+        unlisted.unlink()
+        gone.touch()
+        assert ([], [{other}, {other}, set()]) == poll()
 
     def test_lost_gpu(self, fake_nvml: FakeNvml, collector: GpuProcessesCollector) -> None:
         """GPU_IS_LOST on the list: that device has no figures, counted; the poll goes on."""
