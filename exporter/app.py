@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from exporter.auth import (
 from exporter.collectors import build_collectors
 from exporter.collectors.base import Collector, CollectorContext
 from exporter.collectors.runner import CollectorRunner
-from exporter.config import Config, ConfigError, join_host_port
+from exporter.config import Config, ConfigError, is_wildcard_host, join_host_port
 from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
 from exporter.lookup import CoalescingLookup
@@ -206,14 +205,9 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
 
 
 def _bind_host(host: str) -> str | None:
-    """What to bind for a listen host. A wildcard, "" (":9410"), 0.0.0.0 or ::, is every
-    address of both families (None: a socket each), as Go listens on one (a dual-stack
-    socket, ipsock_posix.go favoriteAddrFamily): node_exporter's [::]:9100 answers IPv4."""
-    try:
-        wildcard = not host or ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        wildcard = False  # a host name
-    return None if wildcard else host
+    """What to bind for a listen host: a wildcard (``is_wildcard_host``) is every
+    address of both families, None to asyncio (a socket each)."""
+    return None if is_wildcard_host(host) else host
 
 
 class _Signals:

@@ -30,6 +30,8 @@ from exporter.config import (
     DEFAULT_SOCKET,
     Config,
     ConfigError,
+    is_wildcard_host,
+    join_host_port,
 )
 from exporter.logs import LOG_FORMATS, LOG_LEVELS
 
@@ -163,6 +165,26 @@ def parse_listen_address(text: str, *, source: str = "--web.listen-address") -> 
         )
     host = host.removeprefix("[").removesuffix("]")
     return host, int(port_text)
+
+
+def _refuse_overlapping_listens(addresses: Sequence[tuple[str, int]]) -> None:
+    """ConfigError where two addresses would bind one port twice: a wildcard host
+    (``is_wildcard_host``) listens on every address of both families, so ``:9410``
+    beside ``0.0.0.0:9410`` or ``127.0.0.1:9410`` could only fail at bind time, less
+    clearly.
+    Port 0 asks for a free port each time, and an address given twice is served once."""
+    wildcards: dict[int, str] = {}
+    for host, port in dict.fromkeys(addresses):
+        if port and is_wildcard_host(host):
+            wildcards.setdefault(port, join_host_port(host, port))
+    for host, port in dict.fromkeys(addresses):
+        wildcard = wildcards.get(port)
+        given = join_host_port(host, port)
+        if wildcard is not None and given != wildcard:
+            raise ConfigError(
+                f"--web.listen-address {wildcard} and {given} overlap: a wildcard host"
+                " listens on every address of both families; give one of them"
+            )
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -412,6 +434,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         listen = [parse_listen_address(environ[listen_variable], source=listen_variable)]
     else:
         listen = [parse_listen_address(DEFAULT_LISTEN_ADDRESS)]
+    _refuse_overlapping_listens(listen)
     web_config = _config_file("--web.config.file", args.web_config_file)
     debug_auth = _config_file("--web.debug-auth.file", args.debug_auth_file)
     for flag, path in (("--path.sysfs", args.sysfs), ("--path.procfs", args.procfs)):

@@ -6,6 +6,7 @@ imports the other.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ __all__ = [
     "DEFAULT_SOCKET",
     "Config",
     "ConfigError",
+    "is_wildcard_host",
+    "join_host_port",
 ]
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -41,6 +44,17 @@ DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
 def join_host_port(host: str, port: int) -> str:
     """``host:port``, an IPv6 host in brackets, as Go's net.JoinHostPort writes it."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_wildcard_host(host: str) -> bool:
+    """Whether a listen host is a wildcard, "" (":9410"), 0.0.0.0 or ::, which the
+    exporter binds as every address of both families, as Go listens on one (a
+    dual-stack socket, ipsock_posix.go favoriteAddrFamily): node_exporter's [::]:9100
+    answers IPv4."""
+    try:
+        return not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a host name
 
 
 class ConfigError(Exception):

@@ -167,6 +167,38 @@ def test_listen_address_repeats_and_replaces_the_environment() -> None:
     assert (("127.0.0.1", 9411), ("::1", 9412)) == config.listen_addresses
 
 
+@pytest.mark.parametrize(
+    ("addresses", "message"),
+    [
+        ([":9410", "0.0.0.0:9410"], ":9410 and 0.0.0.0:9410 overlap"),
+        (["[::]:9410", "127.0.0.1:9410"], r"\[::\]:9410 and 127.0.0.1:9410 overlap"),
+        (["[::1]:9410", "0.0.0.0:9410"], r"0.0.0.0:9410 and \[::1\]:9410 overlap"),
+    ],
+)
+def test_a_wildcard_listen_address_overlaps_any_other_on_its_port(
+    addresses: list[str], message: str
+) -> None:
+    """A wildcard host binds every address of both families: another address on its
+    port could only fail at bind time, as 'address already in use'."""
+    with pytest.raises(ConfigError, match=message):
+        parse_config([f"--web.listen-address={a}" for a in addresses], {})
+
+
+def test_listen_addresses_that_do_not_overlap() -> None:
+    """Other ports, specific hosts side by side, port 0 (a free port each) and one
+    address given twice are fine."""
+    given = [":9410", ":9411", "127.0.0.1:9412", "[::1]:9412", ":0", "0.0.0.0:0", ":9410"]
+    config = parse_config([f"--web.listen-address={a}" for a in given], {})
+    assert (
+        ("", 9410),
+        ("", 9411),
+        ("127.0.0.1", 9412),
+        ("::1", 9412),
+        ("", 0),
+        ("0.0.0.0", 0),
+    ) == config.listen_addresses
+
+
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_work_whatever_the_environment_holds(flag: str) -> None:
     result = subprocess.run(
