@@ -33,6 +33,7 @@ from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
 from exporter.sysfs import raise_open_files_limit
+from exporter.tlssite import make_site
 from exporter.web import WebSettings, create_app, make_runner
 from exporter.webconfig import LiveWebConfig, WebConfigError
 
@@ -178,7 +179,7 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     await runner.setup()
     try:
         for host, port in config.listen_addresses:
-            site = web.TCPSite(runner, _bind_host(host), port, ssl_context=ssl_context)
+            site = make_site(runner, _bind_host(host), port, ssl_context=ssl_context)
             try:
                 await site.start()
             except OSError as error:

@@ -16,6 +16,7 @@ from exporter.auth import (
     hide_server_version,
     response_headers,
 )
+from exporter.tlssite import make_site
 from exporter.webconfig import LiveWebConfig
 
 __all__ = ["Served", "basic", "free_port", "served"]
@@ -72,7 +73,7 @@ async def served(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     ssl_context = web_config.ssl_context() if web_config is not None else None
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
+    site = make_site(runner, "127.0.0.1", 0, ssl_context=ssl_context)
     await site.start()
     port = runner.addresses[0][1]
     try:

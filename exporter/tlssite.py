@@ -1,0 +1,314 @@
+"""The HTTPS listener: TLS as aiohttp's TCPSite serves it, and plain HTTP answered 400.
+
+A client that speaks plain HTTP to the TLS port (a scrape config left at ``scheme:
+http``, ``curl http://``) fails aiohttp's handshake and is closed with nothing said,
+and asyncio logs nothing: Prometheus shows an EOF, curl "Empty reply from server". Go's
+net/http, which exporter-toolkit serves with, answers "400 Bad Request ... Client sent
+an HTTP request to an HTTPS server". So this site accepts each connection itself and
+looks at the first byte the client sends without taking it: 0x16 opens a TLS handshake
+record and the connection goes on to TLS (``loop.connect_accepted_socket``, the same
+protocol and SSL context as before); an upper-case ASCII letter starts an HTTP method,
+and the client is told, in the exporter's JSON error shape, and logged at most once a
+minute; anything else goes to TLS as well, which refuses it as it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import socket
+import ssl
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from exporter.outage import Throttle
+
+__all__ = ["FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
+
+log = structlog.get_logger(__name__)
+
+# A TLS client sends its ClientHello as soon as it connects; one that has sent nothing
+# by then is closed, as an unfinished handshake was (asyncio's 60 s default is for all of
+# the handshake, which keeps its own timeout once the first byte came).
+FIRST_BYTE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 60.0
+_TLS_HANDSHAKE_RECORD = 0x16
+_HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
+# asyncio's own server waits this long when accept() fails for want of descriptors.
+_ACCEPT_RETRY_S = 1.0
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_PLAIN_HTTP_LOG_INTERVAL_S = 60.0
+_DRAIN_BYTES = 64 * 1024
+
+
+def _plain_http_answer() -> bytes:
+    body = (
+        json.dumps({"error": "Bad Request: this port serves HTTPS; the client sent plain HTTP"})
+        + "\n"
+    ).encode()
+    head = (
+        "HTTP/1.1 400 Bad Request\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+_PLAIN_HTTP_ANSWER = _plain_http_answer()
+
+
+def make_site(
+    runner: web.BaseRunner, host: str | None, port: int, *, ssl_context: ssl.SSLContext | None
+) -> web.BaseSite:
+    """The site for one listen address: plain HTTP, or HTTPS that answers plain HTTP."""
+    if ssl_context is None:
+        return web.TCPSite(runner, host, port)
+    return TlsSite(runner, host, port, ssl_context=ssl_context)
+
+
+class TlsSite(web.BaseSite):
+    """An HTTPS site on ``host`` (None: every address of both families) and ``port``."""
+
+    __slots__ = ("_first_byte_timeout_s", "_host", "_port")
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str | None,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext,
+        first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._first_byte_timeout_s = first_byte_timeout_s
+
+    @property
+    def name(self) -> str:
+        host = self._host or "0.0.0.0"
+        return f"https://[{host}]:{self._port}" if ":" in host else f"https://{host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        sockets = await _listen(loop, self._host, self._port, backlog=self._backlog)
+        server = self._runner.server
+        assert server is not None
+        assert self._ssl_context is not None
+        self._server = _Listeners(
+            loop,
+            sockets,
+            _Handover(
+                loop,
+                protocol_factory=server,
+                ssl_context=self._ssl_context,
+                first_byte_timeout_s=self._first_byte_timeout_s,
+            ),
+        )
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop, host: str | None, port: int, *, backlog: int
+) -> list[socket.socket]:
+    """Listening sockets as ``loop.create_server`` makes them: one per address the host
+    resolves to (both families for None), SO_REUSEADDR, IPv6 sockets IPv6 only."""
+    infos = await loop.getaddrinfo(
+        host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as error:
+                raise OSError(
+                    error.errno,
+                    f"error while attempting to bind on address {address!r}: "
+                    f"{(error.strerror or str(error)).lower()}",
+                ) from None
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+class _Handover:
+    """What happens to each accepted connection: TLS, or the plain-HTTP answer."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        ssl_context: ssl.SSLContext,
+        first_byte_timeout_s: float,
+    ) -> None:
+        self._loop = loop
+        self._protocol_factory = protocol_factory
+        self._ssl_context = ssl_context
+        self._first_byte_timeout_s = first_byte_timeout_s
+        self._plain_http = Throttle(
+            "http_request_on_https_port", interval_s=_PLAIN_HTTP_LOG_INTERVAL_S
+        )
+
+    async def __call__(self, conn: socket.socket) -> None:
+        """Serve one accepted connection; never raises but for cancellation."""
+        try:
+            served = await self._serve(conn)
+        except BaseException:
+            conn.close()  # a transport that took it closed it already: a no-op then
+            raise
+        if not served:
+            conn.close()
+
+    async def _serve(self, conn: socket.socket) -> bool:
+        """True once a TLS transport owns the connection."""
+        try:
+            first = await asyncio.wait_for(self._peek(conn), self._first_byte_timeout_s)
+        except (TimeoutError, OSError):
+            return False  # said nothing in time, or gone
+        if not first:
+            return False  # closed without a word (a port check)
+        if first[0] in _HTTP_METHOD_FIRST:
+            await self._answer_plain_http(conn)
+            return False
+        try:
+            await self._loop.connect_accepted_socket(
+                self._protocol_factory,
+                conn,
+                ssl=self._ssl_context,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+            )
+        except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError
+            # A failed handshake: asyncio's own server logs these only in debug mode.
+            log.debug("tls_handshake_failed", error=f"{type(error).__name__}: {error}")
+            return False
+        return True
+
+    async def _peek(self, conn: socket.socket) -> bytes:
+        """The first byte the client sent, left in the socket for TLS to read."""
+        fd = conn.fileno()
+        while True:
+            try:
+                return conn.recv(1, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                pass
+            readable = self._loop.create_future()
+            self._loop.add_reader(fd, _settle, readable)
+            try:
+                await readable
+            finally:
+                self._loop.remove_reader(fd)
+
+    async def _answer_plain_http(self, conn: socket.socket) -> None:
+        peer = _peer(conn)
+        self._plain_http.warning(
+            peer=peer,
+            hint="the client spoke plain HTTP to the HTTPS port: scrape it with scheme https",
+        )
+        # Read what the request sent first: closing a socket with unread data makes the
+        # kernel reset the connection, and a client may lose the answer to the reset.
+        with contextlib.suppress(OSError):
+            conn.recv(_DRAIN_BYTES)
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(
+                self._loop.sock_sendall(conn, _PLAIN_HTTP_ANSWER), self._first_byte_timeout_s
+            )
+            conn.shutdown(socket.SHUT_WR)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _peer(conn: socket.socket) -> str:
+    try:
+        address: Any = conn.getpeername()
+    except OSError:
+        return ""
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Listeners(asyncio.AbstractServer):
+    """Accept loops on listening sockets, each connection given to ``handover``."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sockets: Iterable[socket.socket],
+        handover: Callable[[socket.socket], Any],
+    ) -> None:
+        self._loop = loop
+        self._sockets = list(sockets)
+        self._handover = handover
+        self._accept_failed = Throttle("accept_failed", interval_s=60.0)
+        self._connections: set[asyncio.Task[None]] = set()
+        self._accepting = [loop.create_task(self._accept_forever(s)) for s in self._sockets]
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self._sockets)
+
+    def close(self) -> None:
+        """Stop accepting and drop connections not yet handed to TLS; those that were
+        are the aiohttp server's, which its runner shuts down."""
+        for task in (*self._accepting, *self._connections):
+            task.cancel()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def is_serving(self) -> bool:
+        return bool(self._sockets)
+
+    async def start_serving(self) -> None:
+        return None  # serving since it was made
+
+    async def serve_forever(self) -> None:
+        await asyncio.gather(*self._accepting, return_exceptions=True)
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(*self._accepting, *self._connections, return_exceptions=True)
+
+    async def _accept_forever(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = await self._loop.sock_accept(listener)
+            except (ConnectionAbortedError, InterruptedError):
+                continue  # the client left before accept(): as asyncio's server
+            except OSError as error:
+                if error.errno not in _OUT_OF_RESOURCES:
+                    log.error("accept_stopped", error=error.strerror or str(error))
+                    return
+                self._accept_failed.warning(
+                    error=error.strerror or str(error),
+                    errno=error.errno,
+                    hint="raise the open-files limit or find who holds the connections",
+                )
+                await asyncio.sleep(_ACCEPT_RETRY_S)
+                continue
+            conn.setblocking(False)
+            task = self._loop.create_task(self._handover(conn))
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)

@@ -1,0 +1,167 @@
+"""The HTTPS listener on real sockets: TLS served, plain HTTP answered 400 as Go does.
+
+The TLS behaviour itself (versions, client certificates, rotation) is tested through
+this site by test_webconfig.py and test_auth.py, whose harness serves with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from pki import Pki, client_context, make_pki
+from structlog.testing import capture_logs
+
+from exporter.tlssite import TlsSite
+from exporter.webconfig import TlsSettings, build_ssl_context
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+@contextlib.asynccontextmanager
+async def _site(
+    pki: Pki, *, host: str | None = "127.0.0.1", first_byte_timeout_s: float = 10.0
+) -> AsyncIterator[web.AppRunner]:
+    app = web.Application()
+    app.router.add_get("/metrics", _ok)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
+    context = build_ssl_context(tls, source=Path("web.yml"))
+    site = TlsSite(runner, host, 0, ssl_context=context, first_byte_timeout_s=first_byte_timeout_s)
+    try:
+        await site.start()
+        yield runner
+    finally:
+        await runner.cleanup()
+
+
+def _port(runner: web.AppRunner) -> int:
+    port: int = runner.addresses[0][1]
+    return port
+
+
+async def _https_get(pki: Pki, port: int) -> int:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"https://127.0.0.1:{port}/metrics", ssl=client_context(pki)) as response,
+    ):
+        await response.read()
+        return response.status
+
+
+async def _raw(port: int, sent: bytes) -> bytes:
+    """What the server answers to ``sent`` before it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(sent)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def test_plain_http_is_answered_400_and_https_still_served(pki: Pki) -> None:
+    """curl http:// to the TLS port: a 400 naming the mistake, as Go's server answers,
+    and the connection closed; the same port goes on serving HTTPS."""
+    async with _site(pki) as runner:
+        port = _port(runner)
+        with capture_logs() as logs:
+            answer = await _raw(port, b"GET /metrics HTTP/1.1\r\nHost: node:9410\r\n\r\n")
+            await _raw(port, b"HEAD / HTTP/1.0\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert b"Connection: close" in head
+        assert "serves HTTPS" in json.loads(body)["error"]
+        # Once a minute at most: the second client is counted, not logged.
+        warnings = [e for e in logs if e["event"] == "http_request_on_https_port"]
+        assert [("warning", 0)] == [(e["log_level"], e["suppressed_since_last"]) for e in warnings]
+        assert warnings[0]["peer"].startswith("127.0.0.1:")
+        assert 200 == await _https_get(pki, port)
+
+
+async def test_what_is_neither_tls_nor_http_goes_to_tls_and_fails_there(pki: Pki) -> None:
+    """Bytes that open neither a TLS record nor an HTTP method are TLS's to refuse, as
+    before: no 400, the connection closed."""
+    async with _site(pki) as runner:
+        port = _port(runner)
+        answer = await _raw(port, b"\x00\x01\x02\x03" * 4)
+        assert not answer.startswith(b"HTTP/")
+        assert 200 == await _https_get(pki, port)
+
+
+async def test_a_client_that_says_nothing_is_closed_after_the_first_byte_timeout(
+    pki: Pki,
+) -> None:
+    async with _site(pki, first_byte_timeout_s=0.2) as runner:
+        port = _port(runner)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            assert b"" == await asyncio.wait_for(reader.read(), 10)  # closed by the server
+        finally:
+            writer.close()
+        # A port check (connect, close) costs nothing either.
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        assert 200 == await _https_get(pki, port)
+
+
+async def test_stopping_closes_the_listener_and_connections_not_yet_handed_over(
+    pki: Pki,
+) -> None:
+    async with _site(pki, first_byte_timeout_s=60) as runner:
+        port = _port(runner)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.1)  # accepted, waiting for its first byte
+        await runner.cleanup()
+        try:
+            assert b"" == await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_a_wildcard_host_listens_on_both_families(pki: Pki) -> None:
+    """None, as a wildcard listen address is bound: a socket per family, as asyncio's
+    create_server makes them (the IPv6 one IPv6 only; port 0 picks one for each)."""
+    if not socket.has_ipv6:
+        pytest.skip("this Python has no IPv6")
+    async with _site(pki, host=None) as runner:
+        by_family = {len(address): address[1] for address in runner.addresses}  # 2: IPv4
+        if set(by_family) != {2, 4}:
+            pytest.skip(f"this machine gave no socket for one family: {runner.addresses}")
+        assert 2 == len(runner.addresses)
+        assert 200 == await _https_get(pki, by_family[2])
+
+
+async def test_a_port_in_use_is_refused_with_the_address(pki: Pki) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        app = web.Application()
+        runner = web.AppRunner(app)
+        await runner.setup()
+        tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
+        context = build_ssl_context(tls, source=Path("web.yml"))
+        try:
+            with pytest.raises(OSError, match="address already in use") as raised:
+                await TlsSite(runner, "127.0.0.1", port, ssl_context=context).start()
+            assert f"('127.0.0.1', {port})" in str(raised.value)
+        finally:
+            await runner.cleanup()
