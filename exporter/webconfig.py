@@ -203,7 +203,7 @@ class _Reader:
         if value is None:
             value = {}
         if not isinstance(value, dict):
-            raise self.error(where, "must be a mapping")
+            raise self.error(where or "the file", "must be a mapping")
         self.value: dict[Any, Any] = value
 
     def error(self, key: str, message: str) -> WebConfigError:
@@ -396,6 +396,9 @@ def _parse_rate_limit(reader: _Reader) -> RateLimit | None:
     burst = reader.get("burst", int, 0)
     if interval_s <= 0:
         return None  # 0 disables the limiter
+    if burst < 1:
+        # Go's rate.Limiter with a burst of 0 admits no request at all: every scrape 429.
+        raise reader.error(reader.key("burst"), f"must be at least 1 with an interval, got {burst}")
     return RateLimit(interval_s=interval_s, burst=burst)
 
 
@@ -433,9 +436,18 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
         keys: users named 007, on or null keep those names (not 7, True, None)."""
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[str] = set()
             for key, _ in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                     key.tag = "tag:yaml.org,2002:str"
+                    # PyYAML keeps the last of two equal keys: a second, empty
+                    # basic_auth_users or tls_server_config would switch auth or TLS off
+                    # unseen. exporter-toolkit's strict Go YAML refuses duplicates.
+                    if key.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"{key.value!r} appears twice", key.start_mark
+                        )
+                    seen.add(key.value)
             return super().construct_mapping(node, deep=deep)
 
     try:

@@ -153,8 +153,8 @@ basic_auth_users:
         assert _parse("rate_limit:\n  interval: 0s\n  burst: 5\n").rate_limit is None
         assert _parse("rate_limit:\n  interval: 0\n").rate_limit is None
         assert (
-            RateLimit(interval_s=1.0, burst=0)
-            == _parse("rate_limit:\n  interval: 1000000000\n").rate_limit
+            RateLimit(interval_s=1.0, burst=2)
+            == _parse("rate_limit:\n  interval: 1000000000\n  burst: 2\n").rate_limit
         )
 
     @pytest.mark.parametrize(
@@ -212,7 +212,15 @@ REFUSALS = [
     (f"basic_auth_users:\n  a: '{HASH.replace('$2b$', '$2x$')}'\n", "a: not a bcrypt hash"),
     ("basic_auth_users:\n  a: 12\n", "basic_auth_users.a: not a bcrypt hash"),
     ("basic_auth_users: [a, b]\n", "basic_auth_users: must be a mapping"),
-    ("- a\n", "web.yml: : must be a mapping"),
+    ("- a\n", "web.yml: the file: must be a mapping"),
+    # A burst of 0 admits nothing (Go's rate.Limiter): every scrape would be 429.
+    ("rate_limit:\n  interval: 1s\n", "rate_limit.burst: must be at least 1 with an interval"),
+    ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst: must be at least 1"),
+    # PyYAML keeps the last of two equal keys; exporter-toolkit's strict YAML refuses them.
+    (f"{TLS}tls_server_config: {{}}\n", "line 4, column 1: 'tls_server_config' appears twice"),
+    ("basic_auth_users:\n  a: x\nbasic_auth_users:\n", "'basic_auth_users' appears twice"),
+    (f"basic_auth_users:\n  a: '{HASH}'\n  a: '{HASH}'\n", "line 3, column 3: 'a' appears twice"),
+    (f"{TLS}  key_file: other.key\n", "'key_file' appears twice"),
     ("[unclosed", "web.yml: line 1, column 10: while parsing a flow sequence: expected"),
 ]
 
