@@ -379,7 +379,8 @@ def _keeps_processes(device: GpuDeviceProcesses, filters: Filters) -> bool:
         return False
     owners = (*device.holders, *(p.owner for p in device.processes))
     return any(
-        (filters.namespace is None or o.namespace == filters.namespace)
+        o.pod  # a host process has no owner: ?container= (a pod's pool) is not it
+        and (filters.namespace is None or o.namespace == filters.namespace)
         and (filters.pod is None or o.pod == filters.pod)
         and (filters.container is None or o.container == filters.container)
         for o in owners

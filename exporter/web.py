@@ -337,7 +337,9 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, headers=headers)
 
 
-def _query(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
+def _query(
+    request: web.Request, allowed: tuple[str, ...], *, may_be_empty: tuple[str, ...] = ()
+) -> dict[str, str]:
     values: dict[str, str] = {}
     for key, value in request.query.items():
         if key not in allowed:
@@ -346,7 +348,7 @@ def _query(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
             raise ErrorAnswer(f"query parameter {key!r} given twice")
         if len(value) > MAX_QUERY_VALUE_LENGTH or not value.isprintable():
             raise ErrorAnswer(f"query parameter {key!r}: not a printable value of sane length")
-        if not value:
+        if not value and key not in may_be_empty:
             raise ErrorAnswer(f"query parameter {key!r} is empty")
         if "\ufffd" in value:  # how aiohttp decodes percent-escapes that are not UTF-8
             raise ErrorAnswer(f"query parameter {key!r}: not UTF-8")
@@ -420,7 +422,8 @@ def _debug_bounded(handler: Handler) -> Handler:
 
 
 async def allocations(request: web.Request) -> web.StreamResponse:
-    query = _query(request, (*FILTER_KEYS, "format"))
+    # container= is a pod's shared pool, by the name JSON shows it under.
+    query = _query(request, (*FILTER_KEYS, "format"), may_be_empty=("container",))
     published = _published(request)
     return await _respond(
         request,

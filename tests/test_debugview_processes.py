@@ -98,6 +98,12 @@ class TestProcesses:
         found = render_json(snapshot(READINGS), filters=Filters(pod="trainer-0"), now=101.0)
         assert [HELD] == [d["device_id"] for d in found["gpu_processes"]]
 
+    def test_the_pool_filter_keeps_no_host_process(self) -> None:
+        """?container= (a pod's shared pool, container "") does not match a host
+        process, whose owner is empty too."""
+        found = render_json(snapshot(READINGS), filters=Filters(container=""), now=101.0)
+        assert ([], []) == (found["pods"], found["gpu_processes"])
+
 
 def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
     """A fresh look-up of one pod does not turn the other holder of a shared GPU foreign."""

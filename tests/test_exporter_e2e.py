@@ -401,12 +401,33 @@ class TestDebugEndpoints:
         assert "llm-server-7d9f8" in text
         assert "NO" in text
 
+    async def test_an_empty_container_filter_is_the_shared_pool(
+        self,
+        exporter: Exporter,
+        client: TestClient,  # type: ignore[type-arg]
+    ) -> None:
+        """?container= is a pod's shared pool by its JSON name (README): answered, not
+        refused as an empty value, as every other empty filter is."""
+        await exporter.poller.poll_once()
+        for asked in ("", "(pod pool)"):
+            response = await client.get("/debug/allocations", params={"container": asked})
+            assert 200 == response.status, await response.text()
+            body = await response.json()
+            assert {""} >= {c["name"] for p in body["pods"] for c in p["containers"]}
+            assert [] == [
+                p
+                for d in body.get("gpu_processes", ())
+                for p in d["processes"]
+                if p["kind"] == "host"
+            ]
+
     @pytest.mark.parametrize(
         ("path", "status"),
         [
             ("/debug/allocations?bogus=1", 400),
             ("/debug/allocations?format=xml", 400),
             ("/debug/allocations?namespace=", 400),
+            ("/debug/allocations?pod=&container=", 400),
             ("/debug/allocations?namespace=%ff", 400),
             ("/debug/allocations/ml-training/NOT_A_NAME", 400),
             ("/debug/allocations/ml.training/trainer-0", 400),  # namespaces have no dots
