@@ -165,8 +165,6 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
             kubelet_plugins=sim_node.kubelet_plugins,
             cdi=(sim_node.cdi,),
             pod_logs=sim_node.pod_logs,
-            # The demo shows per-process attribution, which is off by default elsewhere.
-            collectors=tuple(dict.fromkeys((*config.collectors, "gpu_processes"))),
         )
         collectors = demo_collectors(config, sim_node)
 

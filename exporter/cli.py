@@ -461,12 +461,30 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         procfs=Path(args.procfs),
         kubelet_plugins=Path(args.kubelet_plugins),
         cdi=tuple(Path(p) for p in args.cdi.split(":") if p),
-        collectors=tuple(r.name for r in registrations() if getattr(args, f"collector_{r.name}")),
+        collectors=_collectors(args, argv, environ),
         node_name=args.node_name,
         log_level=args.log_level,
         log_format=args.log_format,
         demo=args.demo,
         pod_logs=Path(args.pod_logs),
+    )
+
+
+# --demo shows per-process attribution, off by default elsewhere, unless told not to.
+_DEMO_ALSO = "gpu_processes"
+
+
+def _collectors(
+    args: argparse.Namespace, argv: Sequence[str], environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The collectors the flags enable; with --demo also gpu_processes, where neither
+    its flag nor its environment variable says otherwise."""
+    flag = f"--collector.{_DEMO_ALSO}"
+    told = env_name(flag) in environ or any(token in (flag, f"--no-{flag[2:]}") for token in argv)
+    return tuple(
+        r.name
+        for r in registrations()
+        if getattr(args, f"collector_{r.name}") or (args.demo and r.name == _DEMO_ALSO and not told)
     )
 
 

@@ -199,6 +199,22 @@ def test_listen_addresses_that_do_not_overlap() -> None:
     ) == config.listen_addresses
 
 
+@pytest.mark.parametrize(
+    ("argv", "environ", "on"),
+    [
+        (["--demo"], {}, True),  # the demo shows per-process attribution
+        (["--demo", "--no-collector.gpu_processes"], {}, False),  # unless told not to
+        (["--demo"], {env_name("--collector.gpu_processes"): "false"}, False),
+        (["--no-collector.gpu_processes", "--demo", "--collector.gpu_processes"], {}, True),
+        ([], {}, False),  # off by default elsewhere
+    ],
+)
+def test_demo_turns_gpu_processes_on_unless_told_otherwise(
+    argv: list[str], environ: dict[str, str], on: bool
+) -> None:
+    assert on == ("gpu_processes" in parse_config(argv, environ).collectors)
+
+
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_work_whatever_the_environment_holds(flag: str) -> None:
     result = subprocess.run(
