@@ -244,6 +244,7 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         ([], {env_name("--web.listen-address"): "9410"}, "PODRESOURCES_EXPORTER_WEB_LISTEN"),
         (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),
         (["--path.sysfs", "/no/such/dir"], {}, "not a directory"),
+        (["--node-name", " "], {}, "--node-name: empty"),
         (["--web.config.file", "/"], {}, "is a directory; name the file in it"),
         (["--web.debug-auth.file", "/no/such/file"], {}, "no such file"),
         ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),
