@@ -64,15 +64,20 @@ async def _https_get(pki: Pki, port: int) -> int:
         return response.status
 
 
-async def _raw(port: int, sent: bytes) -> bytes:
-    """What the server answers to ``sent`` before it closes the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def _until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """What the server sends until it closes the connection (10 s at most)."""
     try:
-        writer.write(sent)
-        await writer.drain()
         return await asyncio.wait_for(reader.read(), 10)
     finally:
         writer.close()
+
+
+async def _raw(port: int, sent: bytes) -> bytes:
+    """What the server answers to ``sent`` before it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(sent)
+    await writer.drain()
+    return await _until_closed(reader, writer)
 
 
 async def test_plain_http_is_answered_400_and_https_still_served(pki: Pki) -> None:
@@ -110,10 +115,7 @@ async def test_a_client_that_says_nothing_is_closed_after_the_first_byte_timeout
     async with _site(pki, first_byte_timeout_s=0.2) as runner:
         port = _port(runner)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            assert b"" == await asyncio.wait_for(reader.read(), 10)  # closed by the server
-        finally:
-            writer.close()
+        assert b"" == await _until_closed(reader, writer)  # closed by the server
         # A port check (connect, close) costs nothing either.
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.close()
@@ -128,10 +130,7 @@ async def test_stopping_closes_the_listener_and_connections_not_yet_handed_over(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         await asyncio.sleep(0.1)  # accepted, waiting for its first byte
         await runner.cleanup()
-        try:
-            assert b"" == await asyncio.wait_for(reader.read(), 10)
-        finally:
-            writer.close()
+        assert b"" == await _until_closed(reader, writer)
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection("127.0.0.1", port)
 

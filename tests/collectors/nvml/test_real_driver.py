@@ -157,19 +157,25 @@ def cuda_holder() -> Iterator[CudaHolder]:
     process.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def probe(cuda_holder: CudaHolder) -> dict[str, Any]:
+def _probe(*args: str) -> dict[str, Any]:
+    """real_driver_probe.py's JSON, run in a fresh interpreter (one NVML per process)."""
     done = subprocess.run(
-        [sys.executable, str(PROBE), "--polls", "3"],
+        [sys.executable, str(PROBE), *args],
         cwd=REPO_ROOT,
         env=with_repo_path(os.environ),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         check=False,
     )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def probe(cuda_holder: CudaHolder) -> dict[str, Any]:
+    result = _probe("--polls", "3")
     polls = (*result["nvml"], *result["gpu_processes"])
     errors = [poll["error"] for poll in polls if poll["error"]]
     assert errors == [], "a collector failed on the real driver"
@@ -249,17 +255,7 @@ def test_a_real_xid_is_counted_once() -> None:
     on the GPU it happened on, under its code."""
     if any(gpu.mig_enabled for gpu in _smi_gpus()):
         pytest.skip("a GPU is in MIG mode: CUDA would fault on a MIG device")
-    done = subprocess.run(
-        [sys.executable, str(PROBE), "--polls", "3", "--interval", "1", "--provoke-xid"],
-        cwd=REPO_ROOT,
-        env=with_repo_path(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    result = _probe("--polls", "3", "--interval", "1", "--provoke-xid")
     provoked = result["provoked_xid"]
     assert provoked["cuda_result"] == 700, provoked  # CUDA_ERROR_ILLEGAL_ADDRESS
     first, *later = (_gpus(poll)[provoked["gpu_uuid"]]["figures"] for poll in result["nvml"])
