@@ -27,6 +27,7 @@ import structlog
 from aiohttp import web
 
 from exporter.outage import Throttle
+from exporter.web import LINGERING_TIME_S
 
 __all__ = ["FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
 
@@ -39,8 +40,10 @@ FIRST_BYTE_TIMEOUT_S = 10.0
 HANDSHAKE_TIMEOUT_S = 60.0
 _TLS_HANDSHAKE_RECORD = 0x16
 _HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
-# asyncio's own server waits this long when accept() fails for want of descriptors.
+# asyncio's own server waits this long when accept() fails for want of descriptors;
+# after another error, a moment, so that one that repeats cannot spin the loop.
 _ACCEPT_RETRY_S = 1.0
+_ACCEPT_AGAIN_S = 0.05
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _PLAIN_HTTP_LOG_INTERVAL_S = 60.0
 _DRAIN_BYTES = 64 * 1024
@@ -222,15 +225,21 @@ class _Handover:
             peer=peer,
             hint="the client spoke plain HTTP to the HTTPS port: scrape it with scheme https",
         )
-        # Read what the request sent first: closing a socket with unread data makes the
-        # kernel reset the connection, and a client may lose the answer to the reset.
-        with contextlib.suppress(OSError):
-            conn.recv(_DRAIN_BYTES)
         with contextlib.suppress(OSError, TimeoutError):
             await asyncio.wait_for(
                 self._loop.sock_sendall(conn, _PLAIN_HTTP_ANSWER), self._first_byte_timeout_s
             )
             conn.shutdown(socket.SHUT_WR)
+            await self._drain(conn)
+
+    async def _drain(self, conn: socket.socket) -> None:
+        """Read what the client still sends (a request body), until it closes or for
+        LINGERING_TIME_S, as aiohttp lingers: closing a socket with data unread makes
+        the kernel reset the connection, and the client may lose the answer to it."""
+        deadline = self._loop.time() + LINGERING_TIME_S
+        while (left := deadline - self._loop.time()) > 0:
+            if not await asyncio.wait_for(self._loop.sock_recv(conn, _DRAIN_BYTES), left):
+                return
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -298,15 +307,18 @@ class _Listeners(asyncio.AbstractServer):
             except (ConnectionAbortedError, InterruptedError):
                 continue  # the client left before accept(): as asyncio's server
             except OSError as error:
-                if error.errno not in _OUT_OF_RESOURCES:
-                    log.error("accept_stopped", error=error.strerror or str(error))
-                    return
+                # As asyncio's server: logged and accepted again (EPROTO, a firewall's
+                # EPERM: that connection's trouble); out of descriptors or memory, after
+                # a second, in which connections wait in the backlog.
+                exhausted = error.errno in _OUT_OF_RESOURCES
                 self._accept_failed.warning(
                     error=error.strerror or str(error),
                     errno=error.errno,
-                    hint="raise the open-files limit or find who holds the connections",
+                    hint="raise the open-files limit or find who holds the connections"
+                    if exhausted
+                    else "accepted again",
                 )
-                await asyncio.sleep(_ACCEPT_RETRY_S)
+                await asyncio.sleep(_ACCEPT_RETRY_S if exhausted else _ACCEPT_AGAIN_S)
                 continue
             conn.setblocking(False)
             task = self._loop.create_task(self._handover(conn))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -57,7 +58,7 @@ def _port(runner: web.AppRunner) -> int:
 
 async def _https_get(pki: Pki, port: int) -> int:
     async with (
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
         session.get(f"https://127.0.0.1:{port}/metrics", ssl=client_context(pki)) as response,
     ):
         await response.read()
@@ -97,6 +98,39 @@ async def test_plain_http_is_answered_400_and_https_still_served(pki: Pki) -> No
         assert [("warning", 0)] == [(e["log_level"], e["suppressed_since_last"]) for e in warnings]
         assert warnings[0]["peer"].startswith("127.0.0.1:")
         assert 200 == await _https_get(pki, port)
+
+
+async def test_the_400_reaches_a_client_that_sent_a_large_body_first(pki: Pki) -> None:
+    """The request's body is read (for 2 s at most) before the connection closes: a
+    socket closed with data unread is reset, and the client loses the answer."""
+    async with _site(pki) as runner:
+        body = b"x" * (4 * 1024 * 1024)
+        head = f"POST /metrics HTTP/1.1\r\nHost: n\r\nContent-Length: {len(body)}\r\n\r\n"
+        answer = await _raw(_port(runner), head.encode() + body)
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+async def test_an_accept_error_costs_that_connection_only(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accept() failing for one connection (EPROTO; a firewall's EPERM) is logged, and
+    the listener goes on accepting, as asyncio's server does."""
+    loop = asyncio.get_running_loop()
+    accept = loop.sock_accept
+    failures = [OSError(errno.EPROTO, "Protocol error")]
+
+    async def failing_once(sock: socket.socket) -> tuple[socket.socket, object]:
+        if failures:
+            raise failures.pop()
+        return await accept(sock)
+
+    monkeypatch.setattr(loop, "sock_accept", failing_once)
+    with capture_logs() as logs:
+        async with _site(pki) as runner:
+            assert 200 == await _https_get(pki, _port(runner))
+    assert [("accept_failed", "accepted again")] == [
+        (e["event"], e["hint"]) for e in logs if e["event"] == "accept_failed"
+    ]
 
 
 async def test_what_is_neither_tls_nor_http_goes_to_tls_and_fails_there(pki: Pki) -> None:
