@@ -5,17 +5,18 @@
 Builds bench.py's dense node (the same tree, simulated kubelet and exporter), warms it
 up, then prints medians over ``--polls``: the whole poll (process CPU) beside its decode
 floor; the join's worker-thread time inside those polls; every collector's ``collect()``
-alone (thread time); the collectors' whole run as the poll makes it (one lane, one
-thread hop); and the kubelet's two calls, opening and closing the channel as the poller
-does at the default interval, and on a channel kept open. The parts are timed one after
-another, not inside the poll, so they do not add up to it exactly: the poll also pays
-the hops between the loop and its threads, and runs colder than a part repeated alone.
-So last, the same polls again, their CPU split by thread (the kernel's per-thread
-``schedstat``): what each thread spent inside the polls, and what threads that ended
-before the last poll did (gRPC starts its threads again with each channel); then the
-same split for polls after churn (one pod in ten replaced before each, as bench.py's
-churn rows have it), with the thread time of their join and allocation diff. Figures
-only, no pass/fail.
+alone (thread time), and their sum as on a node's sysfs (a fixture tree's kept files are
+``fstat()``ed before each read, sysfs's never); the collectors' whole run as the poll
+makes it (one lane, one thread hop); and the kubelet's two calls, opening and closing
+the channel as the poller does at the default interval, and on a channel kept open. The
+parts are timed one after another, not inside the poll, so they do not add up to it
+exactly: the poll also pays the hops between the loop and its threads, and runs colder
+than a part repeated alone. So last, the same polls again, their CPU split by thread
+(the kernel's per-thread ``schedstat``): what each thread spent inside the polls, and
+what threads that ended before the last poll did (gRPC starts its threads again with
+each channel); then the same split for polls after churn (one pod in ten replaced before
+each, as bench.py's churn rows have it), with the thread time of their join and
+allocation diff. Figures only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -62,6 +63,21 @@ def _thread_cpu_of_collect(collector: Any, times: int) -> list[float]:
             collector.collect()
         spent.append(time.thread_time() - started)
     return spent
+
+
+@contextlib.contextmanager
+def _kept_files_unchecked(collectors: Any) -> Iterator[None]:
+    """Kept files read as on a sysfs mount: a fixture tree's are fstat()ed before each
+    read (a test may have replaced the file), which a node's sysfs never needs."""
+    kept = [c._files for c in collectors if hasattr(c, "_files")]
+    before = [files._check_replaced for files in kept]
+    for files in kept:
+        files._check_replaced = False
+    try:
+        yield
+    finally:
+        for files, check in zip(kept, before, strict=True):
+            files._check_replaced = check
 
 
 _THREAD_ROLES = {
@@ -178,6 +194,9 @@ async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool
     print(f"  collect() alone, summed      {bench._ms(total)}")
     for name, spent in collected.items():
         print(f"      {name:<24} {_median_ms(spent)}")
+    with _kept_files_unchecked(runner._collectors):
+        unchecked = sum(bench._median(_thread_cpu_of_collect(c, polls)) for c in runner._collectors)
+    print(f"  the same, as on sysfs        {bench._ms(unchecked)}  (kept files not fstat()ed)")
     client = poller._client
 
     async def reopened() -> None:
