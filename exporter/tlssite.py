@@ -1,4 +1,5 @@
-"""The HTTPS listener: TLS as aiohttp's TCPSite serves it, and plain HTTP answered 400.
+"""The listeners: plain HTTP as aiohttp's TCPSite serves it; HTTPS that answers plain
+HTTP 400; both with the accept queue Go's listeners ask for.
 
 A client that speaks plain HTTP to the TLS port (a scrape config left at ``scheme:
 http``, ``curl http://``) fails aiohttp's handshake and is closed with nothing said,
@@ -29,7 +30,7 @@ from aiohttp import web
 from exporter.outage import Throttle
 from exporter.web import LINGERING_TIME_S
 
-__all__ = ["FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
+__all__ = ["BACKLOG", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
 
 log = structlog.get_logger(__name__)
 
@@ -66,12 +67,19 @@ def _plain_http_answer() -> bytes:
 _PLAIN_HTTP_ANSWER = _plain_http_answer()
 
 
+# The accept queue Go's listeners ask for (the kernel caps it at net.core.somaxconn):
+# aiohttp's 128 overflows under a burst of connections (many scrapers, a restart's
+# reconnects), and a client whose handshake the full queue dropped waits a second for
+# its SYN's retry, or is reset when the listener closes.
+BACKLOG = socket.SOMAXCONN
+
+
 def make_site(
     runner: web.BaseRunner, host: str | None, port: int, *, ssl_context: ssl.SSLContext | None
 ) -> web.BaseSite:
     """The site for one listen address: plain HTTP, or HTTPS that answers plain HTTP."""
     if ssl_context is None:
-        return web.TCPSite(runner, host, port)
+        return web.TCPSite(runner, host, port, backlog=BACKLOG)
     return TlsSite(runner, host, port, ssl_context=ssl_context)
 
 
@@ -89,7 +97,7 @@ class TlsSite(web.BaseSite):
         ssl_context: ssl.SSLContext,
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
     ) -> None:
-        super().__init__(runner, ssl_context=ssl_context)
+        super().__init__(runner, ssl_context=ssl_context, backlog=BACKLOG)
         self._host = host
         self._port = port
         self._first_byte_timeout_s = first_byte_timeout_s

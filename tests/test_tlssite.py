@@ -10,9 +10,12 @@ import asyncio
 import contextlib
 import errno
 import json
+import selectors
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import aiohttp
 import pytest
@@ -20,7 +23,7 @@ from aiohttp import web
 from pki import Pki, client_context, make_pki
 from structlog.testing import capture_logs
 
-from exporter.tlssite import TlsSite
+from exporter.tlssite import TlsSite, make_site
 from exporter.webconfig import TlsSettings, build_ssl_context
 
 
@@ -198,3 +201,40 @@ async def test_a_port_in_use_is_refused_with_the_address(pki: Pki) -> None:
             assert f"('127.0.0.1', {port})" in str(raised.value)
         finally:
             await runner.cleanup()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_a_burst_of_connections_waits_in_the_accept_queue(pki: Pki, tls: bool) -> None:
+    """300 clients connecting while the loop is busy all complete their handshake: the
+    listeners ask for the accept queue Go's do (net.core.somaxconn), where aiohttp's
+    128 left the rest to retry their SYN a second later, or be reset at shutdown."""
+    app = web.Application()
+    runner = web.AppRunner(app)
+    await runner.setup()
+    tls_settings = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
+    context = build_ssl_context(tls_settings, source=Path("web.yml")) if tls else None
+    try:
+        await make_site(runner, "127.0.0.1", 0, ssl_context=context).start()
+        port = _port(runner)
+        clients = [socket.socket() for _ in range(300)]
+        try:
+            for client in clients:
+                client.setblocking(False)
+                client.connect_ex(("127.0.0.1", port))
+            # The loop does not run meanwhile: nothing is accepted, all wait queued.
+            connected: set[socket.socket] = set()
+            with selectors.DefaultSelector() as waiting:  # select() stops at fd 1024
+                for client in clients:
+                    waiting.register(client, selectors.EVENT_WRITE)
+                deadline = time.monotonic() + 5
+                while len(connected) < len(clients) and time.monotonic() < deadline:
+                    for key, _ in waiting.select(0.05):
+                        waiting.unregister(key.fileobj)
+                        connected.add(cast(socket.socket, key.fileobj))
+            errors = [c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) for c in connected]
+            assert (len(clients), {0}) == (len(connected), set(errors))
+        finally:
+            for client in clients:
+                client.close()
+    finally:
+        await runner.cleanup()
