@@ -51,6 +51,7 @@ def _calls(
         "energy_millijoules": lambda: source.energy_millijoules(handle),
         "temperature_celsius": lambda: source.temperature_celsius(handle),
         "sm_clock_mhz": lambda: source.sm_clock_mhz(handle),
+        "clocks_event_reasons": lambda: source.clocks_event_reasons(handle),
         "ecc_errors corrected": lambda: source.ecc_errors(handle, "corrected"),
         "ecc_errors uncorrected": lambda: source.ecc_errors(handle, "uncorrected"),
         "compute_processes": lambda: source.compute_processes(handle),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from exporter.model import MetricKind, MetricSpec
 
 __all__ = [
+    "GPU_CLOCKS_THROTTLED",
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
@@ -48,6 +49,15 @@ GPU_SM_CLOCK = MetricSpec(
     "podresources_gpu_sm_clock_hertz",
     MetricKind.GAUGE,
     "GPU streaming multiprocessor (graphics) clock, in hertz.",
+)
+GPU_CLOCKS_THROTTLED = MetricSpec(
+    "podresources_gpu_clocks_throttled",
+    MetricKind.GAUGE,
+    "1 while the GPU holds its clocks down for the reason, else 0 (NVML clocks event "
+    "reasons): sw_power_cap (the power limit), sw_thermal_slowdown, hw_thermal_slowdown, "
+    "hw_slowdown (thermal or power by the hardware), hw_power_brake_slowdown (an external "
+    "power brake), sync_boost (held with the GPUs of its sync-boost group).",
+    labels=("reason",),
 )
 GPU_ECC_ERRORS = MetricSpec(
     "podresources_gpu_ecc_errors_total",

@@ -53,6 +53,7 @@ from exporter.collectors.base import (
     issue,
 )
 from exporter.collectors.gpu_metrics import (
+    GPU_CLOCKS_THROTTLED,
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
@@ -202,6 +203,7 @@ class NvmlSource(Protocol):
     def energy_millijoules(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
     def temperature_celsius(self, handle: NvmlHandle) -> int: ...
     def sm_clock_mhz(self, handle: NvmlHandle) -> int: ...
+    def clocks_event_reasons(self, handle: NvmlHandle) -> int: ...  # nvml.h's bit mask
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int: ...  # volatile
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
@@ -238,6 +240,7 @@ class PynvmlSource(NvmlSource):
         self._error_names: dict[int, str] = {}
         self._temperature_v = False
         self._memory_v2 = False
+        self._clocks_events = False
         self._process_versions: dict[str, list[str]] = {}
 
     def _bind(self) -> None:
@@ -257,6 +260,7 @@ class PynvmlSource(NvmlSource):
         # Newer APIs first; fall back once when the driver predates them.
         self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
+        self._clocks_events = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
 
     def _choose_process_versions(self) -> None:
         """Running-process list versions, newest first, for the driver now loaded; older
@@ -405,6 +409,18 @@ class PynvmlSource(NvmlSource):
             self._call(self._pynvml.nvmlDeviceGetClockInfo, handle, self._pynvml.NVML_CLOCK_SM)
         )
 
+    def clocks_event_reasons(self, handle: NvmlHandle) -> int:
+        # "Throttle reasons" became "clocks event reasons" in R535 (the old name is gone
+        # in CUDA 14); older drivers have only the old one.
+        if self._clocks_events:
+            try:
+                return int(self._call(self._pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle))
+            except NvmlError as error:
+                if error.error_name != FUNCTION_NOT_FOUND:
+                    raise
+                self._clocks_events = False
+        return int(self._call(self._pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle))
+
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
         nvml_type = (
             self._pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
@@ -528,6 +544,26 @@ def _sm_clock(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_SM_CLOCK, source.sm_clock_mhz(handle) * 1e6),)
 
 
+# nvml.h's nvmlClocksEventReason* bits that hold clocks down, by the label they get. Left
+# out: GpuIdle, ApplicationsClocksSetting and DisplayClockSetting, which are not slowdowns.
+_CLOCKS_THROTTLE_REASONS = (
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+)
+
+
+def _clocks_throttled(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    reasons = source.clocks_event_reasons(handle)
+    return tuple(
+        Sample(GPU_CLOCKS_THROTTLED, 1.0 if reasons & bit else 0.0, (reason,))
+        for reason, bit in _CLOCKS_THROTTLE_REASONS
+    )
+
+
 def _ecc_corrected(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_ECC_ERRORS, float(source.ecc_errors(handle, "corrected")), ("corrected",)),)
 
@@ -545,6 +581,7 @@ _FIGURES: tuple[_Figure, ...] = (
     _energy,
     _temperature,
     _sm_clock,
+    _clocks_throttled,
     _ecc_corrected,
     _ecc_uncorrected,
 )

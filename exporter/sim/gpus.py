@@ -9,7 +9,8 @@ fixed clock gives a fixed exposition:
 - memory used is that share of the total (of the instance's total for a MIG device);
 - power is ``limit * (0.2 + 0.7 * utilization)``; energy grows linearly with the clock
   at the power of the base utilization, as if the driver had loaded a day before 0;
-- temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle.
+- temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle;
+  clocks are held at the power cap from 90 % utilization, and idle below 1 %.
 
 Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization,
 and its MIG devices answer only identity, memory and their process lists. GPU instances
@@ -55,6 +56,9 @@ WOBBLE = 0.1  # relative amplitude
 DRIVER_UPTIME_AT_ZERO_S = 86_400.0
 SM_CLOCK_BUSY_MHZ = 1980
 SM_CLOCK_IDLE_MHZ = 345
+POWER_CAPPED_PERCENT = 90
+CLOCKS_EVENT_GPU_IDLE = 0x1  # nvml.h's nvmlClocksEventReasonGpuIdle
+CLOCKS_EVENT_SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,12 @@ class SimulatedNvmlSource(NvmlSource):
 
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:
         return SM_CLOCK_BUSY_MHZ if self._percent(_whole(handle)) else SM_CLOCK_IDLE_MHZ
+
+    def clocks_event_reasons(self, handle: NvmlHandle) -> int:
+        percent = self._percent(_whole(handle))
+        if percent >= POWER_CAPPED_PERCENT:
+            return CLOCKS_EVENT_SW_POWER_CAP
+        return CLOCKS_EVENT_GPU_IDLE if percent == 0 else 0
 
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
         _whole(handle)

@@ -39,10 +39,14 @@
  *                            a MIG device's GPU instance: its profile ID and placement
  *                            (nvmlGpuInstanceGetInfo; the first slot of that GI says)
  *   power MILLIWATTS | energy MILLIJOULES | temperature CELSIUS | sm_clock MHZ
+ *   clocks_event MASK        nvmlDeviceGetCurrentClocksEventReasons' bits (hex or decimal);
+ *                            a driver before R535 ("5[0-2]*.*", "4*") has only the old
+ *                            nvmlDeviceGetCurrentClocksThrottleReasons (the other answers
+ *                            FUNCTION_NOT_FOUND)
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
- *                            power energy temperature clock ecc gi ci; on a GPU also
+ *                            power energy temperature clock clocks_event ecc gi ci; on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
  *   mig_off_flag PATH        the GPU's MIG mode reads off while PATH exists (as after
@@ -172,12 +176,12 @@ typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
 enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
-    F_GI_BY_ID, F_EVENTS, F_COUNT
+    F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
-    "gi_by_id", "events",
+    "gi_by_id", "events", "clocks_event",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -240,6 +244,7 @@ typedef struct fake_dev {
     unsigned int power_mw;
     unsigned long long energy_mj;
     unsigned int temperature, sm_clock;
+    unsigned long long clocks_event;
     unsigned long long ecc_corrected, ecc_uncorrected;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
@@ -390,6 +395,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u", &current->temperature) == 1;
         } else if (strcmp(key, "sm_clock") == 0) {
             ok = sscanf(rest, "%u", &current->sm_clock) == 1;
+        } else if (strcmp(key, "clocks_event") == 0) {
+            ok = sscanf(rest, "%lli", &current->clocks_event) == 1;
         } else if (strcmp(key, "ecc") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->ecc_corrected,
                         &current->ecc_uncorrected) == 2;
@@ -859,6 +866,27 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type,
     if (clock == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (type != 1) return NVML_ERROR_NOT_SUPPORTED; /* only NVML_CLOCK_SM is faked */
     *clock = d->sm_clock;
+    return NVML_SUCCESS;
+}
+
+/* R535 renamed "throttle reasons" to "clocks event reasons": before it, the new name
+   is not in the library (pynvml's look-up answers FUNCTION_NOT_FOUND). */
+static int before_r535(void) { return atoi(driver_version) < 535; }
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long *reasons) {
+    if (before_r535()) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    ENTER(device, F_CLOCKS_EVENT);
+    if (reasons == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = d->clocks_event;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                       unsigned long long *reasons) {
+    ENTER(device, F_CLOCKS_EVENT);
+    if (reasons == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = d->clocks_event;
     return NVML_SUCCESS;
 }
 

@@ -41,7 +41,16 @@ FUNCTION_NOT_FOUND = 13
 UNKNOWN = 999
 
 # What NVML answers NOT_SUPPORTED for on a MIG device handle.
-MIG_UNSUPPORTED = ("util", "power", "energy", "temperature", "clock", "ecc", "proc_util")
+MIG_UNSUPPORTED = (
+    "util",
+    "power",
+    "energy",
+    "temperature",
+    "clock",
+    "clocks_event",
+    "ecc",
+    "proc_util",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,7 @@ class FakeGpu:
     energy_mj: int = 123_456_789_012
     temperature: int = 55
     sm_clock_mhz: int = 1755
+    clocks_event: int = 0x4  # nvmlClocksEventReasonSwPowerCap: at its power limit
     ecc: tuple[int, int] = (3, 1)  # corrected, uncorrected (volatile)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
@@ -164,6 +174,7 @@ def render_config(
             f"energy {gpu.energy_mj}",
             f"temperature {gpu.temperature}",
             f"sm_clock {gpu.sm_clock_mhz}",
+            f"clocks_event {gpu.clocks_event:#x}",
             f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),

@@ -33,6 +33,7 @@ from freshprocess import run_python
 import exporter.collectors.nvml as nvml_module
 from exporter.collectors.base import CollectorContext, CollectorError, CollectorUnavailable
 from exporter.collectors.gpu_metrics import (
+    GPU_CLOCKS_THROTTLED,
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
@@ -83,6 +84,24 @@ MIG_GPU = FakeGpu(
 )
 
 
+THROTTLE_REASONS = (
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+)
+
+
+def throttled(mask: int) -> tuple[Sample, ...]:
+    """podresources_gpu_clocks_throttled for nvml.h's clocks event reason bits."""
+    return tuple(
+        Sample(GPU_CLOCKS_THROTTLED, 1.0 if mask & bit else 0.0, (reason,))
+        for reason, bit in THROTTLE_REASONS
+    )
+
+
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
     """What the collector makes of a fake GPU's figures, less the ``without`` ones."""
     by_figure = {
@@ -95,6 +114,7 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         "energy": (Sample(GPU_ENERGY, gpu.energy_mj / 1000),),
         "temperature": (Sample(GPU_TEMPERATURE, float(gpu.temperature)),),
         "clock": (Sample(GPU_SM_CLOCK, gpu.sm_clock_mhz * 1e6),),
+        "clocks_event": throttled(gpu.clocks_event),
         "ecc": (
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[0]), ("corrected",)),
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[1]), ("uncorrected",)),
@@ -212,6 +232,7 @@ class TestWholeGpus:
             Sample(GPU_ENERGY, 123_456_789.012),
             Sample(GPU_TEMPERATURE, 55.0),
             Sample(GPU_SM_CLOCK, 1_755_000_000.0),
+            *throttled(0x4),  # held at its power limit: sw_power_cap 1, the others 0
             Sample(GPU_ECC_ERRORS, 3.0, ("corrected",)),  # volatile, not aggregate
             Sample(GPU_ECC_ERRORS, 1.0, ("uncorrected",)),
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
@@ -228,6 +249,37 @@ class TestWholeGpus:
             standalone=True,
         )
         assert Readings(node_samples=DRIVER, devices=(expected,)) == readings
+
+    def test_each_clocks_event_reason_that_is_a_slowdown(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvml.h's clocks event reason bits, each slowdown a series of its own; idle,
+        application clocks and display clocks are no slowdown and have none."""
+        idle, app_clocks, display = 0x1, 0x2, 0x100
+        mask = 0x8 | 0x40 | idle | app_clocks | display  # hw_slowdown, hw_thermal_slowdown
+        fake_nvml.configure(replace(GPU_A, clocks_event=mask))
+        (gpu,) = collector.collect().devices
+        assert [("hw_slowdown", 1.0), ("hw_thermal_slowdown", 1.0)] == [
+            (s.label_values[0], s.value)
+            for s in gpu.samples
+            if s.spec is GPU_CLOCKS_THROTTLED and s.value
+        ]
+        assert 6 == sum(1 for s in gpu.samples if s.spec is GPU_CLOCKS_THROTTLED)
+
+    def test_a_driver_before_r535_answers_by_the_old_name(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """R535 renamed throttle reasons to clocks event reasons: an older driver answers
+        nvmlDeviceGetCurrentClocksThrottleReasons, asked from then on."""
+        fake_nvml.configure(replace(GPU_A, clocks_event=0x20), driver_version="525.147.05")
+        before = fake_nvml.library.calls("clocks_event")
+        for _ in range(2):
+            (gpu,) = collector.collect().devices
+            assert throttled(0x20) == tuple(
+                s for s in gpu.samples if s.spec is GPU_CLOCKS_THROTTLED
+            )
+        # The old call, once a poll (the new one fails before the fake counts it).
+        assert 2 == fake_nvml.library.calls("clocks_event") - before
 
     def test_pci_address_in_kernel_form(
         self, fake_nvml: FakeNvml, collector: NvmlCollector

@@ -232,6 +232,15 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             assert power is None or power > 0
             energy = figures.get("podresources_gpu_energy_joules_total")
             assert energy is None or energy > 0
+            # Every slowdown reason of nvml.h, 0 or 1 (an H100 held at its power cap
+            # under load says sw_power_cap 1).
+            throttled = {
+                name: value
+                for name, value in figures.items()
+                if name.startswith("podresources_gpu_clocks_throttled{")
+            }
+            assert 6 == len(throttled), sorted(throttled)
+            assert set(throttled.values()) <= {0.0, 1.0}
 
 
 def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:

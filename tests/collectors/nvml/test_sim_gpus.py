@@ -13,6 +13,7 @@ from attribution_support import attributed_names
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_metrics import (
+    GPU_CLOCKS_THROTTLED,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
     GPU_MEMORY_TOTAL,
@@ -36,6 +37,15 @@ NO_ECC_ERRORS = (
     Sample(GPU_ECC_ERRORS, 0.0, ("corrected",)),
     Sample(GPU_ECC_ERRORS, 0.0, ("uncorrected",)),
 )
+THROTTLE_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+NOT_THROTTLED = tuple(Sample(GPU_CLOCKS_THROTTLED, 0.0, (r,)) for r in THROTTLE_REASONS)
 # Watched for Xid events from the first poll; these simulated GPUs raise none.
 NO_XID_ERRORS = (Sample(GPU_XID_ERRORS, 0.0),)
 
@@ -96,12 +106,26 @@ class TestWholeGpus:
                 Sample(GPU_ENERGY, 48_081_600.0),  # 556.5 W for a day
                 Sample(GPU_TEMPERATURE, 72.0),
                 Sample(GPU_SM_CLOCK, 1.98e9),
+                *NOT_THROTTLED,  # 85 %: below the power cap's 90 %
                 *NO_ECC_ERRORS,
                 *NO_XID_ERRORS,
             ),
             standalone=True,
         )
         assert expected == device(readings, GPU_0.uuid)
+
+    def test_power_capped_at_the_top_of_its_wobble(
+        self, collector: NvmlCollector, clock: Clock
+    ) -> None:
+        """GPU 0 is 94 % busy a quarter minute in (85 % and a tenth): at its power cap."""
+        clock.now = 15.0
+        readings = collector.collect()
+        assert figure(readings, GPU_0.uuid, GPU_UTILIZATION.name) == 0.94
+        assert [("sw_power_cap", 1.0)] == [
+            (s.label_values[0], s.value)
+            for s in device(readings, GPU_0.uuid).samples
+            if s.spec is GPU_CLOCKS_THROTTLED and s.value
+        ]
 
     def test_idle_gpu(self, collector: NvmlCollector) -> None:
         """GPU 1 sits idle: no utilization or memory, idle power and clock."""
@@ -115,6 +139,7 @@ class TestWholeGpus:
             Sample(GPU_ENERGY, 12_096_000.0),
             Sample(GPU_TEMPERATURE, 30.0),
             Sample(GPU_SM_CLOCK, 345e6),
+            *NOT_THROTTLED,  # idle is no slowdown
             *NO_ECC_ERRORS,
             *NO_XID_ERRORS,
         )
@@ -190,6 +215,7 @@ class TestMig:
             GPU_ENERGY.name,
             GPU_TEMPERATURE.name,
             GPU_SM_CLOCK.name,
+            GPU_CLOCKS_THROTTLED.name,
             GPU_ECC_ERRORS.name,
             GPU_XID_ERRORS.name,
         }
