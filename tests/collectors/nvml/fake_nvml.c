@@ -873,21 +873,18 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type,
    is not in the library (pynvml's look-up answers FUNCTION_NOT_FOUND). */
 static int before_r535(void) { return atoi(driver_version) < 535; }
 
-nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
-                                                    unsigned long long *reasons) {
-    if (before_r535()) return NVML_ERROR_FUNCTION_NOT_FOUND;
-    ENTER(device, F_CLOCKS_EVENT);
-    if (reasons == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    *reasons = d->clocks_event;
-    return NVML_SUCCESS;
-}
-
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
                                                        unsigned long long *reasons) {
     ENTER(device, F_CLOCKS_EVENT);
     if (reasons == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     *reasons = d->clocks_event;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long *reasons) {
+    if (before_r535()) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return nvmlDeviceGetCurrentClocksThrottleReasons(device, reasons); /* same answer */
 }
 
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error_type,

@@ -84,13 +84,17 @@ MIG_GPU = FakeGpu(
 )
 
 
-THROTTLE_REASONS = (
-    ("sw_power_cap", 0x4),
-    ("hw_slowdown", 0x8),
-    ("sync_boost", 0x10),
-    ("sw_thermal_slowdown", 0x20),
-    ("hw_thermal_slowdown", 0x40),
-    ("hw_power_brake_slowdown", 0x80),
+# Each slowdown's bit by nvml.h's name for it, as NVIDIA's bindings spell it.
+THROTTLE_REASONS = tuple(
+    (label, getattr(pynvml, f"nvmlClocksEventReason{name}"))
+    for label, name in (
+        ("sw_power_cap", "SwPowerCap"),
+        ("hw_slowdown", "HwSlowdown"),
+        ("sync_boost", "SyncBoost"),
+        ("sw_thermal_slowdown", "SwThermalSlowdown"),
+        ("hw_thermal_slowdown", "HwThermalSlowdown"),
+        ("hw_power_brake_slowdown", "HwPowerBrakeSlowdown"),
+    )
 )
 
 
