@@ -47,14 +47,18 @@ def join_host_port(host: str, port: int) -> str:
 
 
 def is_wildcard_host(host: str) -> bool:
-    """Whether a listen host is a wildcard, "" (":9410"), 0.0.0.0 or ::, which the
-    exporter binds as every address of both families, as Go listens on one (a
-    dual-stack socket, ipsock_posix.go favoriteAddrFamily): node_exporter's [::]:9100
-    answers IPv4."""
+    """Whether a listen host is a wildcard: "" (":9410"), 0.0.0.0, :: or ::ffff:0.0.0.0
+    (Go's net.IP.IsUnspecified). The exporter binds one as every address of both
+    families, as Go listens on one (a dual-stack socket, ipsock_posix.go
+    favoriteAddrFamily): node_exporter's [::]:9100 answers IPv4."""
     try:
-        return not host or ipaddress.ip_address(host).is_unspecified
+        address = ipaddress.ip_address(host) if host else None
     except ValueError:
         return False  # a host name
+    if address is None:
+        return True
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_unspecified or (mapped is not None and mapped.is_unspecified)
 
 
 class ConfigError(Exception):

@@ -377,9 +377,13 @@ def _keeps_processes(device: GpuDeviceProcesses, filters: Filters) -> bool:
         *(view[1] for view in device.views),
     ):
         return False
-    owners = (*device.holders, *(p.owner for p in device.processes))
+    owners = [*device.holders]
+    if filters.container != SHARED_POOL:
+        # A process whose container could not be named has container "" too: only a
+        # holder can be a pod's shared pool.
+        owners += (p.owner for p in device.processes)
     return any(
-        o.pod  # a host process has no owner: ?container= (a pod's pool) is not it
+        o.pod  # a host process has no owner
         and (filters.namespace is None or o.namespace == filters.namespace)
         and (filters.pod is None or o.pod == filters.pod)
         and (filters.container is None or o.container == filters.container)

@@ -173,6 +173,8 @@ def test_listen_address_repeats_and_replaces_the_environment() -> None:
         ([":9410", "0.0.0.0:9410"], ":9410 and 0.0.0.0:9410 overlap"),
         (["[::]:9410", "127.0.0.1:9410"], r"\[::\]:9410 and 127.0.0.1:9410 overlap"),
         (["[::1]:9410", "0.0.0.0:9410"], r"0.0.0.0:9410 and \[::1\]:9410 overlap"),
+        # Go's IsUnspecified: the IPv4-mapped wildcard is one too.
+        (["[::ffff:0.0.0.0]:9410", "127.0.0.1:9410"], r"\[::ffff:0.0.0.0\]:9410 and 127"),
     ],
 )
 def test_a_wildcard_listen_address_overlaps_any_other_on_its_port(

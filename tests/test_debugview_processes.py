@@ -104,6 +104,21 @@ class TestProcesses:
         found = render_json(snapshot(READINGS), filters=Filters(container=""), now=101.0)
         assert ([], []) == (found["pods"], found["gpu_processes"])
 
+    def test_the_pool_filter_keeps_no_process_of_an_unnamed_container(self) -> None:
+        """A process of another pod whose container the pod-log tree could not name has
+        container "" as well: not a shared pool, which only a holder can be."""
+        unnamed = ProcessOrigin("u2", "d" * 64, "team-b", "etl-0", "")
+        readings = Readings(
+            gpu_processes=(
+                DeviceProcesses(
+                    HardwareKey(KeyKind.GPU_UUID, HELD),
+                    (GpuProcess(100, TRAINER, 1024, None), GpuProcess(200, unnamed, 512, None)),
+                ),
+            )
+        )
+        found = render_json(snapshot(readings), filters=Filters(container=""), now=101.0)
+        assert ([], []) == (found["pods"], found["gpu_processes"])
+
 
 def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
     """A fresh look-up of one pod does not turn the other holder of a shared GPU foreign."""
