@@ -435,19 +435,26 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
         """Mapping keys as written, as exporter-toolkit's Go YAML gives its map[string]
         keys: users named 007, on or null keep those names (not 7, True, None)."""
 
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            # PyYAML keeps the last of two equal keys: a second, empty basic_auth_users
+            # or tls_server_config would switch auth or TLS off unseen. exporter-
+            # toolkit's strict Go YAML refuses duplicates. Checked as written, before
+            # merge keys (<<) copy pairs in, where overriding a merged key is the point.
+            node = super().compose_mapping_node(anchor)
             seen: set[str] = set()
             for key, _ in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                    key.tag = "tag:yaml.org,2002:str"
-                    # PyYAML keeps the last of two equal keys: a second, empty
-                    # basic_auth_users or tls_server_config would switch auth or TLS off
-                    # unseen. exporter-toolkit's strict Go YAML refuses duplicates.
                     if key.value in seen:
-                        raise yaml.constructor.ConstructorError(
+                        raise yaml.composer.ComposerError(
                             None, None, f"{key.value!r} appears twice", key.start_mark
                         )
                     seen.add(key.value)
+            return node
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    key.tag = "tag:yaml.org,2002:str"
             return super().construct_mapping(node, deep=deep)
 
     try:

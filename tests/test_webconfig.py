@@ -225,6 +225,35 @@ REFUSALS = [
 ]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A merged key overridden: what merge keys are for.
+        f"basic_auth_users:\n  <<: {{alice: '{HASH}', bob: '{HASH}'}}\n  alice: '{HASH}'\n",
+        # The same name at two levels.
+        f"basic_auth_users:\n  basic_auth_users: '{HASH}'\n",
+        # An anchor with merges of its own, defined in a merge and used again.
+        f"basic_auth_users:\n  <<: &users\n    <<: {{alice: '{HASH}'}}\n    alice: '{HASH}'\n"
+        f"rate_limit:\n  interval: 1s\n  burst: 1\nhttp_server_config:\n  headers: {{}}\n",
+        # Keys equal only as numbers are two names, as Go's map[string] has them.
+        f"basic_auth_users:\n  1: '{HASH}'\n  '01': '{HASH}'\n",
+    ],
+    ids=["merge-override", "same-name-nested", "anchor-in-merge", "1-and-01"],
+)
+def test_equal_keys_that_are_not_duplicates_are_accepted(text: str) -> None:
+    """Only a key given twice in one mapping, as written, is refused."""
+    assert _parse(text).users
+
+
+def test_an_anchor_merged_in_and_used_again_is_no_duplicate() -> None:
+    """PyYAML rewrites a merge source in place: an anchor with a merge of its own,
+    defined in a merge and aliased later, holds its merged key twice by then. Keys are
+    checked as written, so the file is judged on its keys (unknown here), not refused
+    for a duplicate it does not have."""
+    with pytest.raises(WebConfigError, match="a: unknown key"):
+        _parse("a:\n  <<: &h\n    <<: {k: 1}\n    k: 2\nb: *h\n")
+
+
 class TestRefusals:
     def test_a_yaml_error_does_not_quote_the_file(self) -> None:
         """PyYAML's message quotes the broken line, which here may be a password: the
