@@ -435,8 +435,11 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     else:
         listen = [parse_listen_address(DEFAULT_LISTEN_ADDRESS)]
     _refuse_overlapping_listens(listen)
-    if not args.node_name.strip():
-        raise ConfigError("--node-name: empty; leave it out for $NODE_NAME or the host name")
+    if not args.node_name.strip() or args.node_name != args.node_name.strip():
+        raise ConfigError(
+            f"--node-name (or ${env_name('--node-name')}) {args.node_name!r}: empty or"
+            " padded with spaces; leave both out for $NODE_NAME or the host name"
+        )
     web_config = _config_file("--web.config.file", args.web_config_file)
     debug_auth = _config_file("--web.debug-auth.file", args.debug_auth_file)
     for flag, path in (("--path.sysfs", args.sysfs), ("--path.procfs", args.procfs)):

@@ -7,7 +7,8 @@ fixed clock gives a fixed exposition:
 - utilization wobbles by +-10 % around ``SimGpu.utilization`` over a minute (an idle
   GPU stays at 0); NVML answers whole percent, and every other figure follows that;
 - memory used is that share of the total (of the instance's total for a MIG device);
-- power is ``limit * (0.2 + 0.7 * utilization)``; energy grows linearly with the clock
+- power is ``limit * (0.2 + 0.7 * utilization)``, the limit itself from 90 % utilization
+  (where the clocks are held at the power cap, below); energy grows linearly with the clock
   at the power of the base utilization, as if the driver had loaded a day before 0;
 - temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle;
   clocks are held at the power cap from 90 % utilization, and idle below 1 %.
@@ -186,7 +187,10 @@ class SimulatedNvmlSource(NvmlSource):
 
     def power_milliwatts(self, handle: NvmlHandle) -> int:
         gpu = _whole(handle)
-        return round(_power_watts(gpu, self._percent(gpu) / 100) * 1000)
+        percent = self._percent(gpu)
+        if percent >= POWER_CAPPED_PERCENT:  # held at its limit, as clocks_event_reasons says
+            return round(gpu.power_limit_watts * 1000)
+        return round(_power_watts(gpu, percent / 100) * 1000)
 
     def energy_millijoules(self, handle: NvmlHandle) -> int:
         gpu = _whole(handle)

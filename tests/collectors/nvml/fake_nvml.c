@@ -176,12 +176,12 @@ typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
 enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
-    F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_COUNT
+    F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
-    "gi_by_id", "events", "clocks_event",
+    "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -881,8 +881,10 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* Counted as "clocks_event_reasons" (asked by the new name), then as "clocks_event". */
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
                                                     unsigned long long *reasons) {
+    figure_calls[F_CLOCKS_EVENT_REASONS]++;
     if (before_r535()) return NVML_ERROR_FUNCTION_NOT_FOUND;
     return nvmlDeviceGetCurrentClocksThrottleReasons(device, reasons); /* same answer */
 }

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -458,6 +459,36 @@ class TestDegrading:
         unlisted.unlink()
         gone.touch()
         assert ([], [{other}, {other}, set()]) == poll()
+
+    def test_a_gpu_put_in_mig_mode_forgets_its_whole_gpu_state(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
+    ) -> None:
+        """MIG enabled (nvidia-smi -mig 1, a reset): the whole GPU is no longer a device
+        of its own, its MIG devices are; what was kept for it, its newest sample too,
+        goes once a poll lists every device."""
+        mig_off = tmp_path / "mig-off"
+        mig_off.touch()
+        fake_nvml.configure(
+            replace(
+                TWO_PROCESSES,
+                migs=(FakeMig(0, MIG_UUID, 1, 0, processes=(FakeProcess(100, GIB),)),),
+                mig_off_flag=mig_off,
+            )
+        )
+
+        def kept() -> list[set[str]]:
+            return [
+                set(collector._busy),
+                set(collector._gives_samples),
+                set(collector._last_sample_us),
+            ]
+
+        collector.collect()
+        assert [{UUID}, {UUID}, {UUID}] == kept()
+        mig_off.unlink()
+        assert () == collector.collect().issues
+        # The MIG device was asked for samples once: NOT_SUPPORTED, kept as such.
+        assert [{MIG_UUID}, {MIG_UUID}, set()] == kept()
 
     def test_lost_gpu(self, fake_nvml: FakeNvml, collector: GpuProcessesCollector) -> None:
         """GPU_IS_LOST on the list: that device has no figures, counted; the poll goes on."""

@@ -277,13 +277,17 @@ class TestWholeGpus:
         nvmlDeviceGetCurrentClocksThrottleReasons, asked from then on."""
         fake_nvml.configure(replace(GPU_A, clocks_event=0x20), driver_version="525.147.05")
         before = fake_nvml.library.calls("clocks_event")
+        asked_new = fake_nvml.library.calls("clocks_event_reasons")
         for _ in range(2):
             (gpu,) = collector.collect().devices
             assert throttled(0x20) == tuple(
                 s for s in gpu.samples if s.spec is GPU_CLOCKS_THROTTLED
             )
-        # The old call, once a poll (the new one fails before the fake counts it).
-        assert 2 == fake_nvml.library.calls("clocks_event") - before
+        # The new name asked once, the old one each poll from then on.
+        assert (1, 2) == (
+            fake_nvml.library.calls("clocks_event_reasons") - asked_new,
+            fake_nvml.library.calls("clocks_event") - before,
+        )
 
     def test_pci_address_in_kernel_form(
         self, fake_nvml: FakeNvml, collector: NvmlCollector

@@ -121,6 +121,7 @@ class TestWholeGpus:
         clock.now = 15.0
         readings = collector.collect()
         assert figure(readings, GPU_0.uuid, GPU_UTILIZATION.name) == 0.94
+        assert figure(readings, GPU_0.uuid, GPU_POWER.name) == GPU_0.power_limit_watts
         assert [("sw_power_cap", 1.0)] == [
             (s.label_values[0], s.value)
             for s in device(readings, GPU_0.uuid).samples
