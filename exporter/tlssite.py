@@ -5,7 +5,7 @@ A client that speaks plain HTTP to the TLS port (a scrape config left at ``schem
 http``, ``curl http://``) fails aiohttp's handshake and is closed with nothing said,
 and asyncio logs nothing: Prometheus shows an EOF, curl "Empty reply from server". Go's
 net/http, which exporter-toolkit serves with, answers "400 Bad Request ... Client sent
-an HTTP request to an HTTPS server". So this site accepts each connection itself and
+an HTTP request to an HTTPS server". So the HTTPS site accepts each connection itself and
 looks at the first byte the client sends without taking it: 0x16 opens a TLS handshake
 record and the connection goes on to TLS (``loop.connect_accepted_socket``, the same
 protocol and SSL context as before); an upper-case ASCII letter starts an HTTP method,
@@ -39,7 +39,6 @@ log = structlog.get_logger(__name__)
 # the handshake, which keeps its own timeout once the first byte came).
 FIRST_BYTE_TIMEOUT_S = 10.0
 HANDSHAKE_TIMEOUT_S = 60.0
-_TLS_HANDSHAKE_RECORD = 0x16
 _HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
 # asyncio's own server waits this long when accept() fails for want of descriptors;
 # after another error, a moment, so that one that repeats cannot spin the loop.
