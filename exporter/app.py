@@ -33,7 +33,7 @@ from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
 from exporter.sysfs import raise_open_files_limit
-from exporter.tlssite import make_site
+from exporter.tlssite import CLIENT_ERROR_LOG_INTERVAL_S, make_site
 from exporter.web import WebSettings, create_app, make_runner
 from exporter.webconfig import LiveWebConfig, WebConfigError
 
@@ -48,8 +48,6 @@ log = structlog.get_logger(__name__)
 # the number of curls, so the kubelet's shared 100 QPS budget stays with the kubelet.
 LOOKUP_RATE_PER_S = 2.0
 LOOKUP_BURST = 5
-# A process out of file descriptors fails every accept(); say so once a minute.
-ACCEPT_ERROR_LOG_INTERVAL_S = 60.0
 
 
 def collector_context(config: Config) -> CollectorContext:
@@ -252,7 +250,7 @@ class _LoopErrors:
     """The event loop's exception handler: one JSON line per error, no traceback, and
     accept() failing for want of file descriptors once per interval, not per attempt."""
 
-    def __init__(self, *, interval_s: float = ACCEPT_ERROR_LOG_INTERVAL_S) -> None:
+    def __init__(self, *, interval_s: float = CLIENT_ERROR_LOG_INTERVAL_S) -> None:
         self._accept = Throttle("accept_failed", interval_s=interval_s)
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -27,10 +27,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from exporter.config import join_host_port
 from exporter.outage import Throttle
 from exporter.web import LINGERING_TIME_S
 
-__all__ = ["BACKLOG", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
+__all__ = ["BACKLOG", "CLIENT_ERROR_LOG_INTERVAL_S", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +46,9 @@ _HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
 _ACCEPT_RETRY_S = 1.0
 _ACCEPT_AGAIN_S = 0.05
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_PLAIN_HTTP_LOG_INTERVAL_S = 60.0
+# At most one line a minute of each kind a client can cause at will: accept() failing
+# (app.py's loop handler logs asyncio's own the same), plain HTTP on the HTTPS port.
+CLIENT_ERROR_LOG_INTERVAL_S = 60.0
 _DRAIN_BYTES = 64 * 1024
 
 
@@ -103,8 +106,7 @@ class TlsSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        host = self._host or "0.0.0.0"
-        return f"https://[{host}]:{self._port}" if ":" in host else f"https://{host}:{self._port}"
+        return f"https://{join_host_port(self._host or '0.0.0.0', self._port)}"
 
     async def start(self) -> None:
         await super().start()
@@ -174,7 +176,7 @@ class _Handover:
         self._ssl_context = ssl_context
         self._first_byte_timeout_s = first_byte_timeout_s
         self._plain_http = Throttle(
-            "http_request_on_https_port", interval_s=_PLAIN_HTTP_LOG_INTERVAL_S
+            "http_request_on_https_port", interval_s=CLIENT_ERROR_LOG_INTERVAL_S
         )
 
     async def __call__(self, conn: socket.socket) -> None:
@@ -259,8 +261,7 @@ def _peer(conn: socket.socket) -> str:
         address: Any = conn.getpeername()
     except OSError:
         return ""
-    host, port = address[0], address[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return join_host_port(address[0], address[1])
 
 
 class _Listeners(asyncio.AbstractServer):
@@ -275,7 +276,7 @@ class _Listeners(asyncio.AbstractServer):
         self._loop = loop
         self._sockets = list(sockets)
         self._handover = handover
-        self._accept_failed = Throttle("accept_failed", interval_s=60.0)
+        self._accept_failed = Throttle("accept_failed", interval_s=CLIENT_ERROR_LOG_INTERVAL_S)
         self._connections: set[asyncio.Task[None]] = set()
         self._accepting = [loop.create_task(self._accept_forever(s)) for s in self._sockets]
 
