@@ -187,6 +187,10 @@ def _refuse_overlapping_listens(addresses: Sequence[tuple[str, int]]) -> None:
             )
 
 
+# --demo shows per-process attribution, off by default elsewhere, unless told not to.
+_DEMO_ALSO = "gpu_processes"
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default is None or isinstance(action.default, bool):
@@ -333,10 +337,13 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     for registration in registrations():
         state = "on" if registration.enabled_by_default else "off"
+        demo_too = registration.name == _DEMO_ALSO
         add(
             f"--collector.{registration.name}",
-            help=f"collector: {registration.help} ({state} by default)",
-            default=registration.enabled_by_default,
+            help=f"collector: {registration.help} ({state} by default"
+            + (", on with --demo)" if demo_too else ")"),
+            # None: neither the flag nor its variable said; --demo then decides.
+            default=None if demo_too else registration.enabled_by_default,
             action=argparse.BooleanOptionalAction,
             dest=f"collector_{registration.name}",
         )
@@ -466,7 +473,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         procfs=Path(args.procfs),
         kubelet_plugins=Path(args.kubelet_plugins),
         cdi=tuple(Path(p) for p in args.cdi.split(":") if p),
-        collectors=_collectors(args, argv, environ),
+        collectors=_collectors(args),
         node_name=args.node_name,
         log_level=args.log_level,
         log_format=args.log_format,
@@ -475,22 +482,17 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     )
 
 
-# --demo shows per-process attribution, off by default elsewhere, unless told not to.
-_DEMO_ALSO = "gpu_processes"
-
-
-def _collectors(
-    args: argparse.Namespace, argv: Sequence[str], environ: Mapping[str, str]
-) -> tuple[str, ...]:
-    """The collectors the flags enable; with --demo also gpu_processes, where neither
-    its flag nor its environment variable says otherwise."""
-    flag = f"--collector.{_DEMO_ALSO}"
-    told = env_name(flag) in environ or any(token in (flag, f"--no-{flag[2:]}") for token in argv)
-    return tuple(
-        r.name
-        for r in registrations()
-        if getattr(args, f"collector_{r.name}") or (args.demo and r.name == _DEMO_ALSO and not told)
-    )
+def _collectors(args: argparse.Namespace) -> tuple[str, ...]:
+    """The collectors the flags enable; gpu_processes also with --demo, where neither
+    its flag nor its variable says otherwise."""
+    enabled = []
+    for registration in registrations():
+        on = getattr(args, f"collector_{registration.name}")
+        if on is None:  # only _DEMO_ALSO's default is None
+            on = args.demo
+        if on:
+            enabled.append(registration.name)
+    return tuple(enabled)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
