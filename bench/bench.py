@@ -786,7 +786,7 @@ async def _large_reply_run(root: Path, *, max_message_bytes: int) -> tuple[int, 
         await asyncio.sleep(2)
         return peak, status_kib("VmRSS", status), took, scrape
     finally:
-        process.send_signal(signal.SIGTERM)
+        os.kill(process.pid, signal.SIGTERM)  # not send_signal: its poll() can reap first
         await process.wait()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,5 +27,6 @@ async def running(sim_node: SimulatedNode, tmp_path: Path) -> AsyncIterator[Call
     yield start
     for exporter in started:
         if exporter.process.returncode is None:
-            exporter.process.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                exporter.signal(signal.SIGKILL)
             await exporter.process.wait()

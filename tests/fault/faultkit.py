@@ -108,7 +108,12 @@ class ExporterProcess:
             raise AssertionError(f"exporter still running after {within_s:g} s") from None
 
     def signal(self, signum: int) -> None:
-        self.process.send_signal(signum)
+        """Send ``signum``; ProcessLookupError once the process is gone.
+
+        Not ``Process.send_signal``: it goes through ``Popen.poll()``, whose
+        ``waitpid(WNOHANG)`` can reap a child that has just exited before asyncio's child
+        watcher does, and the watcher then reports 255 for an exit that was 0."""
+        os.kill(self.pid, signum)
 
 
 def _flags(node: SimulatedNode | None) -> Sequence[str]:
