@@ -247,9 +247,11 @@ def _client_certificate_refusal(request: web.Request, tls: TlsSettings) -> web.R
     transport = request.transport
     peer = transport.get_extra_info("peercert") if transport is not None else None
     if not peer:
-        # No certificate cannot beat a wrong one: with SANs listed, one is required.
+        # No certificate cannot beat a wrong one: with SANs listed, one is required. 403,
+        # not 401: a 401 must name an HTTP scheme (RFC 9110 15.5.2), and none brings a
+        # TLS certificate; a client that got one would retry its headers in vain.
         if tls.client_cert_required or tls.client_allowed_sans is not None:
-            return _refusal(401, "a client certificate is required")
+            return _refusal(403, "a client certificate is required")
         return None
     if tls.client_allowed_sans is None:
         return None

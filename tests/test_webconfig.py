@@ -405,17 +405,19 @@ class TestServedTls:
         )  # fmt: skip
         async with served(_live(folder, text)) as server:
             assert 200 == (await _get(server.url("/metrics"), _client(pki, client="prometheus")))[0]
-            assert 401 == (await _get(server.url("/metrics"), _client(pki)))[0]
+            assert 403 == (await _get(server.url("/metrics"), _client(pki)))[0]
 
     async def test_require_and_verify_client_cert(self, folder: Path, pki: Pki) -> None:
-        """RequireAndVerifyClientCert: a CA-signed client passes, no certificate is 401 except
-        on the probes, a certificate from another CA fails the handshake."""
+        """RequireAndVerifyClientCert: a CA-signed client passes, no certificate is 403 except
+        on the probes (not 401: no WWW-Authenticate scheme brings a certificate), a
+        certificate from another CA fails the handshake."""
         text = f"{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
         async with served(_live(folder, text)) as server:
             good = _client(pki, client="prometheus")
             assert 200 == (await _get(server.url("/metrics"), good))[0]
-            assert 401 == (await _get(server.url("/metrics"), _client(pki)))[0]
-            assert 401 == (await _get(server.url("/debug/allocations"), _client(pki)))[0]
+            for path in ("/metrics", "/debug/allocations"):
+                status, headers = await _get(server.url(path), _client(pki))
+                assert (403, None) == (status, headers.get("WWW-Authenticate"))
             for probe in ("/healthz", "/readyz"):
                 assert 200 == (await _get(server.url(probe), _client(pki)))[0]
             with pytest.raises(aiohttp.ClientError):
@@ -455,8 +457,8 @@ class TestServedTls:
             metrics = server.url("/metrics")
             assert 200 == (await _get(metrics, _client(pki, client="prometheus")))[0]
             assert 403 == (await _get(metrics, _client(pki, client="intruder")))[0]
-            assert 401 == (await _get(metrics, _client(pki)))[0]
-            assert 401 == (await _get(server.url("/debug/allocations"), _client(pki)))[0]
+            assert 403 == (await _get(metrics, _client(pki)))[0]
+            assert 403 == (await _get(server.url("/debug/allocations"), _client(pki)))[0]
             for probe in ("/healthz", "/readyz"):
                 assert 200 == (await _get(server.url(probe), _client(pki)))[0]
 
