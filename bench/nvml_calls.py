@@ -54,6 +54,7 @@ def _calls(
         "clocks_event_reasons": lambda: source.clocks_event_reasons(handle),
         "ecc_errors corrected": lambda: source.ecc_errors(handle, "corrected"),
         "ecc_errors uncorrected": lambda: source.ecc_errors(handle, "uncorrected"),
+        "remapped_rows": lambda: source.remapped_rows(handle),
         "compute_processes": lambda: source.compute_processes(handle),
         "graphics_processes": lambda: source.graphics_processes(handle),
         "mps_processes": lambda: source.mps_processes(handle),

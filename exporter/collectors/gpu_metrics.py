@@ -16,6 +16,9 @@ __all__ = [
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
     "GPU_POWER",
+    "GPU_REMAPPED_ROWS",
+    "GPU_ROW_REMAP_FAILED",
+    "GPU_ROW_REMAP_PENDING",
     "GPU_SM_CLOCK",
     "GPU_TEMPERATURE",
     "GPU_UTILIZATION",
@@ -64,6 +67,28 @@ GPU_ECC_ERRORS = MetricSpec(
     MetricKind.COUNTER,
     "GPU memory ECC errors since the driver loaded, by type (corrected, uncorrected).",
     labels=("type",),
+)
+# Row remapping (NVIDIA Ampere and later): a row of GPU memory that gave errors is
+# replaced by a spare one at the next GPU reset. NVIDIA's memory error management guide
+# sets the failure flag when an uncorrectable error's row cannot be remapped (its bank
+# already has 8 such rows, or the row was remapped before, or after 512 in all).
+GPU_REMAPPED_ROWS = MetricSpec(
+    "podresources_gpu_remapped_rows",
+    MetricKind.GAUGE,
+    "GPU memory rows remapped to spare rows over the GPU's life, by the errors that "
+    "caused it (cause: correctable, uncorrectable), as recorded in its InfoROM.",
+    labels=("cause",),
+)
+GPU_ROW_REMAP_PENDING = MetricSpec(
+    "podresources_gpu_row_remap_pending",
+    MetricKind.GAUGE,
+    "1 while a row remapping waits for a GPU reset to take effect, else 0.",
+)
+GPU_ROW_REMAP_FAILED = MetricSpec(
+    "podresources_gpu_row_remap_failed",
+    MetricKind.GAUGE,
+    "1 once a row remapping has failed on the GPU, else 0 (NVIDIA's RMA criterion, when "
+    "its field diagnostic confirms it).",
 )
 GPU_DRIVER_INFO = MetricSpec(
     "podresources_gpu_driver_info",

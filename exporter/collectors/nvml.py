@@ -60,6 +60,9 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
+    GPU_REMAPPED_ROWS,
+    GPU_ROW_REMAP_FAILED,
+    GPU_ROW_REMAP_PENDING,
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
@@ -88,6 +91,7 @@ __all__ = [
     "NvmlMemory",
     "NvmlProcess",
     "NvmlProcessSample",
+    "NvmlRemappedRows",
     "NvmlSession",
     "NvmlSource",
     "PynvmlSource",
@@ -157,6 +161,16 @@ class NvmlGpuInstancePlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlRemappedRows:
+    """nvmlDeviceGetRemappedRows: rows remapped for each kind of error, and the flags."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool  # a remapping waits for a GPU reset
+    failed: bool  # a remapping has ever failed
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlProcess:
     """A running process as NVML lists it; memory None where NVML cannot say."""
 
@@ -205,6 +219,8 @@ class NvmlSource(Protocol):
     def sm_clock_mhz(self, handle: NvmlHandle) -> int: ...
     def clocks_event_reasons(self, handle: NvmlHandle) -> int: ...  # nvml.h's bit mask
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int: ...  # volatile
+    # NOT_SUPPORTED before Ampere and on a MIG-enabled GPU with active instances.
+    def remapped_rows(self, handle: NvmlHandle) -> NvmlRemappedRows: ...
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     # Clients of an MPS server (its own process is among the compute processes).
@@ -436,6 +452,17 @@ class PynvmlSource(NvmlSource):
             )
         )
 
+    def remapped_rows(self, handle: NvmlHandle) -> NvmlRemappedRows:
+        try:
+            found = self._call(self._pynvml.nvmlDeviceGetRemappedRows, handle)
+        except NvmlError as error:
+            if error.error_name == FUNCTION_NOT_FOUND:
+                # A driver before R450 (before Ampere): no GPU it drives has spare rows.
+                raise NvmlError(NOT_SUPPORTED) from error
+            raise
+        correctable, uncorrectable, pending, failed = found
+        return NvmlRemappedRows(int(correctable), int(uncorrectable), bool(pending), bool(failed))
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
 
@@ -573,6 +600,16 @@ def _ecc_uncorrected(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ..
     return (Sample(GPU_ECC_ERRORS, count, ("uncorrected",)),)
 
 
+def _remapped_rows(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    rows = source.remapped_rows(handle)
+    return (
+        Sample(GPU_REMAPPED_ROWS, float(rows.correctable), ("correctable",)),
+        Sample(GPU_REMAPPED_ROWS, float(rows.uncorrectable), ("uncorrectable",)),
+        Sample(GPU_ROW_REMAP_PENDING, 1.0 if rows.pending else 0.0),
+        Sample(GPU_ROW_REMAP_FAILED, 1.0 if rows.failed else 0.0),
+    )
+
+
 # The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.
 _FIGURES: tuple[_Figure, ...] = (
     _utilization,
@@ -584,6 +621,7 @@ _FIGURES: tuple[_Figure, ...] = (
     _clocks_throttled,
     _ecc_corrected,
     _ecc_uncorrected,
+    _remapped_rows,
 )
 
 

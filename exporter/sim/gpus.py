@@ -13,9 +13,10 @@ fixed clock gives a fixed exposition:
 - temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle;
   clocks are held at the power cap from 90 % utilization, and idle below 1 %.
 
-Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization,
-and its MIG devices answer only identity, memory and their process lists. GPU instances
-give their placement, as NVML does to a privileged caller.
+Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization and
+its remapped rows (nvml.h: not with active instances), and its MIG devices answer only
+identity, memory and their process lists. GPU instances give their placement, as NVML
+does to a privileged caller. Memory is healthy: no ECC error, no remapped row.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -37,6 +38,7 @@ from exporter.collectors.nvml import (
     NvmlMemory,
     NvmlProcess,
     NvmlProcessSample,
+    NvmlRemappedRows,
     NvmlSource,
 )
 from exporter.sim.hardware import SimGpu, SimHardware, SimMigDevice
@@ -212,6 +214,12 @@ class SimulatedNvmlSource(NvmlSource):
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int:
         _whole(handle)
         return 0
+
+    def remapped_rows(self, handle: NvmlHandle) -> NvmlRemappedRows:
+        gpu = _whole(handle)
+        if gpu.mig_devices:
+            raise NvmlError("NOT_SUPPORTED")  # nvml.h: not with active MIG instances
+        return NvmlRemappedRows(correctable=0, uncorrectable=0, pending=False, failed=False)
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)

@@ -44,9 +44,14 @@
  *                            nvmlDeviceGetCurrentClocksThrottleReasons (the other answers
  *                            FUNCTION_NOT_FOUND)
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
+ *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
+ *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
+ *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
+ *                            with active instances
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
- *                            power energy temperature clock clocks_event ecc gi ci; on a GPU also
+ *                            power energy temperature clock clocks_event ecc remap gi ci;
+ *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
  *   mig_off_flag PATH        the GPU's MIG mode reads off while PATH exists (as after
@@ -176,12 +181,14 @@ typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
 enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
-    F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_COUNT
+    F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
+    F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
+    "remap",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -246,6 +253,7 @@ typedef struct fake_dev {
     unsigned int temperature, sm_clock;
     unsigned long long clocks_event;
     unsigned long long ecc_corrected, ecc_uncorrected;
+    unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failure;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -397,6 +405,10 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u", &current->sm_clock) == 1;
         } else if (strcmp(key, "clocks_event") == 0) {
             ok = sscanf(rest, "%lli", &current->clocks_event) == 1;
+        } else if (strcmp(key, "remap") == 0) {
+            ok = sscanf(rest, "%u %u %u %u", &current->remap_correctable,
+                        &current->remap_uncorrectable, &current->remap_pending,
+                        &current->remap_failure) == 4;
         } else if (strcmp(key, "ecc") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->ecc_corrected,
                         &current->ecc_uncorrected) == 2;
@@ -897,6 +909,23 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
     unsigned long long volatile_count = error_type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
     /* A distinct aggregate figure, so a test notices the wrong counter type. */
     *count = counter_type == 0 ? volatile_count : volatile_count * 10 + 7;
+    return NVML_SUCCESS;
+}
+
+/* Rows remapped (recorded in the InfoROM), by the kind of error that caused them, and
+ * the two flags; nvml.h: "On MIG-enabled GPUs with active instances, querying the
+ * number of remapped rows is not supported". */
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                       unsigned int *uncRows, unsigned int *isPending,
+                                       unsigned int *failureOccurred) {
+    ENTER(device, F_REMAP);
+    if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->parent == NULL && mig_on(d)) return NVML_ERROR_NOT_SUPPORTED;
+    *corrRows = d->remap_correctable;
+    *uncRows = d->remap_uncorrectable;
+    *isPending = d->remap_pending;
+    *failureOccurred = d->remap_failure;
     return NVML_SUCCESS;
 }
 

@@ -48,6 +48,7 @@ MIG_UNSUPPORTED = (
     "temperature",
     "clock",
     "clocks_event",
+    "remap",
     "ecc",
     "proc_util",
 )
@@ -120,6 +121,8 @@ class FakeGpu:
     sm_clock_mhz: int = 1755
     clocks_event: int = 0x4  # nvmlClocksEventReasonSwPowerCap: at its power limit
     ecc: tuple[int, int] = (3, 1)  # corrected, uncorrected (volatile)
+    # Rows remapped for correctable and uncorrectable errors, a remap pending, one failed.
+    remap: tuple[int, int, int, int] = (2, 5, 1, 0)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -176,6 +179,7 @@ def render_config(
             f"sm_clock {gpu.sm_clock_mhz}",
             f"clocks_event {gpu.clocks_event:#x}",
             f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
+            "remap " + " ".join(str(part) for part in gpu.remap),
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),

@@ -40,6 +40,9 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
+    GPU_REMAPPED_ROWS,
+    GPU_ROW_REMAP_FAILED,
+    GPU_ROW_REMAP_PENDING,
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
@@ -106,6 +109,16 @@ def throttled(mask: int) -> tuple[Sample, ...]:
     )
 
 
+def remapped(correctable: int, uncorrectable: int, pending: int, failed: int) -> tuple[Sample, ...]:
+    """The row-remapping samples of nvmlDeviceGetRemappedRows' four answers."""
+    return (
+        Sample(GPU_REMAPPED_ROWS, float(correctable), ("correctable",)),
+        Sample(GPU_REMAPPED_ROWS, float(uncorrectable), ("uncorrectable",)),
+        Sample(GPU_ROW_REMAP_PENDING, float(pending)),
+        Sample(GPU_ROW_REMAP_FAILED, float(failed)),
+    )
+
+
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
     """What the collector makes of a fake GPU's figures, less the ``without`` ones."""
     by_figure = {
@@ -123,6 +136,7 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[0]), ("corrected",)),
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[1]), ("uncorrected",)),
         ),
+        "remap": remapped(*gpu.remap),
         # Counted from events, not read: none raised unless a test raises one.
         "xid": NO_XIDS,
     }
@@ -239,6 +253,10 @@ class TestWholeGpus:
             *throttled(0x4),  # held at its power limit: sw_power_cap 1, the others 0
             Sample(GPU_ECC_ERRORS, 3.0, ("corrected",)),  # volatile, not aggregate
             Sample(GPU_ECC_ERRORS, 1.0, ("uncorrected",)),
+            Sample(GPU_REMAPPED_ROWS, 2.0, ("correctable",)),  # over the GPU's life
+            Sample(GPU_REMAPPED_ROWS, 5.0, ("uncorrectable",)),
+            Sample(GPU_ROW_REMAP_PENDING, 1.0),  # waits for a GPU reset
+            Sample(GPU_ROW_REMAP_FAILED, 0.0),
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
@@ -269,6 +287,31 @@ class TestWholeGpus:
             if s.spec is GPU_CLOCKS_THROTTLED and s.value
         ]
         assert 6 == sum(1 for s in gpu.samples if s.spec is GPU_CLOCKS_THROTTLED)
+
+    def test_row_remapping_answers_each_in_its_series(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A failed remapping and no pending one (the default GPU has the opposite): each
+        of nvmlDeviceGetRemappedRows' four answers lands in its own series."""
+        fake_nvml.configure(replace(GPU_A, remap=(7, 3, 0, 1)))
+        (gpu,) = collector.collect().devices
+        assert remapped(7, 3, 0, 1) == tuple(
+            s
+            for s in gpu.samples
+            if s.spec in (GPU_REMAPPED_ROWS, GPU_ROW_REMAP_PENDING, GPU_ROW_REMAP_FAILED)
+        )
+
+    @pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND])
+    def test_no_row_remapper_is_no_series_and_no_error(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int
+    ) -> None:
+        """A GPU before Ampere answers NOT_SUPPORTED, a driver before R450 has no such
+        call (FUNCTION_NOT_FOUND): neither is a fault, so no series and no issue."""
+        gpu = replace(GPU_A, fail=(("remap", code),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("remap",)))
+        assert ((expected,), ()) == (readings.devices, readings.issues)
 
     def test_a_driver_before_r535_answers_by_the_old_name(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -355,7 +398,8 @@ class TestMig:
         expected = Readings(
             node_samples=DRIVER,
             devices=(
-                gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util",))),
+                # nvml.h: no remapped rows "on MIG-enabled GPUs with active instances".
+                gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util", "remap"))),
                 mig_reading(MIG_GPU, mig_1, pci, answers_for_instance=True),
                 mig_reading(MIG_GPU, mig_3, pci, answers_for_instance=True),
                 mig_reading(MIG_GPU, mig_2, pci, answers_for_instance=False),
@@ -425,7 +469,7 @@ class TestMigPlacement:
         second = collector.collect()
 
         devices = (
-            gpu_reading(gpu, pci, samples(gpu, without=("util",))),
+            gpu_reading(gpu, pci, samples(gpu, without=("util", "remap"))),
             mig_reading(gpu, mig_1, pci, answers_for_instance=True, placed=False),
             mig_reading(gpu, mig_3, pci, answers_for_instance=True, placed=False),
             mig_reading(gpu, mig_2, pci, answers_for_instance=False, placed=False),
@@ -489,7 +533,7 @@ class TestMigParentPrivileges:
         after_restart = collector.collect()
 
         devices = (
-            gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util", "memory"))),
+            gpu_reading(MIG_GPU, pci, samples(MIG_GPU, without=("util", "memory", "remap"))),
             mig_reading(MIG_GPU, mig_1, pci, answers_for_instance=True, placed=False),
             mig_reading(MIG_GPU, mig_3, pci, answers_for_instance=True, placed=False),
             mig_reading(MIG_GPU, mig_2, pci, answers_for_instance=False, placed=False),

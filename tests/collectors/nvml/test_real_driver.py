@@ -80,6 +80,10 @@ class SmiGpu:
     driver_version: str
 
 
+# Boards whose memory has spare rows (NVIDIA GPU memory error management, Table 1).
+_ROW_REMAPPER = re.compile(r"\b(A100|A800|A30|H100|H200|H800|H20|B100|B200|GB200)\b")
+
+
 def _smi_gpus() -> list[SmiGpu]:
     gpus = []
     for line in (_SMI_TABLE or "").splitlines():
@@ -241,6 +245,19 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             }
             assert 6 == len(throttled), sorted(throttled)
             assert set(throttled.values()) <= {0.0, 1.0}
+            # Row remapping: the data-centre GPUs since Ampere have it (not with MIG on).
+            remap = {
+                name: value
+                for name, value in figures.items()
+                if name.startswith(("podresources_gpu_remapped_rows", "podresources_gpu_row_remap"))
+            }
+            if _ROW_REMAPPER.search(expected.name) and not expected.mig_enabled:
+                assert 4 == len(remap), sorted(figures)
+            if remap:
+                assert 4 == len(remap), sorted(remap)
+                assert all(v >= 0 and v == int(v) for v in remap.values()), remap
+                assert remap["podresources_gpu_row_remap_pending"] in (0.0, 1.0)
+                assert remap["podresources_gpu_row_remap_failed"] in (0.0, 1.0)
 
 
 def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:

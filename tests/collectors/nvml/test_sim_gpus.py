@@ -19,6 +19,9 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
+    GPU_REMAPPED_ROWS,
+    GPU_ROW_REMAP_FAILED,
+    GPU_ROW_REMAP_PENDING,
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
@@ -36,6 +39,12 @@ MODEL = "NVIDIA H100 80GB HBM3"
 NO_ECC_ERRORS = (
     Sample(GPU_ECC_ERRORS, 0.0, ("corrected",)),
     Sample(GPU_ECC_ERRORS, 0.0, ("uncorrected",)),
+)
+NO_REMAPPED_ROWS = (
+    Sample(GPU_REMAPPED_ROWS, 0.0, ("correctable",)),
+    Sample(GPU_REMAPPED_ROWS, 0.0, ("uncorrectable",)),
+    Sample(GPU_ROW_REMAP_PENDING, 0.0),
+    Sample(GPU_ROW_REMAP_FAILED, 0.0),
 )
 THROTTLE_REASONS = (
     "sw_power_cap",
@@ -108,6 +117,7 @@ class TestWholeGpus:
                 Sample(GPU_SM_CLOCK, 1.98e9),
                 *NOT_THROTTLED,  # 85 %: below the power cap's 90 %
                 *NO_ECC_ERRORS,
+                *NO_REMAPPED_ROWS,
                 *NO_XID_ERRORS,
             ),
             standalone=True,
@@ -142,6 +152,7 @@ class TestWholeGpus:
             Sample(GPU_SM_CLOCK, 345e6),
             *NOT_THROTTLED,  # idle is no slowdown
             *NO_ECC_ERRORS,
+            *NO_REMAPPED_ROWS,
             *NO_XID_ERRORS,
         )
         assert expected == device(readings, GPU_1.uuid).samples
