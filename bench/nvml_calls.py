@@ -55,12 +55,21 @@ def _calls(
         "ecc_errors corrected": lambda: source.ecc_errors(handle, "corrected"),
         "ecc_errors uncorrected": lambda: source.ecc_errors(handle, "uncorrected"),
         "remapped_rows": lambda: source.remapped_rows(handle),
+        "retired_pages": lambda: source.retired_pages(handle),
         "compute_processes": lambda: source.compute_processes(handle),
         "graphics_processes": lambda: source.graphics_processes(handle),
         "mps_processes": lambda: source.mps_processes(handle),
         "process_utilization": lambda: source.process_utilization(handle, 0),
         **xids,
     }
+
+
+def _answer(call: Callable[[], object]) -> object:
+    """The call's answer, or its NVML error's name."""
+    try:
+        return call()
+    except NvmlError as error:
+        return f"NVML {error.error_name}"
 
 
 def main(argv: list[str]) -> int:
@@ -83,15 +92,11 @@ def main(argv: list[str]) -> int:
         events = None
     try:
         for name, call in _calls(source, args.gpu, events).items():
-            try:
-                answer = call()
-            except NvmlError as error:
-                print(f"{name:24s} NVML {error.error_name}")
-                continue
+            answer = _answer(call)
             walls, cpus = [], []
             for _ in range(args.runs):
                 wall, cpu = time.perf_counter(), time.thread_time()
-                call()
+                _answer(call)  # an error is timed too: the collector pays it each poll
                 cpus.append(time.thread_time() - cpu)
                 walls.append(time.perf_counter() - wall)
             wall_us, cpu_us = statistics.median(walls) * 1e6, statistics.median(cpus) * 1e6

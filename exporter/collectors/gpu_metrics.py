@@ -17,6 +17,8 @@ __all__ = [
     "GPU_MEMORY_USED",
     "GPU_POWER",
     "GPU_REMAPPED_ROWS",
+    "GPU_RETIRED_PAGES",
+    "GPU_RETIRED_PAGES_PENDING",
     "GPU_ROW_REMAP_FAILED",
     "GPU_ROW_REMAP_PENDING",
     "GPU_SM_CLOCK",
@@ -89,6 +91,24 @@ GPU_ROW_REMAP_FAILED = MetricSpec(
     MetricKind.GAUGE,
     "1 once a row remapping has failed on the GPU, else 0 (NVIDIA's RMA criterion, when "
     "its field diagnostic confirms it).",
+)
+# Page retirement, the row remapping of GPUs before Ampere (NVIDIA's dynamic page
+# retirement guide): a page that gave a double-bit or two single-bit ECC errors is
+# retired, and set aside when the GPU is next attached.
+GPU_RETIRED_PAGES = MetricSpec(
+    "podresources_gpu_retired_pages",
+    MetricKind.GAUGE,
+    "GPU memory pages retired over the GPU's life, by the errors that caused it (cause: "
+    "multiple_single_bit_ecc, double_bit_ecc), as recorded in its InfoROM; GPUs before "
+    "Ampere.",
+    labels=("cause",),
+)
+GPU_RETIRED_PAGES_PENDING = MetricSpec(
+    "podresources_gpu_retired_pages_pending",
+    MetricKind.GAUGE,
+    "1 while retired pages wait to be set aside at the GPU's next attach (a driver reload, "
+    "GPU reset or reboot), else 0; after a double-bit error no new CUDA context starts on "
+    "the GPU until then.",
 )
 GPU_DRIVER_INFO = MetricSpec(
     "podresources_gpu_driver_info",

@@ -61,6 +61,8 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_USED,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
+    GPU_RETIRED_PAGES,
+    GPU_RETIRED_PAGES_PENDING,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
     GPU_SM_CLOCK,
@@ -92,6 +94,7 @@ __all__ = [
     "NvmlProcess",
     "NvmlProcessSample",
     "NvmlRemappedRows",
+    "NvmlRetiredPages",
     "NvmlSession",
     "NvmlSource",
     "PynvmlSource",
@@ -171,6 +174,15 @@ class NvmlRemappedRows:
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlRetiredPages:
+    """Pages retired for each kind of ECC error, and whether some wait to be set aside."""
+
+    multiple_single_bit_ecc: int
+    double_bit_ecc: int
+    pending: bool
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlProcess:
     """A running process as NVML lists it; memory None where NVML cannot say."""
 
@@ -221,6 +233,8 @@ class NvmlSource(Protocol):
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int: ...  # volatile
     # NOT_SUPPORTED before Ampere and on a MIG-enabled GPU with active instances.
     def remapped_rows(self, handle: NvmlHandle) -> NvmlRemappedRows: ...
+    # NOT_SUPPORTED where the GPU remaps rows instead (Ampere and later).
+    def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages: ...
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     # Clients of an MPS server (its own process is among the compute processes).
@@ -463,6 +477,22 @@ class PynvmlSource(NvmlSource):
         correctable, uncorrectable, pending, failed = found
         return NvmlRemappedRows(int(correctable), int(uncorrectable), bool(pending), bool(failed))
 
+    def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages:
+        pynvml = self._pynvml
+        # pynvml asks the count, then the addresses (a few dozen at most): only counted.
+        single = self._call(
+            pynvml.nvmlDeviceGetRetiredPages,
+            handle,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        )
+        double = self._call(
+            pynvml.nvmlDeviceGetRetiredPages,
+            handle,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+        )
+        pending = self._call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+        return NvmlRetiredPages(len(single), len(double), bool(pending))
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
 
@@ -610,6 +640,17 @@ def _remapped_rows(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]
     )
 
 
+def _retired_pages(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    pages = source.retired_pages(handle)
+    return (
+        Sample(
+            GPU_RETIRED_PAGES, float(pages.multiple_single_bit_ecc), ("multiple_single_bit_ecc",)
+        ),
+        Sample(GPU_RETIRED_PAGES, float(pages.double_bit_ecc), ("double_bit_ecc",)),
+        Sample(GPU_RETIRED_PAGES_PENDING, 1.0 if pages.pending else 0.0),
+    )
+
+
 # The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.
 _FIGURES: tuple[_Figure, ...] = (
     _utilization,
@@ -622,6 +663,7 @@ _FIGURES: tuple[_Figure, ...] = (
     _ecc_corrected,
     _ecc_uncorrected,
     _remapped_rows,
+    _retired_pages,
 )
 
 

@@ -39,6 +39,7 @@ from exporter.collectors.nvml import (
     NvmlProcess,
     NvmlProcessSample,
     NvmlRemappedRows,
+    NvmlRetiredPages,
     NvmlSource,
 )
 from exporter.sim.hardware import SimGpu, SimHardware, SimMigDevice
@@ -220,6 +221,10 @@ class SimulatedNvmlSource(NvmlSource):
         if gpu.mig_devices:
             raise NvmlError("NOT_SUPPORTED")  # nvml.h: not with active MIG instances
         return NvmlRemappedRows(correctable=0, uncorrectable=0, pending=False, failed=False)
+
+    def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages:
+        _whole(handle)
+        raise NvmlError("NOT_SUPPORTED")  # H100s remap rows instead
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)

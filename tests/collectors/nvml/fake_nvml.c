@@ -48,9 +48,14 @@
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
  *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
  *                            with active instances
+ *   retired SBE_PAGES DBE_PAGES PENDING
+ *                            page retirement (GPUs before Ampere): pages retired for
+ *                            multiple single-bit and for double-bit ECC errors, and the
+ *                            pending status; without it NOT_SUPPORTED, as on later GPUs
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
- *                            power energy temperature clock clocks_event ecc remap gi ci;
+ *                            power energy temperature clock clocks_event ecc remap retired
+ *                            gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -182,13 +187,13 @@ enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
-    F_COUNT
+    F_RETIRED, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
-    "remap",
+    "remap", "retired",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -254,6 +259,8 @@ typedef struct fake_dev {
     unsigned long long clocks_event;
     unsigned long long ecc_corrected, ecc_uncorrected;
     unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failure;
+    int retired_known; /* a "retired" line was given: the GPU retires pages */
+    unsigned int retired_sbe, retired_dbe, retired_pending;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -409,6 +416,10 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u %u %u %u", &current->remap_correctable,
                         &current->remap_uncorrectable, &current->remap_pending,
                         &current->remap_failure) == 4;
+        } else if (strcmp(key, "retired") == 0) {
+            ok = sscanf(rest, "%u %u %u", &current->retired_sbe, &current->retired_dbe,
+                        &current->retired_pending) == 3;
+            current->retired_known = ok;
         } else if (strcmp(key, "ecc") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->ecc_corrected,
                         &current->ecc_uncorrected) == 2;
@@ -926,6 +937,32 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     *uncRows = d->remap_uncorrectable;
     *isPending = d->remap_pending;
     *failureOccurred = d->remap_failure;
+    return NVML_SUCCESS;
+}
+
+/* Retired pages of one cause (0: multiple single-bit, 1: double-bit ECC errors); a
+ * count of 0 asks the size, and too small a count answers INSUFFICIENT_SIZE with the
+ * size needed (nvml.h). The addresses are made up, one page apart. */
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int *pageCount,
+                                       unsigned long long *addresses) {
+    ENTER(device, F_RETIRED);
+    if (pageCount == NULL || cause < 0 || cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->retired_known) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int found = cause == 0 ? d->retired_sbe : d->retired_dbe;
+    if (*pageCount < found || (found > 0 && addresses == NULL)) {
+        *pageCount = found;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < found; i++) addresses[i] = 0x10000ULL * (i + 1);
+    *pageCount = found;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *isPending) {
+    ENTER(device, F_RETIRED);
+    if (isPending == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->retired_known) return NVML_ERROR_NOT_SUPPORTED;
+    *isPending = d->retired_pending != 0; /* nvmlEnableState_t */
     return NVML_SUCCESS;
 }
 

@@ -49,6 +49,7 @@ MIG_UNSUPPORTED = (
     "clock",
     "clocks_event",
     "remap",
+    "retired",
     "ecc",
     "proc_util",
 )
@@ -123,6 +124,9 @@ class FakeGpu:
     ecc: tuple[int, int] = (3, 1)  # corrected, uncorrected (volatile)
     # Rows remapped for correctable and uncorrectable errors, a remap pending, one failed.
     remap: tuple[int, int, int, int] = (2, 5, 1, 0)
+    # A GPU before Ampere retires pages instead: for multiple single-bit and for
+    # double-bit ECC errors, and whether some wait; None: NOT_SUPPORTED, as later GPUs.
+    retired: tuple[int, int, int] | None = None
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -180,6 +184,7 @@ def render_config(
             f"clocks_event {gpu.clocks_event:#x}",
             f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
             "remap " + " ".join(str(part) for part in gpu.remap),
+            *(() if gpu.retired is None else ("retired " + " ".join(map(str, gpu.retired)),)),
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),

@@ -41,6 +41,8 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_USED,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
+    GPU_RETIRED_PAGES,
+    GPU_RETIRED_PAGES_PENDING,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
     GPU_SM_CLOCK,
@@ -119,6 +121,15 @@ def remapped(correctable: int, uncorrectable: int, pending: int, failed: int) ->
     )
 
 
+def retired(single_bit: int, double_bit: int, pending: int) -> tuple[Sample, ...]:
+    """The page retirement samples of a GPU that retires pages."""
+    return (
+        Sample(GPU_RETIRED_PAGES, float(single_bit), ("multiple_single_bit_ecc",)),
+        Sample(GPU_RETIRED_PAGES, float(double_bit), ("double_bit_ecc",)),
+        Sample(GPU_RETIRED_PAGES_PENDING, float(pending)),
+    )
+
+
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
     """What the collector makes of a fake GPU's figures, less the ``without`` ones."""
     by_figure = {
@@ -137,6 +148,7 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
             Sample(GPU_ECC_ERRORS, float(gpu.ecc[1]), ("uncorrected",)),
         ),
         "remap": remapped(*gpu.remap),
+        "retired": () if gpu.retired is None else retired(*gpu.retired),
         # Counted from events, not read: none raised unless a test raises one.
         "xid": NO_XIDS,
     }
@@ -300,6 +312,23 @@ class TestWholeGpus:
             for s in gpu.samples
             if s.spec in (GPU_REMAPPED_ROWS, GPU_ROW_REMAP_PENDING, GPU_ROW_REMAP_FAILED)
         )
+
+    @pytest.mark.parametrize("pages", [(3, 1, 1), (0, 0, 0), (0, 2, 0)])
+    def test_a_gpu_before_ampere_retires_pages(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, pages: tuple[int, int, int]
+    ) -> None:
+        """A V100 retires pages instead of remapping rows: pages for each cause (NVML's
+        size query, then the addresses; none at all answers the size query alone) and
+        the pending status, each in its own series."""
+        gpu = replace(
+            GPU_A, name="Tesla V100-SXM2-32GB", retired=pages, fail=(("remap", NOT_SUPPORTED),)
+        )
+        fake_nvml.configure(gpu)
+        (reading,) = collector.collect().devices
+        assert retired(*pages) == tuple(
+            s for s in reading.samples if s.spec in (GPU_RETIRED_PAGES, GPU_RETIRED_PAGES_PENDING)
+        )
+        assert not any(s.spec is GPU_REMAPPED_ROWS for s in reading.samples)
 
     @pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND])
     def test_no_row_remapper_is_no_series_and_no_error(

@@ -258,6 +258,16 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
                 assert all(v >= 0 and v == int(v) for v in remap.values()), remap
                 assert remap["podresources_gpu_row_remap_pending"] in (0.0, 1.0)
                 assert remap["podresources_gpu_row_remap_failed"] in (0.0, 1.0)
+            # Page retirement, where the GPU retires pages (before Ampere): the counts
+            # and the pending status together, or nothing.
+            pages = {
+                name: value
+                for name, value in figures.items()
+                if name.startswith("podresources_gpu_retired_pages")
+            }
+            assert len(pages) in (0, 3), sorted(pages)
+            assert all(v >= 0 and v == int(v) for v in pages.values()), pages
+            assert pages.get("podresources_gpu_retired_pages_pending", 0.0) in (0.0, 1.0)
 
 
 def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:
