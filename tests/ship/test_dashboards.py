@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.collectors.gpu_metrics import GPU_RETIRED_PAGES, GPU_RETIRED_PAGES_PENDING
+
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 RULES = REPO / "alerts" / "podresources-exporter.rules.yml"
@@ -43,6 +45,10 @@ VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)|\[\[(\w+)\]\]")
 # A regex matcher on __name__ such as podresources_container_(device_info|memory_bytes).
 METRIC_ALTERNATION = re.compile(r"\b(podresources_[a-z0-9_]*)\(([a-z0-9_|]+)\)")
 METRIC = re.compile(r"\b((?:podresources|process|scrape)_[a-z0-9_]+|up)\b")
+# Families the demo's hardware cannot have: page retirement is for GPUs before Ampere,
+# and the simulated node's are H100s, which answer NOT_SUPPORTED (as a real one does).
+# Named from the collector's own specs, so a misspelt name in a rule or panel still fails.
+NOT_ON_THE_DEMO = {GPU_RETIRED_PAGES.name, GPU_RETIRED_PAGES_PENDING.name}
 REGEX_SPECIALS = set("\\.^$*+?()[]{}|")
 
 Panel = dict[str, Any]
@@ -379,7 +385,8 @@ def _resolve_variables(
 def test_every_panel_query_returns_data_on_the_demo(
     demo_prometheus: Prometheus, dashboard: Dashboard
 ) -> None:
-    """Every panel target, variables set to "All", returns at least one series from the demo."""
+    """Every panel target, variables set to "All", returns at least one series from the demo
+    (but those of families the demo's hardware cannot have, NOT_ON_THE_DEMO)."""
     failures: list[str] = []
     values = _resolve_variables(dashboard, demo_prometheus, failures)
     for panel in _query_panels(dashboard):
@@ -390,7 +397,7 @@ def test_every_panel_query_returns_data_on_the_demo(
             except AssertionError as error:
                 failures.append(f"{panel['title']!r} {target['refId']}: {error}")
                 continue
-            if not result:
+            if not result and not set(METRIC.findall(expr)) <= NOT_ON_THE_DEMO:
                 failures.append(f"{panel['title']!r} {target['refId']}: no data for {expr}")
     assert not failures, f"{dashboard['title']}:\n  " + "\n  ".join(failures)
 
@@ -416,6 +423,8 @@ def test_demo_exports_every_metric_the_dashboards_and_alerts_use(
     for name, where in sorted(used.items()):
         family = re.sub(r"_(bucket|sum|count)$", "", name)
         if name in prometheus_own or name in families or family in histograms:
+            continue
+        if name in NOT_ON_THE_DEMO:
             continue
         missing.append(f"{name} (used in {', '.join(sorted(where))})")
     assert not missing, "not exported by the demo: " + "; ".join(missing)
