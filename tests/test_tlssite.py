@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import json
+import random
 import selectors
 import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -23,7 +26,7 @@ from aiohttp import web
 from pki import Pki, client_context, make_pki
 from structlog.testing import capture_logs
 
-from exporter.tlssite import TlsSite, make_site
+from exporter.tlssite import TlsSite, _Listeners, make_site
 from exporter.webconfig import TlsSettings, build_ssl_context
 
 
@@ -38,7 +41,11 @@ async def _ok(request: web.Request) -> web.Response:
 
 @contextlib.asynccontextmanager
 async def _site(
-    pki: Pki, *, host: str | None = "127.0.0.1", first_byte_timeout_s: float = 10.0
+    pki: Pki,
+    *,
+    host: str | None = "127.0.0.1",
+    port: int = 0,
+    first_byte_timeout_s: float = 10.0,
 ) -> AsyncIterator[web.AppRunner]:
     app = web.Application()
     app.router.add_get("/metrics", _ok)
@@ -46,7 +53,9 @@ async def _site(
     await runner.setup()
     tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
     context = build_ssl_context(tls, source=Path("web.yml"))
-    site = TlsSite(runner, host, 0, ssl_context=context, first_byte_timeout_s=first_byte_timeout_s)
+    site = TlsSite(
+        runner, host, port, ssl_context=context, first_byte_timeout_s=first_byte_timeout_s
+    )
     try:
         await site.start()
         yield runner
@@ -57,6 +66,51 @@ async def _site(
 def _port(runner: web.AppRunner) -> int:
     port: int = runner.addresses[0][1]
     return port
+
+
+def _listeners(runner: web.AppRunner) -> _Listeners:
+    """The accept loops of the runner's one TLS site."""
+    (site,) = runner.sites
+    return cast(_Listeners, site._server)
+
+
+def _has_ipv6_loopback() -> bool:
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def _free_port() -> int:
+    """A fixed port (49000-49999) that no socket holds on either family's wildcard, a
+    closed connection's TIME_WAIT included: probed without SO_REUSEADDR."""
+    wildcards = [(socket.AF_INET, "0.0.0.0")]
+    if _has_ipv6_loopback():
+        wildcards.append((socket.AF_INET6, "::"))
+    for port in random.sample(range(49000, 50000), 100):
+        try:
+            for family, host in wildcards:
+                with socket.socket(family) as probe:
+                    if family == socket.AF_INET6:
+                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    probe.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no port in 49000-49999 is free on both families")
+
+
+async def _until_no_connections(listeners: _Listeners) -> None:
+    """Let the connection tasks finish (5 s at most): what a test then asserts is the
+    set, not how long it took."""
+    for _ in range(100):
+        if not listeners._connections:
+            return
+        await asyncio.sleep(0.05)
 
 
 async def _https_get(pki: Pki, port: int) -> int:
@@ -136,6 +190,99 @@ async def test_an_accept_error_costs_that_connection_only(
     ]
 
 
+async def test_out_of_descriptors_accepts_again_a_second_later(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accept() failing with EMFILE fails again at once until a descriptor is freed:
+    the listener waits a second between tries, as asyncio's server does, and says
+    which limit to raise. Tries counted while the loop runs for a second: a few at
+    most, where a loop that did not wait would spin (stopped after 20, not to hang the
+    test), and one that waited 50 ms, as after other errors, would try ~20 times."""
+    loop = asyncio.get_running_loop()
+    calls = 0
+
+    async def out_of_descriptors(sock: socket.socket) -> tuple[socket.socket, object]:
+        nonlocal calls
+        calls += 1
+        if calls > 20:
+            await asyncio.Event().wait()  # until the site is stopped
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(loop, "sock_accept", out_of_descriptors)
+    with capture_logs() as logs:
+        async with _site(pki):
+            await asyncio.sleep(1.0)  # let the accept loop run; what counts is the tries
+    assert calls <= 3
+    assert [(errno.EMFILE, "raise the open-files limit or find who holds the connections")] == [
+        (e["errno"], e["hint"]) for e in logs if e["event"] == "accept_failed"
+    ]
+
+
+async def test_a_client_gone_before_accept_is_not_logged(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ECONNABORTED: the client reset its connection while it waited in the backlog.
+    Nothing failed on this side: accepted again without a word, as asyncio's server."""
+    loop = asyncio.get_running_loop()
+    accept = loop.sock_accept
+    failures = [ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort")]
+
+    async def aborted_once(sock: socket.socket) -> tuple[socket.socket, object]:
+        if failures:
+            raise failures.pop()
+        return await accept(sock)
+
+    monkeypatch.setattr(loop, "sock_accept", aborted_once)
+    with capture_logs() as logs:
+        async with _site(pki) as runner:
+            assert 200 == await _https_get(pki, _port(runner))
+    assert ([], []) == (failures, [e for e in logs if e["event"] == "accept_failed"])
+
+
+async def test_finished_connections_are_forgotten(pki: Pki) -> None:
+    """Each connection's task leaves the site's set once done: 50 port checks and an
+    HTTPS client (accepted in turn, so all 51 were accepted) leave it empty, where
+    kept tasks would grow with every connection for the life of the process."""
+    async with _site(pki) as runner:
+        port = _port(runner)
+        for _ in range(50):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            await writer.wait_closed()
+        assert 200 == await _https_get(pki, port)
+        listeners = _listeners(runner)
+        await _until_no_connections(listeners)
+        assert 0 == len(listeners._connections)
+
+
+async def test_port_checks_and_resets_leave_no_task_exception(pki: Pki) -> None:
+    """A client that closes without a word (a port check) or resets the connection
+    (SO_LINGER 0) ends its task quietly: nothing reaches the loop's exception handler,
+    where an unretrieved task exception would be logged on every such client."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        async with _site(pki) as runner:
+            port = _port(runner)
+            for _ in range(3):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                await writer.wait_closed()
+            for _ in range(3):
+                with socket.socket() as client:
+                    client.setblocking(False)
+                    await loop.sock_connect(client, ("127.0.0.1", port))
+                    await asyncio.sleep(0.05)  # accepted, waiting for its first byte
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await _until_no_connections(_listeners(runner))
+            gc.collect()  # a failed task reports its exception when it is collected
+    finally:
+        loop.set_exception_handler(handler)
+    assert [] == [context["message"] for context in reported]
+
+
 async def test_what_is_neither_tls_nor_http_goes_to_tls_and_fails_there(pki: Pki) -> None:
     """Bytes that open neither a TLS record nor an HTTP method are TLS's to refuse, as
     before: no 400, the connection closed."""
@@ -183,6 +330,30 @@ async def test_a_wildcard_host_listens_on_both_families(pki: Pki) -> None:
             pytest.skip(f"this machine gave no socket for one family: {runner.addresses}")
         assert 2 == len(runner.addresses)
         assert 200 == await _https_get(pki, by_family[2])
+
+
+async def test_a_wildcard_host_on_a_fixed_port_listens_on_both_families(pki: Pki) -> None:
+    """A wildcard host and a port given (the default :9410): IPv4 and IPv6 on that one
+    port. The IPv6 socket is IPv6 only, else it would claim the IPv4 port as well and
+    the second bind fail with 'address already in use'; port 0 cannot show it."""
+    if not _has_ipv6_loopback():
+        pytest.skip("no IPv6 on this machine: ::1 cannot be bound")
+    port = _free_port()
+    async with _site(pki, host=None, port=port) as runner:
+        assert {(2, port), (4, port)} == {(len(a), a[1]) for a in runner.addresses}
+        assert 200 == await _https_get(pki, port)
+
+
+async def test_a_restart_binds_the_port_its_closed_connections_hold(pki: Pki) -> None:
+    """A plain-HTTP client answered 400 is closed by the server first, which leaves
+    that connection in TIME_WAIT on the port for a minute: a restart on the same port
+    binds regardless (SO_REUSEADDR), as Go's and asyncio's listeners do."""
+    port = _free_port()
+    async with _site(pki, port=port):
+        answer = await _raw(port, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    async with _site(pki, port=port):
+        assert 200 == await _https_get(pki, port)
 
 
 async def test_a_port_in_use_is_refused_with_the_address(pki: Pki) -> None:
