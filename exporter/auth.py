@@ -250,9 +250,7 @@ def _client_certificate_refusal(request: web.Request, tls: TlsSettings) -> web.R
         # No certificate cannot beat a wrong one: with SANs listed, one is required. 403,
         # not 401: a 401 must name an HTTP scheme (RFC 9110 15.5.2), and none brings a
         # TLS certificate; a client that got one would retry its headers in vain.
-        if tls.client_cert_required or tls.client_allowed_sans is not None:
-            return _refusal(403, "a client certificate is required")
-        return None
+        return _refusal(403, "a client certificate is required")
     if tls.client_allowed_sans is None:
         return None
     presented = {

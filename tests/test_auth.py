@@ -8,15 +8,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import bcrypt
 import pytest
+from aiohttp import web
 from structlog.testing import capture_logs
 from webserving import basic, free_port, served
 
-from exporter.auth import PasswordChecker, Verdict, parse_basic_auth
-from exporter.webconfig import LiveWebConfig
+from exporter.auth import PasswordChecker, Verdict, _client_certificate_refusal, parse_basic_auth
+from exporter.webconfig import LiveWebConfig, TlsSettings
 
 ROUNDS = 4  # the cheapest cost: these tests are about behaviour, not bcrypt's speed
 PASSWORD_72 = b"p" * 71 + b"!"
@@ -176,6 +178,45 @@ class TestDebugUsers:
             _users_file(tmp_path, users)
             _users_file(tmp_path, {"prom": _hash(b"a", rounds=4)}, name="one.yml")
         assert [(e["event"], e["costs"]) for e in logs] == [("basic_auth_mixed_costs", [4, 5])]
+
+
+class _Transport:
+    def __init__(self, peercert: dict[str, Any] | None) -> None:
+        self._peercert = peercert
+
+    def get_extra_info(self, name: str) -> Any:
+        return self._peercert if name == "peercert" else None
+
+
+class _Request:
+    """What the client-certificate check reads of a request: its transport."""
+
+    def __init__(self, peercert: dict[str, Any] | None) -> None:
+        self.transport = _Transport(peercert)
+
+
+def _refusal_status(tls: TlsSettings, peercert: dict[str, Any] | None) -> int | None:
+    refusal = _client_certificate_refusal(cast(web.Request, _Request(peercert)), tls)
+    return None if refusal is None else refusal.status
+
+
+class TestClientCertificate:
+    def test_an_ip_san_matches_in_any_spelling(self) -> None:
+        """OpenSSL prints an IPv6 SAN uncompressed and in upper case (Python's peercert
+        has it so), the config holds it compressed: the same address passes, another is
+        403. The client certificates test_webconfig.py serves carry IPv4 SANs only."""
+        tls = TlsSettings(
+            client_auth_type="RequireAndVerifyClientCert", client_allowed_sans=("2001:db8::7",)
+        )
+
+        def presenting(address: str) -> dict[str, Any]:
+            return {"subjectAltName": (("DNS", "prometheus"), ("IP Address", address))}
+
+        assert [None, 403, 403] == [
+            _refusal_status(tls, presenting("2001:DB8:0:0:0:0:0:7")),
+            _refusal_status(tls, presenting("2001:DB8:0:0:0:0:0:8")),
+            _refusal_status(tls, None),  # no certificate: required
+        ]
 
 
 class TestChecker:

@@ -226,23 +226,34 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "users"),
     [
         # A merged key overridden: what merge keys are for.
-        f"basic_auth_users:\n  <<: {{alice: '{HASH}', bob: '{HASH}'}}\n  alice: '{HASH}'\n",
+        (
+            f"basic_auth_users:\n  <<: {{alice: '{HASH}', bob: '{HASH}'}}\n  alice: '{HASH}'\n",
+            ["alice", "bob"],
+        ),
+        # Two merge keys in one mapping, each a map merged in: "<<" is no name.
+        (
+            f"basic_auth_users:\n  <<: {{alice: '{HASH}'}}\n  <<: {{bob: '{HASH}'}}\n",
+            ["alice", "bob"],
+        ),
         # The same name at two levels.
-        f"basic_auth_users:\n  basic_auth_users: '{HASH}'\n",
+        (f"basic_auth_users:\n  basic_auth_users: '{HASH}'\n", ["basic_auth_users"]),
         # An anchor with merges of its own, defined in a merge and used again.
-        f"basic_auth_users:\n  <<: &users\n    <<: {{alice: '{HASH}'}}\n    alice: '{HASH}'\n"
-        f"rate_limit:\n  interval: 1s\n  burst: 1\nhttp_server_config:\n  headers: {{}}\n",
+        (
+            f"basic_auth_users:\n  <<: &users\n    <<: {{alice: '{HASH}'}}\n    alice: '{HASH}'\n"
+            f"rate_limit:\n  interval: 1s\n  burst: 1\nhttp_server_config:\n  headers: {{}}\n",
+            ["alice"],
+        ),
         # Keys equal only as numbers are two names, as Go's map[string] has them.
-        f"basic_auth_users:\n  1: '{HASH}'\n  '01': '{HASH}'\n",
+        (f"basic_auth_users:\n  1: '{HASH}'\n  '01': '{HASH}'\n", ["01", "1"]),
     ],
-    ids=["merge-override", "same-name-nested", "anchor-in-merge", "1-and-01"],
+    ids=["merge-override", "two-merge-keys", "same-name-nested", "anchor-in-merge", "1-and-01"],
 )
-def test_equal_keys_that_are_not_duplicates_are_accepted(text: str) -> None:
+def test_equal_keys_that_are_not_duplicates_are_accepted(text: str, users: list[str]) -> None:
     """Only a key given twice in one mapping, as written, is refused."""
-    assert _parse(text).users
+    assert users == sorted(_parse(text).users)
 
 
 def test_an_anchor_merged_in_and_used_again_is_no_duplicate() -> None:
