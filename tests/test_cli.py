@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from exporter.app import _bind_host
 from exporter.cli import env_name, parse_config
-from exporter.config import ConfigError
+from exporter.config import ConfigError, is_wildcard_host
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -186,6 +187,33 @@ def test_a_wildcard_listen_address_overlaps_any_other_on_its_port(
         parse_config([f"--web.listen-address={a}" for a in addresses], {})
 
 
+@pytest.mark.parametrize(
+    ("host", "wildcard"),
+    [
+        ("", True),  # ":9410"
+        ("0.0.0.0", True),
+        ("::", True),
+        ("::ffff:0.0.0.0", True),
+        ("localhost", False),  # a host name, which may resolve to one address only
+        ("node-1.example", False),
+        ("127.0.0.1", False),
+        ("::1", False),
+    ],
+)
+def test_only_unspecified_addresses_are_wildcards(host: str, wildcard: bool) -> None:
+    """Go's IsUnspecified: a wildcard is bound as every address of both families
+    (None to asyncio); any other host, a name included, is bound as given."""
+    assert (wildcard, None if wildcard else host) == (is_wildcard_host(host), _bind_host(host))
+
+
+def test_a_host_name_overlaps_no_other_address() -> None:
+    """A host name is bound as the addresses it resolves to, not as a wildcard: another
+    address on its port is no overlap."""
+    given = ["node-1.example:9410", "127.0.0.1:9410"]
+    config = parse_config([f"--web.listen-address={a}" for a in given], {})
+    assert (("node-1.example", 9410), ("127.0.0.1", 9410)) == config.listen_addresses
+
+
 def test_listen_addresses_that_do_not_overlap() -> None:
     """Other ports, specific hosts side by side, port 0 (a free port each) and one
     address given twice are fine."""
@@ -249,6 +277,9 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         (["--node-name", " "], {}, "--node-name .* ' ': empty or padded"),
         ([], {env_name("--node-name"): ""}, "PODRESOURCES_EXPORTER_NODE_NAME\\) '': empty"),
         (["--node-name", " gpu-1 "], {}, "' gpu-1 ': empty or padded with spaces"),
+        # Any white space, as a name read from a file or a heredoc ends with a newline.
+        (["--node-name", "gpu-1\n"], {}, r"'gpu-1\\n': empty or padded"),
+        ([], {env_name("--node-name"): "\tgpu-1"}, r"'\\tgpu-1': empty or padded"),
         (["--web.config.file", "/"], {}, "is a directory; name the file in it"),
         (["--web.debug-auth.file", "/no/such/file"], {}, "no such file"),
         ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),
