@@ -119,6 +119,29 @@ class TestProcesses:
         found = render_json(snapshot(readings), filters=Filters(container=""), now=101.0)
         assert ([], []) == (found["pods"], found["gpu_processes"])
 
+    def test_the_pool_filter_keeps_the_pools_gpu(self) -> None:
+        """?container= asks for the pods' shared pools: a GPU the pool holds is kept
+        with its processes, whose owner need not be the pool (its holder is)."""
+        pool = PodResources(
+            "team-a",
+            "trainer-0",
+            (ContainerResources("", devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),),
+        )
+        pooled = join_snapshot(
+            node="n",
+            collected_at=100.0,
+            kubelet=KubeletStatus(up=True, socket="s", api=()),
+            pods=(pool,),
+            allocatable=AllocatableResources(devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),
+            cpu_numa={},
+            collector_runs=(CollectorRun("gpu_processes", True, 0.0, READINGS),),
+        )
+        found = render_json(pooled, filters=Filters(container=""), now=101.0)
+        assert [(HELD, ["team-a/trainer-0/"], [100])] == [
+            (d["device_id"], d["holders"], [p["pid"] for p in d["processes"]])
+            for d in found["gpu_processes"]
+        ]
+
 
 def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
     """A fresh look-up of one pod does not turn the other holder of a shared GPU foreign."""

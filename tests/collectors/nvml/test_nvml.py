@@ -361,6 +361,28 @@ class TestWholeGpus:
             fake_nvml.library.calls("clocks_event") - before,
         )
 
+    def test_a_failed_read_by_the_new_name_is_not_an_old_driver(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """Only FUNCTION_NOT_FOUND says the driver predates R535: a recent driver whose
+        clocks event read fails once (UNKNOWN) is that poll's issue, and the next poll
+        asks the new name again, not the old one for good (gone in CUDA 14)."""
+        failing = tmp_path / "clocks_event_fails"
+        failing.touch()
+        fake_nvml.configure(
+            replace(GPU_A, clocks_event=0x4, fail_while=(("clocks_event", UNKNOWN, failing),)),
+            driver_version="580.65.06",
+        )
+        during = collector.collect()
+        failing.unlink()
+        asked_new = fake_nvml.library.calls("clocks_event_reasons")
+        after = collector.collect()
+        assert (["UNKNOWN"], throttled(0x4), 1) == (
+            [i.error for i in during.issues],
+            tuple(s for s in after.devices[0].samples if s.spec is GPU_CLOCKS_THROTTLED),
+            fake_nvml.library.calls("clocks_event_reasons") - asked_new,
+        )
+
     def test_pci_address_in_kernel_form(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
