@@ -14,38 +14,12 @@ from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
+from webserving import free_dual_stack_port, has_ipv6_loopback
 
 from exporter.app import serve
 from exporter.cli import parse_config
 
-
-def _has_ipv6_loopback() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-IPV6 = pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
-
-
-def _free_port() -> int:
-    """A port free on both families (binding IPv6 without V6ONLY also claims IPv4)."""
-    for _ in range(20):
-        with socket.socket() as v4:
-            v4.bind(("127.0.0.1", 0))
-            port: int = v4.getsockname()[1]
-            if not _has_ipv6_loopback():
-                return port
-            try:
-                with socket.socket(socket.AF_INET6) as v6:
-                    v6.bind(("::1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no port free on both families")
+IPV6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
 
 
 @contextlib.asynccontextmanager
@@ -88,7 +62,7 @@ class TestListenAddress:
     @IPV6
     async def test_port_only_binds_every_family(self) -> None:
         """':PORT' answers on IPv4 and IPv6, as Go's net.Listen does."""
-        port = _free_port()
+        port = free_dual_stack_port()
         async with _serving(f":{port}"):
             assert [True, True] == [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
 
@@ -97,20 +71,20 @@ class TestListenAddress:
     async def test_a_wildcard_host_binds_every_family(self, wildcard: str) -> None:
         """'[::]:PORT' and '0.0.0.0:PORT' answer on IPv4 and IPv6, as Go listens on a
         wildcard (a dual-stack socket): node_exporter's [::]:9100 answers IPv4 too."""
-        port = _free_port()
+        port = free_dual_stack_port()
         async with _serving(f"{wildcard}:{port}"):
             assert [True, True] == [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
 
     async def test_ipv4_wildcard(self) -> None:
         """'0.0.0.0:PORT' listens on IPv4."""
-        port = _free_port()
+        port = free_dual_stack_port()
         async with _serving(f"0.0.0.0:{port}"):
             assert await _healthy("127.0.0.1", port)
 
     async def test_every_address_given_is_served_and_logged_as_bound(self) -> None:
         """A repeated flag serves each address; 'listening' names each socket as bound:
         the port ':0' chose, not 0."""
-        port = _free_port()
+        port = free_dual_stack_port()
         with capture_logs() as logs:
             async with _serving(f"127.0.0.1:{port}", "127.0.0.1:0"):
                 assert await _healthy("127.0.0.1", port)
@@ -121,7 +95,7 @@ class TestListenAddress:
 
     @IPV6
     async def test_ipv6_address_is_logged_in_brackets(self) -> None:
-        port = _free_port()
+        port = free_dual_stack_port()
         with capture_logs() as logs:
             async with _serving(f"[::1]:{port}"):
                 assert await _healthy("::1", port)
@@ -129,7 +103,7 @@ class TestListenAddress:
 
     async def test_host_name(self) -> None:
         """A host name is resolved and listened on."""
-        port = _free_port()
+        port = free_dual_stack_port()
         async with _serving(f"localhost:{port}"):
             assert await _healthy("127.0.0.1", port)
 
@@ -146,7 +120,7 @@ class TestServerHeader:
     )
     async def test_no_versions(self, request_bytes: bytes) -> None:
         """Whatever the answer, even aiohttp's own 400, Server names no software version."""
-        port = _free_port()
+        port = free_dual_stack_port()
         async with _serving(f"127.0.0.1:{port}"):
             answer = await _exchange("127.0.0.1", port, request_bytes)
         head = answer.split(b"\r\n\r\n")[0].decode()

@@ -11,7 +11,6 @@ import contextlib
 import errno
 import gc
 import json
-import random
 import selectors
 import socket
 import struct
@@ -25,6 +24,7 @@ import pytest
 from aiohttp import web
 from pki import Pki, client_context, make_pki
 from structlog.testing import capture_logs
+from webserving import free_dual_stack_port, has_ipv6_loopback
 
 from exporter.tlssite import TlsSite, _Listeners, make_site
 from exporter.webconfig import TlsSettings, build_ssl_context
@@ -72,36 +72,6 @@ def _listeners(runner: web.AppRunner) -> _Listeners:
     """The accept loops of the runner's one TLS site."""
     (site,) = runner.sites
     return cast(_Listeners, site._server)
-
-
-def _has_ipv6_loopback() -> bool:
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-def _free_port() -> int:
-    """A fixed port (49000-49999) that no socket holds on either family's wildcard, a
-    closed connection's TIME_WAIT included: probed without SO_REUSEADDR."""
-    wildcards = [(socket.AF_INET, "0.0.0.0")]
-    if _has_ipv6_loopback():
-        wildcards.append((socket.AF_INET6, "::"))
-    for port in random.sample(range(49000, 50000), 100):
-        try:
-            for family, host in wildcards:
-                with socket.socket(family) as probe:
-                    if family == socket.AF_INET6:
-                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                    probe.bind((host, port))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port in 49000-49999 is free on both families")
 
 
 async def _until_no_connections(listeners: _Listeners) -> None:
@@ -336,9 +306,9 @@ async def test_a_wildcard_host_on_a_fixed_port_listens_on_both_families(pki: Pki
     """A wildcard host and a port given (the default :9410): IPv4 and IPv6 on that one
     port. The IPv6 socket is IPv6 only, else it would claim the IPv4 port as well and
     the second bind fail with 'address already in use'; port 0 cannot show it."""
-    if not _has_ipv6_loopback():
+    if not has_ipv6_loopback():
         pytest.skip("no IPv6 on this machine: ::1 cannot be bound")
-    port = _free_port()
+    port = free_dual_stack_port()
     async with _site(pki, host=None, port=port) as runner:
         assert {(2, port), (4, port)} == {(len(a), a[1]) for a in runner.addresses}
         assert 200 == await _https_get(pki, port)
@@ -348,7 +318,7 @@ async def test_a_restart_binds_the_port_its_closed_connections_hold(pki: Pki) ->
     """A plain-HTTP client answered 400 is closed by the server first, which leaves
     that connection in TIME_WAIT on the port for a minute: a restart on the same port
     binds regardless (SO_REUSEADDR), as Go's and asyncio's listeners do."""
-    port = _free_port()
+    port = free_dual_stack_port()
     async with _site(pki, port=port):
         answer = await _raw(port, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")

@@ -19,7 +19,14 @@ from exporter.auth import (
 from exporter.tlssite import make_site
 from exporter.webconfig import LiveWebConfig
 
-__all__ = ["Served", "basic", "free_port", "served"]
+__all__ = [
+    "Served",
+    "basic",
+    "free_dual_stack_port",
+    "free_port",
+    "has_ipv6_loopback",
+    "served",
+]
 
 
 def basic(user: str | bytes, password: str | bytes) -> dict[str, str]:
@@ -36,6 +43,38 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def has_ipv6_loopback() -> bool:
+    """Whether an IPv6 socket can bind ::1 (containers often run without IPv6)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def free_dual_stack_port() -> int:
+    """A port no socket holds on either family's wildcard, a closed connection's
+    TIME_WAIT included (probed without SO_REUSEADDR): for listeners of both families on
+    one fixed port."""
+    for _ in range(20):
+        with socket.socket() as v4:
+            v4.bind(("0.0.0.0", 0))
+            port: int = v4.getsockname()[1]
+        if not has_ipv6_loopback():
+            return port
+        try:
+            with socket.socket(socket.AF_INET6) as v6:
+                v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                v6.bind(("::", port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no port free on both families")
 
 
 @dataclass(frozen=True, slots=True)
