@@ -75,7 +75,9 @@ DEFAULT_BACKOFF_MAX_S = 60.0
 # out its backoff fails without trying, so a longer cap let the first poll after the
 # kubelet's return fail too. gRPC adds 20% jitter: tries come at most ~1.2 s apart, and
 # any poll that late after the kubelet's return gets data. A failed connect on a local
-# unix socket costs nearly nothing.
+# unix socket costs nearly nothing. Not min_reconnect_backoff_ms: gRPC core takes it as
+# the least time a connection attempt is given (20 s by default), and a kubelet slower
+# than that to send its first HTTP/2 frame would fail the call before its deadline.
 RECONNECT_BACKOFF_INITIAL_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1_000
 
@@ -391,7 +393,6 @@ class KubeletClient:
                 options=[
                     ("grpc.max_receive_message_length", self._max_message_bytes),
                     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_INITIAL_MS),
-                    ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_INITIAL_MS),
                     ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
                 ],
             )

@@ -652,6 +652,40 @@ class TestUnavailable:
             pods = await list_when_up(client)
         assert (socket_path in caught.value.message, pods) == (True, PODS)
 
+    async def test_a_kubelet_slow_to_greet_is_waited_for_within_the_timeout(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], socket_path: str
+    ) -> None:
+        """A kubelet that sends its first HTTP/2 frame (SETTINGS) 300 ms after the connect,
+        as a busy node's may, answers the call: only --kubelet.timeout bounds it. gRPC takes
+        min_reconnect_backoff_ms as the least time a connection attempt is given, and the
+        client's 100 ms there failed such a kubelet UNAVAILABLE every time."""
+        held_s = 0.3
+
+        async def relay(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, hold_s: float
+        ) -> None:
+            await asyncio.sleep(hold_s)  # holds everything, the first frame included
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        async def slow_to_greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_unix_connection(socket_path)
+            await asyncio.gather(
+                relay(reader, up_writer, hold_s=0.0),
+                relay(up_reader, writer, hold_s=held_s),
+                return_exceptions=True,
+            )
+
+        proxy = await asyncio.start_unix_server(slow_to_greet, path=socket_path + ".slow")
+        client = make_client(socket_path=socket_path + ".slow", timeout_s=5.0)
+        try:
+            assert await client.list_pods() == PODS
+        finally:
+            await client.close()
+            proxy.close()
+
     async def test_hung_kubelet_raises_unavailable_at_deadline(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
     ) -> None:
