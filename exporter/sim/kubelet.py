@@ -21,7 +21,9 @@ import asyncio
 import os
 import pathlib
 import random
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -158,9 +160,12 @@ class SimKubelet:
         else:
             self._release.set()
 
-    def rate_limit(self, *, qps: float, burst: int) -> None:
-        """Answer RESOURCE_EXHAUSTED past a token bucket, like the kubelet (100 QPS, burst 10)."""
-        self._bucket = TokenBucket(rate_per_s=qps, burst=burst)
+    def rate_limit(
+        self, *, qps: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Answer RESOURCE_EXHAUSTED past a token bucket, like the kubelet (100 QPS, burst
+        10); ``clock`` lets a test say when tokens come back."""
+        self._bucket = TokenBucket(rate_per_s=qps, burst=burst, clock=clock)
 
     def clear_rate_limit(self) -> None:
         """Stop rate limiting (the default)."""
