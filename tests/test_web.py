@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from fdlimit import need_open_files
 from multidict import CIMultiDict
 
 from exporter.app import Exporter, demo_collectors
@@ -467,6 +468,7 @@ class TestConnectionTimeouts:
 
     async def test_2000_idle_connections_are_all_closed(self, exporter: Exporter) -> None:
         """2,000 connections that send nothing are all closed by the server, while it answers."""
+        need_open_files(4_500)  # both ends of each connection are in this process
         async with serving(exporter.create_app(), keepalive_timeout_s=1.0) as port:
             opened = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2000)]
             try:

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 from faultkit import ExporterProcess, rss_kib, start_exporter, wait_for
+from fdlimit import need_open_files
 
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DenseScenario
@@ -147,6 +148,7 @@ class TestSignals:
 class TestConnections:
     async def test_2000_idle_connections(self, running: Callable[..., Any]) -> None:
         """2,000 idle connections: both endpoints answer, memory returns once they go."""
+        need_open_files(2_500)  # the clients here; the exporter, started now, inherits it
         exporter: ExporterProcess = await running(ready_path="/readyz")
         async with aiohttp.ClientSession() as session:
             for path in ("/metrics", "/debug/allocations"):
