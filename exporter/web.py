@@ -76,6 +76,10 @@ LINGERING_TIME_S = 2.0
 MAX_REQUEST_HEADERS = 32
 MAX_HEADER_FIELD_BYTES = 8190
 SHUTDOWN_TIMEOUT_S = 3.0
+# On SIGTERM, after the listeners close: how long a connection already accepted has to
+# send its first bytes before it is closed unanswered (Go's Shutdown gives 5 s). A
+# scraper sends its request as it connects, so only a busy loop makes this wait.
+FIRST_REQUEST_GRACE_S = 1.0
 # How long one write of an answer (a whole small page, or one chunk) may wait for the
 # client to take it: past it the connection is cut. A client that stops reading would
 # otherwise hold its answer's memory and a /debug slot as long as it stays connected
@@ -551,6 +555,11 @@ class _JsonErrorRequestHandler(RequestHandler):
         super().__init__(*args, **kwargs)
         self._max_msg_queue_size = 1
         self._msg_queue_resume_size = 0
+        self.heard_from = False  # any bytes yet: a request on its way (_Runner.cleanup)
+
+    def data_received(self, data: bytes) -> None:
+        self.heard_from = True
+        super().data_received(data)
 
     def handle_error(
         self,
@@ -588,11 +597,32 @@ class _JsonErrorServer(web.Server):
 
 
 class _Runner(web.AppRunner):
-    """AppRunner whose connections answer parser errors in JSON, with our timeouts."""
+    """AppRunner whose connections answer parser errors in JSON, with our timeouts, and
+    whose shutdown answers the requests already on their way."""
 
     def __init__(self, app: web.Application, *, handler_options: dict[str, Any]) -> None:
         super().__init__(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S / 2)
         self._handler_options = handler_options
+
+    async def cleanup(self) -> None:
+        """Close the listeners, give connections already accepted that have sent nothing
+        yet FIRST_REQUEST_GRACE_S to send their request, then shut down as aiohttp does.
+        aiohttp closes every connection without a request in progress at once: one whose
+        request was still in the kernel's buffer (the loop busy a moment, as under a
+        burst of scrapes) was closed unanswered."""
+        for site in self.sites:
+            await site.stop()
+        server = self.server
+        if server is not None:
+            deadline = asyncio.get_running_loop().time() + FIRST_REQUEST_GRACE_S
+            while any(
+                isinstance(c, _JsonErrorRequestHandler) and not c.heard_from
+                for c in server.connections
+            ):
+                if asyncio.get_running_loop().time() >= deadline:
+                    break
+                await asyncio.sleep(0.01)
+        await super().cleanup()
 
     async def _make_server(self) -> web.Server:
         made = await super()._make_server()  # runs the app's start-up and freezes it

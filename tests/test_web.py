@@ -219,6 +219,56 @@ class TestStalledScrapers:
         assert max(unsent) <= 256 * 1024, unsent
 
 
+class TestShutdown:
+    async def test_a_request_on_its_way_at_shutdown_is_answered(self, exporter: Exporter) -> None:
+        """A connection accepted before the listener closed, whose request was not read
+        yet (a busy loop, or a client a moment behind), is answered, not closed silently:
+        aiohttp closes every connection without a request at once, which dropped scrapes
+        under SIGTERM. Here the request goes out only once the shutdown has begun."""
+        runner = make_runner(exporter.create_app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        assert isinstance(site._server, asyncio.base_events.Server)
+        port = int(site._server.sockets[0].getsockname()[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            assert runner.server is not None
+            for _ in range(200):  # until the server has accepted it
+                if runner.server.connections:
+                    break
+                await asyncio.sleep(0.01)
+            stopping = asyncio.create_task(runner.cleanup())
+            await asyncio.sleep(0.2)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            async with asyncio.timeout(10):
+                answer = await reader.read()
+                await stopping
+        finally:
+            writer.close()
+        assert 200 == split_response(answer)[0]
+
+    async def test_a_connection_that_sends_nothing_does_not_hold_the_shutdown(
+        self, exporter: Exporter
+    ) -> None:
+        """A connection that never sends a request is closed once the wait for first
+        requests is over: the shutdown ends, and the connection with it."""
+        runner = make_runner(exporter.create_app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        assert isinstance(site._server, asyncio.base_events.Server)
+        port = int(site._server.sockets[0].getsockname()[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            async with asyncio.timeout(10):
+                await runner.cleanup()
+                assert b"" == await reader.read()
+        finally:
+            writer.close()
+
+
 class TestPipelining:
     async def test_requests_are_not_parsed_far_ahead_of_the_one_being_answered(
         self, exporter: Exporter
