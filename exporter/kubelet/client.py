@@ -76,8 +76,9 @@ DEFAULT_BACKOFF_MAX_S = 60.0
 # kubelet's return fail too. gRPC adds 20% jitter: tries come at most ~1.2 s apart, and
 # any poll that late after the kubelet's return gets data. A failed connect on a local
 # unix socket costs nearly nothing. Not min_reconnect_backoff_ms: gRPC core takes it as
-# the least time a connection attempt is given (20 s by default), and a kubelet slower
-# than that to send its first HTTP/2 frame would fail the call before its deadline.
+# the least time a connection attempt is given (20 s by default, which only a
+# --kubelet.timeout over 20 s can outlast), and 100 ms there failed any kubelet slower
+# than that to send its first HTTP/2 frame, before the call's deadline.
 RECONNECT_BACKOFF_INITIAL_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1_000
 
