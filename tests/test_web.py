@@ -42,16 +42,22 @@ async def exporter(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
 @contextlib.asynccontextmanager
 async def serving(app: web.Application, **runner_options: float) -> AsyncIterator[int]:
     """``app`` on the real runner on a free loopback port; yields the port."""
+    runner, port = await started(app, **runner_options)
+    try:
+        yield port
+    finally:
+        await runner.cleanup()
+
+
+async def started(app: web.Application, **runner_options: float) -> tuple[web.AppRunner, int]:
+    """``app`` on the real runner on a free loopback port, for a test that stops it."""
     runner = make_runner(app, **runner_options)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
-    try:
-        yield int(server.sockets[0].getsockname()[1])
-    finally:
-        await runner.cleanup()
+    return runner, int(server.sockets[0].getsockname()[1])
 
 
 async def raw_exchange(port: int, request: bytes, *, read_timeout_s: float = 5.0) -> bytes:
@@ -183,12 +189,7 @@ class TestStalledScrapers:
         exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
         try:
             await exporter.poller.poll_once()
-            runner = make_runner(exporter.create_app())
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            assert isinstance(site._server, asyncio.base_events.Server)
-            port = int(site._server.sockets[0].getsockname()[1])
+            runner, port = await started(exporter.create_app())
             stalled = []
             try:
                 for _ in range(10):
@@ -225,12 +226,7 @@ class TestShutdown:
         yet (a busy loop, or a client a moment behind), is answered, not closed silently:
         aiohttp closes every connection without a request at once, which dropped scrapes
         under SIGTERM. Here the request goes out only once the shutdown has begun."""
-        runner = make_runner(exporter.create_app())
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        assert isinstance(site._server, asyncio.base_events.Server)
-        port = int(site._server.sockets[0].getsockname()[1])
+        runner, port = await started(exporter.create_app())
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             assert runner.server is not None
@@ -254,12 +250,7 @@ class TestShutdown:
     ) -> None:
         """A connection that never sends a request is closed once the wait for first
         requests is over: the shutdown ends, and the connection with it."""
-        runner = make_runner(exporter.create_app())
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        assert isinstance(site._server, asyncio.base_events.Server)
-        port = int(site._server.sockets[0].getsockname()[1])
+        runner, port = await started(exporter.create_app())
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             async with asyncio.timeout(10):
