@@ -287,35 +287,73 @@ def _current(request: web.Request) -> Snapshot:
     return _published(request).snapshot
 
 
-def _qualities(header: str) -> dict[str, float]:
-    """``Accept``-style header -> {lower-cased value: q}; unparsable q counts as 0."""
-    found: dict[str, float] = {}
+def _media_ranges(header: str) -> list[tuple[str, dict[str, str], float]]:
+    """``Accept``-style header -> [(lower-cased value, other parameters, q)]; an
+    unparsable q counts as 0."""
+    found = []
     for item in header.split(","):
         value, *params = (part.strip() for part in item.split(";"))
         if not value:
             continue
         q = 1.0
+        named: dict[str, str] = {}
         for param in params:
             name, _, text = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    q = float(text)
-                except ValueError:
-                    q = 0.0
-                if not 0.0 <= q <= 1.0:  # nan and out-of-range values say nothing usable
-                    q = 0.0
-        value = value.lower()
+            name = name.strip().lower()
+            if name != "q":
+                named[name] = text.strip().strip('"')
+                continue
+            try:
+                q = float(text)
+            except ValueError:
+                q = 0.0
+            if not 0.0 <= q <= 1.0:  # nan and out-of-range values say nothing usable
+                q = 0.0
+        found.append((value.lower(), named, q))
+    return found
+
+
+def _qualities(header: str) -> dict[str, float]:
+    """``Accept``-style header -> {lower-cased value: its highest q}."""
+    found: dict[str, float] = {}
+    for value, _, q in _media_ranges(header):
         found[value] = max(q, found.get(value, 0.0))
     return found
 
 
-def _wants_openmetrics(accept: str) -> bool:
-    """OpenMetrics when named with q > 0 and preferred at least as much as text, whose
-    quality is the most specific range that covers it (RFC 9110 12.5.1)."""
+# The OpenMetrics versions the page is (its 1.0.0 text is valid 0.0.1), newest first; an
+# entry without a version asks for 0.0.1, as prometheus/common's negotiation reads it.
+_OPENMETRICS = "application/openmetrics-text"
+_OPENMETRICS_VERSIONS = ("1.0.0", "0.0.1")
+_OPENMETRICS_0_0_1 = "application/openmetrics-text; version=0.0.1; charset=utf-8"
+# The name escaping a 1.0.0 answer must name (prometheus/docs content_negotiation.md);
+# every name here is a legacy one, which each scheme leaves as it is, so the one asked
+# for is named, and underscores (prometheus/common's default) where none or another was.
+_ESCAPING_SCHEMES = ("allow-utf-8", "underscores", "dots", "values")
+
+
+def _openmetrics_type(accept: str) -> str | None:
+    """The Content-Type of the OpenMetrics page to answer with, None for text: an entry
+    for a version the page is, with q > 0 and preferred at least as much as text, whose
+    quality is the most specific range that covers it (RFC 9110 12.5.1); the newer
+    version where two are equally preferred."""
+    best: tuple[float, int, str, str] | None = None  # q, newness, version, escaping
+    for value, params, q in _media_ranges(accept):
+        version = params.get("version", "0.0.1")
+        if value != _OPENMETRICS or q <= 0 or version not in _OPENMETRICS_VERSIONS:
+            continue
+        newness = -_OPENMETRICS_VERSIONS.index(version)
+        if best is None or (q, newness) > best[:2]:
+            best = (q, newness, version, params.get("escaping", "").lower())
     qualities = _qualities(accept)
-    openmetrics = qualities.get("application/openmetrics-text", 0.0)
     text = next((qualities[r] for r in ("text/plain", "text/*", "*/*") if r in qualities), 0.0)
-    return openmetrics > 0 and openmetrics >= text
+    if best is None or best[0] < text:
+        return None
+    _, _, version, escaping = best
+    if version == "0.0.1":
+        return _OPENMETRICS_0_0_1
+    scheme = escaping if escaping in _ESCAPING_SCHEMES else "underscores"
+    return f"{OPENMETRICS_CONTENT_TYPE}; escaping={scheme}"
 
 
 def _wants_gzip(accept_encoding: str) -> bool:
@@ -327,12 +365,13 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     # Rendered by the first scrape of this snapshot (in a thread), then kept.
     exposition = await request.app[STORE].exposition(_published(request))
     # A header sent on several lines is one comma-separated list (RFC 9110 5.3).
-    openmetrics = _wants_openmetrics(",".join(request.headers.getall("Accept", ())))
+    openmetrics_type = _openmetrics_type(",".join(request.headers.getall("Accept", ())))
+    openmetrics = openmetrics_type is not None
     gzipped = _wants_gzip(",".join(request.headers.getall("Accept-Encoding", ())))
     # Encoded on the first ask for this format in this snapshot, then kept; only the
     # live process families are rendered per scrape.
     body = exposition.page(openmetrics=openmetrics, gzipped=gzipped)
-    content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+    content_type = openmetrics_type or TEXT_CONTENT_TYPE
     headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"

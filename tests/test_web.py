@@ -293,6 +293,11 @@ class TestPipelining:
         assert queued <= 2
 
 
+OM_1_0_0 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+OM_0_0_1 = "application/openmetrics-text; version=0.0.1; charset=utf-8"
+TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+
+
 class TestMethodsAndNegotiation:
     async def test_405_says_what_is_allowed(self, exporter: Exporter, aiohttp_client: Any) -> None:
         """POST /metrics: 405 with Allow and a JSON error."""
@@ -379,6 +384,53 @@ class TestMethodsAndNegotiation:
             response.headers["Content-Type"],
         )
         assert "podresources_exporter_build_info" in {f.name for f in families}
+
+    @pytest.mark.parametrize(
+        ("accept", "content_type"),
+        [
+            # Prometheus 3.x's default: 1.0.0 names the escaping asked for.
+            (
+                "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+                "application/openmetrics-text;version=0.0.1;q=0.5,"
+                "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+                "text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+                f"{OM_1_0_0}; escaping=allow-utf-8",
+            ),
+            # Prometheus 2.x's default names none: prometheus/common's default scheme.
+            (
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                f"{OM_1_0_0}; escaping=underscores",
+            ),
+            (
+                "application/openmetrics-text;version=1.0.0;escaping=bogus",
+                f"{OM_1_0_0}; escaping=underscores",
+            ),
+            # scrape_protocols: [OpenMetricsText0.0.1]; no version means 0.0.1 upstream.
+            ("application/openmetrics-text;version=0.0.1;q=0.6,*/*;q=0.5", OM_0_0_1),
+            ("application/openmetrics-text", OM_0_0_1),
+            # 1.0.0 refused, 0.0.1 accepted: the accepted one.
+            (
+                "application/openmetrics-text;version=1.0.0;q=0,"
+                "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;q=0.4",
+                OM_0_0_1,
+            ),
+            # A version this page is not: text, which */* accepts.
+            ("application/openmetrics-text;version=2.0.0;q=0.6,*/*;q=0.5", TEXT_0_0_4),
+        ],
+    )
+    async def test_the_content_type_names_a_version_and_escaping_that_were_asked_for(
+        self, exporter: Exporter, aiohttp_client: Any, accept: str, content_type: str
+    ) -> None:
+        """The answer is one of the formats the scraper accepted, labelled as the content
+        negotiation rules say (prometheus/docs content_negotiation.md): an OpenMetrics
+        1.0.0 answer names its escaping scheme; the page is OpenMetrics 0.0.1 as well as
+        1.0.0, and is served as whichever was preferred."""
+        client = await aiohttp_client(exporter.create_app())
+        response = await client.get("/metrics", headers={"Accept": accept})
+        body = await response.text()
+        assert (200, content_type) == (response.status, response.headers["Content-Type"])
+        assert body.endswith("# EOF\n") == content_type.startswith("application/openmetrics")
 
     @pytest.mark.parametrize(
         "path",
