@@ -395,6 +395,10 @@ class KubeletClient:
                     ("grpc.max_receive_message_length", self._max_message_bytes),
                     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_INITIAL_MS),
                     ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+                    # A unix socket is never proxied, but gRPC core parses the node's
+                    # https_proxy for every channel first, and a value it cannot use
+                    # (no scheme, socks5://) wrote a plain-text line to stderr each poll.
+                    ("grpc.enable_http_proxy", 0),
                 ],
             )
             self._rpcs = {}

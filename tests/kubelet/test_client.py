@@ -686,6 +686,26 @@ class TestUnavailable:
             await client.close()
             proxy.close()
 
+    @pytest.mark.parametrize("proxy", ["proxy.corp:3128", "socks5://proxy.corp:1080"])
+    async def test_a_proxy_setting_grpc_cannot_parse_writes_nothing(
+        self,
+        sim: SimKubelet,
+        make_client: Callable[..., KubeletClient],
+        monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str],
+        proxy: str,
+    ) -> None:
+        """A node's https_proxy without a scheme, or of one gRPC does not take: the unix
+        socket is never proxied, yet gRPC core parsed the variable on every channel and
+        wrote a plain-text error line to stderr for each, a poll's, into the JSON log."""
+        monkeypatch.setenv("https_proxy", proxy)
+        monkeypatch.setenv("GRPC_VERBOSITY", "ERROR")
+        client = make_client()
+        for _ in range(2):
+            assert await client.list_pods() == PODS
+            await client.release_channel()
+        assert "proxy" not in capfd.readouterr().err
+
     async def test_hung_kubelet_raises_unavailable_at_deadline(
         self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
     ) -> None:
