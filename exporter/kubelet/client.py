@@ -26,6 +26,7 @@ import math
 import random
 import re
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -64,6 +65,7 @@ __all__ = [
     "RECONNECT_BACKOFF_INITIAL_MS",
     "RECONNECT_BACKOFF_MAX_MS",
     "KubeletClient",
+    "unix_target",
 ]
 
 DEFAULT_CAPABILITY_RECHECK_S = 300.0
@@ -81,6 +83,15 @@ DEFAULT_BACKOFF_MAX_S = 60.0
 # than that to send its first HTTP/2 frame, before the call's deadline.
 RECONNECT_BACKOFF_INITIAL_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1_000
+
+
+def unix_target(path: str) -> str:
+    """gRPC's target for a unix socket at ``path``, absolute or relative. gRPC parses
+    the target as a URI: the path is percent-encoded, or a '%41' in it would reach 'A',
+    and a '?' or '#' cut it short."""
+    quoted = urllib.parse.quote(path, safe="/")
+    return f"unix://{quoted}" if path.startswith("/") else f"unix:{quoted}"
+
 
 # Method names used in stats(), api_status() and logs: the v1 RPC names, and the v1alpha1
 # List (the fallback for kubelets without v1) spelled out.
@@ -384,13 +395,8 @@ class KubeletClient:
         turns a parse error into a None reply and a logged traceback.
         """
         if self._channel is None:
-            target = (
-                f"unix://{self._socket_path}"
-                if self._socket_path.startswith("/")
-                else f"unix:{self._socket_path}"
-            )
             self._channel = grpc.aio.insecure_channel(
-                target,
+                unix_target(self._socket_path),
                 options=[
                     ("grpc.max_receive_message_length", self._max_message_bytes),
                     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_INITIAL_MS),

@@ -33,6 +33,7 @@ from exporter.kubelet.api.v1 import api_pb2 as v1
 from exporter.kubelet.api.v1 import api_pb2_grpc as v1_grpc
 from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
 from exporter.kubelet.api.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
+from exporter.kubelet.client import unix_target
 from exporter.kubelet.convert import (
     allocatable_to_proto,
     get_response_to_proto,
@@ -122,7 +123,7 @@ class SimKubelet:
 
     def __init__(self, *, socket_path: str) -> None:
         self.socket_path = socket_path
-        self._target = f"unix://{os.path.abspath(socket_path)}"
+        self._target = unix_target(os.path.abspath(socket_path))
         self.calls: Counter[str] = Counter()  # every call that reached the server
         self.unimplemented: set[str] = set()  # answer UNIMPLEMENTED, like an older kubelet
         self.disabled: set[str] = set()  # answer UNKNOWN "... disabled" (feature gate off)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import re
+import stat
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -136,6 +139,23 @@ async def list_when_up(client: KubeletClient, *, within_s: float = 5.0) -> tuple
         except KubeletUnavailable:
             assert time.monotonic() < deadline, "client did not reach the kubelet"
             await asyncio.sleep(0.05)
+
+
+async def test_a_socket_path_with_uri_characters_is_the_file_it_names(
+    short_tmp: Path, make_client: Callable[..., KubeletClient]
+) -> None:
+    """gRPC parses its target as a URI: a socket path with '%41', '?', '#' or a space
+    reached another file ('%41' is 'A', '?' and '#' end the path), on the server's side
+    and the client's alike. Each is percent-encoded now, so both meet at the very file."""
+    path = str(short_tmp / "k%41 b?c#d.sock")
+    kubelet = SimKubelet(socket_path=path)
+    kubelet.set_state(pods=PODS, allocatable=ALLOCATABLE)
+    await kubelet.start()
+    try:
+        assert stat.S_ISSOCK(os.stat(path).st_mode)  # the file named, not another
+        assert await make_client(socket_path=path).list_pods() == PODS
+    finally:
+        await kubelet.stop()
 
 
 class TestValues:
