@@ -358,7 +358,9 @@ def _openmetrics_type(accept: str) -> str | None:
 
 def _wants_gzip(accept_encoding: str) -> bool:
     qualities = _qualities(accept_encoding)
-    return qualities.get("gzip", 0.0 if "gzip" in qualities else qualities.get("*", 0.0)) > 0
+    if "gzip" not in qualities and "x-gzip" in qualities:  # its old name (RFC 9110 8.4.1.3)
+        qualities["gzip"] = qualities["x-gzip"]
+    return qualities.get("gzip", qualities.get("*", 0.0)) > 0
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:

@@ -316,6 +316,8 @@ class TestMethodsAndNegotiation:
             ("", "gzip;q=0, *;q=1", "text/plain", False),
             ("", "*", "text/plain", True),
             ("", "identity, gzip;q=0.5", "text/plain", True),
+            ("", "x-gzip", "text/plain", True),
+            ("", "x-gzip;q=0", "text/plain", False),
             ("application/openmetrics-text;version=1.0.0", "", "application/openmetrics", False),
             ("application/openmetrics-text;q=0", "", "text/plain", False),
             ("application/openmetrics-text;q=0.2,text/plain;q=0.9", "", "text/plain", False),
