@@ -66,6 +66,7 @@ __all__ = [
     "MergedReadings",
     "container_cpu_seconds",
     "diff_allocations",
+    "holder_count",
     "join_fresh_pod",
     "join_snapshot",
     "judge_collectors",
@@ -852,6 +853,11 @@ def _holdings(container: ContainerView | None) -> tuple[set[str], set[int]]:
         f"{d.resource}/{d.device_id}" for d in (*container.devices, *container.claim_devices)
     }
     return devices, set(container.cpu_ids)
+
+
+def holder_count(snapshot: Snapshot) -> int:
+    """How many containers hold devices or exclusive CPUs in ``snapshot``."""
+    return len(_holders(snapshot.pods))
 
 
 def diff_allocations(old: Snapshot | None, new: Snapshot) -> tuple[AllocationChange, ...]:

@@ -37,6 +37,7 @@ from exporter.join import (
     AllocationChange,
     JoinCache,
     diff_allocations,
+    holder_count,
     join_snapshot,
     refresh_readings,
 )
@@ -110,6 +111,7 @@ class Poller:
         self._interval_s = interval_s
         self._clock = clock
         self._last_good: _KubeletData | None = None
+        self._answered = False  # the kubelet has answered List since the start
         self._last_error: str | None = None
         self._cpu_numa: Mapping[int, int] = {}
         self._dra = DraState()
@@ -151,6 +153,7 @@ class Poller:
         self._note_unlisted_claims(kubelet_data.pods, listed=kubelet_status.up)
         # The request stats are copied here, on the loop, where the client records them;
         # the join and the allocation diff are CPU-bound and run off the loop.
+        first_answer = kubelet_status.up and not self._answered
         snapshot, changes, joined_from = await asyncio.to_thread(
             self._join,
             kubelet_data,
@@ -159,6 +162,7 @@ class Poller:
             started,
             readings_at,
             self._client.stats(),
+            first_answer,
         )
         self._note_judged_failures(snapshot.collectors)
         for change in changes:
@@ -172,6 +176,9 @@ class Poller:
                 cpus_added=list(change.cpus_added),
                 cpus_removed=list(change.cpus_removed),
             )
+        if first_answer:
+            self._answered = True
+            log.info("allocations_loaded", pods=len(snapshot.pods), holders=holder_count(snapshot))
         published = Published(snapshot, allocations=self._allocations)
         self._store.current = published
         self._published_from = (published, joined_from)
@@ -251,9 +258,11 @@ class Poller:
         started: float,
         readings_at: float,
         request_stats: KubeletRequestStats,
+        first_answer: bool,
     ) -> tuple[Snapshot, tuple[AllocationChange, ...], tuple[object, ...]]:
         """Join (or, when nothing the join reads changed, only refresh the readings of
-        the last snapshot), and tell what changed hands and what it was joined from."""
+        the last snapshot), and tell what changed hands (nothing at the kubelet's
+        ``first_answer``) and what it was joined from."""
         previous = self._store.current
         joined_from = (
             kubelet_data.pods,
@@ -303,7 +312,11 @@ class Poller:
         )
         if refreshed is not None:
             return snapshot, (), joined_from
-        changes = diff_allocations(previous.snapshot if previous else None, snapshot)
+        if first_answer or previous is None:
+            # The kubelet's first answer (at start, or once it first came up): what it
+            # holds is loaded, not changed hands (poll_once logs allocations_loaded).
+            return snapshot, (), joined_from
+        changes = diff_allocations(previous.snapshot, snapshot)
         return snapshot, changes, joined_from
 
     async def _probe_get(self) -> None:

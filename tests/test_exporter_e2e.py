@@ -202,6 +202,35 @@ class TestMetrics:
             ("etl-0", ["mellanox.com/cx7_sriov_vf/0000:4b:00.4"], [18, 19, 20, 21])
         ]
 
+    async def test_the_first_answer_is_loaded_not_changed(
+        self, exporter: Exporter, sim_node: SimulatedNode
+    ) -> None:
+        """What the kubelet holds at the exporter's start, or when it first answers after
+        it, changed no hands: one allocations_loaded line with the counts, not an
+        allocation_changed line per container (a rollout over a cluster wrote one for
+        every allocation of every node)."""
+        await sim_node.kubelet.stop()
+        with capture_logs() as logs:
+            await exporter.poller.poll_once()  # no kubelet yet
+            await sim_node.kubelet.start()
+            for _ in range(100):  # until the client's reconnect backoff lets it through
+                first = await exporter.poller.poll_once()
+                if first.snapshot.kubelet.up:
+                    break
+                await asyncio.sleep(0.05)
+            await exporter.poller.poll_once()
+        holders = sum(  # containers with devices (a DRA claim's too) or exclusive CPUs
+            1
+            for p in first.snapshot.pods
+            for c in p.containers
+            if c.devices or c.claim_devices or c.cpu_ids
+        )
+        assert [] == [e for e in logs if e["event"] == "allocation_changed"]
+        assert [(len(first.snapshot.pods), holders)] == [
+            (e["pods"], e["holders"]) for e in logs if e["event"] == "allocations_loaded"
+        ]
+        assert holders > 10
+
     async def test_deleted_pod_disappears(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]
