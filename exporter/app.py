@@ -33,8 +33,8 @@ from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
 from exporter.sysfs import raise_open_files_limit
-from exporter.tlssite import CLIENT_ERROR_LOG_INTERVAL_S, make_site
-from exporter.web import WebSettings, create_app, make_runner
+from exporter.tlssite import make_site
+from exporter.web import CLIENT_ERROR_LOG_INTERVAL_S, WebSettings, create_app, make_runner
 from exporter.webconfig import LiveWebConfig, WebConfigError
 
 if TYPE_CHECKING:  # the simulator is imported only when --demo asks for it

@@ -29,9 +29,9 @@ from aiohttp import web
 
 from exporter.config import join_host_port
 from exporter.outage import Throttle
-from exporter.web import LINGERING_TIME_S
+from exporter.web import CLIENT_ERROR_LOG_INTERVAL_S, LINGERING_TIME_S
 
-__all__ = ["BACKLOG", "CLIENT_ERROR_LOG_INTERVAL_S", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
+__all__ = ["BACKLOG", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
 
 log = structlog.get_logger(__name__)
 
@@ -46,9 +46,6 @@ _HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
 _ACCEPT_RETRY_S = 1.0
 _ACCEPT_AGAIN_S = 0.05
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-# At most one line a minute of each kind a client can cause at will: accept() failing
-# (app.py's loop handler logs asyncio's own the same), plain HTTP on the HTTPS port.
-CLIENT_ERROR_LOG_INTERVAL_S = 60.0
 _DRAIN_BYTES = 64 * 1024
 
 

@@ -29,6 +29,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
+from exporter.config import join_host_port
 from exporter.debugview import (
     FILTER_KEYS,
     GET_SOURCE,
@@ -42,9 +43,11 @@ from exporter.join import join_fresh_pod
 from exporter.kubelet.errors import KubeletError, MethodUnavailable, PodNotFound
 from exporter.lookup import CoalescingLookup, LookupRefused
 from exporter.model import Snapshot
+from exporter.outage import Throttle
 from exporter.store import Published, SnapshotStore
 
 __all__ = [
+    "CLIENT_ERROR_LOG_INTERVAL_S",
     "DEBUG_MAX_IN_FLIGHT",
     "KEEPALIVE_TIMEOUT_S",
     "LINGERING_TIME_S",
@@ -73,6 +76,12 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # reading), so it is given half.
 KEEPALIVE_TIMEOUT_S = 20.0
 LINGERING_TIME_S = 2.0
+# At most one line a minute of each kind a client can cause at will: accept() failing
+# (app.py's loop handler logs asyncio's own the same), plain HTTP on the HTTPS port and
+# TLS on the plain one.
+CLIENT_ERROR_LOG_INTERVAL_S = 60.0
+# The first byte of a TLS connection: a handshake record (RFC 8446 5.1, ContentType 22).
+_TLS_HANDSHAKE = 0x16
 MAX_REQUEST_HEADERS = 32
 MAX_HEADER_FIELD_BYTES = 8190
 SHUTDOWN_TIMEOUT_S = 3.0
@@ -592,13 +601,22 @@ class _JsonErrorRequestHandler(RequestHandler):
     of up to a megabyte each). What one read brought is still parsed: at most 32 small
     heads, or one large one."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, tls_on_plain_port: Throttle, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._max_msg_queue_size = 1
         self._msg_queue_resume_size = 0
+        self._tls_on_plain_port = tls_on_plain_port
         self.heard_from = False  # any bytes yet: a request on its way (_Runner.cleanup)
 
     def data_received(self, data: bytes) -> None:
+        if not self.heard_from and data[:1] == bytes([_TLS_HANDSHAKE]):
+            # A client that speaks TLS here (a scrape job left at scheme https) gets its
+            # 400 as any unparsable request; say why, once a minute.
+            self._tls_on_plain_port.warning(
+                peer=_peer_of(self.transport),
+                hint="the client spoke TLS to the plain HTTP port: scrape it with scheme http"
+                " or give the exporter tls_server_config",
+            )
         self.heard_from = True
         super().data_received(data)
 
@@ -631,10 +649,26 @@ class _JsonErrorServer(web.Server):
     def __init__(self, *args: Any, handler_options: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._handler_options = handler_options
+        self._tls_on_plain_port = Throttle(
+            "tls_request_on_http_port", interval_s=CLIENT_ERROR_LOG_INTERVAL_S
+        )
 
     def __call__(self) -> RequestHandler:
         loop = asyncio.get_running_loop()
-        return _JsonErrorRequestHandler(self, loop=loop, **self._handler_options)
+        return _JsonErrorRequestHandler(
+            self,
+            loop=loop,
+            tls_on_plain_port=self._tls_on_plain_port,
+            **self._handler_options,
+        )
+
+
+def _peer_of(transport: asyncio.BaseTransport | None) -> str:
+    """The client's address as host:port; empty where the transport has none."""
+    address = transport.get_extra_info("peername") if transport is not None else None
+    if not isinstance(address, tuple) or len(address) < 2:
+        return ""
+    return join_host_port(str(address[0]), int(address[1]))
 
 
 class _Runner(web.AppRunner):

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from fdlimit import need_open_files
 from multidict import CIMultiDict
+from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
@@ -218,6 +219,25 @@ class TestStalledScrapers:
         assert page > 2 * 1024 * 1024
         assert len(unsent) == 10
         assert max(unsent) <= 256 * 1024, unsent
+
+
+class TestWrongScheme:
+    async def test_tls_on_the_plain_port_is_answered_and_said_once_a_minute(
+        self, exporter: Exporter
+    ) -> None:
+        """A TLS client hello on the plain HTTP port (a scrape job left at scheme https)
+        gets its 400 as any unparsable request, and a warning naming the client says why,
+        as plain HTTP on the TLS port does: at most once a minute, the rest counted."""
+        hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+        with capture_logs() as logs:
+            async with serving(exporter.create_app()) as port:
+                answers = [await raw_exchange(port, hello) for _ in range(3)]
+                plain = await raw_exchange(port, b"GARBAGE\r\n\r\n")
+        said = [e for e in logs if e["event"] == "tls_request_on_http_port"]
+        assert [400, 400, 400, 400] == [split_response(a)[0] for a in (*answers, plain)]
+        assert [("warning", 0)] == [(e["log_level"], e["suppressed_since_last"]) for e in said]
+        assert said[0]["peer"].startswith("127.0.0.1:")
+        assert "scheme http" in said[0]["hint"]
 
 
 class TestShutdown:
