@@ -550,7 +550,11 @@ class KubeletClient:
 
     def _mark_unavailable(self, method: str, *, reason: str) -> None:
         if method not in self._unavailable:
-            _log.warning("kubelet_method_unavailable", method=method, reason=reason)
+            # Get serves only /debug look-ups, which then answer from the snapshot, and its
+            # gate (KubeletPodResourcesGet) is off by default on older kubelets: no
+            # warning from every node of such a cluster at every start.
+            level = _log.info if method == METHOD_GET else _log.warning
+            level("kubelet_method_unavailable", method=method, reason=reason)
         self._unavailable[method] = (self._clock(), reason)
 
     def _mark_available(self, method: str) -> None:

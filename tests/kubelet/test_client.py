@@ -283,6 +283,24 @@ class TestCapabilities:
             ("kubelet_method_available", "GetAllocatableResources"),
         ]
 
+    async def test_a_missing_get_is_said_at_info_the_inventory_at_warning(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Get lost costs nothing (look-ups answer from the snapshot; its gate is off by
+        default on older kubelets): info. GetAllocatableResources lost costs the inventory
+        series: warning."""
+        sim.disabled = {V1_GET, V1_GET_ALLOCATABLE}
+        with capture_logs() as logs:
+            with pytest.raises(MethodUnavailable):
+                await client.get_pod(namespace="ml", name="trainer-0")
+            with pytest.raises(MethodUnavailable):
+                await client.get_allocatable()
+        assert [("Get", "info"), ("GetAllocatableResources", "warning")] == [
+            (e["method"], e["log_level"])
+            for e in logs
+            if e["event"] == "kubelet_method_unavailable"
+        ]
+
     async def test_disabled_get_raises_method_unavailable(
         self, sim: SimKubelet, client: KubeletClient
     ) -> None:
