@@ -111,7 +111,7 @@ class Poller:
         self._interval_s = interval_s
         self._clock = clock
         self._last_good: _KubeletData | None = None
-        self._answered = False  # the kubelet has answered List since the start
+        self._answered = False  # a List answer has been published since the start
         self._last_error: str | None = None
         self._cpu_numa: Mapping[int, int] = {}
         self._dra = DraState()
@@ -153,7 +153,9 @@ class Poller:
         self._note_unlisted_claims(kubelet_data.pods, listed=kubelet_status.up)
         # The request stats are copied here, on the loop, where the client records them;
         # the join and the allocation diff are CPU-bound and run off the loop.
-        first_answer = kubelet_status.up and not self._answered
+        # Keyed on the data, not on this poll's List: a first answer whose poll failed
+        # is published later from the last good data, with the kubelet perhaps gone.
+        first_answer = kubelet_data.collected_at is not None and not self._answered
         snapshot, changes, joined_from = await asyncio.to_thread(
             self._join,
             kubelet_data,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import gzip
 import json
@@ -230,6 +231,40 @@ class TestMetrics:
             (e["pods"], e["holders"]) for e in logs if e["event"] == "allocations_loaded"
         ]
         assert holders > 10
+
+    async def test_a_first_answer_never_published_is_still_loaded_not_changed(
+        self, exporter: Exporter, sim_node: SimulatedNode, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The kubelet's first answer, whose poll failed after it (here the join), then
+        the kubelet gone: the poll that publishes that answer, from the last good data,
+        loads it too, rather than logging every allocation as changed."""
+        import exporter.poller as poller_module
+
+        real = poller_module.join_snapshot
+        failed: list[bool] = []
+
+        def fails_on_the_first_answer(**arguments: Any) -> Any:
+            if arguments["kubelet"].up and not failed:
+                failed.append(True)
+                raise RuntimeError("the join failed once")
+            return real(**arguments)
+
+        await sim_node.kubelet.stop()
+        with capture_logs() as logs:
+            await exporter.poller.poll_once()  # no kubelet yet
+            await sim_node.kubelet.start()
+            monkeypatch.setattr(poller_module, "join_snapshot", fails_on_the_first_answer)
+            for _ in range(100):  # until List answers, and that poll fails
+                with contextlib.suppress(RuntimeError):
+                    await exporter.poller.poll_once()
+                if failed:
+                    break
+                await asyncio.sleep(0.05)
+            await sim_node.kubelet.stop()
+            published = await exporter.poller.poll_once()  # the last good data, kubelet down
+        assert (False, True) == (published.snapshot.kubelet.up, bool(published.snapshot.pods))
+        assert [] == [e for e in logs if e["event"] == "allocation_changed"]
+        assert 1 == len([e for e in logs if e["event"] == "allocations_loaded"])
 
     async def test_deleted_pod_disappears(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
