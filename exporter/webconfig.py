@@ -436,6 +436,7 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
         keys: users named 007, on or null keep those names (not 7, True, None)."""
 
         def compose_mapping_node(self, anchor: Any) -> Any:
+            # Each key as written, once: tagged text, and refused when it repeats.
             # PyYAML keeps the last of two equal keys: a second, empty basic_auth_users
             # or tls_server_config would switch auth or TLS off unseen. exporter-
             # toolkit's strict Go YAML refuses duplicates. Checked as written, before
@@ -449,13 +450,8 @@ def parse_web_config(text: str, *, path: Path, keys: tuple[str, ...] = _TOP_KEYS
                             None, None, f"{key.value!r} appears twice", key.start_mark
                         )
                     seen.add(key.value)
-            return node
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            for key, _ in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                     key.tag = "tag:yaml.org,2002:str"
-            return super().construct_mapping(node, deep=deep)
+            return node
 
     try:
         document = yaml.load(text, Loader=TextKeyLoader)  # a SafeLoader: no tags run code
