@@ -442,7 +442,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     else:
         listen = [parse_listen_address(DEFAULT_LISTEN_ADDRESS)]
     _refuse_overlapping_listens(listen)
-    if not args.node_name.strip() or args.node_name != args.node_name.strip():
+    if not args.node_name or args.node_name != args.node_name.strip():
         raise ConfigError(
             f"--node-name (or ${env_name('--node-name')}) {args.node_name!r}: empty or"
             " padded with spaces; leave both out for $NODE_NAME or the host name"

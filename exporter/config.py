@@ -51,13 +51,13 @@ def is_wildcard_host(host: str) -> bool:
     (Go's net.IP.IsUnspecified). The exporter binds one as every address of both
     families, as Go listens on one (a dual-stack socket, ipsock_posix.go
     favoriteAddrFamily): node_exporter's [::]:9100 answers IPv4."""
+    if not host:
+        return True
     try:
-        address = ipaddress.ip_address(host) if host else None
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False  # a host name
-    if address is None:
-        return True
-    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    mapped = getattr(address, "ipv4_mapped", None)  # an IPv6 address's, if any
     return address.is_unspecified or (mapped is not None and mapped.is_unspecified)
 
 

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from exporter.config import join_host_port
 from exporter.outage import Throttle
-from exporter.web import CLIENT_ERROR_LOG_INTERVAL_S, LINGERING_TIME_S
+from exporter.web import CLIENT_ERROR_LOG_INTERVAL_S, LINGERING_TIME_S, peer_text
 
 __all__ = ["BACKLOG", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
 
@@ -255,10 +255,9 @@ def _settle(future: asyncio.Future[None]) -> None:
 
 def _peer(conn: socket.socket) -> str:
     try:
-        address: Any = conn.getpeername()
+        return peer_text(conn.getpeername())
     except OSError:
         return ""
-    return join_host_port(address[0], address[1])
 
 
 class _Listeners(asyncio.AbstractServer):

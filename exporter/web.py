@@ -56,6 +56,7 @@ __all__ = [
     "WebSettings",
     "create_app",
     "make_runner",
+    "peer_text",
 ]
 
 log = structlog.get_logger(__name__)
@@ -613,7 +614,7 @@ class _JsonErrorRequestHandler(RequestHandler):
             # A client that speaks TLS here (a scrape job left at scheme https) gets its
             # 400 as any unparsable request; say why, once a minute.
             self._tls_on_plain_port.warning(
-                peer=_peer_of(self.transport),
+                peer=peer_text(self.transport and self.transport.get_extra_info("peername")),
                 hint="the client spoke TLS to the plain HTTP port: scrape it with scheme http"
                 " or give the exporter tls_server_config",
             )
@@ -663,9 +664,9 @@ class _JsonErrorServer(web.Server):
         )
 
 
-def _peer_of(transport: asyncio.BaseTransport | None) -> str:
-    """The client's address as host:port; empty where the transport has none."""
-    address = transport.get_extra_info("peername") if transport is not None else None
+def peer_text(address: object) -> str:
+    """A client's address (a socket's getpeername(), a transport's peername) as
+    host:port; empty where there is none."""
     if not isinstance(address, tuple) or len(address) < 2:
         return ""
     return join_host_port(str(address[0]), int(address[1]))
@@ -687,16 +688,15 @@ class _Runner(web.AppRunner):
         burst of scrapes) was closed unanswered."""
         for site in self.sites:
             await site.stop()
-        server = self.server
-        if server is not None:
-            deadline = asyncio.get_running_loop().time() + FIRST_REQUEST_GRACE_S
-            while any(
-                isinstance(c, _JsonErrorRequestHandler) and not c.heard_from
-                for c in server.connections
-            ):
-                if asyncio.get_running_loop().time() >= deadline:
-                    break
-                await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FIRST_REQUEST_GRACE_S
+        while any(
+            isinstance(c, _JsonErrorRequestHandler) and not c.heard_from
+            for c in (self.server.connections if self.server else ())
+        ):
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.01)
         await super().cleanup()
 
     async def _make_server(self) -> web.Server:
