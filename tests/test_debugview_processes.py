@@ -26,12 +26,13 @@ FREE = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 TRAINER = ProcessOrigin("u1", "c" * 64, "team-a", "trainer-0", "trainer")
 
 
-def snapshot(readings: Readings) -> Snapshot:
+def snapshot(readings: Readings, *, holder: str = "trainer") -> Snapshot:
+    """team-a/trainer-0's container ``holder`` ("": its shared pool) holds HELD."""
     gpus = DeviceGroup("nvidia.com/gpu", (HELD, FREE))
     pod = PodResources(
         "team-a",
         "trainer-0",
-        (ContainerResources("trainer", devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),),
+        (ContainerResources(holder, devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),),
     )
     return join_snapshot(
         node="n",
@@ -122,21 +123,7 @@ class TestProcesses:
     def test_the_pool_filter_keeps_the_pools_gpu(self) -> None:
         """?container= asks for the pods' shared pools: a GPU the pool holds is kept
         with its processes, whose owner need not be the pool (its holder is)."""
-        pool = PodResources(
-            "team-a",
-            "trainer-0",
-            (ContainerResources("", devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),),
-        )
-        pooled = join_snapshot(
-            node="n",
-            collected_at=100.0,
-            kubelet=KubeletStatus(up=True, socket="s", api=()),
-            pods=(pool,),
-            allocatable=AllocatableResources(devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),
-            cpu_numa={},
-            collector_runs=(CollectorRun("gpu_processes", True, 0.0, READINGS),),
-        )
-        found = render_json(pooled, filters=Filters(container=""), now=101.0)
+        found = render_json(snapshot(READINGS, holder=""), filters=Filters(container=""), now=101.0)
         assert [(HELD, ["team-a/trainer-0/"], [100])] == [
             (d["device_id"], d["holders"], [p["pid"] for p in d["processes"]])
             for d in found["gpu_processes"]

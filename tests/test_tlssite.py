@@ -137,14 +137,12 @@ async def test_the_400_reaches_a_client_that_sent_a_large_body_first(pki: Pki) -
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
 
 
-async def test_an_accept_error_costs_that_connection_only(
-    pki: Pki, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """accept() failing for one connection (EPROTO; a firewall's EPERM) is logged, and
-    the listener goes on accepting, as asyncio's server does."""
+def _fail_accept_once(monkeypatch: pytest.MonkeyPatch, error: OSError) -> list[OSError]:
+    """The loop's next accept() raises ``error``, later ones accept; the list of errors
+    still to raise (empty once it was)."""
     loop = asyncio.get_running_loop()
     accept = loop.sock_accept
-    failures = [OSError(errno.EPROTO, "Protocol error")]
+    failures = [error]
 
     async def failing_once(sock: socket.socket) -> tuple[socket.socket, object]:
         if failures:
@@ -152,6 +150,15 @@ async def test_an_accept_error_costs_that_connection_only(
         return await accept(sock)
 
     monkeypatch.setattr(loop, "sock_accept", failing_once)
+    return failures
+
+
+async def test_an_accept_error_costs_that_connection_only(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accept() failing for one connection (EPROTO; a firewall's EPERM) is logged, and
+    the listener goes on accepting, as asyncio's server does."""
+    _fail_accept_once(monkeypatch, OSError(errno.EPROTO, "Protocol error"))
     with capture_logs() as logs:
         async with _site(pki) as runner:
             assert 200 == await _https_get(pki, _port(runner))
@@ -193,20 +200,21 @@ async def test_a_client_gone_before_accept_is_not_logged(
 ) -> None:
     """ECONNABORTED: the client reset its connection while it waited in the backlog.
     Nothing failed on this side: accepted again without a word, as asyncio's server."""
-    loop = asyncio.get_running_loop()
-    accept = loop.sock_accept
-    failures = [ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort")]
-
-    async def aborted_once(sock: socket.socket) -> tuple[socket.socket, object]:
-        if failures:
-            raise failures.pop()
-        return await accept(sock)
-
-    monkeypatch.setattr(loop, "sock_accept", aborted_once)
+    failures = _fail_accept_once(
+        monkeypatch, ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort")
+    )
     with capture_logs() as logs:
         async with _site(pki) as runner:
             assert 200 == await _https_get(pki, _port(runner))
     assert ([], []) == (failures, [e for e in logs if e["event"] == "accept_failed"])
+
+
+async def _port_checks(port: int, count: int) -> None:
+    """``count`` clients that connect and close without a word, as a port check does."""
+    for _ in range(count):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        await writer.wait_closed()
 
 
 async def test_finished_connections_are_forgotten(pki: Pki) -> None:
@@ -215,10 +223,7 @@ async def test_finished_connections_are_forgotten(pki: Pki) -> None:
     kept tasks would grow with every connection for the life of the process."""
     async with _site(pki) as runner:
         port = _port(runner)
-        for _ in range(50):
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            await writer.wait_closed()
+        await _port_checks(port, 50)
         assert 200 == await _https_get(pki, port)
         listeners = _listeners(runner)
         await _until_no_connections(listeners)
@@ -236,10 +241,7 @@ async def test_port_checks_and_resets_leave_no_task_exception(pki: Pki) -> None:
     try:
         async with _site(pki) as runner:
             port = _port(runner)
-            for _ in range(3):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                await writer.wait_closed()
+            await _port_checks(port, 3)
             for _ in range(3):
                 with socket.socket() as client:
                     client.setblocking(False)
