@@ -51,13 +51,14 @@ LOOKUP_BURST = 5
 
 
 def collector_context(config: Config) -> CollectorContext:
-    """The filesystem roots collectors read, from the flags."""
+    """The filesystem roots collectors read, and their one other setting, from the flags."""
     return CollectorContext(
         sysfs=config.sysfs,
         procfs=config.procfs,
         kubelet_plugins=config.kubelet_plugins,
         cdi=config.cdi,
         pod_logs=config.pod_logs,
+        nvml_energy_interval_s=config.nvml_energy_interval_s,
     )
 
 
@@ -118,7 +119,7 @@ def demo_collectors(
     collectors = build_collectors([n for n in config.collectors if n not in nvml_users], context)
     if "nvml" in config.collectors:
         source = SimulatedNvmlSource(node.scenario.hardware, clock=clock)
-        collectors.insert(0, NvmlCollector(context, source=source))
+        collectors.insert(0, NvmlCollector(context, source=source, clock=clock))
     if "gpu_processes" in config.collectors:
         source = SimulatedNvmlSource(node.scenario.hardware, clock=clock)
         collectors.append(GpuProcessesCollector(context, source=source))

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_KUBELET_TIMEOUT_S",
     "DEFAULT_LISTEN_ADDRESS",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_NVML_ENERGY_INTERVAL_S",
     "DEFAULT_POLL_INTERVAL_S",
     "DEFAULT_SOCKET",
     "Config",
@@ -39,6 +40,10 @@ DEFAULT_LISTEN_ADDRESS = ":9410"
 DEFAULT_COLLECTOR_TIMEOUT_S = 5.0
 DEFAULT_KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
 DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
+# NVIDIA's driver takes ~3 ms of CPU per GPU to answer the energy counter, more than the
+# rest of a poll (docs/benchmarks.md, "On a real GPU"). Read at the ServiceMonitor's 30 s
+# scrape interval, not every 10 s poll, two readings in three were never scraped.
+DEFAULT_NVML_ENERGY_INTERVAL_S = 30.0
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -87,6 +92,7 @@ class Config:
     log_format: str
     demo: bool
     pod_logs: Path = Path("/var/log/pods")
+    nvml_energy_interval_s: float = DEFAULT_NVML_ENERGY_INTERVAL_S
 
     def as_log_fields(self) -> dict[str, Any]:
         """The effective configuration, for the start-up log line."""
@@ -105,6 +111,7 @@ class Config:
             "kubelet_plugins": str(self.kubelet_plugins),
             "cdi": [str(p) for p in self.cdi],
             "pod_logs": str(self.pod_logs),
+            "nvml_energy_interval_s": self.nvml_energy_interval_s,
             "collectors": list(self.collectors),
             "node_name": self.node_name,
             "demo": self.demo,

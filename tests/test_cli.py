@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import _bind_host
+from exporter.app import _bind_host, collector_context
 from exporter.cli import env_name, parse_config
 from exporter.config import ConfigError, is_wildcard_host
 
@@ -334,6 +334,8 @@ def test_process_exits_2_with_one_line(argv: list[str]) -> None:
         (["--kubelet.max-message-bytes", "2147483648"], "must be at most 2147483647"),
         (["--kubelet.max-message-bytes", "1e6"], "must be a number"),
         (["--kubelet.max-message-bytes", "100"], "must be at least 4096"),
+        (["--collector.nvml.energy-interval=-1"], "energy-interval must be at least 0"),
+        (["--collector.nvml.energy-interval", "nan"], "energy-interval must be a finite"),
         (["--kubelet.socket", ""], "--kubelet.socket must not be empty"),
         (["--kubelet.socket", "/" + "s" * 107], "108 bytes long"),
     ],
@@ -432,6 +434,20 @@ def test_gpu_processes_is_opt_in_with_its_pod_log_path() -> None:
     help_text = " ".join(result.stdout.split())
     assert "hostPID: true" in help_text
     assert env_name("--path.pod-logs") in help_text
+
+
+def test_energy_interval_reaches_the_collectors() -> None:
+    """--collector.nvml.energy-interval: 30 s by default, a duration or its variable
+    otherwise, 0 for every poll; the collectors' context carries it."""
+    default = parse_config([], {})
+    minute = parse_config(["--collector.nvml.energy-interval", "1m"], {})
+    from_env = parse_config([], {env_name("--collector.nvml.energy-interval"): "0"})
+    assert (30.0, 60.0, 0.0) == tuple(
+        collector_context(c).nvml_energy_interval_s for c in (default, minute, from_env)
+    )
+    assert "PODRESOURCES_EXPORTER_COLLECTOR_NVML_ENERGY_INTERVAL" == env_name(
+        "--collector.nvml.energy-interval"
+    )
 
 
 def test_app_does_not_import_cli() -> None:

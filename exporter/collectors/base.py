@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from exporter.config import DEFAULT_NVML_ENERGY_INTERVAL_S
 from exporter.errors import CollectorError, CollectorUnavailable
 from exporter.model import CollectorIssue, MetricKind, MetricSpec, Readings
 
@@ -48,13 +49,17 @@ COLLECTOR_ERRORS = MetricSpec(
 
 @dataclass(frozen=True, slots=True)
 class CollectorContext:
-    """What every collector may use: the injected filesystem roots."""
+    """What every collector may use: the injected filesystem roots, and the one
+    collector setting that is not a root."""
 
     sysfs: Path = Path("/sys")
     procfs: Path = Path("/proc")
     kubelet_plugins: Path = Path("/var/lib/kubelet/plugins")
     cdi: tuple[Path, ...] = (Path("/var/run/cdi"), Path("/etc/cdi"))
     pod_logs: Path = Path("/var/log/pods")  # the kubelet's, for PID -> pod (gpu_processes)
+    # How long a GPU's energy counter reading is served before NVML is asked again
+    # (nvml); 0: every poll.
+    nvml_energy_interval_s: float = DEFAULT_NVML_ENERGY_INTERVAL_S
 
 
 def issue(error: str, detail: str) -> CollectorIssue:

@@ -593,6 +593,12 @@ def _energy(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_ENERGY, source.energy_millijoules(handle) / 1000),)
 
 
+# A reading of the energy counter is served until it is this much short of
+# --collector.nvml.energy-interval: polls start milliseconds early or late, and a reading
+# due at the 30 s poll must not wait for the 40 s one.
+ENERGY_INTERVAL_SLACK_S = 0.5
+
+
 def _temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_TEMPERATURE, float(source.temperature_celsius(handle))),)
 
@@ -947,7 +953,13 @@ class NvmlCollector(Collector):
         super().__init__(context)
         self._session = NvmlSession(source, clock=clock)
         self._source = self._session.source
+        self._clock = clock
         self._gpus: dict[int, _Gpu] = {}
+        # Energy counter readings by device_key(), with the clock time of each: this
+        # poll's, and the last poll's to serve again while young (so departed ones drop).
+        self._energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
+        self._last_energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
+        self._energy_max_age_s = context.nvml_energy_interval_s - ENERGY_INTERVAL_SLACK_S
         # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
         # this poll's, and the last poll's to take them from (so departed ones drop).
         self._placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
@@ -969,6 +981,7 @@ class NvmlCollector(Collector):
         with self._session.lock:
             self._issues = []
             self._last_placements, self._placements = self._placements, {}
+            self._last_energy, self._energy = self._energy, {}
             count = self._session.device_count()
             driver = self._driver_info()
             devices: list[DeviceReading] = []
@@ -989,6 +1002,7 @@ class NvmlCollector(Collector):
     def _forget(self) -> None:
         self._xids.forget()
         self._gpus.clear()
+        self._energy.clear()  # handles are NVML's, valid until it is shut down
         self._mig_denied.clear()
         self._driver = None
 
@@ -1121,7 +1135,10 @@ class NvmlCollector(Collector):
             if denied is not None and name in denied:
                 continue
             try:
-                samples.extend(figure(self._source, handle))
+                if figure is _energy:
+                    samples.extend(self._energy_samples(handle))
+                else:
+                    samples.extend(figure(self._source, handle))
             except NvmlError as error:
                 if error.error_name == NOT_SUPPORTED:
                     continue
@@ -1135,6 +1152,18 @@ class NvmlCollector(Collector):
                     self._issues.append(issue(NO_PERMISSION, detail))
                     continue
                 self._count(error, figure.__name__)
+
+    def _energy_samples(self, handle: NvmlHandle) -> tuple[Sample, ...]:
+        """The energy counter's samples: the last reading while it is younger than
+        --collector.nvml.energy-interval, else a fresh one. A read that fails raises, as
+        any figure's, and is tried again next poll."""
+        key = self._source.device_key(handle)
+        now = self._clock()
+        kept = self._last_energy.get(key)
+        if kept is None or now - kept[0] >= self._energy_max_age_s:
+            kept = (now, _energy(self._source, handle))
+        self._energy[key] = kept
+        return kept[1]
 
     def _read_migs(self, gpu: _Gpu, migs: list[DeviceReading]) -> None:
         """The MIG devices of a GPU whose MIG mode is on."""

@@ -781,6 +781,104 @@ class TestFigureErrors:
         assert expected == (second.success, second.error_counts)
 
 
+class TestEnergyInterval:
+    """The energy counter costs NVIDIA's driver ~3 ms of CPU per GPU (docs/benchmarks.md),
+    so a reading is served again until --collector.nvml.energy-interval has passed."""
+
+    @staticmethod
+    def polls(
+        fake_nvml: FakeNvml, times: tuple[float, ...], *, interval_s: float = 30.0
+    ) -> list[tuple[int, tuple[Sample, ...]]]:
+        """Energy calls made by each poll at ``times`` and the energy samples it served."""
+        now = [0.0]
+        context = CollectorContext(nvml_energy_interval_s=interval_s)
+        collector = NvmlCollector(context, clock=lambda: now[0])
+        seen = []
+        try:
+            for now[0] in times:
+                before = fake_nvml.library.calls("energy")
+                readings = collector.collect()
+                energy = tuple(
+                    s for d in readings.devices for s in d.samples if s.spec is GPU_ENERGY
+                )
+                seen.append((fake_nvml.library.calls("energy") - before, energy))
+        finally:
+            collector.close()
+        return seen
+
+    def test_read_once_an_interval_and_served_between(self, fake_nvml: FakeNvml) -> None:
+        """Polls every 10 s read it every third poll; a poll due a little early (polls
+        start milliseconds off) reads, one half a second early does not."""
+        gpu_b = replace(GPU_B, energy_mj=987_654_321)
+        fake_nvml.configure(GPU_A, gpu_b)
+        both = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000), Sample(GPU_ENERGY, 987_654.321))
+
+        seen = self.polls(fake_nvml, (0.0, 10.0, 29.4, 29.6, 40.0, 59.0, 60.0))
+
+        assert [(2, both), (0, both), (0, both), (2, both), (0, both), (0, both), (2, both)] == seen
+
+    def test_zero_reads_every_poll(self, fake_nvml: FakeNvml) -> None:
+        fake_nvml.configure(GPU_A)
+        energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
+
+        seen = self.polls(fake_nvml, (5.0, 5.0, 5.0), interval_s=0.0)
+
+        assert [(1, energy)] * 3 == seen
+
+    def test_a_failed_read_is_not_served_and_is_retried(
+        self, fake_nvml: FakeNvml, tmp_path: Path
+    ) -> None:
+        """A read that fails gives no sample and its issue, and the next poll asks again,
+        however soon; the reading it makes is then served."""
+        failing = tmp_path / "energy_fails"
+        failing.touch()
+        fake_nvml.configure(replace(GPU_A, fail_while=(("energy", UNKNOWN, failing),)))
+        energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
+        now = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
+        try:
+            first = collector.collect()
+            failing.unlink()
+            now[0] = 1.0
+            before = fake_nvml.library.calls("energy")
+            second = collector.collect()
+            now[0] = 2.0
+            third = collector.collect()
+            calls = fake_nvml.library.calls("energy") - before
+        finally:
+            collector.close()
+
+        def served(readings: Readings) -> tuple[Sample, ...]:
+            return tuple(s for s in readings.devices[0].samples if s.spec is GPU_ENERGY)
+
+        assert ([issue("UNKNOWN", UUID_A, "energy")], (), energy, energy, 1) == (
+            list(first.issues),
+            served(first),
+            served(second),
+            served(third),
+            calls,
+        )
+
+    def test_nothing_is_served_across_a_new_nvml_session(self, fake_nvml: FakeNvml) -> None:
+        """Handles are NVML's until it shuts down, and a new session may give another GPU
+        the same one: after close(), the next poll reads afresh."""
+        fake_nvml.configure(GPU_A)
+        now = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
+        try:
+            collector.collect()
+            collector.close()
+            other = replace(GPU_A, uuid=UUID_B, energy_mj=5_000)
+            fake_nvml.configure(other)  # read by the next nvmlInit
+            now[0] = 1.0
+            (device,) = collector.collect().devices
+        finally:
+            collector.close()
+
+        energy = tuple(s for s in device.samples if s.spec is GPU_ENERGY)
+        assert (UUID_B, (Sample(GPU_ENERGY, 5.0),)) == (device.name, energy)
+
+
 GPU_IS_LOST_CODE = 15  # nvml.h NVML_ERROR_GPU_IS_LOST
 
 

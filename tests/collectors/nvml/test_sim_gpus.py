@@ -76,8 +76,9 @@ def clock() -> Clock:
 
 @pytest.fixture
 def collector(clock: Clock) -> Iterator[NvmlCollector]:
-    """An NvmlCollector on the simulated demo GPUs."""
-    nvml = NvmlCollector(CollectorContext(), source=SimulatedNvmlSource(HARDWARE, clock=clock))
+    """An NvmlCollector on the simulated demo GPUs, both on ``clock``."""
+    source = SimulatedNvmlSource(HARDWARE, clock=clock)
+    nvml = NvmlCollector(CollectorContext(), source=source, clock=clock)
     yield nvml
     nvml.close()
 
