@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,7 +97,7 @@ def test_every_alert_fires_and_stays_silent_in_its_group_file() -> None:
         checks = [
             check for case in _load(path)["tests"] for check in case.get("alert_rule_test", [])
         ]
-        for rule in group["rules"]:
+        for rule in (rule for rule in group["rules"] if "alert" in rule):
             name = rule["alert"]
             mine = [check for check in checks if check["alertname"] == name]
             assert any(check.get("exp_alerts") for check in mine), f"{name} never fires in {path}"
@@ -104,7 +105,24 @@ def test_every_alert_fires_and_stays_silent_in_its_group_file() -> None:
                 f"{name} has no silent case in {path}"
             )
         tested = {check["alertname"] for check in checks}
-        assert tested <= {rule["alert"] for rule in group["rules"]}, f"{path} tests other groups"
+        alerts = {rule.get("alert") for rule in group["rules"]}
+        assert tested <= alerts, f"{path} tests other groups"
+
+
+def test_recorded_series_are_made_before_they_are_read() -> None:
+    """A rule that reads a recorded series comes after its recording rule, in its group:
+    rules of a group run in order and see that evaluation's results, while another
+    group's (or a later rule's) would be one evaluation old, or missing at the first."""
+    misplaced = []
+    for group in _groups():
+        recorded: set[str] = set()
+        for rule in group["rules"]:
+            text = rule["expr"] + "".join(rule.get("annotations", {}).values())
+            read = set(re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", text)) - recorded
+            misplaced += [f"{rule.get('alert') or rule['record']} reads {name}" for name in read]
+            if "record" in rule:
+                recorded.add(rule["record"])
+    assert [] == misplaced
 
 
 def test_unit_tests_load_the_shipped_rules_file() -> None:
