@@ -25,7 +25,7 @@ from http import HTTPStatus
 from typing import Any
 
 import structlog
-from aiohttp import web
+from aiohttp import HttpVersion10, web
 from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
@@ -265,6 +265,11 @@ async def _sent_in_time(request: web.Request, handler: Handler) -> web.StreamRes
 
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.version < HttpVersion10:
+        # "GET /metrics" with no version: HTTP/0.9, whose answer is the bare body, no
+        # status or headers. aiohttp would serve the page under an "HTTP/0.9 200" line
+        # no such client reads; Go's servers refuse the request.
+        return _json_error(400, "HTTP/0.9 is not served: send HTTP/1.0 or HTTP/1.1")
     try:
         return await handler(request)
     except ErrorAnswer as error:

@@ -270,6 +270,20 @@ def test_client_that_half_closes_is_no_error(
     assert_clean(caplog, status_of(raw))
 
 
+@pytest.mark.parametrize("route", ["/metrics", "/debug/allocations", "/nowhere"])
+def test_http_0_9_is_refused(plain: Served, authed: Served, route: str) -> None:
+    """A request line without a version is HTTP/0.9, whose client reads a bare body: it
+    gets a 400 before any page or credential check, not the page under a status line
+    that client cannot read."""
+    answers = [exchange(s.port, f"GET {route}\r\n\r\n".encode()) for s in (plain, authed)]
+    heads = [a.split(b"\r\n", 1)[0] for a in answers]
+    assert [b"HTTP/0.9 400 Bad Request"] * 2 == heads
+    assert all(
+        a.endswith(b'{"error": "HTTP/0.9 is not served: send HTTP/1.0 or HTTP/1.1"}\n')
+        for a in answers
+    )
+
+
 @pytest.mark.parametrize("auth", [False, True], ids=["no-auth", "basic-auth"])
 class TestFuzzedHttp:
     @FUZZ
