@@ -213,11 +213,29 @@ class TestBase:
             "/var/lib/kubelet/pod-resources",
             *("/sys/devices", "/sys/bus", "/sys/class"),
             *("/var/lib/kubelet/plugins", "/var/run/cdi", "/etc/cdi"),
+            "/dev/null",  # the NVIDIA toolkit's volume-mount request for GPUs
         }
         assert expected == host_paths
         args = _container(docs)["args"]
         assert "--path.sysfs=/host/sys" in args
         assert not [a for a in args if a.startswith("--path.procfs")]
+
+    def test_nvml_is_asked_for_both_ways_the_nvidia_toolkit_reads(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """NVIDIA_VISIBLE_DEVICES=all, which the toolkit ignores in unprivileged pods where
+        accept-nvidia-visible-devices-envvar-when-unprivileged is off (Bottlerocket), and
+        /dev/null at /var/run/nvidia-container-devices/all, the request it reads from
+        mounts (its requestsFromMounts: the source must be /dev/null)."""
+        docs = rendered["manifests"]
+        self._assert_host_mount(docs, "/dev/null", "/var/run/nvidia-container-devices/all")
+        volumes = {v["name"]: v for v in _pod_spec(docs)["volumes"]}
+        env = {e["name"]: e.get("value") for e in _container(docs)["env"]}
+        assert ("CharDevice", "all", "utility") == (
+            volumes["nvidia-all-devices"]["hostPath"]["type"],
+            env["NVIDIA_VISIBLE_DEVICES"],
+            env["NVIDIA_DRIVER_CAPABILITIES"],
+        )
 
     @staticmethod
     def _assert_host_mount(docs: list[Doc], host_path: str, mount_path: str) -> None:
