@@ -168,6 +168,12 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
         collectors = demo_collectors(config, sim_node)
 
     log.info("starting", version=__version__, **config.as_log_fields())
+    if config.unknown_environment:
+        log.warning(
+            "environment_variable_unknown",
+            variables=list(config.unknown_environment),
+            hint="no flag reads these; see --help for each flag's variable",
+        )
     exporter = Exporter(config, collectors=collectors)
     app = exporter.create_app(middlewares=middlewares)
     app.on_response_prepare.append(response_headers(web_config))

@@ -58,6 +58,7 @@ def _plain(number: float) -> str:
 
 # Go's time.ParseDuration units, as kingpin's Duration flags of other exporters take them.
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|us|µs|ns|m|s)")
 # ASCII only: float() and int() also take Arabic-Indic and other Unicode digits and
 # "1_0", which no other exporter's flags do.
@@ -99,7 +100,7 @@ def _number(
 ) -> Callable[[str], Any]:
     """A finite number within [minimum, maximum] (or (minimum, maximum]): nan and inf fail."""
     low = f"greater than {_plain(minimum)}" if exclusive_minimum else f"at least {_plain(minimum)}"
-    expected = "seconds or a duration such as 10s or 1m" if kind is _seconds else "a number"
+    expected = "seconds or a duration such as 10s or 1m" if kind is _seconds else "a whole number"
 
     def convert(text: str) -> float | int:
         try:
@@ -123,6 +124,12 @@ def _socket_path(text: str) -> str:
     # The endpoint forms kubelet and CRI configs write (unix:///var/lib/..., and gRPC's
     # unix:/var/lib/...): the path.
     text = text.removeprefix("unix://").removeprefix("unix:")
+    if _URL_SCHEME.match(text):
+        # The kubelet serves PodResources on a unix socket only; a tcp:// or other
+        # endpoint would fail every poll as "no such file".
+        raise argparse.ArgumentTypeError(
+            f"--kubelet.socket takes a unix socket path or unix:///path, not {text!r}"
+        )
     # sockaddr_un.sun_path holds 108 bytes with the terminating NUL: a longer path can
     # never be connected to, and gRPC would only say UNAVAILABLE on every poll.
     if not text:
@@ -134,6 +141,18 @@ def _socket_path(text: str) -> str:
             f"{MAX_SOCKET_PATH_BYTES}"
         )
     return text
+
+
+def _path(flag: str) -> Callable[[str], str]:
+    """A directory path that is not empty: Path("") is the working directory, so an
+    empty variable (a templating slip) would read the container's own files instead."""
+
+    def convert(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} must not be empty")
+        return text
+
+    return convert
 
 
 def _log_level(text: str) -> str:
@@ -200,12 +219,20 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, **kwargs: Any) -> None:
+        self.variables: set[str] = set()  # each flag's environment variable
+        super().__init__(**kwargs)
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        self.variables.update(env_name(n) for n in names if str(n).startswith("--"))
+        return super().add_argument(*names, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         # One line, no usage dump: it lands in a pod's log.
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+def _build_parser(environ: Mapping[str, str]) -> _Parser:
     parser = _Parser(
         prog="podresources-exporter",
         allow_abbrev=False,  # a typo or a prefix is an error, as kingpin's exact flag names
@@ -283,7 +310,8 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     # address, so this one takes its default after parsing.
     parser.add_argument(
         "--web.listen-address",
-        help="address to serve HTTP on, HOST:PORT; repeat the flag for more than one. "
+        help="address to serve HTTP on, HOST:PORT; repeat the flag for more than one (one "
+        "a line in the variable). "
         f"A wildcard host (:PORT, 0.0.0.0, [::]) is every address of both families "
         f"(default: {DEFAULT_LISTEN_ADDRESS}) [env {env_name('--web.listen-address')}]",
         action="append",
@@ -312,12 +340,27 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         dest="enable_debug",
     )
-    add("--path.sysfs", help="sysfs mount point", default="/sys", metavar="PATH", dest="sysfs")
-    add("--path.procfs", help="procfs mount point", default="/proc", metavar="PATH", dest="procfs")
+    add(
+        "--path.sysfs",
+        help="sysfs mount point",
+        default="/sys",
+        type=_path("--path.sysfs"),
+        metavar="PATH",
+        dest="sysfs",
+    )
+    add(
+        "--path.procfs",
+        help="procfs mount point",
+        default="/proc",
+        type=_path("--path.procfs"),
+        metavar="PATH",
+        dest="procfs",
+    )
     add(
         "--path.kubelet-plugins",
         help="kubelet plugins directory: DRA drivers' checkpoints and KEP-5304 device metadata",
         default=DEFAULT_KUBELET_PLUGINS,
+        type=_path("--path.kubelet-plugins"),
         metavar="PATH",
         dest="kubelet_plugins",
     )
@@ -333,6 +376,7 @@ def _build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="the kubelet's pod-log directory: pod UID -> namespace/pod/container, for "
         "--collector.gpu_processes",
         default="/var/log/pods",
+        type=_path("--path.pod-logs"),
         metavar="PATH",
         dest="pod_logs",
     )
@@ -449,7 +493,9 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     if args.listen_address:
         listen = [parse_listen_address(a) for a in args.listen_address]
     elif listen_variable in environ:
-        listen = [parse_listen_address(environ[listen_variable], source=listen_variable)]
+        # One address a line, as kingpin reads a repeatable flag's variable.
+        lines = re.split(r"\r?\n", re.sub(r"\r?\n\Z", "", environ[listen_variable], count=1))
+        listen = [parse_listen_address(line, source=listen_variable) for line in lines]
     else:
         listen = [parse_listen_address(DEFAULT_LISTEN_ADDRESS)]
     _refuse_overlapping_listens(listen)
@@ -491,6 +537,14 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
         demo=args.demo,
         pod_logs=Path(args.pod_logs),
         nvml_energy_interval_s=args.nvml_energy_interval,
+        unknown_environment=_unknown_variables(parser, environ),
+    )
+
+
+def _unknown_variables(parser: _Parser, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The environment's PODRESOURCES_EXPORTER_* variables that are no flag's, sorted."""
+    return tuple(
+        sorted(v for v in environ if v.startswith(ENV_PREFIX) and v not in parser.variables)
     )
 
 

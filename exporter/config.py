@@ -93,6 +93,9 @@ class Config:
     demo: bool
     pod_logs: Path = Path("/var/log/pods")
     nvml_energy_interval_s: float = DEFAULT_NVML_ENERGY_INTERVAL_S
+    # Variables named like a flag's (PODRESOURCES_EXPORTER_*) that no flag reads: a
+    # misspelt one is otherwise silently ignored.
+    unknown_environment: tuple[str, ...] = ()
 
     def as_log_fields(self) -> dict[str, Any]:
         """The effective configuration, for the start-up log line."""

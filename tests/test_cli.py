@@ -169,6 +169,24 @@ def test_listen_address_repeats_and_replaces_the_environment() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9000", (("127.0.0.1", 9000),)),
+        ("127.0.0.1:9000\n", (("127.0.0.1", 9000),)),
+        ("127.0.0.1:9000\n[::1]:9001", (("127.0.0.1", 9000), ("::1", 9001))),
+        ("127.0.0.1:9000\r\n[::1]:9001\r\n", (("127.0.0.1", 9000), ("::1", 9001))),
+    ],
+)
+def test_listen_addresses_in_the_variable_one_a_line(
+    text: str, expected: tuple[tuple[str, int], ...]
+) -> None:
+    """The variable holds several addresses one a line (a YAML block scalar), as kingpin
+    reads a repeatable flag's variable; a last line break is no empty address."""
+    config = parse_config([], {env_name("--web.listen-address"): text})
+    assert expected == config.listen_addresses
+
+
+@pytest.mark.parametrize(
     ("addresses", "message"),
     [
         ([":9410", "0.0.0.0:9410"], ":9410 and 0.0.0.0:9410 overlap"),
@@ -283,6 +301,10 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         (["--web.config.file", "/"], {}, "is a directory; name the file in it"),
         (["--web.debug-auth.file", "/no/such/file"], {}, "no such file"),
         ([], {env_name("--poll.interval"): "soon"}, "PODRESOURCES_EXPORTER_POLL_INTERVAL"),
+        # An empty variable is no path: Path("") would be the working directory.
+        ([], {env_name("--path.procfs"): ""}, "PATH_PROCFS: --path.procfs must not be empty"),
+        ([], {env_name("--path.kubelet-plugins"): ""}, "--path.kubelet-plugins must not be"),
+        ([], {env_name("--web.listen-address"): "127.0.0.1:9000\n\n"}, "expected HOST:PORT"),
         ([], {env_name("--log.level"): "loud"}, "is not one of"),
         ([], {env_name("--collector.cpu"): "maybe"}, "expected true or false"),
     ],
@@ -322,7 +344,7 @@ def test_process_exits_2_with_one_line(argv: list[str]) -> None:
         (["--poll.interval", "nan"], "--poll.interval must be a finite number"),
         (
             ["--kubelet.max-message-bytes", "1_048_576"],
-            "--kubelet.max-message-bytes must be a number",
+            "--kubelet.max-message-bytes must be a whole number",
         ),
         (["--poll.interval", "inf"], "--poll.interval must be a finite number"),
         (["--poll.interval", "1e-9"], "--poll.interval must be at least 1"),
@@ -332,7 +354,10 @@ def test_process_exits_2_with_one_line(argv: list[str]) -> None:
         (["--kubelet.timeout", "0"], "--kubelet.timeout must be greater than 0"),
         (["--collector.timeout=-inf"], "--collector.timeout must be a finite number"),
         (["--kubelet.max-message-bytes", "2147483648"], "must be at most 2147483647"),
-        (["--kubelet.max-message-bytes", "1e6"], "must be a number"),
+        (["--kubelet.max-message-bytes", "1e6"], "must be a whole number"),
+        (["--kubelet.socket", "tcp://10.0.0.1:10250"], "a unix socket path or unix:///path"),
+        (["--path.sysfs", ""], "--path.sysfs must not be empty"),
+        (["--path.pod-logs", " "], "--path.pod-logs must not be empty"),
         (["--kubelet.max-message-bytes", "100"], "must be at least 4096"),
         (["--collector.nvml.energy-interval=-1"], "energy-interval must be at least 0"),
         (["--collector.nvml.energy-interval", "nan"], "energy-interval must be a finite"),

@@ -23,9 +23,9 @@ IPV6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on t
 
 
 @contextlib.asynccontextmanager
-async def _serving(*addresses: str) -> AsyncIterator[None]:
+async def _serving(*addresses: str, environ: dict[str, str] | None = None) -> AsyncIterator[None]:
     flags = [f"--web.listen-address={address}" for address in addresses]
-    config = parse_config(["--demo", *flags], {})
+    config = parse_config(["--demo", *flags], environ or {})
     stop = asyncio.Event()
     task = asyncio.create_task(serve(config, stop=stop))
     try:
@@ -100,6 +100,28 @@ class TestListenAddress:
             async with _serving(f"[::1]:{port}"):
                 assert await _healthy("::1", port)
         assert [f"[::1]:{port}"] == [e["address"] for e in logs if e["event"] == "listening"]
+
+    async def test_a_misspelt_variable_is_logged_at_start(self) -> None:
+        """A PODRESOURCES_EXPORTER_* variable no flag reads is named in one warning at
+        start (a typo would otherwise be silently ignored); the others are not."""
+        port = free_dual_stack_port()
+        environ = {
+            "PODRESOURCES_EXPORTER_POLL_INTERVL": "5",
+            "PODRESOURCES_EXPORTER_POLL_INTERVAL": "10",
+            "PODRESOURCES_EXPORTER_NO_COLLECTOR_NVML": "1",
+            "PODRESOURCES_EXPORTER_COLLECTOR_NVML": "true",
+        }
+        with capture_logs() as logs:
+            async with _serving(f"127.0.0.1:{port}", environ=environ):
+                assert await _healthy("127.0.0.1", port)
+        unknown = [e for e in logs if e["event"] == "environment_variable_unknown"]
+        expected = [
+            ["PODRESOURCES_EXPORTER_NO_COLLECTOR_NVML", "PODRESOURCES_EXPORTER_POLL_INTERVL"]
+        ]
+        assert (expected, ["warning"]) == (
+            [e["variables"] for e in unknown],
+            [e["log_level"] for e in unknown],
+        )
 
     async def test_host_name(self) -> None:
         """A host name is resolved and listened on."""
