@@ -470,6 +470,7 @@ def test_energy_interval_reaches_the_collectors() -> None:
     assert (30.0, 60.0, 0.0) == tuple(
         collector_context(c).nvml_energy_interval_s for c in (default, minute, from_env)
     )
+    assert 60.0 == minute.as_log_fields()["nvml_energy_interval_s"]  # in "starting"
     assert "PODRESOURCES_EXPORTER_COLLECTOR_NVML_ENERGY_INTERVAL" == env_name(
         "--collector.nvml.energy-interval"
     )

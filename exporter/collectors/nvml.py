@@ -960,6 +960,7 @@ class NvmlCollector(Collector):
         self._energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._last_energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._energy_max_age_s = context.nvml_energy_interval_s - ENERGY_INTERVAL_SLACK_S
+        self._poll_started = 0.0  # clock() when this poll's collect() began
         # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
         # this poll's, and the last poll's to take them from (so departed ones drop).
         self._placements: dict[_PlacementKey, NvmlGpuInstancePlacement | None] = {}
@@ -982,6 +983,9 @@ class NvmlCollector(Collector):
             self._issues = []
             self._last_placements, self._placements = self._placements, {}
             self._last_energy, self._energy = self._energy, {}
+            # One time for the poll's energy readings: a slow call on one GPU must not
+            # push the GPUs read after it past their due time, a whole poll later.
+            self._poll_started = self._clock()
             count = self._session.device_count()
             driver = self._driver_info()
             devices: list[DeviceReading] = []
@@ -1158,7 +1162,7 @@ class NvmlCollector(Collector):
         --collector.nvml.energy-interval, else a fresh one. A read that fails raises, as
         any figure's, and is tried again next poll."""
         key = self._source.device_key(handle)
-        now = self._clock()
+        now = self._poll_started
         kept = self._last_energy.get(key)
         if kept is None or now - kept[0] >= self._energy_max_age_s:
             kept = (now, _energy(self._source, handle))

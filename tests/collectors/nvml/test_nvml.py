@@ -10,6 +10,7 @@ and the resolver must agree.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -858,6 +859,85 @@ class TestEnergyInterval:
             served(third),
             calls,
         )
+
+    def test_a_read_that_fails_after_a_good_one_serves_nothing(
+        self, fake_nvml: FakeNvml, tmp_path: Path
+    ) -> None:
+        """Due again at 30 s, the read fails: that poll has no energy sample (not the
+        30 s old one) and its issue; the next poll asks again and serves what it reads."""
+        failing = tmp_path / "energy_fails"
+        fake_nvml.configure(replace(GPU_A, fail_while=(("energy", UNKNOWN, failing),)))
+        energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
+        now = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
+        seen = []
+        try:
+            for now[0], fails in ((0.0, False), (30.0, True), (40.0, False), (50.0, False)):
+                if fails:
+                    failing.touch()
+                before = fake_nvml.library.calls("energy")
+                readings = collector.collect()
+                failing.unlink(missing_ok=True)
+                served = tuple(s for s in readings.devices[0].samples if s.spec is GPU_ENERGY)
+                issues = [i.error for i in readings.issues]
+                seen.append((fake_nvml.library.calls("energy") - before, served, issues))
+        finally:
+            collector.close()
+
+        expected = [(1, energy, []), (1, (), ["UNKNOWN"]), (1, energy, []), (0, energy, [])]
+        assert expected == seen
+
+    def test_a_gpu_away_for_a_poll_is_read_afresh(
+        self, fake_nvml: FakeNvml, tmp_path: Path
+    ) -> None:
+        """A reading is kept only for the devices of the last poll: a GPU lost for one
+        poll (no reading, nothing served) is read again when it is back, not served the
+        reading it had before."""
+        lost = tmp_path / "lost"
+        fake_nvml.configure(replace(GPU_A, lost_flag=lost))
+        energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
+        now = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
+        seen = []
+        try:
+            for now[0], away in ((0.0, False), (10.0, True), (20.0, False), (25.0, False)):
+                if away:
+                    lost.touch()
+                before = fake_nvml.library.calls("energy")
+                readings = collector.collect()
+                lost.unlink(missing_ok=True)
+                served = tuple(
+                    s for d in readings.devices for s in d.samples if s.spec is GPU_ENERGY
+                )
+                seen.append((fake_nvml.library.calls("energy") - before, served))
+        finally:
+            collector.close()
+
+        assert [(1, energy), (0, ()), (1, energy), (0, energy)] == seen
+
+    def test_a_slow_gpu_does_not_delay_the_next_ones(self, fake_nvml: FakeNvml) -> None:
+        """Every reading of a poll is timed at the poll's start: a GPU read after one
+        whose calls took seconds is still due with the others at 30 s."""
+        fake_nvml.configure(GPU_A, GPU_B)
+        start = [0.0]
+        seconds = itertools.count()
+
+        def clock() -> float:
+            # In the first poll each look at the clock is a second later than the last
+            # (a driver slow that once); later polls take no time.
+            return start[0] + (next(seconds) if start[0] == 0.0 else 0.0)
+
+        collector = NvmlCollector(CollectorContext(), clock=clock)
+        seen = []
+        try:
+            for start[0] in (0.0, 10.0, 20.0, 30.0):
+                before = fake_nvml.library.calls("energy")
+                collector.collect()
+                seen.append(fake_nvml.library.calls("energy") - before)
+        finally:
+            collector.close()
+
+        assert [2, 0, 0, 2] == seen
 
     def test_nothing_is_served_across_a_new_nvml_session(self, fake_nvml: FakeNvml) -> None:
         """Handles are NVML's until it shuts down, and a new session may give another GPU

@@ -1,5 +1,5 @@
-"""bench/nvml_calls.py, the per-call timing of the real driver, run against the fake so
-that it keeps working for the next machine with a GPU."""
+"""bench/nvml_calls.py and bench/nvml_energy_interval.py, timings of the real driver,
+run against the fake so that they keep working for the next machine with a GPU."""
 
 from __future__ import annotations
 
@@ -37,3 +37,21 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
     assert "GPU-aaaa" in done.stdout
     assert lines[-1].startswith("sum of medians: wall ")
     assert all(" us  cpu " in line for line in lines[1:-1]), done.stdout
+
+
+def test_energy_interval_bench_runs_both_intervals(fake_nvml: FakeNvml) -> None:
+    """A row for each interval, each round, with its median and mean."""
+    fake_nvml.configure(FakeGpu("GPU-aaaa"))
+    env = with_repo_path({**os.environ, "LD_LIBRARY_PATH": str(fake_nvml.library.path.parent)})
+    done = subprocess.run(
+        [sys.executable, "bench/nvml_energy_interval.py", "--polls", "7", "--rounds", "1"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [["0", "s"], ["30", "s"]] == [row[:2] for row in rows], done.stdout
+    assert all(row[3] == "ms" and row[5] == "ms" for row in rows), done.stdout
