@@ -109,20 +109,80 @@ def test_every_alert_fires_and_stays_silent_in_its_group_file() -> None:
         assert tested <= alerts, f"{path} tests other groups"
 
 
+def _reads(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text) is not None
+
+
+def _rule_text(rule: dict[str, Any]) -> str:
+    return "\n".join(
+        [rule["expr"], *rule.get("annotations", {}).values(), *rule.get("labels", {}).values()]
+    )
+
+
 def test_recorded_series_are_made_before_they_are_read() -> None:
     """A rule that reads a recorded series comes after its recording rule, in its group:
     rules of a group run in order and see that evaluation's results, while another
     group's (or a later rule's) would be one evaluation old, or missing at the first."""
+    recorded = [
+        rule["record"] for group in _groups() for rule in group["rules"] if "record" in rule
+    ]
     misplaced = []
     for group in _groups():
-        recorded: set[str] = set()
+        made: set[str] = set()
         for rule in group["rules"]:
-            text = rule["expr"] + "".join(rule.get("annotations", {}).values())
-            read = set(re.findall(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", text)) - recorded
-            misplaced += [f"{rule.get('alert') or rule['record']} reads {name}" for name in read]
+            name = rule.get("alert") or rule["record"]
+            text = _rule_text(rule)
+            misplaced += [
+                f"{name} reads {r}" for r in recorded if r not in made and _reads(text, r)
+            ]
             if "record" in rule:
-                recorded.add(rule["record"])
-    assert [] == misplaced
+                made.add(rule["record"])
+    assert (True, []) == (bool(recorded), misplaced)
+
+
+def _looked_back(expr: str) -> list[str]:
+    """The parts of ``expr`` evaluated at past times: each subquery's expression
+    (``(...)[10m:1m]``) and each range selector's series (``name{...}[5m]``)."""
+    parts = []
+    for match in re.finditer(r"\)\[[^\]]*:[^\]]*\]", expr):
+        depth, i = 0, match.start()
+        while i >= 0:
+            depth += {")": 1, "(": -1}.get(expr[i], 0)
+            if depth == 0:
+                break
+            i -= 1
+        parts.append(expr[i : match.start() + 1])
+    parts += re.findall(r"([\w:]+)(?:\{[^}]*\})?\[[0-9]+[smhdwy]\]", expr)
+    return parts
+
+
+def test_no_recorded_series_is_read_back_in_time() -> None:
+    """A recorded series exists from its rule's first evaluation on, and at a past step
+    is up to one evaluation old: a subquery or range over it would lose an increase
+    at a rollout of the rules or a GPU's change of hands. Those alerts write the join
+    out, the same as the recording rule's."""
+    recorded = [
+        rule["record"] for group in _groups() for rule in group["rules"] if "record" in rule
+    ]
+    back = [
+        f"{rule.get('alert') or rule['record']} reads {name} back in time"
+        for group in _groups()
+        for rule in group["rules"]
+        for part in _looked_back(rule["expr"])
+        for name in recorded
+        if _reads(part, name)
+    ]
+    assert [] == back
+    # The written-out joins are the recording rule's own: a new replica ID form is cut
+    # in every copy.
+    joins = {
+        line.strip()
+        for group in _groups()
+        for rule in group["rules"]
+        for line in rule["expr"].splitlines()
+        if "label_replace(podresources_device_info" in line
+    }
+    assert 1 == len(joins), joins
 
 
 def test_unit_tests_load_the_shipped_rules_file() -> None:
