@@ -59,6 +59,7 @@ def _plain(number: float) -> str:
 # Go's time.ParseDuration units, as kingpin's Duration flags of other exporters take them.
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_UNIX_SCHEME = re.compile(r"^unix:(?://)?", re.IGNORECASE)  # a URI scheme has no case
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|us|µs|ns|m|s)")
 # ASCII only: float() and int() also take Arabic-Indic and other Unicode digits and
 # "1_0", which no other exporter's flags do.
@@ -123,7 +124,7 @@ def _number(
 def _socket_path(text: str) -> str:
     # The endpoint forms kubelet and CRI configs write (unix:///var/lib/..., and gRPC's
     # unix:/var/lib/...): the path.
-    text = text.removeprefix("unix://").removeprefix("unix:")
+    text = _UNIX_SCHEME.sub("", text, count=1)
     if _URL_SCHEME.match(text):
         # The kubelet serves PodResources on a unix socket only; a tcp:// or other
         # endpoint would fail every poll as "no such file".
@@ -224,7 +225,8 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
     def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
-        self.variables.update(env_name(n) for n in names if str(n).startswith("--"))
+        if kwargs.get("action") not in ("help", "version"):  # no variable stands for them
+            self.variables.update(env_name(n) for n in names if str(n).startswith("--"))
         return super().add_argument(*names, **kwargs)
 
     def error(self, message: str) -> NoReturn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import cli
 from exporter.app import _bind_host, collector_context
 from exporter.cli import env_name, parse_config
 from exporter.config import ConfigError, is_wildcard_host
@@ -155,8 +157,11 @@ def test_socket_in_endpoint_form() -> None:
     """unix:///path, the form kubelet and CRI configs write, is the path (it was taken
     whole, and every poll failed on 'unix:unix:///...')."""
     given = ["unix:///run/k/kubelet.sock", "unix:/run/k/kubelet.sock", "/run/k/kubelet.sock"]
+    given += ["UNIX:///run/k/kubelet.sock", "Unix:/run/k/kubelet.sock"]  # schemes have no case
     sockets = {parse_config([f"--kubelet.socket={s}"], {}).kubelet_socket for s in given}
     assert {"/run/k/kubelet.sock"} == sockets
+    # A relative path with a colon is a path, not a URL.
+    assert "k:sock" == parse_config(["--kubelet.socket=k:sock"], {}).kubelet_socket
 
 
 def test_listen_address_repeats_and_replaces_the_environment() -> None:
@@ -473,6 +478,26 @@ def test_energy_interval_reaches_the_collectors() -> None:
     assert 60.0 == minute.as_log_fields()["nvml_energy_interval_s"]  # in "starting"
     assert "PODRESOURCES_EXPORTER_COLLECTOR_NVML_ENERGY_INTERVAL" == env_name(
         "--collector.nvml.energy-interval"
+    )
+
+
+def test_only_variables_no_flag_reads_are_unknown() -> None:
+    """Every flag's variable is known, the --no- forms and repeatable flags' too; the
+    variables of --help and --version, which no variable can stand for, are not."""
+    parser = cli._build_parser({})
+    options = [
+        option
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction | argparse._VersionAction)
+        for option in action.option_strings
+        if option.startswith("--") and not option.startswith("--no-")
+    ]
+    read = {env_name(option): "x" for option in options}
+    never = {"PODRESOURCES_EXPORTER_HELP": "1", "PODRESOURCES_EXPORTER_VERSION": "1"}
+    assert env_name("--web.listen-address") in read
+    assert ((), tuple(sorted(never))) == (
+        cli._unknown_variables(parser, read),
+        cli._unknown_variables(parser, {**read, **never, "NODE_NAME": "n"}),
     )
 
 
