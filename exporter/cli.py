@@ -396,7 +396,7 @@ def _build_parser(environ: Mapping[str, str]) -> _Parser:
         )
     add(
         "--collector.nvml.energy-interval",
-        help="how often each GPU's energy counter is read: seconds, or a duration such as "
+        help="how often each NVIDIA GPU's energy counter is read: seconds, or a duration such as "
         "30s; polls in between serve the last reading. NVIDIA's driver takes ~3 ms of CPU "
         "per GPU to answer it, more than the rest of a poll; 0 reads it every poll",
         default=DEFAULT_NVML_ENERGY_INTERVAL_S,

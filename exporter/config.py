@@ -41,8 +41,8 @@ DEFAULT_COLLECTOR_TIMEOUT_S = 5.0
 DEFAULT_KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
 DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
 # NVIDIA's driver takes ~3 ms of CPU per GPU to answer the energy counter, more than the
-# rest of a poll (docs/benchmarks.md, "On a real GPU"). Read at the ServiceMonitor's 30 s
-# scrape interval, not every 10 s poll, two readings in three were never scraped.
+# rest of a poll (docs/benchmarks.md, "On a real GPU"). Read every 10 s poll, two readings
+# in three were never scraped at the ServiceMonitor's 30 s interval.
 DEFAULT_NVML_ENERGY_INTERVAL_S = 30.0
 
 

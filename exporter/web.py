@@ -268,7 +268,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.version < HttpVersion10:
         # "GET /metrics" with no version: HTTP/0.9, whose answer is the bare body, no
         # status or headers. aiohttp would serve the page under an "HTTP/0.9 200" line
-        # no such client reads; Go's servers refuse the request.
+        # no such client reads; Go's servers refuse the request, and so does this (the
+        # 400 still goes out under aiohttp's "HTTP/0.9" status line).
         return _json_error(400, "HTTP/0.9 is not served: send HTTP/1.0 or HTTP/1.1")
     try:
         return await handler(request)
