@@ -860,6 +860,31 @@ class TestEnergyInterval:
             calls,
         )
 
+    @staticmethod
+    def flagged_polls(
+        fake_nvml: FakeNvml, flag: Path, polls: tuple[tuple[float, bool], ...]
+    ) -> list[tuple[int, tuple[Sample, ...], list[str]]]:
+        """Polls at the times given, ``flag`` existing during those marked True: per poll,
+        the energy calls made, the energy samples served and the issues' errors."""
+        now = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
+        seen = []
+        try:
+            for now[0], flagged in polls:
+                if flagged:
+                    flag.touch()
+                before = fake_nvml.library.calls("energy")
+                readings = collector.collect()
+                flag.unlink(missing_ok=True)
+                served = tuple(
+                    s for d in readings.devices for s in d.samples if s.spec is GPU_ENERGY
+                )
+                issues = [i.error for i in readings.issues]
+                seen.append((fake_nvml.library.calls("energy") - before, served, issues))
+        finally:
+            collector.close()
+        return seen
+
     def test_a_read_that_fails_after_a_good_one_serves_nothing(
         self, fake_nvml: FakeNvml, tmp_path: Path
     ) -> None:
@@ -868,21 +893,10 @@ class TestEnergyInterval:
         failing = tmp_path / "energy_fails"
         fake_nvml.configure(replace(GPU_A, fail_while=(("energy", UNKNOWN, failing),)))
         energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
-        now = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
-        seen = []
-        try:
-            for now[0], fails in ((0.0, False), (30.0, True), (40.0, False), (50.0, False)):
-                if fails:
-                    failing.touch()
-                before = fake_nvml.library.calls("energy")
-                readings = collector.collect()
-                failing.unlink(missing_ok=True)
-                served = tuple(s for s in readings.devices[0].samples if s.spec is GPU_ENERGY)
-                issues = [i.error for i in readings.issues]
-                seen.append((fake_nvml.library.calls("energy") - before, served, issues))
-        finally:
-            collector.close()
+
+        seen = self.flagged_polls(
+            fake_nvml, failing, ((0.0, False), (30.0, True), (40.0, False), (50.0, False))
+        )
 
         expected = [(1, energy, []), (1, (), ["UNKNOWN"]), (1, energy, []), (0, energy, [])]
         assert expected == seen
@@ -896,24 +910,13 @@ class TestEnergyInterval:
         lost = tmp_path / "lost"
         fake_nvml.configure(replace(GPU_A, lost_flag=lost))
         energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
-        now = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
-        seen = []
-        try:
-            for now[0], away in ((0.0, False), (10.0, True), (20.0, False), (25.0, False)):
-                if away:
-                    lost.touch()
-                before = fake_nvml.library.calls("energy")
-                readings = collector.collect()
-                lost.unlink(missing_ok=True)
-                served = tuple(
-                    s for d in readings.devices for s in d.samples if s.spec is GPU_ENERGY
-                )
-                seen.append((fake_nvml.library.calls("energy") - before, served))
-        finally:
-            collector.close()
 
-        assert [(1, energy), (0, ()), (1, energy), (0, energy)] == seen
+        seen = self.flagged_polls(
+            fake_nvml, lost, ((0.0, False), (10.0, True), (20.0, False), (25.0, False))
+        )
+
+        calls_and_served = [(calls, served) for calls, served, _ in seen]
+        assert [(1, energy), (0, ()), (1, energy), (0, energy)] == calls_and_served
 
     def test_a_slow_gpu_does_not_delay_the_next_ones(self, fake_nvml: FakeNvml) -> None:
         """Every reading of a poll is timed at the poll's start: a GPU read after one

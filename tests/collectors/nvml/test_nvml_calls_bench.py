@@ -11,12 +11,12 @@ from fake_nvml_support import FakeGpu, FakeNvml
 from freshprocess import REPO_ROOT, with_repo_path
 
 
-def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
-    """Every PynvmlSource call is timed and answered; the sum closes the table."""
+def _bench(fake_nvml: FakeNvml, *argv: str) -> str:
+    """A bench script's output, run on one fake GPU through the fake library."""
     fake_nvml.configure(FakeGpu("GPU-aaaa"))
     env = with_repo_path({**os.environ, "LD_LIBRARY_PATH": str(fake_nvml.library.path.parent)})
     done = subprocess.run(
-        [sys.executable, "bench/nvml_calls.py", "--runs", "3"],
+        [sys.executable, *argv],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -24,7 +24,13 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         timeout=60,
         check=True,
     )
-    lines = done.stdout.splitlines()
+    return done.stdout
+
+
+def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
+    """Every PynvmlSource call is timed and answered; the sum closes the table."""
+    stdout = _bench(fake_nvml, "bench/nvml_calls.py", "--runs", "3")
+    lines = stdout.splitlines()
     timed = {line.split()[0] for line in lines[1:-1]}
     assert {
         "energy_millijoules",
@@ -34,24 +40,14 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "compute_processes",
         "next_xid",
     } <= timed
-    assert "GPU-aaaa" in done.stdout
+    assert "GPU-aaaa" in stdout
     assert lines[-1].startswith("sum of medians: wall ")
-    assert all(" us  cpu " in line for line in lines[1:-1]), done.stdout
+    assert all(" us  cpu " in line for line in lines[1:-1]), stdout
 
 
 def test_energy_interval_bench_runs_both_intervals(fake_nvml: FakeNvml) -> None:
     """A row for each interval, each round, with its median and mean."""
-    fake_nvml.configure(FakeGpu("GPU-aaaa"))
-    env = with_repo_path({**os.environ, "LD_LIBRARY_PATH": str(fake_nvml.library.path.parent)})
-    done = subprocess.run(
-        [sys.executable, "bench/nvml_energy_interval.py", "--polls", "7", "--rounds", "1"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    rows = [line.split() for line in done.stdout.splitlines()[1:]]
-    assert [["0", "s"], ["30", "s"]] == [row[:2] for row in rows], done.stdout
-    assert all(row[3] == "ms" and row[5] == "ms" for row in rows), done.stdout
+    stdout = _bench(fake_nvml, "bench/nvml_energy_interval.py", "--polls", "7", "--rounds", "1")
+    rows = [line.split() for line in stdout.splitlines()[1:]]
+    assert [["0", "s"], ["30", "s"]] == [row[:2] for row in rows], stdout
+    assert all(row[3] == "ms" and row[5] == "ms" for row in rows), stdout
