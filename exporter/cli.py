@@ -543,10 +543,26 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> Config:
     )
 
 
+# What Kubernetes writes into a pod for a Service of its namespace named
+# "podresources-exporter" where service links are on (the default; this DaemonSet turns
+# them off): <NAME>_SERVICE_HOST, _SERVICE_PORT[_<port name>], _PORT[_<n>_<PROTO>[_...]].
+_SERVICE_LINK = re.compile(
+    re.escape(ENV_PREFIX)
+    + r"(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)"
+)
+
+
 def _unknown_variables(parser: _Parser, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The environment's PODRESOURCES_EXPORTER_* variables that are no flag's, sorted."""
+    """The environment's PODRESOURCES_EXPORTER_* variables that are no flag's (nor a
+    Service's link), sorted."""
     return tuple(
-        sorted(v for v in environ if v.startswith(ENV_PREFIX) and v not in parser.variables)
+        sorted(
+            v
+            for v in environ
+            if v.startswith(ENV_PREFIX)
+            and v not in parser.variables
+            and not _SERVICE_LINK.fullmatch(v)
+        )
     )
 
 

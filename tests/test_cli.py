@@ -482,8 +482,9 @@ def test_energy_interval_reaches_the_collectors() -> None:
 
 
 def test_only_variables_no_flag_reads_are_unknown() -> None:
-    """Every flag's variable is known, the --no- forms and repeatable flags' too; the
-    variables of --help and --version, which no variable can stand for, are not."""
+    """Every flag's variable is known, the --no- forms and repeatable flags' too, and so
+    are the links Kubernetes adds for a Service of the same name; the variables of
+    --help and --version, which no variable can stand for, are not."""
     parser = cli._build_parser({})
     options = [
         option
@@ -493,11 +494,29 @@ def test_only_variables_no_flag_reads_are_unknown() -> None:
         if option.startswith("--") and not option.startswith("--no-")
     ]
     read = {env_name(option): "x" for option in options}
-    never = {"PODRESOURCES_EXPORTER_HELP": "1", "PODRESOURCES_EXPORTER_VERSION": "1"}
+    # Kubernetes' links to a Service named podresources-exporter, where they are on.
+    links = {
+        f"PODRESOURCES_EXPORTER_{name}": "x"
+        for name in (
+            "SERVICE_HOST",
+            "SERVICE_PORT",
+            "SERVICE_PORT_METRICS",
+            "PORT",
+            "PORT_9410_TCP",
+            "PORT_9410_TCP_PROTO",
+            "PORT_9410_TCP_PORT",
+            "PORT_9410_TCP_ADDR",
+        )
+    }
+    never = {
+        "PODRESOURCES_EXPORTER_HELP": "1",
+        "PODRESOURCES_EXPORTER_VERSION": "1",
+        "PODRESOURCES_EXPORTER_PORTS": "1",  # close to a link's name, but none
+    }
     assert env_name("--web.listen-address") in read
     assert ((), tuple(sorted(never))) == (
-        cli._unknown_variables(parser, read),
-        cli._unknown_variables(parser, {**read, **never, "NODE_NAME": "n"}),
+        cli._unknown_variables(parser, {**read, **links}),
+        cli._unknown_variables(parser, {**read, **links, **never, "NODE_NAME": "n"}),
     )
 
 
