@@ -70,7 +70,8 @@ _NVIDIA_MIG = re.compile(r"^MIG-[0-9a-fA-F-]+$")
 _GKE = re.compile(r"^nvidia(\d+)(?:/(gi|vgpu)(\d+))?$")
 _INTEL_CARD = re.compile(r"^card(\d+)(?:-\d+)?$")
 _NVIDIA_DRA_GPU = re.compile(r"^gpu-(\d+)$")
-# The profile part is the profile name made RFC 1123-safe ("1g10gb", "1g10gbme").
+# The profile part is the profile name made RFC 1123-safe ("1g10gb", and "1g10gb-me"
+# for 1g.10gb+me: toRFC1123Compliant writes "+" as "-").
 _NVIDIA_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-[a-z0-9-]+-(\d+)-(\d+)$")
 # v25.3/v25.8: numbers only, the placement size last. Tried first: a profile name
 # always has letters ("1g10gb"), so no v25.12 name is all numbers.

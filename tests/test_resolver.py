@@ -29,6 +29,15 @@ def key(kind: KeyKind, value: str) -> HardwareKey:
             ),
         ),
         ("nvidia0", Resolution("nvidia0", (key(KeyKind.NVIDIA_MINOR, "0"),), source="device id")),
+        # Two-digit minors: a 16-GPU node (GKE's a2-megagpu-16g).
+        (
+            "nvidia12",
+            Resolution("nvidia12", (key(KeyKind.NVIDIA_MINOR, "12"),), source="device id"),
+        ),
+        (
+            "nvidia15/gi3/vgpu12",
+            Resolution("nvidia15/gi3", (key(KeyKind.NVIDIA_MINOR_GI, "15/3"),), source="device id"),
+        ),
         (
             "nvidia1/gi2",
             Resolution("nvidia1/gi2", (key(KeyKind.NVIDIA_MINOR_GI, "1/2"),), source="device id"),

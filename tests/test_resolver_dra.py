@@ -138,6 +138,8 @@ class TestNvidia:
             ("gpu-0-mig-19-2-1", "0/19/2"),  # 1g.5gb (ID 19) at placement 2
             ("gpu-7-mig-0-0-8", "7/0/0"),  # 7g.40gb (ID 0), all 8 slices
             ("gpu-0-mig-3g20gb-9-4", "0/9/4"),  # v25.12+: the profile name first
+            # 1g.10gb+me: toRFC1123Compliant writes "+" as "-", so the name has a dash.
+            ("gpu-0-mig-1g10gb-me-20-0", "0/20/0"),
         ],
     )
     def test_mig_names_of_each_release(self, name: str, slot: str) -> None:
@@ -165,6 +167,44 @@ class TestNvidia:
         device = ClaimDevice("gpu.nvidia.com", "node-b", "gpu-4")
         assert GRAMMAR_SOURCE == _resolve(device, ALL_FILES).source
 
+    def test_checkpoint_entry_without_a_pool_serves_every_pool(self) -> None:
+        """An entry that names no pool is the device of that name in any pool."""
+        keys = (HardwareKey(KeyKind.MIG_UUID, MIG),)
+        entry = DraDevice("gpu.nvidia.com", "", MIG_NAME, keys, CHECKPOINT_SOURCE)
+        resolution = _resolve(MIG_DEVICE, DraState(devices=(entry,)))
+        assert (keys, CHECKPOINT_SOURCE) == (resolution.keys, resolution.source)
+
+    def test_checkpoint_entry_of_another_driver(self) -> None:
+        """A device of the same name from another driver is not the checkpoint's GPU."""
+        keys = (HardwareKey(KeyKind.GPU_UUID, GPU_4),)
+        entry = DraDevice("gpu.nvidia.com", "node-a", "gpu-4", keys, CHECKPOINT_SOURCE)
+        device = ClaimDevice("gpu.example.com", "node-a", "gpu-4")
+        assert () == _resolve(device, DraState(devices=(entry,))).keys
+
+    def test_the_checkpoint_wins_over_metadata_for_one_device(self) -> None:
+        """Two driver files naming one device: the first read (the checkpoint) wins."""
+        checkpoint = DraDevice(
+            "gpu.nvidia.com",
+            "node-a",
+            "gpu-4",
+            (HardwareKey(KeyKind.GPU_UUID, GPU_4),),
+            CHECKPOINT_SOURCE,
+        )
+        metadata = DraDevice(
+            "gpu.nvidia.com",
+            "node-a",
+            "gpu-4",
+            (HardwareKey(KeyKind.GPU_UUID, GPU_5),),
+            METADATA_SOURCE,
+            "ml",
+            "llm-gpus",
+        )
+        resolution = _resolve(GPU4, DraState(devices=(checkpoint, metadata)))
+        assert ((HardwareKey(KeyKind.GPU_UUID, GPU_4),), CHECKPOINT_SOURCE) == (
+            resolution.keys,
+            resolution.source,
+        )
+
     def test_unknown_nvidia_name(self) -> None:
         """A vfio GPU no file describes is unresolved, with a reason."""
         resolution = _resolve(ClaimDevice("gpu.nvidia.com", "node-a", "gpu-vfio-0"), NOTHING)
@@ -184,6 +224,12 @@ class TestAmd:
             source=CDI_SOURCE,
         )
         assert expected == _resolve(AMD, ALL_FILES)
+
+    def test_amd_names_only_for_amd(self) -> None:
+        """gpu-<card>-<render> is AMD's grammar: another driver's device of that shape
+        is unresolved, not taken for DRM card 1."""
+        device = ClaimDevice("gpu.example.com", "node-a", "gpu-1-129")
+        assert () == _resolve(device, NOTHING).keys
 
     def test_card_and_render_node_from_the_name(self) -> None:
         """gpu-<card>-<render> gives both DRM nodes without any file."""
@@ -277,6 +323,7 @@ class TestCdiNames:
         [
             (f"{NVIDIA_CDI}-gpu-4", "gpu-4", True),
             (f"{NVIDIA_CDI}-gpu-14", "gpu-4", False),
+            (f"{NVIDIA_CDI}-gpu-0", "0", False),  # the whole tail names the device
             (f"{NVIDIA_CDI}-{MIG_NAME}", "gpu-3", False),
             ("vendor.example.com/dev=gpu-4", "gpu-4", True),
             ("vendor.example.com/dev=foo-gpu-4", "gpu-4", False),
@@ -287,6 +334,19 @@ class TestCdiNames:
     def test_cdi_names_device(self, cdi_device: str, device: str, expected: bool) -> None:
         """A CDI name is a device's when its name is the device or <claim UID>-<device>."""
         assert expected == cdi_names_device(cdi_device, device)
+
+    def test_the_first_spec_of_a_cdi_name_wins(self) -> None:
+        """Two specs describing one CDI name (two --path.cdi directories): the first
+        listed wins, as the flag says."""
+        name = f"{NVIDIA_CDI}-gpu-4"
+        cdi = (
+            (name, (HardwareKey(KeyKind.GPU_UUID, GPU_4),)),
+            (name, (HardwareKey(KeyKind.GPU_UUID, GPU_5),)),
+        )
+        device = ClaimDevice("gpu.example.com", "p", "gpu-4", cdi_devices=(name,))
+        assert (HardwareKey(KeyKind.GPU_UUID, GPU_4),) == _resolve(
+            device, DraState(cdi_devices=cdi)
+        ).keys
 
     def test_cdi_name_without_spec(self) -> None:
         """A CDI name that no spec on the node describes gives no keys."""
