@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from exporter.collectors.nvml import NvmlCollector
-from exporter.join import container_cpu_seconds, diff_allocations, join_snapshot
+from exporter.join import container_cpu_seconds, diff_allocations, join_snapshot, judge_collectors
 from exporter.model import (
     UNALLOCATED,
     AllocatableResources,
@@ -788,4 +788,82 @@ class TestRefreshReadings:
         )
         assert container_cpu_seconds(_container(refreshed, "p", "c"), refreshed.cpu_times) == (
             ("user", 2.0),
+        )
+
+
+def _device(snapshot: Snapshot, device_id: str) -> DeviceReading | None:
+    """The reading attached to a device the kubelet listed, by its device ID."""
+    view = next(d for d in snapshot.devices if d.device_id == device_id)
+    return snapshot.hardware[view.resolution].reading
+
+
+COUNT = MetricSpec("podresources_test_total", MetricKind.COUNTER, "a count")
+
+
+class TestJoinRules:
+    """Rules a mutation review of join.py found no test holding (2026-11-26)."""
+
+    def test_an_rdma_named_device_takes_its_infiniband_reading(self) -> None:
+        """A device ID such as mlx5_0 may be a netdev or an RDMA device: with only the
+        RDMA reading there, that is the device's (every key is tried, not the first)."""
+        rdma = DeviceReading(
+            "mlx5_0", (HardwareKey(KeyKind.RDMA, "mlx5_0"),), samples=(Sample(COUNT, 5.0),)
+        )
+        pod = _pod("p", ContainerResources("c", devices=(DeviceGroup("rdma/hca", ("mlx5_0",)),)))
+        runs = (CollectorRun("infiniband", True, 0.0, Readings(devices=(rdma,))),)
+        reading = _device(_join((pod,), AllocatableResources(), runs), "mlx5_0")
+        assert rdma == reading
+
+    def test_a_checkpoint_entry_naming_its_claim_serves_that_claim(self) -> None:
+        """A driver file's entry for claim ns/claim resolves the device of that claim."""
+        keys = (HardwareKey(KeyKind.MIG_UUID, "MIG-x"),)
+        name = "gpu-0-mig-1g10gb-19-0"
+        entry = DraDevice("gpu.nvidia.com", "p", name, keys, "checkpoint", "ns", "claim")
+        claim = DynamicResource("claim", "ns", (ClaimDevice("gpu.nvidia.com", "p", name),))
+        pod = _pod("p", ContainerResources("c", dynamic_resources=(claim,)))
+        mig = DeviceReading("MIG-x", keys, samples=(Sample(COUNT, 7.0),), standalone=True)
+        runs = (CollectorRun("nvml", True, 0.0, Readings(devices=(mig,))),)
+        snapshot = _join((pod,), AllocatableResources(), runs, DraState(devices=(entry,)))
+        device = _container(snapshot, "p", "c").claim_devices[0]
+        assert (keys, mig) == (device.resolution.keys, snapshot.hardware[device.resolution].reading)
+
+    def test_the_containers_own_numa_node_wins_over_allocatable(self) -> None:
+        """A device's NUMA node is what the container's listing says, not what the
+        allocatable listing said (the plugin may re-register with another)."""
+        gpu = DeviceGroup("nvidia.com/gpu", ("GPU-a",), (0,))
+        pod = _pod("p", ContainerResources("c", cpu_ids=(1,), devices=(gpu,)))
+        allocatable = AllocatableResources(devices=(replace(gpu, numa_nodes=(1,)),))
+        container = _container(_join((pod,), allocatable), "p", "c")
+        assert ((0,), True) == (container.devices[0].numa_nodes, container.numa_aligned)
+
+    def test_memory_nodes_are_the_containers_too(self) -> None:
+        """Exclusive CPUs on node 0 with memory on node 1: the container spans both,
+        and is not aligned."""
+        memory = (MemoryBlock("memory", 1 << 30, (1,)),)
+        pod = _pod("p", ContainerResources("c", cpu_ids=(1,), memory=memory))
+        container = _container(_join((pod,), AllocatableResources()), "p", "c")
+        assert ((0, 1), False) == (container.numa_nodes, container.numa_aligned)
+
+    def test_a_key_listed_twice_gives_one_reading_sample(self) -> None:
+        """A reading that names one key twice is one device: its samples once."""
+        key = HardwareKey(KeyKind.GPU_UUID, "GPU-a")
+        reading = DeviceReading("GPU-a", (key, key), samples=(Sample(COUNT, 1.0),), standalone=True)
+        pod = _pod(
+            "p", ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",)),))
+        )
+        runs = (CollectorRun("nvml", True, 0.0, Readings(devices=(reading,))),)
+        attached = _device(_join((pod,), AllocatableResources(), runs), "GPU-a")
+        assert attached is not None
+        assert (Sample(COUNT, 1.0),) == attached.samples
+
+    def test_a_mig_resource_name_means_nvml_should_be_there(self) -> None:
+        """NVML absent on a node advertising nvidia.com/mig-1g.10gb (the mixed strategy's
+        names, matched by prefix): the nvml collector has failed, naming the resource."""
+        nvml = CollectorRun(
+            "nvml", True, 0.0, unavailable="libnvidia-ml.so not found", serves=NvmlCollector.serves
+        )
+        (judged,) = judge_collectors((nvml,), advertised=("nvidia.com/mig-1g.10gb",))
+        assert (False, "libnvidia-ml.so not found, but the node has nvidia.com/mig-1g.10gb") == (
+            judged.success,
+            judged.error,
         )
