@@ -342,22 +342,16 @@ def _build_parser(environ: Mapping[str, str]) -> _Parser:
         action=argparse.BooleanOptionalAction,
         dest="enable_debug",
     )
-    add(
-        "--path.sysfs",
-        help="sysfs mount point",
-        default="/sys",
-        type=_path("--path.sysfs"),
-        metavar="PATH",
-        dest="sysfs",
-    )
-    add(
-        "--path.procfs",
-        help="procfs mount point",
-        default="/proc",
-        type=_path("--path.procfs"),
-        metavar="PATH",
-        dest="procfs",
-    )
+    for filesystem, mounted_at in (("sysfs", "/sys"), ("procfs", "/proc")):
+        flag = f"--path.{filesystem}"
+        add(
+            flag,
+            help=f"{filesystem} mount point",
+            default=mounted_at,
+            type=_path(flag),
+            metavar="PATH",
+            dest=filesystem,
+        )
     add(
         "--path.kubelet-plugins",
         help="kubelet plugins directory: DRA drivers' checkpoints and KEP-5304 device metadata",

@@ -183,22 +183,13 @@ class TestNvidia:
 
     def test_the_checkpoint_wins_over_metadata_for_one_device(self) -> None:
         """Two driver files naming one device: the first read (the checkpoint) wins."""
-        checkpoint = DraDevice(
-            "gpu.nvidia.com",
-            "node-a",
-            "gpu-4",
-            (HardwareKey(KeyKind.GPU_UUID, GPU_4),),
-            CHECKPOINT_SOURCE,
-        )
-        metadata = DraDevice(
-            "gpu.nvidia.com",
-            "node-a",
-            "gpu-4",
-            (HardwareKey(KeyKind.GPU_UUID, GPU_5),),
-            METADATA_SOURCE,
-            "ml",
-            "llm-gpus",
-        )
+
+        def gpu_4_as(uuid: str, source: str, *claim: str) -> DraDevice:
+            keys = (HardwareKey(KeyKind.GPU_UUID, uuid),)
+            return DraDevice("gpu.nvidia.com", "node-a", "gpu-4", keys, source, *claim)
+
+        checkpoint = gpu_4_as(GPU_4, CHECKPOINT_SOURCE)
+        metadata = gpu_4_as(GPU_5, METADATA_SOURCE, "ml", "llm-gpus")
         resolution = _resolve(GPU4, DraState(devices=(checkpoint, metadata)))
         assert ((HardwareKey(KeyKind.GPU_UUID, GPU_4),), CHECKPOINT_SOURCE) == (
             resolution.keys,
