@@ -329,10 +329,10 @@ def _media_ranges(header: str) -> list[tuple[str, dict[str, str], float]]:
     return found
 
 
-def _qualities(header: str) -> dict[str, float]:
-    """``Accept``-style header -> {lower-cased value: its highest q}."""
+def _qualities(ranges: list[tuple[str, dict[str, str], float]]) -> dict[str, float]:
+    """Parsed ``Accept``-style ranges -> {lower-cased value: its highest q}."""
     found: dict[str, float] = {}
-    for value, _, q in _media_ranges(header):
+    for value, _, q in ranges:
         found[value] = max(q, found.get(value, 0.0))
     return found
 
@@ -354,14 +354,15 @@ def _openmetrics_type(accept: str) -> str | None:
     quality is the most specific range that covers it (RFC 9110 12.5.1); the newer
     version where two are equally preferred."""
     best: tuple[float, int, str, str] | None = None  # q, newness, version, escaping
-    for value, params, q in _media_ranges(accept):
+    ranges = _media_ranges(accept)
+    for value, params, q in ranges:
         version = params.get("version", "0.0.1")
         if value != _OPENMETRICS or q <= 0 or version not in _OPENMETRICS_VERSIONS:
             continue
         newness = -_OPENMETRICS_VERSIONS.index(version)
         if best is None or (q, newness) > best[:2]:
             best = (q, newness, version, params.get("escaping", "").lower())
-    qualities = _qualities(accept)
+    qualities = _qualities(ranges)
     text = next((qualities[r] for r in ("text/plain", "text/*", "*/*") if r in qualities), 0.0)
     if best is None or best[0] < text:
         return None
@@ -373,7 +374,7 @@ def _openmetrics_type(accept: str) -> str | None:
 
 
 def _wants_gzip(accept_encoding: str) -> bool:
-    qualities = _qualities(accept_encoding)
+    qualities = _qualities(_media_ranges(accept_encoding))
     if "gzip" not in qualities and "x-gzip" in qualities:  # its old name (RFC 9110 8.4.1.3)
         qualities["gzip"] = qualities["x-gzip"]
     return qualities.get("gzip", qualities.get("*", 0.0)) > 0
