@@ -401,6 +401,10 @@ def _shared_pool(pod: PodResources) -> ContainerResources | None:
         return None  # (a container named "", which validation forbids, would be two series)
     held = {c for container in pod.containers for c in container.cpu_ids}
     cpus = tuple(sorted(set(pod.cpu_ids) - held))
+    # Matched on type and NUMA set alike: the memory manager's pod scope gives the pod's
+    # blocks, each exclusive container's and the pool's one NUMA mask, the pod's hint
+    # (its static policy's pod-level allocation), so a container block on a part of the
+    # pod's nodes does not occur.
     left: dict[tuple[str, tuple[int, ...]], int] = defaultdict(int)
     for block in pod.memory:
         left[block.memory_type, _sorted_nodes(block.numa_nodes)] += block.size_bytes
