@@ -128,14 +128,18 @@ async def _listen(
     loop: asyncio.AbstractEventLoop, host: str | None, port: int, *, backlog: int
 ) -> list[socket.socket]:
     """Listening sockets as ``loop.create_server`` makes them: one per address the host
-    resolves to (both families for None), SO_REUSEADDR, IPv6 sockets IPv6 only."""
+    resolves to (both families for None), SO_REUSEADDR, IPv6 sockets IPv6 only, none
+    for a family the kernel lacks (IPv6 on a node booted with ``ipv6.disable=1``)."""
     infos = await loop.getaddrinfo(
         host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                continue  # as create_server: the wildcard's other family still serves
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:

@@ -316,6 +316,33 @@ async def test_a_wildcard_host_on_a_fixed_port_listens_on_both_families(pki: Pki
         assert 200 == await _https_get(pki, port)
 
 
+class _KernelWithoutIPv6(socket.socket):
+    """A socket as a kernel booted with ipv6.disable=1 makes them: none for IPv6."""
+
+    def __init__(self, family: int = -1, *args: Any, **kwargs: Any) -> None:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        super().__init__(family, *args, **kwargs)
+
+
+async def test_a_wildcard_host_without_ipv6_in_the_kernel_listens_on_ipv4(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel has no IPv6, a wildcard serves IPv4 alone, as asyncio's
+    create_server (plain HTTP) does: the HTTPS site failed to start instead."""
+    monkeypatch.setattr(socket, "socket", _KernelWithoutIPv6)
+    plain = web.AppRunner(web.Application())
+    await plain.setup()
+    try:
+        await web.TCPSite(plain, None, 0).start()
+        plain_families = [len(address) for address in plain.addresses]
+    finally:
+        await plain.cleanup()
+    async with _site(pki, host=None) as runner:
+        assert ([2], [2]) == (plain_families, [len(a) for a in runner.addresses])
+        assert 200 == await _https_get(pki, _port(runner))
+
+
 async def test_a_restart_binds_the_port_its_closed_connections_hold(pki: Pki) -> None:
     """A plain-HTTP client answered 400 is closed by the server first, which leaves
     that connection in TIME_WAIT on the port for a minute: a restart on the same port
