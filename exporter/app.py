@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import ssl
 import time
 from collections.abc import Callable, Sequence
+from ipaddress import IPv4Address, IPv6Address
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -182,9 +184,8 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     await runner.setup()
     try:
         for host, port in config.listen_addresses:
-            site = make_site(runner, _bind_host(host), port, ssl_context=ssl_context)
             try:
-                await site.start()
+                await _listen(runner, host, port, ssl_context=ssl_context)
             except OSError as error:
                 raise ConfigError(
                     f"cannot listen on {join_host_port(host, port)}: {error.strerror}"
@@ -206,6 +207,23 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
         checker.close()
         if sim_node is not None:
             await sim_node.stop()
+
+
+async def _listen(
+    runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None
+) -> None:
+    """Serve one listen address. A wildcard is every address of both families, a socket
+    each; with port 0, IPv6 takes the port IPv4 was given, so the address has one port
+    as Go's one dual-stack socket has (asyncio would draw one per family)."""
+    bind = _bind_host(host)
+    if bind is not None or port != 0:
+        await make_site(runner, bind, port, ssl_context=ssl_context).start()
+        return
+    await make_site(runner, str(IPv4Address(0)), 0, ssl_context=ssl_context).start()
+    chosen = runner.addresses[-1][1]
+    # Where the kernel has no IPv6, no socket is made for its unspecified address and
+    # nothing starts, as for a wildcard's IPv6 half.
+    await make_site(runner, str(IPv6Address(0)), chosen, ssl_context=ssl_context).start()
 
 
 def _bind_host(host: str) -> str | None:

@@ -75,6 +75,22 @@ class TestListenAddress:
         async with _serving(f"{wildcard}:{port}"):
             assert [True, True] == [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
 
+    @IPV6
+    async def test_port_zero_with_a_wildcard_is_one_port_for_both_families(self) -> None:
+        """':0' draws one port that IPv4 and IPv6 both serve, as Go's one dual-stack
+        socket has it: asyncio alone draws a port for each family."""
+        with capture_logs() as logs:
+            async with _serving(":0"):
+                for _ in range(300):  # until serve() has bound and logged both sockets
+                    bound = [e["address"] for e in logs if e["event"] == "listening"]
+                    if len(bound) == 2:
+                        break
+                    await asyncio.sleep(0.1)
+                ports = {int(address.rpartition(":")[2]) for address in bound}
+                (port,) = ports
+                answers = [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
+        assert ([f"0.0.0.0:{port}", f"[::]:{port}"], [True, True]) == (bound, answers)
+
     async def test_ipv4_wildcard(self) -> None:
         """'0.0.0.0:PORT' listens on IPv4."""
         port = free_dual_stack_port()
