@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -118,6 +119,64 @@ class TestBasicAuth:
                 for p in ("/healthz", "/readyz", "/metrics", "/debug/allocations")
             ]
 
+    async def test_every_other_route_asks_whatever_it_ends_with(self, tmp_path: Path) -> None:
+        """Only the two probe paths themselves are open: not a pod view whose names are
+        "healthz" or "readyz", not the landing page, not a path that does not exist."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        paths = (
+            "/",
+            "/debug/allocations/ml-training/healthz",
+            "/debug/allocations/healthz/readyz",
+            "/metrics/healthz",
+            "/HEALTHZ",
+        )
+        async with served(live) as server:
+            assert [401] * len(paths) == [await _status(server.url(p)) for p in paths]
+
+    async def test_the_scheme_has_no_case(self, tmp_path: Path) -> None:
+        """RFC 9110 11.1: "basic" is Basic (curl and Go send "Basic"; others need not)."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        token = basic("prometheus", "s3cret")["Authorization"].split(" ", 1)[1]
+        async with served(live) as server:
+            assert [200, 200] == [
+                await _status(server.url("/metrics"), {"Authorization": f"{scheme} {token}"})
+                for scheme in ("basic", "BASIC")
+            ]
+
+    async def test_credentials_that_are_not_strict_base64_are_refused(self, tmp_path: Path) -> None:
+        """As Go's StdEncoding: characters outside base64 are not skipped, and a token
+        without a colon is no user with an empty password."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret"), "empty": _hash(b"")})
+        token = basic("prometheus", "s3cret")["Authorization"].split(" ", 1)[1]
+        async with served(live) as server:
+            url = server.url("/metrics")
+            assert [200, 401, 401] == [
+                await _status(url, basic("empty", "")),
+                await _status(url, {"Authorization": f"Basic {token[:4]}!{token[4:]}"}),
+                await _status(url, {"Authorization": "Basic ZW1wdHk="}),  # "empty", no colon
+            ]
+
+    async def test_a_flood_past_the_queue_is_refused_and_logged_once(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Refused for want of a bcrypt slot: 429 with Retry-After, and one log line per
+        interval, not one per request: a flood must not flood the log too."""
+        monkeypatch.setattr("exporter.auth.OVERLOAD_LOG_INTERVAL_S", 3600.0)
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        checker = PasswordChecker(max_queued=0)  # every check that needs bcrypt: refused
+        answers = []
+        try:
+            async with served(live, checker=checker) as server, aiohttp.ClientSession() as session:
+                with capture_logs() as logs:
+                    for n in range(5):
+                        headers = basic("prometheus", f"w{n}")
+                        async with session.get(server.url("/metrics"), headers=headers) as r:
+                            answers.append((r.status, r.headers.get("Retry-After")))
+        finally:
+            checker.close()
+        assert [(429, "1")] * 5 == answers  # when to come back, as every 429 says
+        assert [("basic_auth_overloaded", 1)] == [(e["event"], e["refused"]) for e in logs]
+
 
 class TestDebugUsers:
     async def test_debug_needs_its_own_credentials(self, tmp_path: Path) -> None:
@@ -130,6 +189,17 @@ class TestDebugUsers:
             assert 401 == await _status(metrics, basic("oncall", "pager"))
             assert 401 == await _status(allocations, basic("prometheus", "scrape"))
             assert 200 == await _status(allocations, basic("oncall", "pager"))
+
+    async def test_pod_views_take_the_debug_users_too(self, tmp_path: Path) -> None:
+        """/debug/allocations/{namespace}/{pod} is /debug: its users, not /metrics'."""
+        live = _users_file(tmp_path, {"prometheus": _hash(b"scrape")})
+        debug = _users_file(tmp_path, {"oncall": _hash(b"pager")}, name="debug.yml")
+        async with served(live, debug_users=debug) as server:
+            pod = server.url("/debug/allocations/ml-training/trainer-0")
+            assert [401, 200] == [
+                await _status(pod, basic("prometheus", "scrape")),
+                await _status(pod, basic("oncall", "pager")),
+            ]
 
     async def test_debug_users_without_web_config(self, tmp_path: Path) -> None:
         """/debug can be locked while /metrics stays open."""
@@ -269,6 +339,84 @@ class TestChecker:
                     assert Verdict.ALLOWED == await checker.check(users, "prometheus", b"s3cret")
                     checker._max_queued = 1
         finally:
+            checker.close()
+
+    async def test_an_unknown_user_is_checked_at_the_highest_cost(self) -> None:
+        """Against a dummy hash of the file's highest cost: a cheaper one would answer an
+        unknown name sooner than a known one and tell names apart."""
+        checker = PasswordChecker()
+        costs: list[int] = []
+
+        def verify(password: bytes, hashed: bytes | None, cost: int) -> bool:
+            costs.append(cost)
+            return False
+
+        checker._verify = verify  # type: ignore[method-assign]
+        users = {"cheap": _hash(b"a", rounds=4).encode(), "dear": _hash(b"b", rounds=6).encode()}
+        try:
+            assert Verdict.DENIED == await checker.check(users, "mallory", b"x")
+        finally:
+            checker.close()
+        assert [6] == costs
+
+    async def test_a_right_credential_stays_cached_while_it_is_used(self) -> None:
+        """Kept an hour from its last use, not from its first: Prometheus, scraping all
+        along, is never sent back to the bcrypt queue; unused for an hour, it is."""
+        now = [0.0]
+        checker = PasswordChecker(clock=lambda: now[0])
+        users = {"prometheus": _hash(b"s3cret").encode()}
+        try:
+            assert Verdict.ALLOWED == await checker.check(users, "prometheus", b"s3cret")
+            checker._max_queued = 0  # from here on, anything that needs bcrypt is BUSY
+            seen = []
+            for second in (3000.0, 6000.0, 9000.0, 9000.0 + 3601.0):
+                now[0] = second
+                seen.append(await checker.check(users, "prometheus", b"s3cret"))
+        finally:
+            checker.close()
+        assert [Verdict.ALLOWED] * 3 + [Verdict.BUSY] == seen
+
+    async def test_wrong_credentials_kept_are_bounded(self) -> None:
+        """The wrong-credential cache holds cache_size entries, the oldest going first."""
+        checker = PasswordChecker(cache_size=2)
+        users = {"alice": _hash(b"s3cret").encode()}
+        try:
+            for wrong in (b"w1", b"w2", b"w3"):
+                assert Verdict.DENIED == await checker.check(users, "alice", wrong)
+            checker._max_queued = 0  # from here on, anything that needs bcrypt is BUSY
+            assert [Verdict.BUSY, Verdict.DENIED, Verdict.DENIED] == [
+                await checker.check(users, "alice", wrong) for wrong in (b"w1", b"w2", b"w3")
+            ]
+        finally:
+            checker.close()
+
+    async def test_a_check_whose_request_went_away_leaves_the_worker_serving(self) -> None:
+        """A check cancelled while it waits its turn (its client went away) is skipped,
+        and the checks after it are still made: the one thread must not die of it."""
+        checker = PasswordChecker()
+        release = threading.Event()
+
+        def verify(password: bytes, hashed: bytes | None, cost: int) -> bool:
+            release.wait()
+            return password == b"right"
+
+        checker._verify = verify  # type: ignore[method-assign]
+        users = {"alice": _hash(b"right").encode()}
+        try:
+            first = asyncio.create_task(checker.check(users, "alice", b"one"))
+            gone = asyncio.create_task(checker.check(users, "alice", b"two"))
+            await asyncio.sleep(0)  # both queued, the first running
+            gone.cancel()
+            release.set()
+            # The timeout only catches a worker that died: the check would wait forever.
+            last = await asyncio.wait_for(checker.check(users, "alice", b"right"), 30)
+            assert (Verdict.DENIED, True, Verdict.ALLOWED) == (
+                await first,
+                gone.cancelled(),
+                last,
+            )
+        finally:
+            release.set()
             checker.close()
 
     def test_parse_basic_auth(self) -> None:

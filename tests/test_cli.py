@@ -62,6 +62,26 @@ def test_dra_paths() -> None:
     ] == [(c.kubelet_plugins, c.cdi) for c in (defaults, from_env, from_flags)]
 
 
+def test_web_config_files_reach_the_config(tmp_path: Path) -> None:
+    """--web.config.file and --web.debug-auth.file, from flags or variables, are the files
+    the server reads: a path dropped on the way would serve without the auth asked for."""
+    web, debug, other = tmp_path / "web.yml", tmp_path / "debug.yml", tmp_path / "other.yml"
+    for path in (web, debug, other):
+        path.write_text("")
+    variables = {
+        env_name("--web.config.file"): str(web),
+        env_name("--web.debug-auth.file"): str(other),
+    }
+    from_flags = parse_config(
+        ["--web.config.file", str(web), "--web.debug-auth.file", str(debug)], {}
+    )
+    from_env = parse_config([], variables)
+    both = parse_config(["--web.debug-auth.file", str(debug)], variables)
+    assert [(web, debug), (web, other), (web, debug)] == [
+        (c.web_config_file, c.debug_auth_file) for c in (from_flags, from_env, both)
+    ]
+
+
 def test_environment_then_flags_win() -> None:
     """Every flag reads its environment variable; a flag on the command line wins."""
     environ = {
@@ -293,6 +313,7 @@ def test_short_poll_interval_shortens_collector_timeout() -> None:
         (["--web.listen-address", "::1]:9410"], {}, "expected HOST:PORT"),
         (["--web.listen-address", "::1:9410"], {}, "expected HOST:PORT"),  # no brackets
         (["--web.listen-address", ":\u00b2"], {}, "expected HOST:PORT"),  # int() refuses it
+        (["--web.listen-address", ":65536"], {}, "expected HOST:PORT"),  # past the last port
         (["--web.listen-address", ":\u0669\u0664\u0661\u0660"], {}, "expected HOST:PORT"),
         ([], {env_name("--web.listen-address"): "9410"}, "PODRESOURCES_EXPORTER_WEB_LISTEN"),
         (["--collector.timeout", "20", "--poll.interval", "10"], {}, "longer than --poll.interval"),

@@ -8,6 +8,7 @@ import gc
 import gzip
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -488,7 +489,11 @@ class TestDebugEndpoints:
             ("/debug/allocations?namespace=", 400),
             ("/debug/allocations?pod=&container=", 400),
             ("/debug/allocations?namespace=%ff", 400),
+            (f"/debug/allocations?namespace={'n' * 513}", 400),  # values of sane length
+            ("/debug/allocations?pod=a%09b", 400),  # printable ones
+            ("/debug/allocations?namespace=a&namespace=b", 400),  # each given once
             ("/debug/allocations/ml-training/NOT_A_NAME", 400),
+            ("/debug/allocations/ml-training/Trainer-0", 400),  # names are lower case
             ("/debug/allocations/ml.training/trainer-0", 400),  # namespaces have no dots
             (f"/debug/allocations/{'n' * 64}/trainer-0", 400),  # nor more than 63 characters
             # Python's "$" matches before a final newline: names are matched whole.
@@ -665,6 +670,24 @@ class TestDebugEndpoints:
         client = await aiohttp_client(app)
         assert (await client.get("/debug/allocations")).status == 404
         assert (await client.get("/metrics")).status == 200
+        landing = await client.get("/")
+        assert (200, False) == (landing.status, "debug/allocations" in await landing.text())
+
+    async def test_readyz_wants_kubelet_data_three_intervals_young(
+        self, exporter: Exporter, client: TestClient
+    ) -> None:  # type: ignore[type-arg]
+        """A snapshot without kubelet data (the kubelet never answered), or with data
+        older than three poll intervals (1 s here), is not ready; /healthz stays 200."""
+        published = await exporter.poller.poll_once()
+        answers = []
+        for collected_at in (None, time.time() - 60, time.time() - 2):
+            exporter.store.current = replace(
+                published, snapshot=replace(published.snapshot, collected_at=collected_at)
+            )
+            ready = await client.get("/readyz")
+            answers.append((ready.status, (await ready.text()).split(":")[0]))
+        assert [(503, "not ready"), (503, "not ready"), (200, "ok\n")] == answers
+        assert 200 == (await client.get("/healthz")).status
 
     async def test_readyz_follows_the_snapshot(
         self, exporter: Exporter, client: TestClient

@@ -117,6 +117,24 @@ class TestParserErrors:
         assert set(json.loads(body)) == {"error"}
         assert [] == [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
+    async def test_the_answer_does_not_quote_the_request(
+        self, exporter: Exporter, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The error names the kind of failure only: never the bytes the client sent (a
+        malformed line may hold a credential), in the answer or in the log."""
+        secret = b"c2VjcmV0LXRva2Vu"
+        requests = (
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization Basic " + secret + b"\r\n\r\n",
+            b"GET /metrics?" + secret + b"\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-" + secret + b": " + b"v" * 9000 + b"\r\n\r\n",
+        )
+        with capture_logs() as logs:
+            async with serving(exporter.create_app()) as port:
+                answers = [split_response(await raw_exchange(port, r)) for r in requests]
+        assert [400] * len(requests) == [status for status, _, _ in answers]
+        assert [] == [body for _, _, body in answers if secret in body]
+        assert secret.decode() not in repr(logs) + caplog.text
+
 
 class TestAnswerDeadline:
     @staticmethod
@@ -318,6 +336,25 @@ OM_0_0_1 = "application/openmetrics-text; version=0.0.1; charset=utf-8"
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 
 
+class TestHandlerFailures:
+    async def test_a_failure_is_a_500_naming_only_its_type(
+        self, exporter: Exporter, aiohttp_client: Any
+    ) -> None:
+        """An unexpected exception is answered 500 with one JSON line naming its type; its
+        message, which may quote a request or a secret, goes to the log only."""
+
+        @web.middleware
+        async def failing(request: web.Request, handler: Any) -> web.StreamResponse:
+            raise RuntimeError("token=hunter2")
+
+        client = await aiohttp_client(exporter.create_app(middlewares=[failing]))
+        with capture_logs() as logs:
+            response = await client.get("/metrics")
+            body = await response.text()
+        assert (500, '{"error": "internal error: RuntimeError"}\n') == (response.status, body)
+        assert ["http_handler_failed"] == [e["event"] for e in logs]
+
+
 class TestMethodsAndNegotiation:
     async def test_405_says_what_is_allowed(self, exporter: Exporter, aiohttp_client: Any) -> None:
         """POST /metrics: 405 with Allow and a JSON error."""
@@ -346,6 +383,21 @@ class TestMethodsAndNegotiation:
             ("text/*, application/openmetrics-text;q=0.1", "", "text/plain", False),
             ("*/*, application/openmetrics-text;q=0.1", "", "text/plain", False),
             ("*/*;q=0.1, application/openmetrics-text;q=0.5", "", "application/openmetrics", False),
+            # A q outside 0-1, or one that is no number, says nothing: not "most wanted".
+            ("application/openmetrics-text;q=2,text/plain;q=0.5", "", "text/plain", False),
+            ("application/openmetrics-text;q=high", "", "text/plain", False),
+            # Media types and parameter names have no case (RFC 9110 8.3.1, 12.4.2).
+            ("Application/OpenMetrics-Text;version=1.0.0", "", "application/openmetrics", False),
+            ("application/openmetrics-text;Q=0", "", "text/plain", False),
+            ("", "GZIP", "text/plain", True),
+            # A range named twice counts at its highest q, wherever that stands.
+            (
+                "text/plain;q=0.9, application/openmetrics-text;q=0.5, text/plain;q=0.1",
+                "",
+                "text/plain",
+                False,
+            ),
+            ("", "gzip;q=0.5, gzip;q=0", "text/plain", True),
             (
                 "text/plain;q=0.2, text/*, application/openmetrics-text;q=0.5",
                 "",
@@ -439,6 +491,13 @@ class TestMethodsAndNegotiation:
             ),
             # A version this page is not: text, which */* accepts.
             ("application/openmetrics-text;version=2.0.0;q=0.6,*/*;q=0.5", TEXT_0_0_4),
+            # Equally preferred: the newer version, and OpenMetrics over text.
+            (
+                "application/openmetrics-text;version=0.0.1,application/openmetrics-text;"
+                "version=1.0.0",
+                f"{OM_1_0_0}; escaping=underscores",
+            ),
+            ("text/plain,application/openmetrics-text;version=0.0.1", OM_0_0_1),
         ],
     )
     async def test_the_content_type_names_a_version_and_escaping_that_were_asked_for(
@@ -453,6 +512,19 @@ class TestMethodsAndNegotiation:
         body = await response.text()
         assert (200, content_type) == (response.status, response.headers["Content-Type"])
         assert body.endswith("# EOF\n") == content_type.startswith("application/openmetrics")
+
+    async def test_the_page_varies_with_accept_and_accept_encoding(
+        self, exporter: Exporter, aiohttp_client: Any
+    ) -> None:
+        """Vary names both headers the page is negotiated on: a cache in between must not
+        answer a text scraper with OpenMetrics, or a client without gzip with gzip."""
+        client = await aiohttp_client(exporter.create_app(), auto_decompress=False)
+        varies = []
+        for encoding in ("", "gzip"):
+            response = await client.get("/metrics", headers={"Accept-Encoding": encoding})
+            assert 200 == response.status
+            varies.append({v.strip().lower() for v in response.headers.get("Vary", "").split(",")})
+        assert [{"accept", "accept-encoding"}] * 2 == varies
 
     @pytest.mark.parametrize(
         "path",

@@ -222,6 +222,16 @@ REFUSALS = [
     (f"basic_auth_users:\n  a: '{HASH}'\n  a: '{HASH}'\n", "line 3, column 3: 'a' appears twice"),
     (f"{TLS}  key_file: other.key\n", "'key_file' appears twice"),
     ("[unclosed", "web.yml: line 1, column 10: while parsing a flow sequence: expected"),
+    # client_auth_type turns TLS on as in exporter-toolkit: alone it is not plain HTTP
+    # (where no certificate would be asked for), it is TLS without a certificate.
+    (
+        "tls_server_config:\n  client_auth_type: RequireAndVerifyClientCert\n",
+        "cert_file: missing one of cert or cert_file",
+    ),
+    (f"{TLS}  client_ca: x\n", "client CA's have been configured without"),
+    (f"{TLS}  client_allowed_sans: []\n", "client_allowed_sans: checks the SANs"),
+    ("rate_limit:\n  interval: 1s x 2s\n  burst: 1\n", "rate_limit.interval: invalid duration"),
+    ("rate_limit:\n  interval: 1s\n  burst: true\n", "rate_limit.burst: expected int"),
 ]
 
 
@@ -367,6 +377,17 @@ class TestServedTls:
         async with served(_live(folder, text)) as server:
             version, cipher, _ = await _peer(server.port, _client(pki))
         assert ("TLSv1.2", "ECDHE-ECDSA-AES256-GCM-SHA384") == (version, cipher)
+
+    async def test_cipher_suites_restrict_the_choice(self, folder: Path, pki: Pki) -> None:
+        """The one suite listed is the one negotiated, where OpenSSL left to itself would
+        pick another (an AES-GCM suite): the list is applied, not only read."""
+        text = (
+            f"{TLS}  max_version: TLS12\n"
+            "  cipher_suites: [TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256]\n"
+        )
+        async with served(_live(folder, text)) as server:
+            version, cipher, _ = await _peer(server.port, _client(pki))
+        assert ("TLSv1.2", "ECDHE-ECDSA-CHACHA20-POLY1305") == (version, cipher)
 
     @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary")
     async def test_curve_preferences(self, folder: Path) -> None:
@@ -562,6 +583,55 @@ class TestReload:
             )
             assert "turning basic auth off needs a restart" in logs[0]["error"]
 
+    async def test_an_edited_rate_limit_applies(self, folder: Path) -> None:
+        """A changed rate_limit starts a bucket of its own from the next request."""
+        live = _live(folder, "rate_limit:\n  interval: 1h\n  burst: 1\n")
+        async with served(live) as server:
+            before = [(await _get(server.url("/metrics")))[0] for _ in range(2)]
+            _replace(live.path, "rate_limit:\n  interval: 1h\n  burst: 3\n")
+            after = [(await _get(server.url("/metrics")))[0] for _ in range(4)]
+        assert ([200, 429], [200, 200, 200, 429]) == (before, after)
+
+    async def test_a_password_changed_in_place_applies(self, folder: Path) -> None:
+        """The file rewritten in place (same inode) with a hash of the same length (every
+        bcrypt hash has 60 characters): its modification time tells the edit."""
+        live = _live(folder, f"basic_auth_users:\n  alice: {HASH}\n")
+        other = bcrypt.hashpw(b"changed", bcrypt.gensalt(rounds=4)).decode()
+        async with served(live) as server:
+            url = server.url("/metrics")
+            assert 200 == (await _get(url, **basic("alice", "s3cret")))[0]
+            before = live.path.stat()
+            live.path.write_text(f"basic_auth_users:\n  alice: {other}\n")
+            later = before.st_mtime_ns + 1_000_000_000  # a later edit, whatever the clock's tick
+            os.utime(live.path, ns=(later, later))
+            after = live.path.stat()
+            assert (before.st_ino, before.st_size) == (after.st_ino, after.st_size)
+            assert [401, 200] == [
+                (await _get(url, **basic("alice", "s3cret")))[0],
+                (await _get(url, **basic("alice", "changed")))[0],
+            ]
+
+    async def test_a_file_replaced_with_the_same_size_and_time_applies(self, folder: Path) -> None:
+        """A file replaced by rename (a Secret's update) is seen by its inode even where
+        the new one has the same size and modification time (written within one tick of
+        the file system's clock, or copied with its times kept)."""
+        live = _live(folder, f"basic_auth_users:\n  alice: {HASH}\n")
+        other = bcrypt.hashpw(b"changed", bcrypt.gensalt(rounds=4)).decode()
+        async with served(live) as server:
+            url = server.url("/metrics")
+            assert 200 == (await _get(url, **basic("alice", "s3cret")))[0]
+            before = live.path.stat()
+            scratch = live.path.with_name(".web.yml.new")
+            scratch.write_text(f"basic_auth_users:\n  alice: {other}\n")
+            os.utime(scratch, ns=(before.st_atime_ns, before.st_mtime_ns))
+            os.replace(scratch, live.path)
+            after = live.path.stat()
+            assert (before.st_mtime_ns, before.st_size) == (after.st_mtime_ns, after.st_size)
+            assert [401, 200] == [
+                (await _get(url, **basic("alice", "s3cret")))[0],
+                (await _get(url, **basic("alice", "changed")))[0],
+            ]
+
     async def test_rotated_certificate_is_served_to_new_connections(
         self, folder: Path, pki: Pki
     ) -> None:
@@ -584,6 +654,24 @@ class TestReload:
                 served_cert = (await _peer(server.port, _client(pki)))[2]
         assert served_cert == ssl.PEM_cert_to_DER_cert(pki.cert("server").read_text())
         assert "web_config_reload_failed" in [e["event"] for e in logs]
+
+
+def test_verified_client_certificates_without_a_ca_are_checked_against_the_hosts(
+    folder: Path,
+) -> None:
+    """No client_ca_file nor client_ca: the host's roots verify client certificates, as Go
+    does with no ClientCAs (not no root at all, which would refuse every certificate)."""
+    host = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    host.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+    if not host.cert_store_stats()["x509_ca"]:
+        pytest.skip("this host has no CA certificates to compare with")
+    tls = TlsSettings(
+        cert_file=folder / "server.crt",
+        key_file=folder / "server.key",
+        client_auth_type="RequireAndVerifyClientCert",
+    )
+    context = build_ssl_context(tls, source=folder / "web.yml")
+    assert host.cert_store_stats()["x509_ca"] == context.cert_store_stats()["x509_ca"]
 
 
 def test_tls_values_are_checked_even_without_a_certificate() -> None:

@@ -97,7 +97,8 @@ async def served(
     debug_users: LiveWebConfig | None = None,
     checker: PasswordChecker | None = None,
 ) -> AsyncIterator[Served]:
-    """/metrics, /healthz, /readyz and /debug/allocations answering "ok", behind the auth."""
+    """/metrics, /healthz, /readyz and /debug/allocations (also per pod) answering "ok",
+    behind the auth."""
     owned = checker is None
     checker = checker or PasswordChecker()
     app = web.Application(
@@ -107,7 +108,13 @@ async def served(
     )
     app.on_response_prepare.append(response_headers(web_config))
     hide_server_version()
-    for path in ("/metrics", "/healthz", "/readyz", "/debug/allocations"):
+    for path in (
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/debug/allocations",
+        "/debug/allocations/{namespace}/{pod}",
+    ):
         app.router.add_get(path, _ok)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
