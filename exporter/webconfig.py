@@ -126,7 +126,11 @@ HEADERS: Mapping[str, tuple[str, ...]] = {
     "Content-Security-Policy": (),
 }
 # bcrypt in the variants both Go's x/crypto/bcrypt and pyca/bcrypt check; cost 4-31.
-_BCRYPT = re.compile(r"^\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
+_BCRYPT = re.compile(r"\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}")
+# What an HTTP field value may not hold (RFC 9110 5.5): CTLs other than HTAB.
+_HEADER_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Go's time.Duration is int64 nanoseconds: longer durations do not parse.
+_MAX_DURATION_NS = 2**63 - 1
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNITS_S = {
     "ns": 1e-9,
@@ -358,6 +362,9 @@ def _parse_http(reader: _Reader) -> HttpSettings:
             raise headers.error(
                 headers.key(str(name)), f"invalid value {value!r}; expected one of {allowed}"
             )
+        if _HEADER_CONTROL.search(value):
+            # aiohttp refuses to send such a value: every answer, the probes' too, failed.
+            raise headers.error(headers.key(str(name)), "control characters in a header value")
         if value:  # blank means unset
             pairs.append((str(name), value))
     return HttpSettings(http2=reader.get("http2", bool, True), headers=tuple(pairs))
@@ -376,7 +383,7 @@ def parse_duration_s(text: str) -> float:
             break
         total += float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
         position = match.end()
-    if not body or position != len(body):
+    if not body or position != len(body) or total * 1e9 > _MAX_DURATION_NS:
         raise ValueError(f"invalid duration {text!r}")
     return sign * total
 
@@ -385,6 +392,10 @@ def _parse_rate_limit(reader: _Reader) -> RateLimit | None:
     reader.refuse_unknown(_RATE_LIMIT_KEYS)
     raw = reader.value.get("interval", 0)
     if isinstance(raw, int) and not isinstance(raw, bool):
+        if abs(raw) > _MAX_DURATION_NS:
+            raise reader.error(
+                reader.key("interval"), "out of range: a Go duration is at most 2**63-1 ns"
+            )
         interval_s = raw * 1e-9  # a bare integer is nanoseconds, as for Go's time.Duration
     elif isinstance(raw, str):
         try:
@@ -404,7 +415,7 @@ def _parse_rate_limit(reader: _Reader) -> RateLimit | None:
 
 def bcrypt_cost(hashed: str) -> int | None:
     """The cost of a well-formed bcrypt hash that both Go and pyca/bcrypt accept, else None."""
-    match = _BCRYPT.match(hashed)
+    match = _BCRYPT.fullmatch(hashed)  # "$" would pass a final newline
     if match is None or not 4 <= int(match["cost"]) <= 31:
         return None
     return int(match["cost"])
@@ -492,9 +503,16 @@ def read_web_config(path: Path, *, keys: tuple[str, ...] = _TOP_KEYS) -> WebConf
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise WebConfigError(f"{path}: cannot read: {error}") from None
-    config = parse_web_config(text, path=path, keys=keys)
-    if config.tls is not None:
-        build_ssl_context(config.tls, source=path)
+    try:
+        config = parse_web_config(text, path=path, keys=keys)
+        if config.tls is not None:
+            build_ssl_context(config.tls, source=path)
+    except (ValueError, OverflowError, RecursionError) as error:
+        # What the checks above missed (a NUL in a path, a lone surrogate in inline PEM,
+        # nesting deeper than the parser's stack): a refusal, not a traceback at start-up
+        # or, on a reload, an exception out of every answer, the probes' included.
+        reason = " ".join(str(error).split())[:120]  # one line, as every refusal here
+        raise WebConfigError(f"{path}: unusable: {type(error).__name__}: {reason}") from None
     return config
 
 
@@ -511,12 +529,27 @@ def _load_pair(context: ssl.SSLContext, tls: TlsSettings, source: Path) -> None:
             with os.fdopen(os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
                 out.write(tls.key or "")
         try:
-            context.load_cert_chain(cert_path, key_path)
+            context.load_cert_chain(cert_path, key_path, password=_no_passphrase)
+        except _EncryptedKey:
+            raise WebConfigError(
+                f"{source}: tls_server_config.{keys}: the private key is encrypted; "
+                "give it unencrypted, as exporter-toolkit reads it"
+            ) from None
         except (OSError, ssl.SSLError) as error:
             where = f" ({tls.cert_file}, {tls.key_file})" if keys == "cert_file/key_file" else ""
             raise WebConfigError(
                 f"{source}: tls_server_config.{keys}{where}: {_reason(error)}"
             ) from None
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    """Asked for only by an encrypted key: without it OpenSSL prompts on the terminal (or
+    reads stdin), blocking the event loop on a reload."""
+    raise _EncryptedKey
 
 
 def _reason(error: OSError | ssl.SSLError) -> str:

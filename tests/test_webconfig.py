@@ -7,6 +7,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -232,6 +233,17 @@ REFUSALS = [
     (f"{TLS}  client_allowed_sans: []\n", "client_allowed_sans: checks the SANs"),
     ("rate_limit:\n  interval: 1s x 2s\n  burst: 1\n", "rate_limit.interval: invalid duration"),
     ("rate_limit:\n  interval: 1s\n  burst: true\n", "rate_limit.burst: expected int"),
+    # aiohttp refuses to send such a value: every answer would fail, the probes' too.
+    (
+        'http_server_config:\n  headers:\n    X-XSS-Protection: "1\\r\\nSet-Cookie: a=b"\n',
+        "headers.X-XSS-Protection: control characters",
+    ),
+    # Past Go's time.Duration (int64 nanoseconds): Go refuses these too.
+    ("rate_limit:\n  interval: 3000000h\n  burst: 1\n", "rate_limit.interval: invalid duration"),
+    (f"rate_limit:\n  interval: 1{'0' * 400}\n  burst: 1\n", "rate_limit.interval: out of range"),
+    # "$" matches before a final newline, which a block scalar (|) leaves: no password
+    # could ever match that hash.
+    (f"basic_auth_users:\n  a: |\n    {HASH}\n", "basic_auth_users.a: not a bcrypt hash"),
 ]
 
 
@@ -672,6 +684,83 @@ def test_verified_client_certificates_without_a_ca_are_checked_against_the_hosts
     )
     context = build_ssl_context(tls, source=folder / "web.yml")
     assert host.cert_store_stats()["x509_ca"] == context.cert_store_stats()["x509_ca"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: "ca\\0.crt"\n',
+        'tls_server_config:\n  cert: "\\ud800"\n  key: x\n',
+        "basic_auth_users: " + "[" * 5000 + "]" * 5000 + "\n",
+    ],
+    ids=["nul-in-a-path", "lone-surrogate-in-inline-pem", "nested-too-deep"],
+)
+def test_what_python_itself_refuses_is_a_refusal(folder: Path, text: str) -> None:
+    """Content the checks do not name is still refused with one line, not raised as a
+    ValueError or RecursionError (a traceback at start-up)."""
+    path = folder / "web.yml"
+    path.write_text(text)
+    with pytest.raises(WebConfigError) as caught:
+        read_web_config(path)
+    assert "\n" not in str(caught.value)
+
+
+async def test_an_edit_that_python_refuses_keeps_the_last_good_config(folder: Path) -> None:
+    """A reload whose parsing raised something other than WebConfigError used to escape
+    every LiveWebConfig.current(): every answer failed, /healthz and /readyz included
+    (the response-headers hook reads the config), so the kubelet restarted the pod."""
+    live = _live(folder, f"basic_auth_users:\n  alice: {HASH}\n")
+    async with served(live) as server:
+        _replace(
+            live.path,
+            f"basic_auth_users:\n  alice: {HASH}\n"
+            + "rate_limit:\n  interval: 1"
+            + "0" * 400
+            + "\n  burst: 1\n",
+        )
+        with capture_logs() as logs:
+            statuses = [
+                (await _get(server.url("/healthz")))[0],
+                (await _get(server.url("/readyz")))[0],
+                (await _get(server.url("/metrics"), **basic("alice", "s3cret")))[0],
+                (await _get(server.url("/metrics")))[0],
+            ]
+    assert ([200, 200, 200, 401], ["web_config_reload_failed"]) == (
+        statuses,
+        [e["event"] for e in logs],
+    )
+
+
+def test_an_encrypted_key_is_refused_without_asking_for_a_pass_phrase(
+    folder: Path, pki: Pki
+) -> None:
+    """exporter-toolkit reads unencrypted keys only. Given an encrypted one, OpenSSL
+    prompts for a pass phrase and, with no terminal, reads stdin: a container started
+    with stdin open hung at start-up (or on a reload, on the event loop), and with stdin
+    closed the refusal said only "Invalid argument"."""
+    subprocess.run(
+        ["openssl", "pkey", "-in", str(pki.key("server")), "-aes256", "-passout", "pass:x",
+         "-out", str(folder / "server.key")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    (folder / "web.yml").write_text(TLS)
+    code = (
+        "import sys; from pathlib import Path; from exporter.webconfig import read_web_config\n"
+        f"read_web_config(Path({str(folder / 'web.yml')!r}))\n"
+    )
+    # stdin left open, as a container's with stdin: true, and never written to; the
+    # timeout only catches the old hang.
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise AssertionError("blocked reading a pass phrase from stdin") from None
+        assert child.stderr is not None
+        stderr = child.stderr.read()
+    assert b"tls_server_config.cert_file/key_file: the private key is encrypted" in stderr
 
 
 def test_tls_values_are_checked_even_without_a_certificate() -> None:
