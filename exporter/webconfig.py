@@ -591,10 +591,12 @@ def build_ssl_context(tls: TlsSettings, *, source: Path) -> ssl.SSLContext:
             else:
                 context.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # Go: the host's roots
         except (OSError, ssl.SSLError) as error:
-            raise WebConfigError(
-                f"{source}: tls_server_config.client_ca_file ({tls.client_ca_file}): "
-                f"{_reason(error)}"
-            ) from None
+            where = (
+                "client_ca"
+                if tls.client_ca_file is None
+                else f"client_ca_file ({tls.client_ca_file})"
+            )
+            raise WebConfigError(f"{source}: tls_server_config.{where}: {_reason(error)}") from None
     return context
 
 

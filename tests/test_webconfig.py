@@ -320,6 +320,10 @@ class TestRefusals:
         )
         with pytest.raises(WebConfigError, match=r"client_ca_file \(.*bad-ca.crt\)"):
             read_web_config(path)
+        # An inline CA that does not load is named as the key it came from.
+        path.write_text(f"{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca: x\n")
+        with pytest.raises(WebConfigError, match=r"tls_server_config\.client_ca: "):
+            read_web_config(path)
 
     def test_serve_refuses_at_start_up(self, folder: Path) -> None:
         """The exporter does not start on a refused file: one ConfigError line."""
