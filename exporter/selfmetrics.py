@@ -82,13 +82,20 @@ def _read(path: str) -> bytes:
         return file.read()
 
 
-@functools.cache
+_BOOT_TIMES: dict[Path, float] = {}
+
+
 def _boot_time(proc: Path) -> float | None:
-    """The boot time, read once per root; None where it cannot be read (not Linux)."""
-    try:
-        return parse_boot_time(_read(f"{proc}/stat"))
-    except (OSError, ValueError, IndexError):
-        return None
+    """The boot time, read once per root; None where it cannot be read (not Linux).
+    Only a read that worked is kept: one that failed for a while (EMFILE in a burst of
+    connections) is tried again by the next live render, at most once a second."""
+    found = _BOOT_TIMES.get(proc)
+    if found is None:
+        try:
+            found = _BOOT_TIMES[proc] = parse_boot_time(_read(f"{proc}/stat"))
+        except (OSError, ValueError, IndexError):
+            return None
+    return found
 
 
 def _one(family: Rows, value: float) -> Rows:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,30 @@ class TestParsers:
         """A file without the line is a ValueError, not a zero."""
         with pytest.raises(ValueError, match="no "):
             parse(text)
+
+
+@contextmanager
+def _no_descriptor_left() -> Iterator[None]:
+    """Every open() in this process fails with EMFILE until the block ends."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = os.open(os.devnull, os.O_RDONLY)
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_process_families_come_back_after_descriptors_ran_out(tmp_path: Path) -> None:
+    """A first scrape that meets EMFILE (a burst of connections) loses the process
+    families for that scrape only: the boot time it could not read is read again, so
+    process_open_fds is there to show the next scrape what happened."""
+    root = _proc_tree(tmp_path)
+
+    def process_families() -> list[str]:
+        return [r.name for r in live_rows(proc=root) if r.name.startswith("process_")]
+
+    with _no_descriptor_left():
+        during = process_families()
+    assert ([], 6) == (during, len(process_families()))
