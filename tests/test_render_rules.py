@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import gc
 import gzip
+import importlib
+import pkgutil
 import platform
+import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -20,6 +23,7 @@ from test_exposition import _demo_snapshot
 from test_metricwriter import PROMTOOL, parse_openmetrics, promtool_problems
 from test_page_render import CountedRender
 
+import exporter.collectors
 import exporter.store
 from exporter import exposition as exposition_module
 from exporter.app import Exporter, demo_collectors
@@ -35,6 +39,7 @@ from exporter.metricwriter import (
     write_family,
 )
 from exporter.model import (
+    DEVICE_LABELS,
     AllocatableResources,
     ClaimDevice,
     ContainerResources,
@@ -379,3 +384,38 @@ async def test_a_recovery_is_logged_once(demo: Exporter, renders: CountedRender)
         for _ in range(3):
             await demo.store.exposition(await demo.poller.poll_once())
     assert ["render_recovered"] == [e["event"] for e in logs if e["event"].startswith("render_")]
+
+
+def _telemetry_specs() -> dict[str, set[MetricSpec]]:
+    """Every family the collector modules declare or import, by name."""
+    found: dict[str, set[MetricSpec]] = {}
+    for module_info in pkgutil.iter_modules(exporter.collectors.__path__):
+        module = importlib.import_module(f"exporter.collectors.{module_info.name}")
+        for value in vars(module).values():
+            if isinstance(value, MetricSpec):
+                found.setdefault(value.name, set()).add(value)
+    return found
+
+
+def test_every_telemetry_family_is_named_as_the_writer_requires() -> None:
+    """Telemetry families reach the page through label prefixes, past write_family's
+    name check: each is checked here instead. Legacy names under podresources_, its own
+    labels apart from the owner and device labels put before them, counters (and only
+    counters) ending in _total, one family to a name."""
+    legacy = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+    specs = _telemetry_specs()
+    wrong = [
+        name
+        for name, declared in specs.items()
+        for spec in declared
+        if not (
+            len(declared) == 1
+            and legacy.fullmatch(name)
+            and name.startswith("podresources_")
+            and all(legacy.fullmatch(label) and not label.startswith("__") for label in spec.labels)
+            and not set(spec.labels) & set(DEVICE_LABELS)
+            and len(set(spec.labels)) == len(spec.labels)
+            and (spec.kind == MetricKind.COUNTER) == name.endswith("_total")
+        )
+    ]
+    assert ([], True) == (wrong, len(specs) >= 30)
