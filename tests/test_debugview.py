@@ -18,8 +18,10 @@ from exporter.debugview import (
 from exporter.join import join_snapshot
 from exporter.model import (
     AllocatableResources,
+    ClaimDevice,
     ContainerResources,
     DeviceGroup,
+    DynamicResource,
     KubeletStatus,
     PodResources,
     Snapshot,
@@ -159,6 +161,22 @@ class TestEncodedText:
         assert max(len(line) for line in lines) < 8 * (MAX_CELL_CHARS + 2)
         assert ("d" * (MAX_CELL_CHARS - 1) + "…") in lines[2] + lines[3]
 
+    def test_a_cut_cell_is_as_wide_as_the_cap(self) -> None:
+        """An ID one character over the cap is cut to exactly the cap, ellipsis included;
+        one at the cap is left whole."""
+        over, at = "o" * (MAX_CELL_CHARS + 1), "a" * MAX_CELL_CHARS
+        text = render_text(snapshot(over, at), filters=Filters(), now=COLLECTED_AT)
+        cells = {cell for line in text.splitlines()[2:] for cell in line.split()}
+        assert {"o" * (MAX_CELL_CHARS - 1) + "…", at} <= cells
+
+    def test_the_header_says_the_kubelet_is_down_and_why(self) -> None:
+        """The table's first line, the one on-call reads, says the pods below are the last
+        good ones of a kubelet that is down, and its error."""
+        view = snapshot("dev-0")
+        view = replace(view, kubelet=replace(view.kubelet, up=False, last_error="List: gone"))
+        text = render_text(view, filters=Filters(), now=COLLECTED_AT + 5)
+        assert text.splitlines()[0] == "# node node-1, data age 5.0s, kubelet DOWN (List: gone)"
+
     def test_utf8_names_stay_readable(self) -> None:
         """Printable non-ASCII text is shown as it is, not escaped."""
         view = replace(snapshot("gpu-ü-0"), node="nœud-1")
@@ -178,3 +196,30 @@ class TestDeviceFilter:
         holder, as ?device= with the replica's own ID does."""
         body = render_json(snapshot("GPU-a::1"), filters=Filters(device=asked), now=COLLECTED_AT)
         assert bool(body["pods"]) is found
+
+
+class TestClaimDevices:
+    def test_resource_and_device_filters_find_a_claims_device(self) -> None:
+        """?resource= (a DRA device's driver) and ?device= (its name) keep the container
+        holding it through a claim, as they do a device plugin's."""
+        claim = DynamicResource("gpus", "ml", (ClaimDevice("gpu.example.com", "node-1", "gpu-0"),))
+        pod = PodResources(
+            "ml", "trainer-0", (ContainerResources("main", dynamic_resources=(claim,)),)
+        )
+        view = join_snapshot(
+            node="n",
+            collected_at=COLLECTED_AT,
+            kubelet=KubeletStatus(up=True, socket="/s", api=()),
+            pods=(pod,),
+            allocatable=AllocatableResources(),
+            cpu_numa={},
+        )
+        for filters in (
+            Filters(resource="gpu.example.com"),
+            Filters(device="gpu-0"),
+            Filters(resource="other.example.com"),
+        ):
+            body = render_json(view, filters=filters, now=COLLECTED_AT)
+            text = render_text(view, filters=filters, now=COLLECTED_AT)
+            found = (len(body["pods"]), "gpu-0" in text)
+            assert found == ((0, False) if filters.resource == "other.example.com" else (1, True))

@@ -6,10 +6,14 @@ from exporter.debugview import Filters, render_json
 from exporter.join import join_fresh_pod, join_snapshot
 from exporter.model import (
     AllocatableResources,
+    ClaimDevice,
     CollectorRun,
     ContainerResources,
     DeviceGroup,
     DeviceProcesses,
+    DraDevice,
+    DraState,
+    DynamicResource,
     GpuProcess,
     HardwareKey,
     KeyKind,
@@ -88,6 +92,53 @@ class TestProcesses:
             ],
         } == found["gpu_processes"][1]
 
+    def test_a_process_of_a_pod_not_known_is_named_by_its_uid(self) -> None:
+        """A process in a pod's cgroup whose pod the snapshot lacks (started since the
+        last List) is "unknown pod <uid>", not "host"."""
+        stranger = ProcessOrigin("u9", "e" * 64)
+        readings = Readings(
+            gpu_processes=(
+                DeviceProcesses(
+                    HardwareKey(KeyKind.GPU_UUID, FREE), (GpuProcess(300, stranger, None, None),)
+                ),
+            )
+        )
+        found = render_json(snapshot(readings), filters=Filters(), now=101.0)
+        assert ["unknown pod u9"] == [
+            p["owner"] for d in found["gpu_processes"] for p in d["processes"]
+        ]
+
+    def test_a_device_without_processes_is_left_out(self) -> None:
+        """gpu_processes lists the devices that run something: an idle GPU is not one."""
+        readings = Readings(
+            gpu_processes=(
+                DeviceProcesses(
+                    HardwareKey(KeyKind.GPU_UUID, HELD), (GpuProcess(100, TRAINER, 1024, 0.5),)
+                ),
+                DeviceProcesses(HardwareKey(KeyKind.GPU_UUID, FREE), ()),
+            )
+        )
+        found = render_json(snapshot(readings), filters=Filters(), now=101.0)
+        assert [HELD] == [d["device_id"] for d in found["gpu_processes"]]
+
+    def test_device_filters_keep_only_the_devices_asked_for(self) -> None:
+        """?resource= and ?device= select gpu_processes' devices too; ?pod= keeps only
+        the devices that pod holds or runs on."""
+        views = {
+            str(filters): [
+                d["device_id"]
+                for d in render_json(snapshot(READINGS), filters=filters, now=101.0)[
+                    "gpu_processes"
+                ]
+            ]
+            for filters in (
+                Filters(resource="example.com/other"),
+                Filters(device=FREE),
+                Filters(pod="nobody"),
+            )
+        }
+        assert list(views.values()) == [[], [FREE], []]
+
     def test_absent_while_the_collector_is_off(self) -> None:
         """Without the collector, no process keys: nothing claims 'no processes'."""
         found = render_json(snapshot(Readings()), filters=Filters(), now=101.0)
@@ -156,3 +207,69 @@ def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
     fresh = join_fresh_pod(full, holder("alice", 0), collected_at=101.0)
     assert fresh.gpu_processes is not None
     assert [ProcessKind.HOLDER] == [p.kind for p in fresh.gpu_processes[0].processes]
+
+
+def test_a_shared_gpu_is_found_by_a_replicas_id() -> None:
+    """?device= with a holder's replica ID ("GPU-x::1") keeps the physical GPU's
+    processes, as it keeps the holder's row."""
+    shared = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::0", f"{HELD}::1"))
+    holder = PodResources(
+        "nb",
+        "bob",
+        (
+            ContainerResources(
+                "c", devices=(DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::1",)),)
+            ),
+        ),
+    )
+    bob = ProcessOrigin("u2", "d" * 64, "nb", "bob", "c")
+    readings = Readings(
+        gpu_processes=(
+            DeviceProcesses(HardwareKey(KeyKind.GPU_UUID, HELD), (GpuProcess(200, bob),)),
+        )
+    )
+    view = join_snapshot(
+        node="n",
+        collected_at=100.0,
+        kubelet=KubeletStatus(up=True, socket="s", api=()),
+        pods=(holder,),
+        allocatable=AllocatableResources(devices=(shared,)),
+        cpu_numa={},
+        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
+    )
+    found = render_json(view, filters=Filters(device=f"{HELD}::1"), now=101.0)
+    assert [[200]] == [[p["pid"] for p in d["processes"]] for d in found["gpu_processes"]]
+
+
+def test_a_claims_device_shows_its_hardware() -> None:
+    """A DRA claim's device in JSON carries how it resolved and its telemetry."""
+    claim = DynamicResource("gpus", "ml", (ClaimDevice("gpu.example.com", "node-1", "gpu-0"),))
+    pod = PodResources("ml", "p", (ContainerResources("main", dynamic_resources=(claim,)),))
+    dra = DraState(
+        devices=(
+            DraDevice(
+                "gpu.example.com",
+                "node-1",
+                "gpu-0",
+                keys=(HardwareKey(KeyKind.PCI, "0000:3b:00.0"),),
+                source="checkpoint",
+            ),
+        )
+    )
+    view = join_snapshot(
+        node="n",
+        collected_at=100.0,
+        kubelet=KubeletStatus(up=True, socket="s", api=()),
+        pods=(pod,),
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+        dra=dra,
+    )
+    (device,) = render_json(view, filters=Filters(), now=101.0)["pods"][0]["containers"][0][
+        "dynamic_resources"
+    ][0]["devices"]
+    assert (device["hardware"]["keys"], device["hardware"]["source"], device["telemetry"]) == (
+        ["pci:0000:3b:00.0"],
+        "checkpoint",
+        None,
+    )

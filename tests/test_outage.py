@@ -104,3 +104,14 @@ class TestThrottle:
             clock.now += 10
             throttle.warning(error="EMFILE")
         assert [0, 999] == [e["suppressed_since_last"] for e in logs]
+
+    def test_each_line_counts_only_what_it_held_back(self) -> None:
+        """The count starts over after each line: it is not the total since the start."""
+        clock = Clock()
+        throttle = Throttle("accept_failed", interval_s=10.0, clock=clock)
+        with capture_logs() as logs:
+            for held in (3, 5, 0):
+                for _ in range(held + 1):
+                    throttle.warning(error="EMFILE")
+                clock.now += 10
+        assert [0, 3, 5] == [e["suppressed_since_last"] for e in logs]

@@ -57,3 +57,21 @@ class TestClaimsNotListed:
         said = [[]] * (UNLISTED_CLAIMS_POLLS - 1) + [[1]]
         warnings = await _warnings(sim_node, [True, True, *off, True, *off])
         assert [[], [], *said, [], *said] == [[1] * len(w) for w in warnings]
+
+    async def test_polls_without_list_are_not_counted(self, sim_node: SimulatedNode) -> None:
+        """Polls whose List failed compare nothing (the pods are the last good ones): they
+        neither count towards the warning nor end the count."""
+        from exporter.sim.kubelet import V1_LIST
+
+        config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+        exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+        sim_node.kubelet.dynamic_resources = False
+        try:
+            with capture_logs() as logs:
+                await exporter.poller.poll_once()  # one poll of List without the claims
+                sim_node.kubelet.undecodable = {V1_LIST}
+                for _ in range(UNLISTED_CLAIMS_POLLS):
+                    await exporter.poller.poll_once()
+        finally:
+            await exporter.close()
+        assert [] == [e for e in logs if e["event"] == EVENT]

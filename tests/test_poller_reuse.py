@@ -219,3 +219,34 @@ class TestLateReadings:
         assert sorted((p.namespace, p.name) for p in published.pods) == sorted(
             (p.namespace, p.name) for p in listed
         )
+
+
+class TestNodeStateKept:
+    async def test_a_cpu_map_whose_source_went_missing_is_kept_from_the_last_read(
+        self, sim_node: SimulatedNode
+    ) -> None:
+        """The topology collector finding no sysfs NUMA tree (unavailable, not failed) read
+        nothing: the CPU-to-NUMA map of the last poll that read it stays."""
+        from exporter.errors import CollectorUnavailable
+
+        config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+        collectors = demo_collectors(config, sim_node)
+        topology = next(c for c in collectors if c.name == "topology")
+        collect = topology.collect
+        missing = [False]
+
+        def sometimes_missing() -> Any:
+            if missing[0]:
+                raise CollectorUnavailable("no /sys/devices/system/node")
+            return collect()
+
+        topology.collect = sometimes_missing  # type: ignore[method-assign]
+        exporter = Exporter(config, collectors=collectors)
+        try:
+            first = (await exporter.poller.poll_once()).snapshot
+            missing[0] = True
+            second = (await exporter.poller.poll_once()).snapshot
+        finally:
+            await exporter.close()
+        assert first.cpu_numa
+        assert second.cpu_numa == first.cpu_numa

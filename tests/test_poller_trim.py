@@ -91,3 +91,14 @@ async def test_trims_after_the_first_wait_for_the_large_datas_page_to_be_let_go(
     paddings = (0, LARGE_REPLY_BYTES, *[0] * (TRIM_POLLS + 6))
     trims = await _trimming_polls(sim_node, monkeypatch, paddings, scraped={2, 8})
     assert [3, *range(9, 9 + TRIM_POLLS - 1)] == trims
+
+
+async def test_large_replies_again_stop_the_trims_until_let_go_again(
+    sim_node: SimulatedNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large data let go, then large replies again: the trims stop while they come (the
+    heap is in use), and the next small reply starts them over."""
+    large = LARGE_REPLY_BYTES
+    paddings = (0, large, 0, large, large, large, *[0] * (TRIM_POLLS + 1))
+    trims = await _trimming_polls(sim_node, monkeypatch, paddings)
+    assert [3, *range(7, 7 + TRIM_POLLS)] == trims

@@ -9,6 +9,7 @@ import re
 import stat
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,18 @@ async def test_a_socket_path_with_uri_characters_is_the_file_it_names(
         await kubelet.stop()
 
 
+async def test_a_relative_socket_path_is_the_file_it_names(
+    sim: SimKubelet,
+    short_tmp: Path,
+    make_client: Callable[..., KubeletClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A socket path relative to the working directory reaches that socket: not read as
+    a URI authority ("unix://kubelet.sock" names no path at all)."""
+    monkeypatch.chdir(short_tmp)
+    assert await make_client(socket_path=os.path.basename(sim.socket_path)).list_pods() == PODS
+
+
 class TestValues:
     async def test_an_unchanged_node_in_a_new_order_gives_the_last_objects(
         self, sim: SimKubelet, client: KubeletClient
@@ -201,6 +214,43 @@ class TestValues:
     async def test_api_status_starts_all_available(self, client: KubeletClient) -> None:
         """Before any call every method counts as available."""
         assert client.api_status() == {"List": True, "GetAllocatableResources": True, "Get": True}
+
+    async def test_a_changed_reply_gives_the_new_data_and_keeps_the_unchanged_pods(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """One pod's allocation changes: List gives the new data, and the pod that did not
+        change is the very object of the last reply (its join is re-used)."""
+        first = await client.list_pods()
+        moved = replace(TRAINER, containers=(replace(TRAINER.containers[0], cpu_ids=(4, 5)),))
+        sim.set_state(pods=(WEB, moved), allocatable=ALLOCATABLE)
+        second = await client.list_pods()
+        assert second == (WEB, moved)
+        assert second[0] is first[0]
+
+    async def test_an_empty_get_reply_is_pod_not_found(
+        self, sim: SimKubelet, client: KubeletClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A Get answered OK but with no pod in it (an empty message) is no pod at all:
+        PodNotFound, not a pod without a name."""
+        monkeypatch.setattr(
+            sim, "reply", lambda method, message: b"" if method == V1_GET else message
+        )
+        with pytest.raises(PodNotFound) as caught:
+            await look_up(client)
+        assert (caught.value.namespace, caught.value.name) == (TRAINER.namespace, TRAINER.name)
+
+    async def test_not_found_code_is_pod_not_found_for_get_only(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """NOT_FOUND, should a kubelet send the proper code, is PodNotFound for Get; for
+        List (no pod asked about) it is a plain KubeletError."""
+        sim.force_code = grpc.StatusCode.NOT_FOUND
+        with pytest.raises(PodNotFound):
+            await look_up(client)
+        with pytest.raises(KubeletError) as caught:
+            await client.list_pods()
+        assert type(caught.value) is KubeletError
+        assert caught.value.message.startswith("List: NOT_FOUND: ")
 
 
 class TestCapabilities:
@@ -364,6 +414,24 @@ class TestCapabilities:
         sim.disabled = set()
         assert (await client.probe_get(), sim.calls[V1_GET]) == (True, 2)
         assert await look_up(client) == TRAINER
+
+    async def test_a_kubelet_that_timed_out_is_not_taken_for_one_that_went_away(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A deadline is a busy kubelet, not one that went away (and may come back
+        upgraded): methods missing stay unasked until the recheck, and the poller is not
+        told to probe Get again."""
+        client = make_client(timeout_s=0.2, backoff_initial_s=0.0, backoff_max_s=0.0)
+        sim.unimplemented = {V1_GET_ALLOCATABLE}
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        sim.hang = True
+        with pytest.raises(KubeletUnavailable):
+            await client.list_pods()
+        sim.hang = False
+        with pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        assert (sim.calls[V1_GET_ALLOCATABLE], client.take_went_away()) == (1, False)
 
 
 class TestV1alpha1Fallback:
@@ -541,6 +609,125 @@ class TestBackoff:
                 await look_up(client)
             messages.append(caught.value.message)
         assert [messages[0] + " (backing off)"] * 2 == messages[1:]
+
+    @pytest.mark.parametrize(
+        "code",
+        [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, "deadline"],
+    )
+    async def test_every_backoff_code_doubles_the_window(
+        self,
+        sim: SimKubelet,
+        make_client: Callable[..., KubeletClient],
+        clock: FakeClock,
+        code: Any,
+    ) -> None:
+        """Unreachable, rate-limited or past its deadline alike: the second failure's
+        window is [1, 2] s, not the first's <= 1 s again."""
+        client = make_client(timeout_s=0.2)
+        if code == "deadline":
+            sim.hang = True
+        else:
+            sim.force_code = code
+        asked = []
+        for step in (0.0, 1.0, 1.0):
+            clock.advance(step)
+            with pytest.raises((KubeletUnavailable, KubeletRateLimited)):
+                await look_up(client)
+            asked.append(sim.calls[V1_GET])
+        sim.hang = False
+        assert asked == [1, 2, 2]
+
+    async def test_the_window_doubles_with_each_failure(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """Doubling, not growing by a step: after four failures the window is [4, 8] s,
+        so 4 s after the fourth the kubelet is still not asked."""
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        asked = []
+        # Windows after each failure: <= 1 s, [1, 2], [2, 4], [4, 8].
+        for step in (0.0, 1.0, 2.0, 4.0, 4.0):
+            clock.advance(step)
+            with pytest.raises(KubeletUnavailable):
+                await look_up(client)
+            asked.append(sim.calls[V1_GET])
+        assert asked == [1, 2, 3, 4, 4]
+
+    async def test_a_failure_right_after_an_answer_opens_a_new_window(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """An answer closes the window whole: the next failure, however soon, opens a
+        new one, and look-ups are held back again."""
+        for code in (grpc.StatusCode.UNAVAILABLE, None, grpc.StatusCode.UNAVAILABLE):
+            sim.force_code = code
+            if code is None:
+                await client.list_pods()
+            else:
+                with pytest.raises(KubeletUnavailable):
+                    await client.list_pods()
+        with pytest.raises(KubeletUnavailable) as caught:
+            await look_up(client)
+        assert (caught.value.message.endswith("(backing off)"), sim.calls[V1_GET]) == (True, 0)
+
+    async def test_failures_inside_the_window_do_not_widen_it(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """The poller's calls are made inside a window; their failures are the same
+        outage, and the window (<= 1 s after the first) is not drawn again, doubled."""
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(KubeletUnavailable):
+            await look_up(client)
+        for _ in range(2):
+            with pytest.raises(KubeletUnavailable):
+                await client.list_pods()
+        clock.advance(1.0)
+        with pytest.raises(KubeletUnavailable):
+            await look_up(client)
+        assert sim.calls[V1_GET] == 2
+
+    async def test_a_zero_backoff_refuses_nothing(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """With backoff 0 the window is empty: the very next look-up is asked."""
+        client = make_client(backoff_initial_s=0.0, backoff_max_s=0.0)
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        for _ in range(2):
+            with pytest.raises(KubeletUnavailable) as caught:
+                await look_up(client)
+            assert not caught.value.message.endswith("(backing off)")
+        assert sim.calls[V1_GET] == 2
+
+    async def test_a_reply_over_the_limit_ends_the_window(
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient]
+    ) -> None:
+        """A reply refused as too large came from a kubelet that answered: look-ups held
+        back since it was unreachable are made again."""
+        client = make_client(max_message_bytes=4 * MIB)
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(KubeletUnavailable):
+            await look_up(client)
+        sim.force_code = None
+        sim.padding_bytes = 5 * MIB
+        with pytest.raises(MessageTooLarge):
+            await client.list_pods()
+        assert (await look_up(client), sim.calls[V1_GET]) == (TRAINER, 2)
+
+    async def test_an_outage_logs_its_start_and_end_once(
+        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+    ) -> None:
+        """Backing off is said once when it starts and once when the kubelet answers."""
+        sim.force_code = grpc.StatusCode.UNAVAILABLE
+        with capture_logs() as logs:
+            for _ in range(3):
+                with pytest.raises(KubeletUnavailable):
+                    await client.list_pods()
+                clock.advance(10.0)
+            sim.force_code = None
+            await client.list_pods()
+            await client.list_pods()
+        assert [e["event"] for e in logs if e["event"].startswith("kubelet_backoff")] == [
+            "kubelet_backoff_started",
+            "kubelet_backoff_ended",
+        ]
 
 
 class TestUndecodable:
@@ -862,6 +1049,22 @@ class TestStats:
             counts == sorted(counts),
             0 < histogram.sum_seconds < 3 * 2.0,
         ) == ("List", LATENCY_BUCKETS_S, 3, 3, True, True)
+
+    async def test_a_cancelled_call_is_counted_cancelled(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """A call cancelled while the kubelet holds it (shutdown) is counted CANCELLED."""
+        sim.hang = True
+        pending = asyncio.create_task(client.list_pods())
+        for _ in range(500):  # until the kubelet holds the call (at most 5 s)
+            if sim.calls[V1_LIST]:
+                break
+            await asyncio.sleep(0.01)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        sim.hang = False
+        assert client.stats().count(method="List", code="CANCELLED") == 1
 
 
 class TestClose:

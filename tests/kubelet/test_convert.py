@@ -97,6 +97,18 @@ class TestRoundTrip:
         """A Get reply carries the pod as pod_resources."""
         assert pod_from_proto(get_response_to_proto(TRAINER).pod_resources) == TRAINER
 
+    def test_cdi_devices_keep_the_kubelets_order(self) -> None:
+        """A claim device's CDI devices are the kubelet's list, in its order."""
+        device = ClaimDevice(
+            "gpu.example.com", "node-1", "gpu-0", cdi_devices=("k8s.example.com/b=x", "a=x")
+        )
+        pod = PodResources(
+            "ml",
+            "p",
+            (ContainerResources("c", dynamic_resources=(DynamicResource("c", "ml", (device,)),)),),
+        )
+        assert pod_from_proto(pod_to_proto(pod)) == pod
+
 
 class TestTopology:
     def test_numa_nodes_come_out_sorted_and_unique(self) -> None:
@@ -111,6 +123,20 @@ class TestTopology:
         converted = allocatable_from_proto(v1.AllocatableResourcesResponse(devices=[msg]))
         assert converted.devices == (
             DeviceGroup(resource="r", device_ids=("d",), numa_nodes=(1, 3)),
+        )
+
+    def test_memory_numa_nodes_come_out_sorted_and_unique(self) -> None:
+        """A memory block's NUMA ids, listed out of order or twice, likewise."""
+        msg = v1.ContainerMemory(
+            memory_type="memory",
+            size=GIB,
+            topology=v1.TopologyInfo(
+                nodes=[v1.NUMANode(ID=1), v1.NUMANode(ID=0), v1.NUMANode(ID=1)]
+            ),
+        )
+        converted = allocatable_from_proto(v1.AllocatableResourcesResponse(memory=[msg]))
+        assert converted.memory == (
+            MemoryBlock(memory_type="memory", size_bytes=GIB, numa_nodes=(0, 1)),
         )
 
     def test_cpu_ids_come_out_sorted(self) -> None:
@@ -252,6 +278,15 @@ class TestV1alpha1:
         )
         assert pods_from_v1alpha1_list_response(msg) == expected
 
+    def test_pods_come_out_by_namespace_and_name(self) -> None:
+        """v1alpha1's pods, in whatever order the kubelet sends, come out in one order."""
+        names = [("b", "x"), ("a", "z"), ("a", "y")]
+        msg = v1alpha1.ListPodResourcesResponse(
+            pod_resources=[v1alpha1.PodResources(namespace=ns, name=n) for ns, n in names]
+        )
+        converted = pods_from_v1alpha1_list_response(msg)
+        assert [(p.namespace, p.name) for p in converted] == sorted(names)
+
     def test_model_to_v1alpha1_drops_what_it_cannot_say(self) -> None:
         """Serving a full pod as v1alpha1 keeps names and device IDs only."""
         expected = (
@@ -302,6 +337,37 @@ class TestKubeletShape:
             DeviceGroup(resource="nvidia.com/gpu", device_ids=("GPU-b",), numa_nodes=(0, 1)),
         )
         assert pod.containers[0].cpu_ids == (2, 3, 34, 35)
+
+    def test_a_claims_devices_in_any_order_give_one_model(self) -> None:
+        """Get's pod is converted as it comes: a claim's devices, listed driver by driver
+        from a map, and two shares of one device, in either order give one model."""
+        claim = DynamicResource(
+            "shared",
+            "ml",
+            (
+                ClaimDevice("gpu.example.com", "node-1", "gpu-0", share_id="a"),
+                ClaimDevice("gpu.example.com", "node-1", "gpu-0", share_id="b"),
+                ClaimDevice("nic.example.com", "node-1", "nic-0"),
+            ),
+        )
+        models = [
+            pod_from_proto(
+                pod_to_proto(
+                    PodResources(
+                        "ml",
+                        "p",
+                        (
+                            ContainerResources(
+                                "c", dynamic_resources=(DynamicResource("shared", "ml", devices),)
+                            ),
+                        ),
+                    )
+                )
+            )
+            for devices in (claim.devices, claim.devices[::-1])
+        ]
+        assert models[0] == models[1]
+        assert models[0].containers[0].dynamic_resources == (claim,)
 
     def test_pods_come_out_by_namespace_and_name(self) -> None:
         """Whatever order the reply has, the model's pods are sorted."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from exporter.kubelet.api.v1 import api_pb2 as v1
 from exporter.kubelet.convert import (
     list_response_to_proto,
     pods_from_list_response,
@@ -64,3 +65,26 @@ class TestReusingConversion:
         second, _ = pods_from_list_response_reusing(list_response_to_proto((new, renewed)), known)
 
         assert all(a is b for a, b in zip(first, second, strict=True))
+
+    def test_device_entries_and_cpu_ids_in_another_order_are_the_same_pod(self) -> None:
+        """Two device entries, a container's CPUs and the pod's own CPUs, each in another
+        order: the pod is re-used, not converted again."""
+
+        def reply(order: slice) -> v1.ListPodResourcesResponse:
+            container = v1.ContainerResources(
+                name="c",
+                devices=[
+                    v1.ContainerDevices(resource_name="example.com/dev", device_ids=[d])
+                    for d in ("d0", "d1")[order]
+                ],
+                cpu_ids=(2, 3)[order],
+            )
+            pod = v1.PodResources(
+                namespace="ml", name="p", containers=[container], cpu_ids=(0, 1)[order]
+            )
+            return v1.ListPodResourcesResponse(pod_resources=[pod])
+
+        (old,), known = pods_from_list_response_reusing(reply(slice(None)), {})
+        (new,), _ = pods_from_list_response_reusing(reply(slice(None, None, -1)), known)
+        assert (old.cpu_ids, old.containers[0].cpu_ids) == ((0, 1), (2, 3))
+        assert new is old

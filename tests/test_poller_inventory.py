@@ -1,0 +1,117 @@
+"""What a poll publishes of the kubelet's inventory (GetAllocatableResources) when that
+call fails, is missing or never answered, and what it says of the kubelet meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from structlog.testing import capture_logs
+
+from exporter.collectors.runner import CollectorRunner
+from exporter.kubelet.client import KubeletClient
+from exporter.model import AllocatableResources
+from exporter.poller import Poller
+from exporter.sim.kubelet import V1_GET_ALLOCATABLE, V1_LIST
+from exporter.sim.node import SimulatedNode
+from exporter.store import SnapshotStore
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(1_000.0)
+
+
+@pytest.fixture
+async def poller(sim_node: SimulatedNode, clock: Clock) -> AsyncIterator[Poller]:
+    client = KubeletClient(
+        socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
+    )
+    yield Poller(
+        client=client,
+        runner=CollectorRunner([], timeout_s=1.0),
+        store=SnapshotStore(),
+        node="demo-node",
+        interval_s=1.0,
+        clock=clock,
+    )
+    await client.close()
+
+
+class TestInventory:
+    async def test_an_inventory_failing_is_kept_from_the_last_poll_and_said(
+        self, sim_node: SimulatedNode, poller: Poller
+    ) -> None:
+        """GetAllocatableResources failing beside a List that answers: this poll's pods,
+        the last inventory, kubelet up, and last_error saying why until it answers."""
+        first = (await poller.poll_once()).snapshot
+        sim_node.kubelet.undecodable = {V1_GET_ALLOCATABLE}
+        failing = (await poller.poll_once()).snapshot
+        sim_node.kubelet.undecodable = set()
+        back = (await poller.poll_once()).snapshot
+        assert first.allocatable.devices
+        assert (failing.allocatable, failing.allocatable_known, failing.kubelet.up) == (
+            first.allocatable,
+            True,
+            True,
+        )
+        assert (failing.kubelet.last_error or "").startswith("GetAllocatableResources: ")
+        assert back.kubelet.last_error is None
+
+    async def test_an_inventory_that_never_answered_is_unknown(
+        self, sim_node: SimulatedNode, poller: Poller
+    ) -> None:
+        """Failing from the first poll on: no inventory, and known to be none (no held
+        device is "no longer offered" for its absence)."""
+        sim_node.kubelet.undecodable = {V1_GET_ALLOCATABLE}
+        snapshot = (await poller.poll_once()).snapshot
+        assert snapshot.pods
+        assert (snapshot.allocatable, snapshot.allocatable_known, snapshot.kubelet.up) == (
+            AllocatableResources(),
+            False,
+            True,
+        )
+
+    async def test_an_inventory_gone_missing_is_dropped(
+        self, sim_node: SimulatedNode, poller: Poller
+    ) -> None:
+        """A kubelet restarted with GetAllocatableResources disabled has no inventory:
+        the last one is not served as if it still held, and that is no error."""
+        first = (await poller.poll_once()).snapshot
+        sim_node.kubelet.disabled = {V1_GET_ALLOCATABLE}
+        snapshot = (await poller.poll_once()).snapshot
+        assert first.allocatable.devices
+        assert (snapshot.allocatable, snapshot.allocatable_known) == (AllocatableResources(), False)
+        assert (snapshot.kubelet.up, snapshot.kubelet.last_error) == (True, None)
+
+    async def test_list_failing_is_the_error_said_whatever_else_fails(
+        self, sim_node: SimulatedNode, poller: Poller
+    ) -> None:
+        """Both calls failing: last_error is List's, the one that took kubelet_up down."""
+        await poller.poll_once()
+        sim_node.kubelet.undecodable = {V1_LIST, V1_GET_ALLOCATABLE}
+        snapshot = (await poller.poll_once()).snapshot
+        assert snapshot.kubelet.up is False
+        assert (snapshot.kubelet.last_error or "").startswith("List: ")
+
+
+class TestOutageLog:
+    async def test_the_failure_says_how_old_the_data_served_is(
+        self, sim_node: SimulatedNode, poller: Poller, clock: Clock
+    ) -> None:
+        """kubelet_failed gives the age of the data still served, in seconds."""
+        await poller.poll_once()
+        clock.now += 12.5
+        sim_node.kubelet.undecodable = {V1_LIST}
+        with capture_logs() as logs:
+            await poller.poll_once()
+        (failed,) = [e for e in logs if e["event"] == "kubelet_failed"]
+        assert (failed["serving_snapshot_age_seconds"], failed["kubelet_up"]) == (12.5, False)
