@@ -93,6 +93,12 @@ class _KubeletData:
     allocatable_known: bool = True
 
 
+# One object each, so that a kubelet without an inventory (or without data yet) reads as
+# unchanged from poll to poll: the join is skipped on identity.
+_NO_INVENTORY = AllocatableResources()
+_NO_DATA = _KubeletData((), _NO_INVENTORY, None, False)
+
+
 class Poller:
     def __init__(
         self,
@@ -349,12 +355,12 @@ class Poller:
             error = pods_result
         allocatable_known = True
         if isinstance(allocatable_result, MethodUnavailable):
-            allocatable = AllocatableResources()  # an old or restricted kubelet: no inventory
+            allocatable = _NO_INVENTORY  # an old or restricted kubelet: no inventory
             allocatable_known = False
         elif isinstance(allocatable_result, BaseException):
             if not isinstance(allocatable_result, KubeletError):
                 raise allocatable_result
-            allocatable = previous.allocatable if previous else AllocatableResources()
+            allocatable = previous.allocatable if previous else _NO_INVENTORY
             allocatable_known = previous.allocatable_known if previous else False
             error = error or allocatable_result
         else:
@@ -363,7 +369,7 @@ class Poller:
         if isinstance(pods_result, BaseException):
             # Until a List has answered, no inventory either: allocatable counts beside
             # no pods would say every device and CPU of the node is free.
-            data = previous or _KubeletData((), AllocatableResources(), None, False)
+            data = previous or _NO_DATA
         else:
             data = _KubeletData(pods_result, allocatable, now, allocatable_known)
             self._last_good = data

@@ -17,6 +17,7 @@ from exporter.join import join_snapshot
 from exporter.kubelet.stats import KubeletRequestStats
 from exporter.model import Snapshot
 from exporter.poller import Poller
+from exporter.sim.kubelet import V1_GET_ALLOCATABLE, V1_LIST
 from exporter.sim.node import SimulatedNode
 
 
@@ -250,3 +251,33 @@ class TestNodeStateKept:
             await exporter.close()
         assert first.cpu_numa
         assert second.cpu_numa == first.cpu_numa
+
+
+@pytest.mark.parametrize(
+    "kubelet",
+    ["no GetAllocatableResources", "GetAllocatableResources disabled", "v1alpha1 List only"],
+)
+async def test_an_unchanged_node_is_not_joined_again_whatever_the_kubelet_lacks(
+    sim_node: SimulatedNode, kubelet: str
+) -> None:
+    """The poller skips the join (and keeps its views and allocations number)
+    when the kubelet's replies are unchanged; on a kubelet without the inventory (its
+    stand-in AllocatableResources() is a new object each poll) or answering through the
+    v1alpha1 fallback (converted anew each poll, no memo) every poll is a full join."""
+    knobs = sim_node.kubelet
+    if kubelet == "no GetAllocatableResources":
+        knobs.unimplemented.add(V1_GET_ALLOCATABLE)
+    elif kubelet == "GetAllocatableResources disabled":
+        knobs.disabled.add(V1_GET_ALLOCATABLE)
+    else:
+        knobs.unimplemented.add(V1_LIST)
+    config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
+    exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+    try:
+        first = await exporter.poller.poll_once()
+        second = await exporter.poller.poll_once()
+    finally:
+        await exporter.close()
+    assert first.snapshot.pods
+    assert second.allocations == first.allocations
+    assert all(a is b for a, b in zip(first.snapshot.pods, second.snapshot.pods, strict=True))

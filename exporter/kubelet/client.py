@@ -265,6 +265,7 @@ class KubeletClient:
         self._pods_memo: _ReplyMemo[tuple[PodResources, ...]] = _ReplyMemo()
         self._pods_by_bytes: dict[bytes, PodResources] = {}  # each pod of the last reply
         self._allocatable_memo: _ReplyMemo[AllocatableResources] = _ReplyMemo()
+        self._v1alpha1_pods_memo: _ReplyMemo[tuple[PodResources, ...]] = _ReplyMemo()
         self._closed = False
         self._went_away = False  # UNAVAILABLE since take_went_away() last asked
         self._largest_reply_bytes = 0  # since take_largest_reply_bytes() last asked
@@ -289,10 +290,11 @@ class KubeletClient:
             return await self._call(
                 METHOD_V1ALPHA1_LIST,
                 v1alpha1.ListPodResourcesRequest(),
-                _decoded(
-                    lambda raw: pods_from_v1alpha1_list_response(
-                        _parse(v1alpha1.ListPodResourcesResponse, raw)
-                    )
+                lambda raw: self._v1alpha1_pods_memo.convert(
+                    raw,
+                    lambda r: pods_from_v1alpha1_list_response(
+                        _parse(v1alpha1.ListPodResourcesResponse, r)
+                    ),
                 ),
             )
         except MethodUnavailable as err:
