@@ -180,9 +180,20 @@ def _process_index(snapshot: Snapshot) -> _ProcessIndex | None:
     return {view: device for device in snapshot.gpu_processes for view in device.views}
 
 
-def _claim_device_views(container: ContainerView) -> dict[tuple[str, str, str, str], DeviceView]:
+def _claim_device_views(
+    container: ContainerView,
+) -> dict[tuple[str, str, str, str, str, str | None], DeviceView]:
+    # A DRA device's name is unique within its pool only; a shared device's shares differ
+    # by share ID.
     return {
-        (d.claim.claim_namespace, d.claim.claim_name, d.resource, d.device_id): d
+        (
+            d.claim.claim_namespace,
+            d.claim.claim_name,
+            d.resource,
+            d.claim.pool,
+            d.device_id,
+            d.claim.share_id,
+        ): d
         for d in container.claim_devices
         if d.claim is not None
     }
@@ -218,7 +229,14 @@ def _container(
                         "cdi_devices": list(d.cdi_devices),
                         **_claim_device_detail(
                             claimed.get(
-                                (claim.claim_namespace, claim.claim_name, d.driver, d.device)
+                                (
+                                    claim.claim_namespace,
+                                    claim.claim_name,
+                                    d.driver,
+                                    d.pool,
+                                    d.device,
+                                    d.share_id,
+                                )
                             ),
                             snapshot,
                             processes,

@@ -21,7 +21,11 @@ from exporter.model import (
     ClaimDevice,
     ContainerResources,
     DeviceGroup,
+    DraDevice,
+    DraState,
     DynamicResource,
+    HardwareKey,
+    KeyKind,
     KubeletStatus,
     PodResources,
     Snapshot,
@@ -223,3 +227,56 @@ class TestClaimDevices:
             text = render_text(view, filters=filters, now=COLLECTED_AT)
             found = (len(body["pods"]), "gpu-0" in text)
             assert found == ((0, False) if filters.resource == "other.example.com" else (1, True))
+
+
+def test_two_claim_devices_of_one_name_in_two_pools_each_show_their_own_hardware() -> None:
+    """A DRA device name is unique within its pool only. /debug/allocations
+    looks a claim device's hardware up by (claim, driver, device), without the pool:
+    both devices show the hardware of the last one."""
+    driver = "gpu.example.com"
+    pod = PodResources(
+        namespace="ml",
+        name="trainer-0",
+        containers=(
+            ContainerResources(
+                name="main",
+                dynamic_resources=(
+                    DynamicResource(
+                        claim_name="gpus",
+                        claim_namespace="ml",
+                        devices=(
+                            ClaimDevice(driver=driver, pool="pool-a", device="gpu-0"),
+                            ClaimDevice(driver=driver, pool="pool-b", device="gpu-0"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+    dra = DraState(
+        devices=tuple(
+            DraDevice(
+                driver=driver,
+                pool=pool,
+                device="gpu-0",
+                keys=(HardwareKey(KeyKind.PCI, address),),
+                source="checkpoint",
+            )
+            for pool, address in (("pool-a", "0000:3b:00.0"), ("pool-b", "0000:86:00.0"))
+        )
+    )
+    snapshot = join_snapshot(
+        node="node-1",
+        collected_at=1_700_000_000.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=(), last_error=None),
+        pods=(pod,),
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+        dra=dra,
+    )
+    body = render_json(snapshot, filters=Filters(), now=1_700_000_001.0)
+    (claim,) = body["pods"][0]["containers"][0]["dynamic_resources"]
+    assert [(d["pool"], d["hardware"]["keys"]) for d in claim["devices"]] == [
+        ("pool-a", ["pci:0000:3b:00.0"]),
+        ("pool-b", ["pci:0000:86:00.0"]),
+    ]
