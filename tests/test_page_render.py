@@ -195,3 +195,15 @@ async def test_scrapes_get_500_while_the_render_fails_and_the_page_after(
     assert [200] * 5 == [r.status for r in responses]
     assert all(b"podresources_container_device_info{" in body for body in bodies)
     assert 2 == renders.calls
+
+
+async def test_a_recovery_is_logged_once(demo: Exporter, renders: CountedRender) -> None:
+    """After a failed render, the first render that works says so; the ones after it
+    have nothing to recover from."""
+    await demo.store.exposition(await demo.poller.poll_once())
+    renders.fail_next = True
+    await demo.store.exposition(await demo.poller.poll_once())
+    with capture_logs() as logs:
+        for _ in range(3):
+            await demo.store.exposition(await demo.poller.poll_once())
+    assert ["render_recovered"] == [e["event"] for e in logs if e["event"].startswith("render_")]

@@ -13,21 +13,16 @@ import importlib
 import pkgutil
 import platform
 import re
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as parse_text
-from structlog.testing import capture_logs
 from test_exposition import _demo_snapshot
 from test_metricwriter import PROMTOOL, parse_openmetrics, promtool_problems
-from test_page_render import CountedRender
 
 import exporter.collectors
 import exporter.store
 from exporter import exposition as exposition_module
-from exporter.app import Exporter, demo_collectors
-from exporter.cli import parse_config
 from exporter.exposition import render
 from exporter.join import join_snapshot
 from exporter.metricwriter import (
@@ -357,33 +352,6 @@ def test_no_gc_families_outside_cpython(monkeypatch: pytest.MonkeyPatch) -> None
     assert hasattr(gc, "get_stats")
     monkeypatch.setattr(platform, "python_implementation", lambda: "PyPy")
     assert [] == [r.name for r in live_rows() if r.name.startswith("python_gc_")]
-
-
-@pytest.fixture
-def renders(monkeypatch: pytest.MonkeyPatch) -> CountedRender:
-    counted = CountedRender()
-    monkeypatch.setattr(exporter.store, "render", counted)
-    return counted
-
-
-@pytest.fixture
-async def demo(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
-    config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
-    built = Exporter(config, collectors=demo_collectors(config, sim_node))
-    yield built
-    await built.close()
-
-
-async def test_a_recovery_is_logged_once(demo: Exporter, renders: CountedRender) -> None:
-    """After a failed render, the first render that works says so; the ones after it
-    have nothing to recover from."""
-    await demo.store.exposition(await demo.poller.poll_once())
-    renders.fail_next = True
-    await demo.store.exposition(await demo.poller.poll_once())
-    with capture_logs() as logs:
-        for _ in range(3):
-            await demo.store.exposition(await demo.poller.poll_once())
-    assert ["render_recovered"] == [e["event"] for e in logs if e["event"].startswith("render_")]
 
 
 def _telemetry_specs() -> dict[str, set[MetricSpec]]:
