@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import signal
 import ssl
 import time
@@ -217,7 +218,12 @@ async def _listen(
     as Go's one dual-stack socket has (asyncio would draw one per family)."""
     bind = _bind_host(host)
     if bind is not None or port != 0:
+        bound = len(runner.addresses)
         await make_site(runner, bind, port, ssl_context=ssl_context).start()
+        if bind is not None and len(runner.addresses) == bound:
+            # asyncio (and the TLS listener, as it) skips a family the kernel lacks:
+            # an address of that family alone would be served by nothing, unsaid.
+            raise OSError(errno.EAFNOSUPPORT, "its address family is not supported here")
         return
     await make_site(runner, str(IPv4Address(0)), 0, ssl_context=ssl_context).start()
     chosen = runner.addresses[-1][1]

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
-from webserving import free_dual_stack_port, has_ipv6_loopback
+from webserving import KernelWithoutIPv6, free_dual_stack_port, has_ipv6_loopback
 
 from exporter.app import serve
 from exporter.cli import parse_config
+from exporter.config import ConfigError
 
 IPV6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
 
@@ -90,6 +91,17 @@ class TestListenAddress:
                 (port,) = ports
                 answers = [await _healthy("127.0.0.1", port), await _healthy("::1", port)]
         assert ([f"0.0.0.0:{port}", f"[::]:{port}"], [True, True]) == (bound, answers)
+
+    async def test_an_address_of_a_family_the_kernel_lacks_is_refused(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """'[::1]:PORT' on a kernel booted with ipv6.disable=1: no socket can be made, and
+        asyncio makes none without a word; the start is refused, naming the address."""
+
+        monkeypatch.setattr(socket, "socket", KernelWithoutIPv6)
+        config = parse_config(["--demo", "--web.listen-address=[::1]:0"], {})
+        with pytest.raises(ConfigError, match=r"cannot listen on \[::1\]:0: its address family"):
+            await asyncio.wait_for(serve(config, stop=asyncio.Event()), timeout=30)
 
     async def test_ipv4_wildcard(self) -> None:
         """'0.0.0.0:PORT' listens on IPv4."""

@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 from pki import Pki, client_context, make_pki
 from structlog.testing import capture_logs
-from webserving import free_dual_stack_port, has_ipv6_loopback
+from webserving import KernelWithoutIPv6, free_dual_stack_port, has_ipv6_loopback
 
 from exporter.tlssite import TlsSite, _Listeners, make_site
 from exporter.webconfig import TlsSettings, build_ssl_context
@@ -316,21 +316,12 @@ async def test_a_wildcard_host_on_a_fixed_port_listens_on_both_families(pki: Pki
         assert 200 == await _https_get(pki, port)
 
 
-class _KernelWithoutIPv6(socket.socket):
-    """A socket as a kernel booted with ipv6.disable=1 makes them: none for IPv6."""
-
-    def __init__(self, family: int = -1, *args: Any, **kwargs: Any) -> None:
-        if family == socket.AF_INET6:
-            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
-        super().__init__(family, *args, **kwargs)
-
-
 async def test_a_wildcard_host_without_ipv6_in_the_kernel_listens_on_ipv4(
     pki: Pki, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where the kernel has no IPv6, a wildcard serves IPv4 alone, as asyncio's
     create_server (plain HTTP) does: the HTTPS site failed to start instead."""
-    monkeypatch.setattr(socket, "socket", _KernelWithoutIPv6)
+    monkeypatch.setattr(socket, "socket", KernelWithoutIPv6)
     plain = web.AppRunner(web.Application())
     await plain.setup()
     try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -20,6 +22,7 @@ from exporter.tlssite import make_site
 from exporter.webconfig import LiveWebConfig
 
 __all__ = [
+    "KernelWithoutIPv6",
     "Served",
     "basic",
     "free_dual_stack_port",
@@ -128,3 +131,13 @@ async def served(
         await runner.cleanup()
         if owned:
             checker.close()
+
+
+class KernelWithoutIPv6(socket.socket):
+    """A socket as a kernel booted with ipv6.disable=1 makes them: none for IPv6. Set
+    as ``socket.socket`` (monkeypatch) to serve as on such a node."""
+
+    def __init__(self, family: int = -1, *args: Any, **kwargs: Any) -> None:
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        super().__init__(family, *args, **kwargs)
