@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
+from manualclock import ManualClock
 
 from exporter.kubelet.client import KubeletClient
 from exporter.kubelet.errors import KubeletUnavailable
@@ -22,16 +23,6 @@ WORKER = PodResources(
     namespace="team-a", name="worker-0", containers=(ContainerResources(name="main"),)
 )
 NAMESAKE = replace(WORKER, namespace="team-b", containers=(ContainerResources(name="other"),))
-
-
-class Clock:
-    """A monotonic clock that moves only when a test moves it: no token comes back."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -48,7 +39,7 @@ async def lookup(sim: SimKubelet) -> AsyncIterator[CoalescingLookup]:
     client = KubeletClient(socket_path=sim.socket_path, max_message_bytes=1 << 20, timeout_s=2.0)
     yield CoalescingLookup(
         lambda namespace, name: client.get_pod(namespace=namespace, name=name),
-        bucket=TokenBucket(rate_per_s=2.0, burst=5, clock=Clock()),
+        bucket=TokenBucket(rate_per_s=2.0, burst=5, clock=ManualClock()),
     )
     await client.close()
 

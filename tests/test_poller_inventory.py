@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from manualclock import ManualClock
 from structlog.testing import capture_logs
 
 from exporter.collectors.runner import CollectorRunner
@@ -17,21 +18,13 @@ from exporter.sim.node import SimulatedNode
 from exporter.store import SnapshotStore
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_000.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock(1_000.0)
-
-
-@pytest.fixture
-async def poller(sim_node: SimulatedNode, clock: Clock) -> AsyncIterator[Poller]:
+async def poller(sim_node: SimulatedNode, clock: ManualClock) -> AsyncIterator[Poller]:
     client = KubeletClient(
         socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
     )
@@ -105,7 +98,7 @@ class TestInventory:
 
 class TestOutageLog:
     async def test_the_failure_says_how_old_the_data_served_is(
-        self, sim_node: SimulatedNode, poller: Poller, clock: Clock
+        self, sim_node: SimulatedNode, poller: Poller, clock: ManualClock
     ) -> None:
         """kubelet_failed gives the age of the data still served, in seconds."""
         await poller.poll_once()

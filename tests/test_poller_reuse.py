@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from manualclock import ManualClock
 from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
@@ -19,14 +20,6 @@ from exporter.model import Snapshot
 from exporter.poller import Poller
 from exporter.sim.kubelet import V1_GET_ALLOCATABLE, V1_LIST
 from exporter.sim.node import SimulatedNode
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _comparable(snapshot: Snapshot) -> Snapshot:
@@ -48,7 +41,7 @@ class TestUnchangedReplies:
         """Same content: no join, no allocation log -- but the snapshot's time and every
         reading are this poll's, exactly as a full join would have them."""
         sim_node.kubelet.kubelet_order = kubelet_order
-        clock = Clock(1_000.0)
+        clock = ManualClock(1_000.0)
         config = parse_config(
             [*sim_node.exporter_flags(), "--node-name", "demo-node", "--collector.gpu_processes"],
             {},

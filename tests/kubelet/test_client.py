@@ -74,6 +74,14 @@ ALLOCATABLE = AllocatableResources(
 )
 
 
+async def _until_held(sim: SimKubelet) -> None:
+    """Until the hanging kubelet holds a List call (at most 5 s)."""
+    for _ in range(500):
+        if sim.calls[V1_LIST]:
+            return
+        await asyncio.sleep(0.01)
+
+
 class FakeClock:
     """A monotonic clock that moves only when told."""
 
@@ -857,10 +865,7 @@ class TestUnavailable:
         client = make_client()
         sim.hang = True
         pending = asyncio.create_task(client.list_pods())
-        for _ in range(500):  # until the kubelet holds the call (at most 5 s)
-            if sim.calls[V1_LIST]:
-                break
-            await asyncio.sleep(0.01)
+        await _until_held(sim)
         await client.release_channel()
         sim.hang = False
         assert await pending == PODS
@@ -1056,10 +1061,7 @@ class TestStats:
         """A call cancelled while the kubelet holds it (shutdown) is counted CANCELLED."""
         sim.hang = True
         pending = asyncio.create_task(client.list_pods())
-        for _ in range(500):  # until the kubelet holds the call (at most 5 s)
-            if sim.calls[V1_LIST]:
-                break
-            await asyncio.sleep(0.01)
+        await _until_held(sim)
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending
