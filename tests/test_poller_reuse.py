@@ -13,13 +13,31 @@ from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
-from exporter.collectors.base import CollectorError
+from exporter.collectors.base import Collector, CollectorError
 from exporter.join import join_snapshot
 from exporter.kubelet.stats import KubeletRequestStats
 from exporter.model import Snapshot
 from exporter.poller import Poller
 from exporter.sim.kubelet import V1_GET_ALLOCATABLE, V1_LIST
 from exporter.sim.node import SimulatedNode
+
+
+def _failing_while(
+    collectors: list[Collector], name: str, error: Exception, *, on: bool
+) -> list[bool]:
+    """Make the named collector raise ``error`` while the returned flag's [0] is True
+    (set to ``on`` now); it collects as before otherwise."""
+    collector = next(c for c in collectors if c.name == name)
+    collect = collector.collect
+    failing = [on]
+
+    def collect_unless_failing() -> Any:
+        if failing[0]:
+            raise error
+        return collect()
+
+    collector.collect = collect_unless_failing  # type: ignore[method-assign]
+    return failing
 
 
 def _comparable(snapshot: Snapshot) -> Snapshot:
@@ -155,16 +173,7 @@ class TestLateReadings:
         NUMA nodes: the poll joins again instead of only refreshing readings."""
         config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
         collectors = demo_collectors(config, sim_node)
-        pci = next(c for c in collectors if c.name == "pci")
-        collect = pci.collect
-        failing = [True]
-
-        def late_collect() -> Any:
-            if failing[0]:
-                raise CollectorError("sysfs busy")
-            return collect()
-
-        pci.collect = late_collect  # type: ignore[method-assign]
+        failing = _failing_while(collectors, "pci", CollectorError("sysfs busy"), on=True)
         exporter = Exporter(config, collectors=collectors)
         try:
             first = (await exporter.poller.poll_once()).snapshot
@@ -225,16 +234,9 @@ class TestNodeStateKept:
 
         config = parse_config([*sim_node.exporter_flags(), "--node-name", "demo-node"], {})
         collectors = demo_collectors(config, sim_node)
-        topology = next(c for c in collectors if c.name == "topology")
-        collect = topology.collect
-        missing = [False]
-
-        def sometimes_missing() -> Any:
-            if missing[0]:
-                raise CollectorUnavailable("no /sys/devices/system/node")
-            return collect()
-
-        topology.collect = sometimes_missing  # type: ignore[method-assign]
+        missing = _failing_while(
+            collectors, "topology", CollectorUnavailable("no /sys/devices/system/node"), on=False
+        )
         exporter = Exporter(config, collectors=collectors)
         try:
             first = (await exporter.poller.poll_once()).snapshot
