@@ -653,6 +653,15 @@ class LiveWebConfig:
         self._users_only = users_only
         self._keys = ("basic_auth_users",) if users_only else _TOP_KEYS
         self._config = self._read()
+        if self._config == WebConfig():  # a users-only file with no users is refused above
+            # exporter-toolkit takes an empty file as no file. Said aloud here: a Secret
+            # mounted without its key, or a template that rendered nothing, would
+            # otherwise serve plain HTTP to anyone with nothing in the logs but tls=false.
+            log.warning(
+                "web_config_empty",
+                path=str(path),
+                hint="no TLS, no basic auth, no headers: served as without --web.config.file",
+            )
         self._context = self._build(self._config)
         self._seen = self._signature_of(self._config)
         self._failed: tuple[object, ...] | None = None

@@ -373,6 +373,26 @@ def _live(folder: Path, text: str) -> LiveWebConfig:
     return LiveWebConfig(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "warned"),
+    [
+        ("", True),
+        ("# tls_server_config: to come\n", True),
+        ("{}\n", True),
+        ("http_server_config:\n  headers:\n    X-Frame-Options: deny\n", False),
+        ("rate_limit:\n  interval: 1s\n  burst: 5\n", False),
+    ],
+)
+def test_a_file_that_sets_nothing_is_warned_of(folder: Path, text: str, warned: bool) -> None:
+    """An empty file is no file, as exporter-toolkit has it, but said: a Secret mounted
+    without its key would otherwise serve plain HTTP to anyone unseen."""
+    with capture_logs() as logs:
+        live = _live(folder, text)
+    assert live.current().tls is None
+    expected = [("web_config_empty", str(live.path))] if warned else []
+    assert expected == [(e["event"], e["path"]) for e in logs]
+
+
 class TestServedTls:
     async def test_min_version(self, folder: Path, pki: Pki) -> None:
         """min_version TLS13 refuses a TLS 1.2 client."""
