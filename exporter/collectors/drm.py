@@ -54,13 +54,15 @@ and no partition has figures of its own in sysfs.
 
 Cards of other drivers (nvidia-drm, ast), cards of no PCI device (simpledrm, vkms, the
 partitions' platform devices) and connectors (``card0-DP-1``) are skipped. A missing
-optional file leaves its figure absent, silently; an unreadable or garbage one loses
+optional file leaves its figure absent, silently, and so does a read amdgpu answers
+EPERM (the GPU runtime-suspended or in reset); an unreadable or garbage one loses
 that figure with an issue (``unreadable``/``garbage``); a card whose ``device`` link
 is gone by the time it is read is left out as ``vanished``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterable
@@ -96,6 +98,7 @@ from exporter.sysfs import (
     UNREADABLE,
     VANISHED,
     FileError,
+    failed_with,
     is_pci_address,
     list_source,
     read_int,
@@ -385,7 +388,10 @@ def _figure(
     try:
         value = read_int(path)
     except FileError as error:
-        issues.append(issue(error.label, str(error)))
+        # EPERM: amdgpu's answer to a sensor read while the GPU is runtime-suspended or
+        # in reset (amdgpu_pm_get_access_if_active): no figure now, not a broken file.
+        if not failed_with(error, errno.EPERM):
+            issues.append(issue(error.label, str(error)))
         return None
     if value is None:
         return None

@@ -47,6 +47,7 @@ __all__ = [
 # Base class bytes: network (0x02, InfiniBand is 0x0207), display (0x03), processing
 # accelerator (0x12).
 REPORTED_CLASS_PREFIXES = ("0x02", "0x03", "0x12")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def parse_hex_id(text: str, *, digits: int) -> str:
@@ -59,10 +60,10 @@ def parse_hex_id(text: str, *, digits: int) -> str:
         raise ValueError(f"not a 0x-prefixed hex number: {stripped[:40]!r}")
     if len(stripped) > 2 + digits:  # also keeps int() off thousands of digits
         raise ValueError(f"more than {digits} hex digits: {stripped[:40]!r}")
-    value = int(stripped, 16)
-    if value < 0:
-        raise ValueError(f"negative: {stripped[:40]!r}")
-    return f"0x{value:0{digits}x}"
+    # Digits only: int() would also take "0x1_de", "0x-1" and surrounding blanks.
+    if not stripped[2:] or not all(c in _HEX_DIGITS for c in stripped[2:]):
+        raise ValueError(f"not a hex number: {stripped[:40]!r}")
+    return f"0x{int(stripped, 16):0{digits}x}"
 
 
 def parse_numa_node(text: str) -> int | None:
@@ -184,10 +185,13 @@ class PciCollector(Collector):
                 kept[address] = known
                 device = known.device
             else:
+                numa_path = str(devices_dir / address / "numa_node")
+                # A descriptor kept for a function that had this address follows that
+                # function's kernfs node, not the path: the new function's file is opened.
+                self._files.forget((numa_path,))
                 before = len(issues)
                 device = read_pci_device(devices_dir / address, address=address, issues=issues)
                 if len(issues) == before:
-                    numa_path = str(devices_dir / address / "numa_node")
                     kept[address] = _Known(inode, device, numa_path)
             if device is not None:
                 found.append(device)

@@ -10,12 +10,14 @@ it was checked against the kernel source and libdrm instead.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.drm import (
@@ -222,7 +224,7 @@ class TestCardReading:
         )
         assert expected == card_reading(card).keys
 
-    @pytest.mark.parametrize("partition", ["dpx", "qpx", "cpx"])
+    @pytest.mark.parametrize("partition", ["dpx", "tpx", "qpx", "cpx"])
     def test_a_partitioned_card_is_keyed_by_its_address_only(self, partition: str) -> None:
         """A partitioned MI300X's card and render node are partition 0's, its figures the
         whole board's: the AMD DRA driver's gpu-<card>-<render> for partition 0 must not
@@ -279,6 +281,18 @@ class TestReadDrmCard:
         actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
 
         assert (replace(AMD_CARD, utilization_ratio=1.0), []) == (actual, issues)
+
+    def test_just_above_100_percent_busy_is_garbage(self, tmp_path: Path) -> None:
+        """gpu_busy_percent 101 is past the scale: no utilization, and an issue."""
+        device_dir = _amd(tmp_path)
+        write_attribute(device_dir / "gpu_busy_percent", "101\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        detail = f"{_card_dir(tmp_path, 1) / 'device' / 'gpu_busy_percent'}: above 100 percent"
+        expected = (replace(AMD_CARD, utilization_ratio=None), [issue("garbage", detail)])
+        assert expected == (actual, issues)
 
     def test_hwmon_of_the_driver_is_chosen(self, tmp_path: Path) -> None:
         """Where several hwmon directories exist, the one named after the driver is read."""
@@ -404,6 +418,106 @@ class TestReadDrmCard:
         issues: list[CollectorIssue] = []
 
         assert (None, []) == (read_drm_card(_card_dir(tmp_path, 0), 0, issues=issues), issues)
+
+    def test_xe_driver_link_without_vendor_file(self, tmp_path: Path) -> None:
+        """Without a vendor file a card bound to xe is Intel's."""
+        device_dir = pci_device_dir(tmp_path, "0000:03:00.0")
+        driver_dir = tmp_path / "bus" / "pci" / "drivers" / "xe"
+        driver_dir.mkdir(parents=True)
+        replace_symlink(device_dir / "driver", driver_dir)
+        _card(tmp_path, 0, device_dir)
+
+        expected = DrmCard(0, 128, "0000:03:00.0", "intel")
+        assert expected == read_drm_card(_card_dir(tmp_path, 0), 0, issues=[])
+
+    def test_driver_link_loop_without_vendor_file_is_skipped(self, tmp_path: Path) -> None:
+        """No vendor file and a looping driver link: whose card it is is unknown, so it
+        is skipped, without an issue (the driver link is optional)."""
+        device_dir = pci_device_dir(tmp_path, "0000:03:00.0")
+        device_dir.mkdir(parents=True)
+        os.symlink("driver", device_dir / "driver")
+        _card(tmp_path, 0, device_dir)
+        issues: list[CollectorIssue] = []
+
+        assert (None, []) == (read_drm_card(_card_dir(tmp_path, 0), 0, issues=issues), issues)
+
+    def test_spx_card_keeps_its_card_and_render_keys(self, tmp_path: Path) -> None:
+        """amdgpu writes the mode upper-case (``SPX``): one partition, the whole board,
+        keyed by card and render node as an unpartitioned card is."""
+        device_dir = _amd(tmp_path)
+        write_attribute(device_dir / "current_compute_partition", "SPX\n")
+
+        assert Readings(devices=(AMD_READING,)) == _collect(tmp_path)
+
+    def test_amd_edge_temperature_is_preferred(self, tmp_path: Path) -> None:
+        """Where amdgpu gives temp1 (edge) and temp2 (junction), temp1 is read."""
+        hwmon = _amd(tmp_path) / "hwmon" / "hwmon3"
+        write_attribute(hwmon / "temp2_input", "90000\n")
+
+        assert AMD_CARD == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
+
+    def test_i915_more_available_than_total_is_garbage(self, tmp_path: Path) -> None:
+        """lmem_avail_bytes above lmem_total_bytes gives no used figure, and an issue."""
+        card_dir = _i915(tmp_path)
+        write_attribute(card_dir / "lmem_avail_bytes", "68719476737\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(card_dir, 2, issues=issues)
+
+        detail = f"{card_dir / 'lmem_avail_bytes'}: more than lmem_total_bytes"
+        expected = (replace(INTEL_CARD, memory_used_bytes=None), [issue("garbage", detail)])
+        assert expected == (actual, issues)
+
+    def test_xe_actual_frequency_is_preferred(self, tmp_path: Path) -> None:
+        """xe: act_freq, what the GT runs at, wins over the requested cur_freq."""
+        device_dir = _pci_function(tmp_path, "0000:03:00.0", "0x8086", "0xe20b")
+        freq = device_dir / "tile0" / "gt0" / "freq0"
+        write_attribute(freq / "act_freq", "2850\n")
+        write_attribute(freq / "cur_freq", "1000\n")
+        _card(tmp_path, 0, device_dir)
+
+        expected = DrmCard(0, 128, "0000:03:00.0", "intel", clock_hertz=2850000000.0)
+        assert expected == read_drm_card(_card_dir(tmp_path, 0), 0, issues=[])
+
+    def test_lowest_render_minor_of_several(self, tmp_path: Path) -> None:
+        """Of several render nodes beside the card, the lowest minor is the card's."""
+        device_dir = _amd(tmp_path)
+        (device_dir / "drm" / "renderD200").mkdir()
+
+        assert AMD_CARD == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
+
+    def test_i915_hwmon_of_the_driver_is_chosen(self, tmp_path: Path) -> None:
+        """Intel's hwmon is found by its name (i915) too, after another one."""
+        device_dir = _i915(tmp_path).resolve() / "device"
+        other = device_dir / "hwmon" / "hwmon1"
+        write_attribute(other / "name", "nvme\n")
+        write_attribute(other / "energy1_input", "1000000\n")
+
+        assert INTEL_CARD == read_drm_card(_card_dir(tmp_path, 2), 2, issues=[])
+
+    def test_unlistable_drm_and_hwmon_folders_are_issues(self, tmp_path: Path) -> None:
+        """A device whose drm/ and hwmon/ cannot be listed (here looping links) has no
+        render node and no hwmon figures, and one issue for each folder."""
+        device_dir = _pci_function(tmp_path, AMD_ADDRESS, "0x1002", "0x74a1")
+        write_attribute(device_dir / "mem_info_vram_used", "1073741824\n")
+        os.symlink("hwmon", device_dir / "hwmon")
+        os.symlink("drm", device_dir / "drm")
+        card_dir = tmp_path / "class" / "drm" / "card0"
+        card_dir.mkdir(parents=True)
+        replace_symlink(card_dir / "device", device_dir)
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(card_dir, 0, issues=issues)
+
+        loop = "Too many levels of symbolic links"
+        expected = (
+            DrmCard(0, None, AMD_ADDRESS, "amd", "AMD Instinct MI300X", memory_used_bytes=2.0**30),
+            [
+                issue("unreadable", f"cannot list {card_dir / 'device' / 'hwmon'}: {loop}"),
+                issue("unreadable", f"cannot list {card_dir / 'device' / 'drm'}: {loop}"),
+            ],
+        )
+        assert expected == (actual, issues)
 
 
 class TestDrmCollector:
@@ -560,6 +674,26 @@ class TestDrmCollector:
         )
         assert expected == _collect(tmp_path)
 
+    def test_sleeping_amd_gpu_has_no_sensor_figures_and_no_issue(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """amdgpu answers a sensor read EPERM while the GPU is runtime-suspended or in
+        reset (``amdgpu_pm_get_access_if_active``): those figures are absent, as a
+        netdev being unregistered is, not an unreadable file every poll. VRAM, read
+        without waking the GPU, is still reported."""
+        _amd(tmp_path)
+        for name in ("gpu_busy_percent", "power1_average", "temp1_input", "freq1_input"):
+            fail_reads(monkeypatch, path_suffix=name, code=errno.EPERM)
+
+        asleep = replace(
+            AMD_CARD,
+            utilization_ratio=None,
+            power_watts=None,
+            temperature_celsius=None,
+            clock_hertz=None,
+        )
+        assert Readings(devices=(card_reading(asleep),)) == _collect(tmp_path)
+
     def test_device_link_loop_drops_that_card(self, tmp_path: Path) -> None:
         """A card whose device link loops is left out with an issue; the others are read."""
         _amd(tmp_path)
@@ -603,6 +737,14 @@ class TestDrmCollector:
                 issues=(issue("vanished", f"{gone}: gone while its card was read"),),
             ),
         ) == (first, collector.collect())
+
+    def test_cards_in_numeric_order(self, tmp_path: Path) -> None:
+        """card10 comes after card2."""
+        _amd(tmp_path, card=10, address="0000:e2:00.0")
+        _amd(tmp_path, card=2)
+
+        readings = _collect(tmp_path)
+        assert [AMD_ADDRESS, "0000:e2:00.0"] == [r.name for r in readings.devices]
 
     def test_no_amd_or_intel_card_is_empty(self, tmp_path: Path) -> None:
         """A DRM class with only other vendors' cards gives no readings."""

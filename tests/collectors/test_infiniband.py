@@ -122,7 +122,9 @@ class TestParseCounter:
             parse_counter("N/A (no PMA)\n"),
         )
 
-    @pytest.mark.parametrize("text", ["lots", "-1", "18446744073709551616", "1" * 5000, "1e3"])
+    @pytest.mark.parametrize(
+        "text", ["lots", "-1", "18446744073709551616", "1" * 5000, "1e3", "\u0663"]
+    )
     def test_garbage_raises(self, text: str) -> None:
         """Anything else is refused, a value beyond 64 bits and a huge one included."""
         with pytest.raises(ValueError, match="not a 64-bit counter"):
@@ -147,6 +149,16 @@ class TestReadPortCounters:
 
         counters = read_port_counters(port_dir, port=1, issues=issues)
         assert (IbPortCounters(1, 4000, 1000, 7, 9), []) == (counters, issues)
+
+    def test_idle_port_counts_zero(self, tmp_path: Path) -> None:
+        """A port that never carried traffic reads 0 in every counter: zero, not absent."""
+        files = ("port_rcv_data", "port_xmit_data", "port_rcv_packets", "port_xmit_packets")
+        port_dir = _port(tmp_path, "mlx5_0", "1", {f"counters/{f}": "0\n" for f in files})
+        issues: list[CollectorIssue] = []
+
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+
+        assert (IbPortCounters(1, 0, 0, 0, 0), []) == (counters, issues)
 
     def test_prefers_64_bit_counters_ext(self, tmp_path: Path) -> None:
         """Old kernels' counters_ext/*_64 win over the saturated 32-bit counters/."""
@@ -474,6 +486,66 @@ class TestPartialFailures:
         shutil.rmtree(pci_fixture.pci_device_dir(tmp_path, MLX5_1.pci_address) / "infiniband")
 
         expected = Readings(devices=(_reading(MLX5_0, tick=0),))
+        assert expected == _collect(tmp_path)
+
+    def test_ports_folder_vanishing_after_the_listing(self, tmp_path: Path) -> None:
+        """A device whose ports/ folder is gone when read (being unregistered) is left
+        out, not reported as a device without ports."""
+        _tree(tmp_path)
+        shutil.rmtree(tmp_path / "class/infiniband/mlx5_1/ports")
+
+        assert Readings(devices=(_reading(MLX5_0, tick=0),)) == _collect(tmp_path)
+
+    def test_unlistable_ports_folder_is_an_issue(self, tmp_path: Path) -> None:
+        """A ports/ folder that cannot be listed (here a looping link) is one issue; the
+        device is still reported under its keys, without figures."""
+        _tree(tmp_path)
+        ports = tmp_path / "class/infiniband/mlx5_1/ports"
+        shutil.rmtree(ports)
+        os.symlink("ports", ports)
+
+        mlx5_1 = _reading(MLX5_1, tick=0)
+        expected = Readings(
+            devices=(
+                _reading(MLX5_0, tick=0),
+                DeviceReading(mlx5_1.name, mlx5_1.keys, mlx5_1.identity, ()),
+            ),
+            issues=(
+                CollectorIssue(
+                    "unreadable", f"cannot list {ports}: Too many levels of symbolic links"
+                ),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_entries_of_ports_that_are_not_port_numbers_are_ignored(self, tmp_path: Path) -> None:
+        """Only numbered entries of ports/ are ports: a stray one is neither read nor a crash."""
+        _tree(tmp_path)
+        write_attribute(tmp_path / "class/infiniband/mlx5_0/ports/README", "not a port\n")
+
+        expected = Readings(devices=(_reading(MLX5_0, tick=0), _reading(MLX5_1, tick=0)))
+        assert expected == _collect(tmp_path)
+
+    def test_unreadable_vendor_loses_only_the_vendor(self, tmp_path: Path) -> None:
+        """An HCA whose PCI vendor file cannot be read keeps its keys and counters."""
+        _tree(tmp_path)
+        vendor = pci_fixture.pci_device_dir(tmp_path, MLX5_0.pci_address) / "vendor"
+        vendor.unlink()
+        os.mkfifo(vendor)
+
+        mlx5_0 = _reading(MLX5_0, tick=0)
+        expected = Readings(
+            devices=(
+                DeviceReading(
+                    mlx5_0.name,
+                    mlx5_0.keys,
+                    DeviceIdentity(pci_address=MLX5_0.pci_address),
+                    mlx5_0.samples,
+                ),
+                _reading(MLX5_1, tick=0),
+            ),
+            issues=(CollectorIssue("unreadable", f"cannot read {vendor}: not a regular file"),),
+        )
         assert expected == _collect(tmp_path)
 
     def test_counters_vanishing_after_the_listing(self, tmp_path: Path) -> None:

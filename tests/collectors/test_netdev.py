@@ -197,6 +197,10 @@ class TestParseVfStats:
         )
         assert expected == parse_vf_stats(text)
 
+    def test_non_ascii_digits_are_refused(self) -> None:
+        """A value in digits other than ASCII ones (which int() would take) is a bad line."""
+        assert ({}, ("rx_bytes : \u0663",)) == parse_vf_stats("rx_bytes : \u0663\n")
+
 
 class TestPciFunction:
     @pytest.mark.parametrize(
@@ -332,6 +336,55 @@ class TestSimulatedNode:
         moved = _collect(tmp_path).devices[-1]
         expected = _samples("ens1f0np0/vf0", {"rx_bytes": 10, "tx_dropped": 2})
         assert expected == moved.samples
+
+    def test_vf_ten_and_up_is_named_through_its_pf(self, tmp_path: Path) -> None:
+        """virtfn10 (two digits, as on any PF with more than ten VFs) gives the VF its
+        SRIOV_VF key like virtfn1 does."""
+        vf10 = SimNic(
+            "0000:4b:01.4", "ens1f0v10", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=10
+        )
+        hardware = SimHardware(HARDWARE.numa_nodes, (), nics=(PF, vf10))
+        pci_fixture.write(tmp_path, hardware, tick=0)
+        net_fixture.write(tmp_path, hardware, tick=0)
+
+        expected = (_host_reading(PF, tick=0), _host_reading(vf10, tick=0))
+        assert expected == _collect(tmp_path).devices
+
+    def test_host_vf_of_a_pf_without_host_netdev_keeps_its_sriov_key(self, tmp_path: Path) -> None:
+        """A VF on the host whose PF has no netdev here (an IB-mode PF, or one moved
+        away) is still named as its PF's VF: the PF is looked up through physfn."""
+        _tree(tmp_path)
+        (tmp_path / "class" / "net" / PF.netdev).unlink()
+
+        vf1 = next(r for r in _collect(tmp_path).devices if r.name == VF1.netdev)
+        assert _host_reading(VF1, tick=0).keys == vf1.keys
+
+    def test_moved_vf_is_labelled_with_the_pfs_first_netdev(self, tmp_path: Path) -> None:
+        """A PF function with two netdevs (a second port, a child interface) labels its
+        VFs' samples with the first by name."""
+        _tree(tmp_path)
+        pf_dir = pci_device_dir(tmp_path, PF.pci_address)
+        second = pf_dir / "net" / "ens1f0np0x"
+        second.mkdir(parents=True)
+        replace_symlink(second / "device", pf_dir)
+        replace_symlink(tmp_path / "class" / "net" / "ens1f0np0x", second)
+
+        moved = _collect(tmp_path).devices[-1]
+        assert _moved_vf_reading(VF0, tick=0, pf_netdev=PF.netdev) == moved
+
+    def test_per_vf_counter_folder_made_after_first_poll(self, tmp_path: Path) -> None:
+        """A PF whose per-VF ``stats`` folder appears after the VF was first seen is read
+        as a folder from then on, not as a file."""
+        _tree(tmp_path)
+        sriov = pci_device_dir(tmp_path, PF.pci_address) / "sriov"
+        shutil.rmtree(sriov)
+        collector = NetdevCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        write_attribute(sriov / "0" / "stats" / "rx_bytes", "10\n")
+
+        readings = collector.collect()
+        expected = (_samples("ens1f0np0/vf0", {"rx_bytes": 10}), ())
+        assert expected == (readings.devices[-1].samples, readings.issues)
 
 
 class TestCapturedVm:
@@ -557,6 +610,47 @@ class TestPartialFailures:
         )
         assert expected == (readings.devices[2].identity, tuple(i.error for i in readings.issues))
 
+    def test_physfn_and_virtfn_link_loops_are_issues(self, tmp_path: Path) -> None:
+        """A VF's physfn link and a PF's virtfn link that loop are each one issue; the
+        rest is read."""
+        _tree(tmp_path)
+        physfn = pci_device_dir(tmp_path, VF1.pci_address) / "physfn"
+        physfn.unlink()
+        os.symlink("physfn", physfn)
+        virtfn = pci_device_dir(tmp_path, PF.pci_address) / "virtfn7"
+        os.symlink("virtfn7", virtfn)
+
+        readings = _collect(tmp_path)
+
+        loop = "Too many levels of symbolic links"
+        expected = (
+            # VF1 stays a host netdev: it is not read a second time through its PF.
+            [PF.netdev, VF1.netdev, VIRTIO.netdev, VF0.pci_address],
+            (
+                CollectorIssue("unreadable", f"cannot resolve {physfn}: {loop}"),
+                CollectorIssue("unreadable", f"cannot resolve {virtfn}: {loop}"),
+            ),
+        )
+        assert expected == ([r.name for r in readings.devices], readings.issues)
+
+    def test_unreadable_vendor_is_reported_every_poll(self, tmp_path: Path) -> None:
+        """A failed read is not kept: the vendor of a host netdev and of a VF read through
+        its PF is read, and reported, again each poll."""
+        _tree(tmp_path)
+        vendors = [pci_device_dir(tmp_path, nic.pci_address) / "vendor" for nic in (VIRTIO, VF0)]
+        for vendor in vendors:
+            vendor.unlink()
+            vendor.mkdir()
+        collector = NetdevCollector(CollectorContext(sysfs=tmp_path))
+
+        polls = [collector.collect() for _ in range(2)]
+
+        issues = tuple(
+            CollectorIssue("unreadable", f"cannot read {v}: Is a directory") for v in vendors
+        )
+        vf0 = DeviceIdentity(pci_address=VF0.pci_address)  # still read through its PF
+        assert [(issues, vf0), (issues, vf0)] == [(p.issues, p.devices[-1].identity) for p in polls]
+
 
 def _open_paths() -> list[str]:
     """Where this process's open file descriptors lead."""
@@ -658,6 +752,23 @@ class TestBetweenPolls:
             samples=_moved_vf_reading(VF0, tick=0, pf_netdev=PF.netdev).samples,
         )
         assert (*_expected_tree(tick=0)[:3], moved) == collector.collect().devices
+
+    def test_netdev_gone_for_a_poll_is_forgotten(self, tmp_path: Path) -> None:
+        """A netdev gone for one poll and back under the same class entry (its inode) is
+        resolved anew: what was kept of it went with it."""
+        collector = NetdevCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        link = tmp_path / "class" / "net" / VIRTIO.netdev
+        saved = tmp_path / "saved-link"
+        os.link(link, saved, follow_symlinks=False)  # the same inode, kept aside
+        link.unlink()
+        collector.collect()
+        interface_dir = net_fixture.netdev_parent(tmp_path, VIRTIO) / "net" / VIRTIO.netdev
+        replace_symlink(interface_dir / "device", pci_device_dir(tmp_path, PF.pci_address))
+        os.link(saved, link, follow_symlinks=False)
+
+        eth0 = next(r for r in collector.collect().devices if r.name == VIRTIO.netdev)
+        assert (_netdev(VIRTIO.netdev), _pci(PF.pci_address)) == eth0.keys
 
     def test_close_releases_every_file(self, tmp_path: Path) -> None:
         """close() leaves no descriptor of the tree open."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.pci import (
@@ -79,16 +81,28 @@ class TestParse:
         expected = ("0x10de", "0x030200")
         assert expected == (parse_hex_id("0x10DE\n", digits=4), parse_hex_id("0x30200", digits=6))
 
-    @pytest.mark.parametrize("text", ["10de", "0xzz", "", "0x123456789", "0x" + "f" * 400])
+    @pytest.mark.parametrize(
+        "text",
+        ["10de", "0xzz", "", "0x", "0x-1", "0x 1", "0x10de0", "0x123456789", "0x" + "f" * 400],
+    )
     def test_garbage_hex_raises(self, text: str) -> None:
         """Text that is not a 0x-prefixed hex ID of the right width is refused."""
         with pytest.raises(ValueError, match=r"0x|hex|digits"):
             parse_hex_id(text, digits=4)
 
+    def test_underscore_in_hex_id_is_garbage(self) -> None:
+        """int() takes ``0x1_de`` as 0x1de; the kernel never writes it: refused."""
+        with pytest.raises(ValueError, match="hex"):
+            parse_hex_id("0x1_de", digits=4)
+
     def test_numa_minus_one_means_none(self) -> None:
         """-1 (no affinity) is None; a node id is itself."""
         expected = (None, 1)
         assert expected == (parse_numa_node("-1\n"), parse_numa_node("1\n"))
+
+    def test_four_digit_numa_node(self) -> None:
+        """Node ids run to MAX_NUMNODES - 1 (1023 with x86's NODES_SHIFT of 10)."""
+        assert 1023 == parse_numa_node("1023\n")
 
     @pytest.mark.parametrize("text", ["abc", "1" * 400, "1_0", "", "٣"])
     def test_garbage_numa_raises(self, text: str) -> None:
@@ -119,6 +133,17 @@ class TestReadPciDevice:
 
         expected = PciDevice("0000:01:00.0", "0x8086", "0x1234", "0x020000", None)
         assert (expected, []) == (device, issues)
+
+    def test_empty_numa_node_is_garbage(self, tmp_path: Path) -> None:
+        """An empty numa_node is no node: unknown, with an issue, not node 0."""
+        device_dir = _add_function(tmp_path, "0000:01:00.0", class_id="0x020000", numa_node="")
+        issues: list[CollectorIssue] = []
+
+        device = read_pci_device(device_dir, address="0000:01:00.0", issues=issues)
+
+        expected = PciDevice("0000:01:00.0", "0x8086", "0x1234", "0x020000", None)
+        garbage = issue("garbage", f"{device_dir / 'numa_node'}: not a NUMA node: ''")
+        assert (expected, [garbage]) == (device, issues)
 
     def test_other_class_is_none_without_issue(self, tmp_path: Path) -> None:
         """A bridge is not reported, and is not an error either."""
@@ -257,6 +282,14 @@ class TestPciCollector:
         )
         assert expected == _collect(tmp_path)
 
+    def test_entries_not_named_like_a_function_are_ignored(self, tmp_path: Path) -> None:
+        """Only ``dddd:bb:dd.f`` entries of bus/pci/devices are functions: a stray file
+        beside them is neither read nor reported."""
+        _tree(tmp_path)
+        write_attribute(_function_dir(tmp_path, "README"), "not a function\n")
+
+        assert Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1)) == _collect(tmp_path)
+
     def test_no_pci_bus_is_unavailable(self, tmp_path: Path) -> None:
         """Without bus/pci/devices the collector reports the source absent."""
         with pytest.raises(CollectorUnavailable, match="no PCI bus at"):
@@ -300,6 +333,25 @@ class TestBetweenPolls:
         expected = Readings(pci_devices=(GPU_17, PF_4B, recreated, HCA_C1, AMD_E1))
         assert expected == collector.collect()
 
+    def test_recreated_function_numa_node_is_its_own(self, tmp_path: Path) -> None:
+        """A VF re-created at its address after its numa_node was kept open: the NUMA
+        recheck reads the new function's file, not the one kept for the old function
+        (whose kernfs node sysfs drains: ENODEV, read as no node)."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        for _ in range(NUMA_RECHECK_POLLS):
+            collector.collect()  # the last is due: the VF's numa_node is kept open
+        new_dir = tmp_path / "devices" / "pci0000:4b" / "recreated" / VF.pci_address
+        write_attribute(new_dir / "vendor", "0x15b3\n")
+        write_attribute(new_dir / "device", "0x101e\n")
+        write_attribute(new_dir / "class", "0x020000\n")
+        write_attribute(new_dir / "numa_node", "1\n")
+        replace_symlink(_function_dir(tmp_path, VF.pci_address), new_dir)
+
+        due = [collector.collect() for _ in range(NUMA_RECHECK_POLLS)][-1]
+
+        recreated = PciDevice(VF.pci_address, "0x15b3", "0x101e", "0x020000", 1)
+        assert Readings(pci_devices=(GPU_17, PF_4B, recreated, HCA_C1, AMD_E1)) == due
+
     def test_failed_read_is_retried_and_reported_again(self, tmp_path: Path) -> None:
         """A read that failed is not kept: each poll reports it until the file is good."""
         collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
@@ -337,6 +389,89 @@ class TestBetweenPolls:
             ),
         )
         assert expected == (overridden, garbled)
+
+    def test_other_class_survives_the_numa_recheck(self, tmp_path: Path) -> None:
+        """A bridge (kept as not reported) is not looked at when the NUMA node is due:
+        the poll that re-reads numa_node reports the others, without an issue."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        _add_function(tmp_path, "0000:00:01.0", class_id="0x060400")
+
+        due = [collector.collect() for _ in range(NUMA_RECHECK_POLLS)][-1]
+
+        assert Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1)) == due
+
+    def test_unreadable_numa_node_on_recheck_keeps_the_node(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A numa_node read that fails when due keeps the last node, and says so."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        numa_path = _function_dir(tmp_path, PF.pci_address) / "numa_node"
+        numa_path.write_text("1\n")
+        fail_reads(monkeypatch, path_suffix=f"{PF.pci_address}/numa_node", code=errno.EIO)
+
+        due = [collector.collect() for _ in range(NUMA_RECHECK_POLLS - 1)][-1]
+
+        expected = Readings(
+            pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1),
+            issues=(issue("unreadable", f"cannot read {numa_path}: Input/output error"),),
+        )
+        assert expected == due
+
+    def test_numa_node_gone_on_recheck_is_none(self, tmp_path: Path) -> None:
+        """A numa_node file gone when due is no affinity, as a kernel without NUMA says."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        (_function_dir(tmp_path, PF.pci_address) / "numa_node").unlink()
+
+        due = [collector.collect() for _ in range(NUMA_RECHECK_POLLS - 1)][-1]
+
+        pf = PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", None)
+        assert Readings(pci_devices=(GPU_17, pf, VF_4B, HCA_C1, AMD_E1)) == due
+
+    def test_unplugged_function_is_forgotten(self, tmp_path: Path) -> None:
+        """A function gone for one poll and back under the same bus entry (its inode) is
+        read anew: what was kept of it went with it."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        link = _function_dir(tmp_path, VF.pci_address)
+        saved = tmp_path / "saved-link"
+        os.link(link, saved, follow_symlinks=False)  # the same inode, kept aside
+        link.unlink()
+        collector.collect()
+        write_attribute(pci_device_dir(tmp_path, VF.pci_address) / "device", "0x1889\n")
+        os.link(saved, link, follow_symlinks=False)
+
+        new_vf = PciDevice(VF.pci_address, "0x15b3", "0x1889", "0x020000", 0)
+        assert Readings(pci_devices=(GPU_17, PF_4B, new_vf, HCA_C1, AMD_E1)) == collector.collect()
+
+    def test_unplugged_function_files_are_closed(self, tmp_path: Path) -> None:
+        """The numa_node kept open for an unplugged function is closed within
+        NUMA_RECHECK_POLLS polls, and close() closes the rest."""
+        collector = PciCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        for _ in range(NUMA_RECHECK_POLLS):
+            collector.collect()
+        vf_dir = str(pci_device_dir(tmp_path, VF.pci_address))
+        kept_before = [p for p in _open_paths() if p.startswith(vf_dir)]
+        _function_dir(tmp_path, VF.pci_address).unlink()
+        for _ in range(NUMA_RECHECK_POLLS):
+            collector.collect()
+        kept_after = [p for p in _open_paths() if p.startswith(vf_dir)]
+        collector.close()
+
+        closed = [p for p in _open_paths() if p.startswith(str(tmp_path))]
+        assert ([f"{vf_dir}/numa_node"], [], []) == (kept_before, kept_after, closed)
+
+
+def _open_paths() -> list[str]:
+    """Where this process's open file descriptors lead."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return found
 
 
 class TestRegistration:
