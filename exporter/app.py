@@ -189,7 +189,7 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
                 await _listen(runner, host, port, ssl_context=ssl_context)
             except OSError as error:
                 raise ConfigError(
-                    f"cannot listen on {join_host_port(host, port)}: {error.strerror}"
+                    f"cannot listen on {join_host_port(host, port)}: {error.strerror or error}"
                 ) from None
         for address in runner.addresses:  # as bound: the port ":0" chose, each family
             log.info(
@@ -239,7 +239,8 @@ def _bind_host(host: str) -> str | None:
 
 
 class _Signals:
-    """SIGTERM/SIGINT stop once (a repeat is logged, not fatal); SIGHUP is logged and ignored."""
+    """SIGTERM/SIGINT stop once (a repeat is logged, not fatal); SIGHUP is logged and ignored.
+    Once stopped, all three are ignored until the process has exited."""
 
     def __init__(self, stop: asyncio.Event, *, on_reload: Callable[[], None] | None = None) -> None:
         self._stop = stop
@@ -252,10 +253,10 @@ class _Signals:
         loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
 
     def ignore_from_now(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Stopped: a late SIGTERM/SIGINT is ignored. Left to the loop's clean-up, the
-        handlers went back to the defaults while the process was still exiting, and a
-        second signal then killed it (exit 143 or 130 instead of 0)."""
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        """Stopped: a late SIGTERM/SIGINT/SIGHUP is ignored. Left to the loop's clean-up,
+        the handlers went back to the defaults while the process was still exiting, and a
+        second signal then killed it (exit 143, 130 or 129 instead of 0)."""
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
             signal.signal(signum, signal.SIG_IGN)
 

@@ -19,11 +19,12 @@ from exporter.config import ConfigError, is_wildcard_host
 
 def test_defaults(tmp_path: Path) -> None:
     """Defaults: the kubelet socket, 1 MiB replies (what the DaemonSet's 256Mi holds, not
-    DESIGN.md's 16 MiB), 10 s polls, all collectors."""
+    DESIGN.md's 16 MiB), a 5 s kubelet timeout, 10 s polls, all collectors."""
     config = parse_config([], {"NODE_NAME": "gpu-node-7"})
     assert (
         config.kubelet_socket,
         config.kubelet_max_message_bytes,
+        config.kubelet_timeout_s,
         config.poll_interval_s,
         config.collector_timeout_s,
         config.listen_addresses,
@@ -34,6 +35,7 @@ def test_defaults(tmp_path: Path) -> None:
     ) == (
         "/var/lib/kubelet/pod-resources/kubelet.sock",
         1024 * 1024,
+        5.0,
         10.0,
         5.0,
         (("", 9410),),  # every address family
@@ -500,6 +502,87 @@ def test_energy_interval_reaches_the_collectors() -> None:
     assert "PODRESOURCES_EXPORTER_COLLECTOR_NVML_ENERGY_INTERVAL" == env_name(
         "--collector.nvml.energy-interval"
     )
+
+
+def test_path_flags_reach_the_collectors(tmp_path: Path) -> None:
+    """Each filesystem root given reaches the collectors' context whole: sysfs, procfs,
+    the kubelet plugins', every CDI directory in order, the pod logs'."""
+    sysfs, procfs = tmp_path / "sys", tmp_path / "proc"
+    sysfs.mkdir()
+    procfs.mkdir()
+    config = parse_config(
+        [
+            f"--path.sysfs={sysfs}",
+            f"--path.procfs={procfs}",
+            "--path.kubelet-plugins=/host/plugins",
+            "--path.cdi=/host/run-cdi:/host/etc-cdi",
+            "--path.pod-logs=/host/pods",
+        ],
+        {},
+    )
+    context = collector_context(config)
+    assert (
+        sysfs,
+        procfs,
+        Path("/host/plugins"),
+        (Path("/host/run-cdi"), Path("/host/etc-cdi")),
+        Path("/host/pods"),
+    ) == (context.sysfs, context.procfs, context.kubelet_plugins, context.cdi, context.pod_logs)
+
+
+def test_the_starting_line_names_the_effective_configuration(tmp_path: Path) -> None:
+    """``starting`` carries every setting as the exporter will use it: addresses as Go
+    writes them (IPv6 in brackets), the files by path (never what they hold), the
+    collectors enabled in registry order."""
+    web, debug = tmp_path / "web.yml", tmp_path / "debug.yml"
+    web.write_text("")
+    debug.write_text("basic_auth_users:\n  ops: $2y$10$secret-hash-never-logged\n")
+    config = parse_config(
+        [
+            "--kubelet.socket=/run/k.sock",
+            "--kubelet.max-message-bytes=2097152",
+            "--kubelet.timeout=2s",
+            "--poll.interval=20s",
+            "--collector.timeout=3s",
+            "--web.listen-address=[::1]:9410",
+            "--web.listen-address=127.0.0.1:0",
+            f"--web.config.file={web}",
+            f"--web.debug-auth.file={debug}",
+            "--no-web.enable-debug",
+            f"--path.sysfs={tmp_path}",
+            f"--path.procfs={tmp_path}",
+            "--path.kubelet-plugins=/host/plugins",
+            "--path.cdi=/host/run-cdi:/host/etc-cdi",
+            "--path.pod-logs=/host/pods",
+            "--collector.nvml.energy-interval=1m",
+            "--no-collector.nvml",
+            "--no-collector.dra",
+            "--node-name=gpu-7",
+        ],
+        {},
+    )
+    fields = config.as_log_fields()
+    assert {
+        "kubelet_socket": "/run/k.sock",
+        "kubelet_max_message_bytes": 2097152,
+        "kubelet_timeout_s": 2.0,
+        "poll_interval_s": 20.0,
+        "collector_timeout_s": 3.0,
+        "listen_addresses": ["[::1]:9410", "127.0.0.1:0"],
+        "web_config_file": str(web),
+        "debug_auth_file": str(debug),
+        "enable_debug": False,
+        "sysfs": str(tmp_path),
+        "procfs": str(tmp_path),
+        "kubelet_plugins": "/host/plugins",
+        "cdi": ["/host/run-cdi", "/host/etc-cdi"],
+        "pod_logs": "/host/pods",
+        "nvml_energy_interval_s": 60.0,
+        "collectors": ["pci", "netdev", "infiniband", "drm", "cpu", "numa", "topology"],
+        "node_name": "gpu-7",
+        "demo": False,
+    } == fields
+    assert "secret-hash" not in repr(fields)
 
 
 def test_only_variables_no_flag_reads_are_unknown() -> None:

@@ -135,5 +135,13 @@ def test_demo_shows_pods_with_owner_labels(demo_url: str) -> None:
         "podresources_numa_memory_total_bytes",
     ):
         assert f"\n{family}{{".encode() in metrics, f"{family} missing from the demo"
+    # trainer-0's GPUs are NVIDIA's: their figures come from the simulated NVML, not the
+    # real library (absent here), which the demo must not fall back to.
+    nvidia = [
+        line
+        for line in metrics.decode().splitlines()
+        if line.startswith("podresources_gpu_power_watts{") and 'pod="trainer-0"' in line
+    ]
+    assert [] != nvidia
     status, body = _get(f"{demo_url}/debug/allocations?pod=trainer-0")
     assert json.loads(body)["pods"][0]["containers"][0]["devices"][0]["telemetry"]["figures"]

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,9 +23,10 @@ from structlog.testing import capture_logs
 from exporter.app import LOOKUP_BURST, LOOKUP_RATE_PER_S, Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.debugview import EncodedView, rfc3339
+from exporter.kubelet.errors import KubeletError
 from exporter.ratelimit import TokenBucket
 from exporter.sim.node import SimulatedNode
-from exporter.web import DEBUG_VIEWS
+from exporter.web import DEBUG_VIEWS, SETTINGS
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -333,6 +335,63 @@ class TestMetrics:
                 assert 'interface="eth\\\\xe9"' in await response.text()
         finally:
             await exporter.close()
+
+
+async def test_each_timing_flag_reaches_the_part_that_keeps_it(sim_node: SimulatedNode) -> None:
+    """--kubelet.timeout, --poll.interval and --collector.timeout, all different (the
+    other tests give each 1 s, which would hide a swap): the kubelet calls' deadline, the
+    look-ups' backoff cap (half a poll), the poller's interval, the collectors' timeout
+    and /readyz's three intervals each get their own; the look-ups' bucket its rate."""
+    config = parse_config(
+        [
+            *sim_node.exporter_flags(),
+            "--kubelet.timeout=2s",
+            "--poll.interval=8s",
+            "--collector.timeout=3s",
+        ],
+        {},
+    )
+    exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+    try:
+        kept = (
+            exporter.client._timeout_s,
+            exporter.client._backoff._max_s,
+            exporter.poller._interval_s,
+            exporter.runner._timeout_s,
+            exporter.create_app()[SETTINGS].poll_interval_s,
+            exporter.lookup._bucket._rate_per_s,
+            exporter.lookup._bucket._burst,
+        )
+    finally:
+        await exporter.close()
+    assert (2.0, 4.0, 8.0, 3.0, 8.0, LOOKUP_RATE_PER_S, LOOKUP_BURST) == kept
+
+
+def _held_under(root: Path) -> list[str]:
+    """The files under ``root`` this process holds open."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(f"{root}/"):
+                held.append(target)
+    return held
+
+
+async def test_close_lets_go_of_the_kubelet_and_the_kept_files(sim_node: SimulatedNode) -> None:
+    """Closing the exporter, as SIGTERM's clean-up does, closes the kubelet channel (a
+    later call is refused) and every counter file the collectors kept open from poll to
+    poll (netdev's statistics)."""
+    config = _config(sim_node)
+    exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+    try:
+        await exporter.poller.poll_once()
+        kept = _held_under(sim_node.sysfs)
+    finally:
+        await exporter.close()
+    with pytest.raises(KubeletError, match="closed"):
+        await exporter.client.get_pod(namespace="ml-training", name="trainer-0")
+    assert (True, []) == (len(kept) > 0, _held_under(sim_node.sysfs))
 
 
 class TestKubeletFailures:

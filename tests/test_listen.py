@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import platform
+import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -24,9 +28,11 @@ IPV6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on t
 
 
 @contextlib.asynccontextmanager
-async def _serving(*addresses: str, environ: dict[str, str] | None = None) -> AsyncIterator[None]:
-    flags = [f"--web.listen-address={address}" for address in addresses]
-    config = parse_config(["--demo", *flags], environ or {})
+async def _serving(
+    *addresses: str, environ: dict[str, str] | None = None, flags: tuple[str, ...] = ()
+) -> AsyncIterator[None]:
+    listen = [f"--web.listen-address={address}" for address in addresses]
+    config = parse_config(["--demo", *listen, *flags], environ or {})
     stop = asyncio.Event()
     task = asyncio.create_task(serve(config, stop=stop))
     try:
@@ -178,30 +184,102 @@ class TestServerHeader:
         assert ["Server: podresources-exporter"] == servers
 
 
+class TestWebConfigHeaders:
+    async def test_the_files_headers_are_on_the_answers(self, tmp_path: Path) -> None:
+        """http_server_config.headers of --web.config.file are on what the real serve()
+        answers, not only on an app wired by hand."""
+        web = tmp_path / "web.yml"
+        web.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
+        port = free_dual_stack_port()
+        async with _serving(f"127.0.0.1:{port}", flags=("--web.config.file", str(web))):
+            answer = await _exchange("127.0.0.1", port, HEALTHZ)
+        head = answer.split(b"\r\n\r\n")[0].decode().split("\r\n")
+        assert ["X-Frame-Options: deny"] == [h for h in head if h.lower().startswith("x-frame")]
+
+
+class TestLoopErrors:
+    def test_accept_failures_are_one_throttled_warning_other_errors_one_line_each(
+        self,
+    ) -> None:
+        """The event loop's handler: accept() failing for want of descriptors is one
+        ``accept_failed`` warning with its hint, repeats held back; any other error
+        (an OSError too) is an ``event_loop_error`` naming the exception, each time."""
+        from exporter.app import _LoopErrors
+
+        handler = _LoopErrors(interval_s=3600)
+        loop = asyncio.new_event_loop()
+        accept = {
+            "message": "socket.accept() out of system resource",
+            "exception": OSError(24, "Too many open files"),
+        }
+        reset = {
+            "message": "Fatal read error on socket transport",
+            "exception": ConnectionResetError(104, "Connection reset by peer"),
+        }
+        try:
+            with capture_logs() as logs:
+                for context in (accept, accept, reset, reset, {"message": "Task was destroyed"}):
+                    handler(loop, context)
+        finally:
+            loop.close()
+        assert [
+            ("accept_failed", "warning", "Too many open files", 24),
+            (
+                "event_loop_error",
+                "error",
+                "ConnectionResetError: [Errno 104] Connection reset by peer",
+                None,
+            ),
+            (
+                "event_loop_error",
+                "error",
+                "ConnectionResetError: [Errno 104] Connection reset by peer",
+                None,
+            ),
+            ("event_loop_error", "error", None, None),
+        ] == [(e["event"], e["log_level"], e.get("error"), e.get("errno")) for e in logs]
+
+
+def _run_on_a_taken_port(
+    tmp_path: Path, *flags: str, soft_open_files: int | None = None
+) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """``python -m exporter`` told to listen on a port already taken: it starts, says
+    what it runs with, fails to listen and exits."""
+
+    def lower_the_soft_limit() -> None:
+        if soft_open_files is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft_open_files, hard))
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--kubelet.socket={tmp_path}/kubelet.sock",
+                f"--path.sysfs={tmp_path}",
+                f"--path.procfs={tmp_path}",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lower_the_soft_limit,
+        )
+    return port, result
+
+
 class TestPortTaken:
-    @pytest.mark.parametrize("log_format", ["json", "console"])
+    @pytest.mark.parametrize("log_format", ["json", "logfmt", "console"])
     def test_one_event_in_the_log_format_then_exit_2(self, tmp_path: Path, log_format: str) -> None:
         """A port already taken ends the process with status 2 and one event, in the
         configured format: with JSON logs, a JSON line a log pipeline can parse."""
-        with socket.socket() as taken:
-            taken.bind(("127.0.0.1", 0))
-            taken.listen()
-            port = taken.getsockname()[1]
-            result = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "exporter",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    f"--log.format={log_format}",
-                    f"--kubelet.socket={tmp_path}/kubelet.sock",
-                    f"--path.sysfs={tmp_path}",
-                    f"--path.procfs={tmp_path}",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+        port, result = _run_on_a_taken_port(tmp_path, f"--log.format={log_format}")
         assert 2 == result.returncode, result.stderr
         failed = [line for line in result.stderr.splitlines() if "startup_failed" in line]
         assert 1 == len(failed), result.stderr
@@ -210,4 +288,69 @@ class TestPortTaken:
             event = json.loads(failed[0])
             assert ("error", "startup_failed") == (event["level"], event["event"])
             assert all(json.loads(line) for line in result.stderr.splitlines())
+        elif log_format == "logfmt":
+            assert " level=error event=startup_failed error=" in failed[0]
+        else:  # console: a line for people, "[error    ] startup_failed ..."
+            assert (False, True) == (failed[0].startswith("{"), "[error" in failed[0])
         assert "Traceback" not in result.stderr
+
+    async def test_sigterms_during_a_failed_start_cannot_change_its_exit(
+        self, tmp_path: Path
+    ) -> None:
+        """SIGTERMs sent every few milliseconds from ``starting`` to the end of a start
+        that fails (the port taken): the exit is still 2, the failure's, never killed by
+        a signal once the loop has closed."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "exporter",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--kubelet.socket={tmp_path}/kubelet.sock",
+                f"--path.sysfs={tmp_path}",
+                f"--path.procfs={tmp_path}",
+                stderr=asyncio.subprocess.PIPE,
+            )
+            assert process.stderr is not None
+            while b'"starting"' not in await process.stderr.readline():
+                pass  # the handlers are in place from this line on
+            while process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), 0.002)
+            rest = await process.stderr.read()
+        assert (2, 1) == (process.returncode, rest.count(b'"startup_failed"'))
+
+    def test_the_start_says_what_it_runs_with(self, tmp_path: Path) -> None:
+        """At --log.level=debug, before it fails: the soft open-files limit raised to the
+        hard one (the collectors' kept files are budgeted from it), ``starting`` with the
+        effective configuration, and, on glibc, no word of an untuned allocator."""
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        soft = min(256, hard)
+        port, result = _run_on_a_taken_port(
+            tmp_path, "--log.level=debug", "--node-name=gpu-7", soft_open_files=soft
+        )
+        events = [json.loads(line) for line in result.stderr.splitlines()]
+        named = {event["event"]: event for event in events}
+        raised = named.get("open_files_limit_raised", {})
+        starting = named["starting"]
+        assert (
+            (soft, hard) if soft != hard else (None, None),
+            ([f"127.0.0.1:{port}"], "gpu-7"),
+            platform.libc_ver()[0] != "glibc",
+        ) == (
+            (raised.get("before"), raised.get("after")),
+            (starting.get("listen_addresses"), starting.get("node_name")),
+            "allocator_not_tuned" in named,
+        )
+
+    def test_the_log_level_holds_from_the_first_line(self, tmp_path: Path) -> None:
+        """At --log.level=error the only line is the failure: no ``starting``."""
+        _, result = _run_on_a_taken_port(tmp_path, "--log.level=error")
+        assert ["startup_failed"] == [
+            json.loads(line)["event"] for line in result.stderr.splitlines()
+        ]

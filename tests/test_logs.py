@@ -165,3 +165,99 @@ def test_a_log_reader_that_went_away_stops_nothing() -> None:
         True,
         True,
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        ("plain", "plain"),
+        ("a=b", '"a=b"'),
+        ('a"b', '"a\\"b"'),
+        ("a\\b", '"a\\\\b"'),
+        ("café au lait", '"café au lait"'),
+        ("", ""),
+        (True, "true"),
+        (False, "false"),
+        (None, ""),
+    ],
+    ids=["plain", "equals", "quote", "backslash", "utf8", "empty", "true", "false", "none"],
+)
+def test_logfmt_values_as_go_logfmt_writes_them(value: object, written: str) -> None:
+    """One special character is enough to quote a value ('=' alone would read as a
+    second key); text stays UTF-8, not \\u escapes; booleans are Go's, None is empty."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(level="info", fmt="logfmt", stream=stream)
+        structlog.get_logger("test-logfmt-values").info("probe", value=value)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert written == stream.getvalue().rstrip("\n").split(" value=", 1)[1]
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", True), ("warning", True), ("error", False)])
+def test_library_lines_follow_the_log_level_above_warning(level: str, shown: bool) -> None:
+    """A library's warning goes out at --log.level=info or warning, not at error: the
+    level asked for holds for the libraries' lines too, never below warning."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, root_level = root.handlers[:], root.level
+    try:
+        configure_logging(level=level, fmt="json", stream=stream)
+        logging.getLogger("aiohttp.server").warning("from a library")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(root_level)
+    assert shown == ("from a library" in stream.getvalue())
+
+
+@pytest.mark.parametrize("fmt", ["json", "logfmt"])
+def test_an_own_exception_is_in_its_line(fmt: str) -> None:
+    """``log.exception`` (poll_failed, render_failed, http_handler_failed) writes the
+    exception's type and message into its one line, not a bare exc_info flag."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging(level="info", fmt=fmt, stream=stream)
+        try:
+            raise ValueError("reply\nundecodable")
+        except ValueError:
+            structlog.get_logger(f"test-exception-{fmt}").exception("poll_failed")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    text = stream.getvalue()
+    if fmt == "json":
+        exception = json.loads(text)["exception"]
+    else:
+        exception = json.loads(text.rstrip("\n").split(" exception=", 1)[1])
+    assert (1, ["ValueError: reply", "undecodable"]) == (
+        text.count("\n"),
+        exception.splitlines()[-2:],
+    )
+
+
+def test_a_closed_stream_stops_nothing_and_writes_nowhere_else(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The stream closed under the exporter (stderr at interpreter exit): set-up, the
+    exporter's lines and a library's return, and nothing goes to sys.stderr instead
+    (logging's "--- Logging error ---" traceback is many lines)."""
+    closed = io.StringIO()
+    closed.close()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        for fmt in ("console", "json"):
+            configure_logging(level="info", fmt=fmt, stream=closed)
+            structlog.get_logger(f"test-closed-{fmt}").info("stopped")
+            logging.getLogger("aiohttp").error("from a library")
+        configure_logging(level="info", fmt="json", stream=_GoneReader())
+        logging.getLogger("aiohttp").error("from a library")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert ("", "") == capsys.readouterr()

@@ -7,9 +7,10 @@ import json
 import platform
 from pathlib import Path
 
+import pytest
 from freshprocess import run_python
 
-from exporter.memory import trim, tune_allocator
+from exporter.memory import MALLOC_ARENAS, trim, tune_allocator
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -74,3 +75,68 @@ def test_tune_gc_raises_only_the_first_threshold() -> None:
         assert (GC_GEN0_THRESHOLD, *before[1:]) == gc.get_threshold()
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt and malloc_info are glibc's")
+def test_tuning_fixes_the_mmap_threshold_and_caps_the_arenas() -> None:
+    """In a fresh tuned process, glibc's own counters: after an 8 MiB block is freed (which
+    raises glibc's dynamic mmap threshold to 8 MiB), a 512 KiB block still comes from mmap
+    and a 64 KiB one from the heap; eight threads holding memory at once share the
+    MALLOC_ARENAS arenas (untuned: one arena each, nine)."""
+    script = """
+import ctypes, json, threading
+from exporter.memory import tune_allocator
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd",
+        "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+    )]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.open_memstream.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+tuned = tune_allocator()
+
+def mapped(size):
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(size)
+    after = libc.mallinfo2().hblks
+    libc.free(block)
+    return after - before
+
+libc.free(libc.malloc(8 << 20))
+blocks = {"64KiB": mapped(64 << 10), "512KiB": mapped(512 << 10)}
+barrier = threading.Barrier(9)
+
+def hold():
+    block = libc.malloc(1024)
+    barrier.wait()
+    barrier.wait()
+    libc.free(block)
+
+threads = [threading.Thread(target=hold) for _ in range(8)]
+for thread in threads:
+    thread.start()
+barrier.wait()  # all eight hold a block now
+text, size = ctypes.c_void_p(), ctypes.c_size_t()
+stream = libc.open_memstream(ctypes.byref(text), ctypes.byref(size))
+libc.malloc_info(0, stream)
+libc.fclose(stream)
+arenas = ctypes.string_at(text, size.value).decode().count("<heap nr=")
+libc.free(text)
+barrier.wait()
+for thread in threads:
+    thread.join()
+print(json.dumps({"tuned": tuned, "mapped": blocks, "arenas": arenas}))
+"""
+    done = run_python(script)
+
+    assert {"tuned": True, "mapped": {"64KiB": 0, "512KiB": 1}, "arenas": MALLOC_ARENAS} == (
+        json.loads(done.stdout)
+    )

@@ -337,6 +337,39 @@ class TestRefusals:
         with pytest.raises(ConfigError, match=r"tls_server_config\.min_version: unknown value"):
             asyncio.run(serve(config, stop=asyncio.Event()))
 
+    def test_serve_says_its_listener_is_tls(self, folder: Path) -> None:
+        """``listening`` says tls=true where the web config turns TLS on (what a probe's
+        scheme must match), tls=false without one."""
+        from exporter.app import serve
+        from exporter.cli import parse_config
+
+        path = folder / "web.yml"
+        path.write_text(TLS)
+        said: list[list[bool]] = []
+        for extra in (["--web.config.file", str(path)], []):
+            flags = ["--demo", "--web.listen-address=127.0.0.1:0", *extra]
+            stopped = asyncio.Event()
+            stopped.set()  # bound, logged, stopped
+            with capture_logs() as logs:
+                asyncio.run(serve(parse_config(flags, {}), stop=stopped))
+            said.append([e["tls"] for e in logs if e["event"] == "listening"])
+        assert [[True], [False]] == said
+
+    def test_serve_reads_the_debug_auth_file_as_users_only(self, folder: Path) -> None:
+        """--web.debug-auth.file holds users and nothing else: a key of the full web
+        config there (a TLS or HTTP setting it cannot apply) is refused at start-up."""
+        from exporter.app import serve
+        from exporter.cli import parse_config
+        from exporter.config import ConfigError
+
+        path = folder / "debug.yml"
+        path.write_text("http_server_config:\n  http2: false\n")
+        flags = ["--demo", "--web.listen-address=127.0.0.1:0", "--web.debug-auth.file", str(path)]
+        stopped = asyncio.Event()
+        stopped.set()  # were the file taken, serve() would return at once
+        with pytest.raises(ConfigError, match=r"http_server_config: unknown key"):
+            asyncio.run(serve(parse_config(flags, {}), stop=stopped))
+
 
 async def _get(
     url: str, context: ssl.SSLContext | None = None, **headers: str

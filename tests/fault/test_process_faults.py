@@ -70,6 +70,18 @@ class TestSignals:
         assert ["SIGTERM"] == [e["signal"] for e in exporter.named("stopping")]
         assert 1 == len(exporter.named("stopped"))
 
+    async def test_sigint_stops_as_sigterm_does(self, running: Callable[..., Any]) -> None:
+        """Ctrl-C (SIGINT: `make demo` in a terminal) stops the exporter as SIGTERM does:
+        exit 0, ``stopping`` naming it, JSON lines only (no KeyboardInterrupt traceback)."""
+        exporter: ExporterProcess = await running()
+        exporter.signal(signal.SIGINT)
+        code = await exporter.wait_exit(within_s=GRACE_S)
+        assert (0, ["SIGINT"], 1) == (
+            code,
+            [e["signal"] for e in exporter.named("stopping")],
+            len(exporter.named("stopped")),
+        )
+
     async def test_sighup_and_a_second_sigterm_are_harmless(
         self, running: Callable[..., Any]
     ) -> None:
@@ -94,18 +106,20 @@ class TestSignals:
             len(exporter.named("stopped")),
         )
 
+    @pytest.mark.parametrize("late", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
     async def test_signals_after_stopped_cannot_kill_the_exit(
-        self, running: Callable[..., Any]
+        self, running: Callable[..., Any], late: signal.Signals
     ) -> None:
-        """SIGTERMs sent every few milliseconds from the ``stopped`` line to the end (a
-        runtime and an operator both stopping it): the exit is still 0. The loop's
-        clean-up used to put the default handlers back ~0.1 s before the process ended."""
+        """SIGTERMs (or SIGHUPs) sent every few milliseconds from the ``stopped`` line to
+        the end (a runtime and an operator both stopping it): the exit is still 0. The
+        loop's clean-up used to put the default handlers back ~0.1 s before the process
+        ended, SIGHUP's too (exit -1: killed by it)."""
         exporter: ExporterProcess = await running()
         exporter.signal(signal.SIGTERM)
         await wait_for(lambda: exporter.named("stopped"), within_s=GRACE_S, what="stopped")
         while exporter.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                exporter.signal(signal.SIGTERM)
+                exporter.signal(late)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(exporter.process.wait(), 0.002)
         assert 0 == exporter.process.returncode
