@@ -340,10 +340,16 @@ class KeptFiles:
             fd = _open_regular_fd(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except UnreadableFile as error:
+            if failed_with(error, errno.ENODEV):
+                return None  # as for a kept file: its device is gone
+            raise
         try:
             data = _read_whole(fd)
         except OSError as error:
             os.close(fd)
+            if error.errno == errno.ENODEV:
+                return None  # as for a kept file: its device is gone
             raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
         if len(self._fds) < self._max_open:
             self._fds[path] = fd

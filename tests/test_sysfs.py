@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fifo import error_reading_fifo
-from oserrors import page_reads
+from oserrors import fail_reads, page_reads
 
 from exporter.errors import CollectorError
 from exporter.sim.fixtures.pci import write_attribute
@@ -29,6 +30,7 @@ from exporter.sysfs import (
     is_sysfs_mount,
     is_sysfs_tree,
     kept_files_budget,
+    list_source,
     node_dirs,
     open_regular,
     parse_cpulist,
@@ -42,6 +44,19 @@ CAPTURED = Path(__file__).parent / "fixtures" / "captured" / "vm-virtio-2cpu"
 
 def _node_root(sysfs: Path) -> Path:
     return sysfs / "devices" / "system" / "node"
+
+
+def _open_under(root: Path) -> list[str]:
+    """The files under ``root`` this process holds a descriptor on."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        if target.startswith(f"{root}/"):
+            found.append(target)
+    return found
 
 
 class TestReadText:
@@ -120,6 +135,19 @@ class TestReadText:
         with pytest.raises(UnreadableFile, match=f"^cannot read {tmp_path / 'a'}: Too many"):
             read_text(tmp_path / "a")
 
+    def test_no_descriptor_is_left_open(self, tmp_path: Path) -> None:
+        """A file read, and a directory or FIFO refused, leave no descriptor behind: the
+        collectors read every few seconds and would run out of them."""
+        write_attribute(tmp_path / "name", "xe\n")
+        (tmp_path / "hwmon").mkdir()
+        os.mkfifo(tmp_path / "fifo")
+        read = read_text(tmp_path / "name")
+        for name in ("hwmon", "fifo"):
+            with pytest.raises(UnreadableFile):
+                read_text(tmp_path / name)
+
+        assert ("xe", []) == (read, _open_under(tmp_path))
+
     def test_errors_are_collector_errors(self) -> None:
         """Callers that catch CollectorError keep catching both kinds."""
         assert issubclass(UnreadableFile, CollectorError)
@@ -159,10 +187,21 @@ class TestReadInt:
 
     @pytest.mark.parametrize(
         "text",
-        [str(MAX_COUNTER + 1), "1" * 400, "lots", "1_000", "12 kB", "", "0x10"],
+        [
+            str(MAX_COUNTER + 1),
+            f"-{MAX_COUNTER + 1}",
+            "1" * 400,
+            "9" * 5000,  # past int()'s 4,300 digits: refused by length, not a ValueError
+            "lots",
+            "1_000",
+            "12 kB",
+            "",
+            "0x10",
+        ],
     )
     def test_garbage_and_overflow_are_refused(self, tmp_path: Path, text: str) -> None:
-        """Garbage and numbers beyond 64 bits (a 400-digit counter) are garbage."""
+        """Garbage and numbers beyond 64 bits either way (a 400- or 5,000-digit counter)
+        are garbage."""
         path = tmp_path / "value"
         write_attribute(path, f"{text}\n")
 
@@ -223,6 +262,73 @@ class TestKeptFiles:
 
         with pytest.raises(GarbageFile, match=f"^{path}: not a 64-bit integer"):
             KeptFiles().read_int(str(path))
+
+    def test_hex_attributes_read_as_hex(self, tmp_path: Path) -> None:
+        """``base=16`` holds through a kept descriptor: "10" is sixteen, not ten."""
+        write_attribute(tmp_path / "device", "10\n")
+        write_attribute(tmp_path / "vendor", "0x10de\n")
+        files = KeptFiles()
+
+        assert (16, 0x10DE) == (
+            files.read_int(str(tmp_path / "device"), base=16),
+            files.read_int(str(tmp_path / "vendor"), base=16),
+        )
+
+    def test_a_failed_read_closes_its_file(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A kept file whose read fails (EIO), and a file whose first read fails, are
+        unreadable and leave no descriptor open or kept."""
+        kept, fresh = tmp_path / "kept", tmp_path / "fresh"
+        write_attribute(kept, "1\n")
+        write_attribute(fresh, "2\n")
+        files = KeptFiles()
+        files.read_int(str(kept))
+        fail_reads(monkeypatch, path_suffix="/kept", code=errno.EIO)
+        fail_reads(monkeypatch, path_suffix="/fresh", code=errno.EIO)
+        for path in (kept, fresh):
+            with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
+                files.read_int(str(path))
+
+        assert (0, []) == (len(files), _open_under(tmp_path))
+
+    def test_a_device_gone_under_a_kept_file_reads_as_absent(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """sysfs answers ENODEV on a kept descriptor whose device was removed: the file
+        reads as absent, and its descriptor is closed."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        files = KeptFiles()
+        files.read_int(str(path))
+        fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.ENODEV)
+
+        assert (None, 0, []) == (files.read_int(str(path)), len(files), _open_under(tmp_path))
+
+    @pytest.mark.parametrize("failing", ["open", "read"])
+    def test_a_device_gone_past_the_budget_reads_as_absent_too(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+    ) -> None:
+        """A file opened per read (past ``max_open``, or read for the first time) whose
+        device is gone (kernfs answers ENODEV to the open or the read) reads as absent
+        like a kept one, not as unreadable: whether a removed device counts as an error
+        must not depend on the descriptor budget."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        if failing == "read":
+            fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.ENODEV)
+        else:
+            real_open = os.open
+
+            def open_gone(name: str, flags: int, *args: int) -> int:
+                if str(name).endswith("/rx_bytes"):
+                    raise OSError(errno.ENODEV, os.strerror(errno.ENODEV), name)
+                return real_open(name, flags, *args)
+
+            monkeypatch.setattr(os, "open", open_gone)
+        files = KeptFiles(max_open=0)
+
+        assert (None, []) == (files.read_int(str(path)), _open_under(tmp_path))
 
     def test_sweep_closes_files_not_read_since(self, tmp_path: Path) -> None:
         """sweep() keeps what was read since the last sweep and closes the rest."""
@@ -369,6 +475,20 @@ class TestIsSysfsMount:
         mountinfo = _MOUNTINFO.replace("/host/sys ro", "/elsewhere ro") + split + "\n"
         assert expected is is_sysfs_tree(root, mountinfo=mountinfo)
 
+    def test_a_link_is_judged_by_where_it_leads(self, tmp_path: Path) -> None:
+        """A root given through a symbolic link lies on the mount its target lies on."""
+        (tmp_path / "sys").symlink_to("/host/sys")
+        assert is_sysfs_mount(tmp_path / "sys" / "class", mountinfo=_MOUNTINFO)
+
+    def test_the_type_decides_not_the_source(self) -> None:
+        """After the separator comes the filesystem type, then the source, which is free
+        text: sysfs mounted from "none" is sysfs, a tmpfs named "sysfs" is not."""
+        mountinfo = "30 1 0:22 / /a rw - sysfs none rw\n31 1 0:23 / /b rw - tmpfs sysfs rw\n"
+        assert (True, False) == (
+            is_sysfs_mount("/a/class", mountinfo=mountinfo),
+            is_sysfs_mount("/b/class", mountinfo=mountinfo),
+        )
+
     def test_lines_not_in_the_format_are_passed_over(self) -> None:
         broken = "garbage\n\n7 8 -\n9 9 0:1 / /sys rw a b -\n9 9 0:1 / /sys rw\n"
         assert is_sysfs_mount("/sys/class", mountinfo=_MOUNTINFO + broken)
@@ -433,6 +553,7 @@ class TestParseCpulist:
             ("0-1,64-65\n", (0, 1, 64, 65)),
             ("10-11,0-1", (0, 1, 10, 11)),
             ("2-2", (2,)),
+            ("1,64", (1, 64)),  # a set of these iterates 64 first: sorted, not set order
             ("", ()),
             ("\n", ()),
             (f"0-{MAX_CPUS - 1}", tuple(range(MAX_CPUS))),
@@ -454,6 +575,8 @@ class TestParseCpulist:
             ("0-20000000", "not a cpulist range: '0-20000000'"),
             ("0-200000", f"CPU 200000 beyond {MAX_CPUS} CPUs"),
             (",".join([f"0-{MAX_CPUS - 1}"] * 4000), f"more than {MAX_CPUS} CPUs listed"),
+            (f"{MAX_CPUS}", f"CPU {MAX_CPUS} beyond {MAX_CPUS} CPUs"),
+            (f"0-{MAX_CPUS - 1},0", f"more than {MAX_CPUS} CPUs listed"),
         ],
     )
     def test_huge_lists_are_refused_before_expanding(self, text: str, message: str) -> None:
@@ -490,6 +613,17 @@ class TestNodeDirs:
 
         with pytest.raises(CollectorError, match=f"cannot list {system / 'node'}"):
             node_dirs(tmp_path)
+
+
+class TestListSource:
+    def test_entries_come_sorted(self, tmp_path: Path) -> None:
+        """Entries come by name whatever order the filesystem lists them in (hash order
+        on ext4, creation order on btrfs, its reverse on tmpfs: made here in neither)."""
+        names = [f"mlx5_{n:02}" for n in (7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 4)]
+        for name in names:
+            (tmp_path / name).mkdir()
+
+        assert sorted(names) == list_source(tmp_path, absent="none")
 
 
 class TestNames:

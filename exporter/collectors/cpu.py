@@ -224,6 +224,8 @@ def not_backwards(times: CpuTimes, floor: CpuTimes) -> CpuTimes:
     # Both list MODES in order (a prefix of it where the kernel prints fewer columns), so
     # modes pair by position: this runs for every held CPU of every rendered snapshot.
     new, old = times.seconds_by_mode, floor.seconds_by_mode
+    if not (_leading(new) and _leading(old)):
+        return _not_backwards_by_mode(times, floor)
     if len(new) > _IDLE and len(old) > _IDLE and old[_IDLE][1] - new[_IDLE][1] >= JUMP_BACK_S:
         return times
     for n, o in zip(new, old, strict=False):
@@ -233,6 +235,25 @@ def not_backwards(times: CpuTimes, floor: CpuTimes) -> CpuTimes:
         return times  # nothing went back: most CPUs, most polls
     kept = tuple((mode, max(seconds, o[1])) for (mode, seconds), o in zip(new, old, strict=False))
     return CpuTimes(times.cpu, kept + new[len(kept) :])
+
+
+def _leading(seconds: tuple[tuple[str, float], ...]) -> bool:
+    """Whether ``seconds`` lists the leading MODES: a garbage counter the per-line parser
+    refused leaves a gap, and then modes do not pair by position. (The modes come in
+    MODES order, so the last one's place tells.)"""
+    return not seconds or seconds[-1][0] == MODES[len(seconds) - 1]
+
+
+def _not_backwards_by_mode(times: CpuTimes, floor: CpuTimes) -> CpuTimes:
+    """``not_backwards`` for figures with a gap in their modes: modes pair by name."""
+    old = dict(floor.seconds_by_mode)
+    idle, old_idle = dict(times.seconds_by_mode).get("idle"), old.get("idle")
+    if idle is not None and old_idle is not None and old_idle - idle >= JUMP_BACK_S:
+        return times
+    kept = tuple(
+        (mode, max(seconds, old.get(mode, seconds))) for mode, seconds in times.seconds_by_mode
+    )
+    return CpuTimes(times.cpu, kept)
 
 
 def read_proc_stat(path: Path) -> str:

@@ -101,6 +101,23 @@ class TestParseProcStat:
         expected = ((_times(1, 1, 2, 3, 4),), (message,))
         assert expected == parse_proc_stat(text + "cpu1 1 2 3 4\n", user_hz=100)
 
+    def test_short_lines_are_refused_when_all_alike(self) -> None:
+        """Lines all of three counters (the whole-text path's shape check) are refused
+        line by line, as one short line among full ones is."""
+        expected = (
+            (),
+            (
+                "line 1: fewer than 4 counters: 'cpu0 1 2 3'",
+                "line 2: fewer than 4 counters: 'cpu1 4 5 6'",
+            ),
+        )
+        assert expected == parse_proc_stat("cpu0 1 2 3\ncpu1 4 5 6\n", user_hz=100)
+
+    def test_line_without_a_usable_counter_loses_its_cpu(self) -> None:
+        """A CPU none of whose counters is a number is left out, not listed empty."""
+        times, problems = parse_proc_stat("cpu0 x y z w\ncpu1 1 2 3 4\n", user_hz=100)
+        assert ((_times(1, 1, 2, 3, 4),), 4) == (times, len(problems))
+
     def test_repeated_cpu_keeps_the_first(self) -> None:
         """A CPU listed twice keeps its first line; the second is reported."""
         expected = ((_times(0, 1, 2, 3, 4),), ("line 2: cpu0 listed twice",))
@@ -108,7 +125,13 @@ class TestParseProcStat:
 
     @pytest.mark.parametrize(
         ("counter", "shown"),
-        [("x", "x"), ("-3", "-3"), (str(2**64), str(2**64)), ("9" * 400, "9" * 40)],
+        [
+            ("x", "x"),
+            ("-3", "-3"),
+            (str(2**64), str(2**64)),
+            ("9" * 400, "9" * 40),
+            ("9" * 5000, "9" * 40),  # past int()'s 4,300 digits: refused by its shape
+        ],
     )
     def test_bad_counter_loses_that_mode_only(self, counter: str, shown: str) -> None:
         """A counter that is not a 64-bit number (400 digits included) loses that one mode."""
@@ -152,6 +175,13 @@ class TestReadProcStat:
         """A missing /proc/stat is an error naming the path."""
         with pytest.raises(CollectorError, match=f"cannot read {tmp_path / 'stat'}"):
             read_proc_stat(tmp_path / "stat")
+
+    def test_cpu_lines_of_exactly_the_bound_are_read(self, tmp_path: Path) -> None:
+        """cpu lines of exactly 4 MiB are still read: the bound refuses only more."""
+        line = b"cpu0 " + b"1" * (4 * 1024 * 1024 - 6) + b"\n"
+        (tmp_path / "stat").write_bytes(line + b"intr 1\n")
+
+        assert 4 * 1024 * 1024 == len(read_proc_stat(tmp_path / "stat"))
 
     def test_endless_cpu_line_is_refused(self, tmp_path: Path) -> None:
         """cpu lines beyond 4 MiB, even one without a newline, are refused, not read whole."""
@@ -200,6 +230,25 @@ class TestCpuCollector:
         )
         assert expected == _collect(CAPTURED / "proc")
 
+    def test_user_hz_given_is_used(self, tmp_path: Path) -> None:
+        """A USER_HZ given to the collector (not the usual 100) converts the ticks."""
+        (tmp_path / "stat").write_text("cpu0 250 0 125 500\n")
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=250)
+
+        expected = Readings(cpu_times=_by_cpu((_times(0, 250, 0, 125, 500, user_hz=250),)))
+        assert expected == collector.collect()
+
+    def test_captured_h100_vm(self) -> None:
+        """The real 16-vCPU H100 VM (kernel 6.18): 16 CPUs, the usual whole-text shape;
+        cpu0's and cpu15's lines as captured."""
+        times = _collect(CAPTURED.parent / "h100-firecracker" / "proc").cpu_times
+        assert times is not None
+        assert (list(range(16)), _times(0, 85, 0, 84, 6704, 2, 0, 33, 0)) == (
+            list(times),
+            times[0],
+        )
+        assert _times(15, 385, 0, 25, 6460, 12, 0, 1, 0) == times[15]
+
     def test_default_user_hz_comes_from_sysconf(self, tmp_path: Path) -> None:
         """Without an explicit USER_HZ the collector uses the kernel's SC_CLK_TCK."""
         user_hz = os.sysconf("SC_CLK_TCK")
@@ -230,14 +279,17 @@ class TestCpuCollector:
         )
         assert expected == _collect(tmp_path)
 
-    def test_binary_line_loses_that_cpu(self, tmp_path: Path) -> None:
-        """Binary junk in one cpu line loses that line's CPU with an issue."""
+    @pytest.mark.parametrize(
+        ("junk", "shown"), [(b"\x00\x01", "\\x00\\x01"), (b"\xff\xfe", "\ufffd\ufffd")]
+    )
+    def test_binary_line_loses_that_cpu(self, tmp_path: Path, junk: bytes, shown: str) -> None:
+        """Binary junk in one cpu line, ASCII or not, loses that line's CPU with an issue."""
         stat = tmp_path / "stat"
-        stat.write_bytes(b"cpu0 1 2 3 4\ncpu\x00\x01 5 6 7 8\n")
+        stat.write_bytes(b"cpu0 1 2 3 4\ncpu" + junk + b" 5 6 7 8\n")
 
         expected = Readings(
             cpu_times=_by_cpu((_times(0, 1, 2, 3, 4),)),
-            issues=(issue("garbage", f"{stat}: line 2: not a cpu line: 'cpu\\x00\\x01 5 6 7 8'"),),
+            issues=(issue("garbage", f"{stat}: line 2: not a cpu line: 'cpu{shown} 5 6 7 8'"),),
         )
         assert expected == _collect(tmp_path)
 
@@ -285,6 +337,13 @@ class TestProcStatTimes:
         with pytest.raises(KeyError):
             table[2]
         assert dict(table) == {t.cpu: t for t in eager}
+
+    def test_membership_needs_no_lookup_first(self) -> None:
+        """A listed CPU is in the table before its times are converted: the join asks
+        ``in`` of every exclusive CPU before it looks any up."""
+        table = cpu_module._parse_uniform("cpu3 1 2 3 4\ncpu1 5 6 7 8\n", user_hz=100)
+        assert table is not None
+        assert (True, True, False) == (3 in table, 1 in table, 2 in table)
 
     def test_unusual_text_takes_the_per_line_parser(self, tmp_path: Path) -> None:
         """A garbage counter makes the collector fall back and report it, as before."""
@@ -346,6 +405,12 @@ class TestNeverBackwards:
                 id="idle-far-back-is-a-cpu-that-went-offline-and-back",
             ),
             pytest.param(
+                ("cpu0 100 0 50 1000 500 0 0 0\n", "cpu0 5 0 3 700 2 0 0 0\n"),
+                (True, True),
+                (5, 0, 3, 700, 2, 0, 0, 0),
+                id="idle-exactly-jump-back-s-back-restarts-too",
+            ),
+            pytest.param(
                 (
                     "cpu0 100 0 50 1000 500 0 0 0\ncpu1 x 2 3 4\n",
                     "cpu0 100 0 50 1100 490 0 0 0\ncpu1 x 2 3 4\n",
@@ -385,6 +450,23 @@ class TestNeverBackwards:
             look=(True, True, True),
         )
         assert _times(0, 100, 0, 50, 1200, 510, 0, 0, 0) == seen[-1]
+
+    def test_a_garbage_counter_does_not_shift_the_other_modes(self, tmp_path: Path) -> None:
+        """A poll whose user counter is garbage loses user only, and its iowait going
+        back still keeps its last value; the next poll's system is not held up to the
+        last idle time by modes paired out of place."""
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 100000 500 0 0 0\n",
+            "cpu0 x 0 60 100100 499 0 0 0\n",
+            "cpu0 110 0 70 100200 510 0 0 0\n",
+            look=(True, True, True),
+        )
+        assert [
+            _times(0, 100, 0, 50, 100000, 500, 0, 0, 0),
+            CpuTimes(0, _times(0, 0, 0, 60, 100100, 500, 0, 0, 0).seconds_by_mode[1:]),
+            _times(0, 110, 0, 70, 100200, 510, 0, 0, 0),
+        ] == seen
 
     def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
         """Four hours of 10 s polls nobody scraped keep the floors without chaining every

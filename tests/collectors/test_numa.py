@@ -53,6 +53,19 @@ def _tree(sysfs: Path) -> Path:
     return sysfs.joinpath(*NODE_ROOT)
 
 
+def _open_under(root: Path) -> list[str]:
+    """The files under ``root`` this process holds a descriptor on."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        if target.startswith(f"{root}/"):
+            found.append(target)
+    return found
+
+
 def _collect(sysfs: Path) -> Readings:
     return NumaCollector(CollectorContext(sysfs=sysfs)).collect()
 
@@ -110,12 +123,18 @@ class TestParse:
             "Node 0 MemTotal 12 kB",
             f"Node 0 MemTotal: {2**64} kB",
             f"Node 0 MemTotal: {'9' * 400} kB",
+            f"Node 0 MemTotal: {'9' * 5000} kB",  # past int()'s 4,300 digits
         ],
     )
     def test_garbage_line_loses_its_field_only(self, line: str) -> None:
         """A line not shaped like the kernel's, or beyond 64 bits, is reported by number."""
         expected = ({"MemFree": 1024}, (f"line 1: not a node meminfo line: {line[:60]!r}",))
         assert expected == parse_node_meminfo(f"{line}\nNode 0 MemFree: 1 kB\n")
+
+    def test_leading_blank_line_is_skipped(self) -> None:
+        """Kernels before 2.6.28 began the file with an empty line: not a garbage line."""
+        expected = ({"MemTotal": 1024, "MemFree": 2048}, ())
+        assert expected == parse_node_meminfo("\nNode 0 MemTotal: 1 kB\nNode 0 MemFree: 2 kB\n")
 
     @pytest.mark.parametrize(
         ("size_kib", "expected"),
@@ -126,6 +145,7 @@ class TestParse:
             (32768, "hugepages-32Mi"),
             (524288, "hugepages-512Mi"),
             (16777216, "hugepages-16Gi"),
+            (1073741824, "hugepages-1Ti"),  # as resource.Quantity prints it, not 1024Gi
             (3072, "hugepages-3Mi"),
             (1536, "hugepages-1536Ki"),
         ],
@@ -152,6 +172,17 @@ class TestNumaCollector:
             )
         )
         assert expected == _collect(CAPTURED / "sys")
+
+    def test_captured_h100_vm(self) -> None:
+        """The real 16-vCPU H100 VM (kernel 6.18): 4943344 kB in total, 3529340 kB free."""
+        expected = Readings(
+            node_samples=(
+                *_memory("0", 4943344, 3529340),
+                *_hugepages("0", "hugepages-2Mi", 0.0, 0.0),
+                *_hugepages("0", "hugepages-1Gi", 0.0, 0.0),
+            )
+        )
+        assert expected == _collect(CAPTURED.parent / "h100-firecracker" / "sys")
 
     def test_node_without_hugepages(self, tmp_path: Path) -> None:
         """A kernel without hugetlbfs has no hugepages directory: only memory is reported."""
@@ -256,6 +287,37 @@ class TestNumaCollector:
         )
         assert expected == _collect(tmp_path)
 
+    def test_unlistable_hugepages_loses_that_node_s_pages(self, tmp_path: Path) -> None:
+        """A hugepages directory that cannot be listed (a link loop) is unreadable: that
+        node's hugepages are lost with an issue, its memory and other nodes stay."""
+        root = _tree(tmp_path)
+        hugepages = root / "node1" / "hugepages"
+        shutil.rmtree(hugepages)
+        hugepages.symlink_to("hugepages")
+
+        expected = Readings(
+            node_samples=NODE0 + NODE1[:2],
+            issues=(
+                issue(
+                    "unreadable",
+                    f"cannot list {hugepages}: Too many levels of symbolic links",
+                ),
+            ),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_hugepage_count_vanishing_after_listing(self, tmp_path: Path) -> None:
+        """A page count gone when read loses that figure with a vanished issue."""
+        root = _tree(tmp_path)
+        path = root / "node1" / "hugepages" / "hugepages-1048576kB" / "free_hugepages"
+        path.unlink()
+
+        expected = Readings(
+            node_samples=NODE0 + NODE1[:-1],
+            issues=(issue("vanished", f"{path}: gone while its node was read"),),
+        )
+        assert expected == _collect(tmp_path)
+
     def test_absurd_page_size_directory_is_ignored(self, tmp_path: Path) -> None:
         """A hugepages directory named with hundreds of digits, or 0 kB, is not a page size."""
         root = _tree(tmp_path)
@@ -299,15 +361,16 @@ class TestBetweenPolls:
         shutil.rmtree(root / "node1")
 
         readings = collector.collect()
-        still_open = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue  # the listing's own descriptor, closed by now
-            if target.startswith(str(root / "node1")):
-                still_open.append(target)
-        assert (Readings(node_samples=NODE0), []) == (readings, still_open)
+        assert (Readings(node_samples=NODE0), []) == (readings, _open_under(root / "node1"))
+
+    def test_close_releases_every_kept_file(self, tmp_path: Path) -> None:
+        """Closing the collector (the exporter stopping, a reload) closes what it kept."""
+        root = _tree(tmp_path)
+        collector = NumaCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        collector.close()
+
+        assert [] == _open_under(root)
 
 
 class TestRegistration:

@@ -55,6 +55,15 @@ class TestReadCpuNumaMap:
         expected = {0: 0, 1: 0}
         assert expected == read_cpu_numa_map(tmp_path)
 
+    def test_nodes_after_one_without_cpulist_are_still_read(self, tmp_path: Path) -> None:
+        """node0 losing its cpulist does not stop node1's CPUs from being mapped."""
+        root = _node_root(tmp_path)
+        (root / "node0").mkdir(parents=True)
+        write_attribute(root / "node1" / "cpulist", "2-3\n")
+
+        expected = {2: 1, 3: 1}
+        assert expected == read_cpu_numa_map(tmp_path)
+
     def test_non_numa_kernel_gives_empty_map(self, tmp_path: Path) -> None:
         """Without devices/system/node every CPU's node is unknown."""
         expected: dict[int, int] = {}
