@@ -2,7 +2,9 @@
 
 What is read, and how it maps onto the vendor-neutral ``podresources_gpu_*`` families
 (``card`` is ``class/drm/cardN``, ``device`` its PCI device, ``hwmon`` the first
-``device/hwmon/hwmonX`` whose ``name`` is the GPU driver's):
+``device/hwmon/hwmonX`` whose ``name`` is the GPU driver's, else the first of any name:
+a hwmon whose parent is the GPU's own PCI function is registered by the driver bound to
+it, whatever name a driver version gives it):
 
 =================  ==============================================  =====================
 family             amdgpu                                          i915 / xe

@@ -495,6 +495,15 @@ class TestReadDrmCard:
 
         assert INTEL_CARD == read_drm_card(_card_dir(tmp_path, 2), 2, issues=[])
 
+    def test_a_lone_hwmon_of_another_name_is_read(self, tmp_path: Path) -> None:
+        """The GPU function's only hwmon is its driver's, whatever the name a driver
+        version gives it: read, not passed over."""
+        card_dir = _i915(tmp_path)
+        hwmon = card_dir.resolve() / "device" / "hwmon" / "hwmon4"
+        write_attribute(hwmon / "name", "i915_gt\n")
+
+        assert INTEL_CARD == read_drm_card(card_dir, 2, issues=[])
+
     def test_unlistable_drm_and_hwmon_folders_are_issues(self, tmp_path: Path) -> None:
         """A device whose drm/ and hwmon/ cannot be listed (here looping links) has no
         render node and no hwmon figures, and one issue for each folder."""

@@ -586,6 +586,19 @@ class TestPartialFailures:
         )
         assert expected == (readings.devices[-1].samples, readings.issues)
 
+    @pytest.mark.parametrize(("code", "issues"), [(errno.EINVAL, 0), (errno.EIO, 1)])
+    def test_pf_stats_of_a_vf_being_torn_down_are_gone_not_an_error(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, issues: int
+    ) -> None:
+        """MLNX_OFED answers a VF's stats with EINVAL when its vport query fails (the VF
+        being torn down): no figures and no issue, as a netdev being unregistered; EIO
+        is still an error."""
+        _tree(tmp_path)
+        fail_reads(monkeypatch, path_suffix="sriov/0/stats", code=code)
+
+        readings = _collect(tmp_path)
+        assert ((), issues) == (readings.devices[-1].samples, len(readings.issues))
+
     def test_huge_pf_stats_file_is_refused(self, tmp_path: Path) -> None:
         """A per-VF stats file past the read bound (its end cut) gives no figures and an issue."""
         _tree(tmp_path)
