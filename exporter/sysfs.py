@@ -162,7 +162,8 @@ def _open_regular_fd(path: Path | str) -> int:
 
 
 def read_text(path: Path | str) -> str | None:
-    """The stripped contents of a small attribute file, or None when it does not exist.
+    """The stripped contents of a small attribute file, or None when it does not exist
+    (its device gone included: sysfs answers ENODEV).
 
     Raises UnreadableFile or GarbageFile (binary or longer than
     ``MAX_ATTRIBUTE_BYTES``) naming the path.
@@ -171,9 +172,15 @@ def read_text(path: Path | str) -> str | None:
         fd = _open_regular_fd(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except UnreadableFile as error:
+        if failed_with(error, errno.ENODEV):
+            return None  # its device went between the lookup and the open
+        raise
     try:
         data = _read_whole(fd, from_start=False)
     except OSError as error:
+        if error.errno == errno.ENODEV:
+            return None  # its device is gone, as for a kept file
         raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
     finally:
         os.close(fd)

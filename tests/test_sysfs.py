@@ -305,14 +305,15 @@ class TestKeptFiles:
 
         assert (None, 0, []) == (files.read_int(str(path)), len(files), _open_under(tmp_path))
 
+    @pytest.mark.parametrize("kept", [True, False], ids=["past-the-budget", "read_int"])
     @pytest.mark.parametrize("failing", ["open", "read"])
     def test_a_device_gone_past_the_budget_reads_as_absent_too(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str, kept: bool
     ) -> None:
-        """A file opened per read (past ``max_open``, or read for the first time) whose
-        device is gone (kernfs answers ENODEV to the open or the read) reads as absent
-        like a kept one, not as unreadable: whether a removed device counts as an error
-        must not depend on the descriptor budget."""
+        """A file opened per read (past ``max_open``, read for the first time, or by the
+        module's read_int) whose device is gone (kernfs answers ENODEV to the open or the
+        read) reads as absent like a kept one, not as unreadable: whether a removed
+        device counts as an error must not depend on how the file is read."""
         path = tmp_path / "rx_bytes"
         write_attribute(path, "1\n")
         if failing == "read":
@@ -326,9 +327,9 @@ class TestKeptFiles:
                 return real_open(name, flags, *args)
 
             monkeypatch.setattr(os, "open", open_gone)
-        files = KeptFiles(max_open=0)
+        value = KeptFiles(max_open=0).read_int(str(path)) if kept else read_int(path)
 
-        assert (None, []) == (files.read_int(str(path)), _open_under(tmp_path))
+        assert (None, []) == (value, _open_under(tmp_path))
 
     def test_sweep_closes_files_not_read_since(self, tmp_path: Path) -> None:
         """sweep() keeps what was read since the last sweep and closes the rest."""
