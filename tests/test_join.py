@@ -856,6 +856,25 @@ class TestJoinRules:
         assert attached is not None
         assert (Sample(COUNT, 1.0),) == attached.samples
 
+    @pytest.mark.parametrize(
+        "advertised",
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/gpu.shared",  # time-slicing renamed
+            "nvidia.com/pgpu",  # passthrough (KubeVirt)
+            "gpu.nvidia.com",  # the NVIDIA DRA driver
+        ],
+    )
+    def test_every_nvidia_gpu_name_means_nvml_should_be_there(self, advertised: str) -> None:
+        """NVML absent on a node with NVIDIA GPUs under any of the names the NVIDIA stack
+        gives them: the nvml collector, as it declares what it serves, has failed."""
+        nvml = CollectorRun("nvml", True, 0.0, unavailable="no driver", serves=NvmlCollector.serves)
+        (judged,) = judge_collectors((nvml,), advertised=(advertised,))
+        assert (False, f"no driver, but the node has {advertised}") == (
+            judged.success,
+            judged.error,
+        )
+
     def test_a_mig_resource_name_means_nvml_should_be_there(self) -> None:
         """NVML absent on a node advertising nvidia.com/mig-1g.10gb (the mixed strategy's
         names, matched by prefix): the nvml collector has failed, naming the resource."""

@@ -987,7 +987,10 @@ class NvmlCollector(Collector):
             # push the GPUs read after it past their due time, a whole poll later.
             self._poll_started = self._clock()
             count = self._session.device_count()
-            driver = self._driver_info()
+            try:
+                driver = self._driver_info()
+            except _GpuLostError:
+                driver = None  # reported; a call about the driver abandons no GPU
             devices: list[DeviceReading] = []
             for index in range(count):
                 devices.extend(self._read_gpu(index))

@@ -43,6 +43,10 @@
  *                            a driver before R535 ("5[0-2]*.*", "4*") has only the old
  *                            nvmlDeviceGetCurrentClocksThrottleReasons (the other answers
  *                            FUNCTION_NOT_FOUND)
+ *                            Likewise nvmlDeviceGetTemperatureV is new in R565 and
+ *                            nvmlDeviceGetMemoryInfo_v2 in R510: an older driver answers
+ *                            FUNCTION_NOT_FOUND for them (counted as "temperature_v" and
+ *                            "memory_v2", then as "temperature" and "memory")
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
  *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
@@ -62,6 +66,15 @@
  *   mig_off_flag PATH        the GPU's MIG mode reads off while PATH exists (as after
  *                            nvidia-smi -mig 0 and a reset), on otherwise
  *   lost_after N             the GPU is lost after N calls naming it
+ *   mig_pending 0|1          the GPU's pending MIG mode (nvmlDeviceGetMigMode's second
+ *                            answer, in effect after the next GPU reset); default: the
+ *                            current one
+ *   present_flag PATH        a MIG device exists only while PATH exists
+ *   gone_flag PATH           a MIG device exists only while PATH does not exist
+ *   count_error CODE         nvmlDeviceGetCount fails with CODE
+ *   samples_none_success     nvmlDeviceGetProcessUtilization answers SUCCESS with a count
+ *                            of 0 when it holds no sample newer than asked (rather than
+ *                            NOT_FOUND), as some drivers answer the size query
  *   proc compute|graphics|mps PID MEMORY|na [PATH]
  *                            a running process of the device (GPU or MIG) with its used
  *                            memory (na: NVML_VALUE_NOT_AVAILABLE), listed while PATH
@@ -187,13 +200,13 @@ enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
-    F_RETIRED, F_COUNT
+    F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
-    "remap", "retired",
+    "remap", "retired", "temperature_v", "memory_v2", "driver_version",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -250,6 +263,9 @@ typedef struct fake_dev {
     char name[TEXT];
     char pci[TEXT];
     unsigned int minor, mig_mode, max_mig, gi, ci;
+    int mig_pending; /* -1: as the current mode */
+    char present_flag[256]; /* a MIG device exists only while this file exists; "" always */
+    char gone_flag[256];    /* ... only while this file does not exist; "" always */
     unsigned int gi_profile, placement_start, placement_size;
     unsigned int util_gpu, util_mem;
     unsigned long long mem_total, mem_used, mem_reserved;
@@ -294,13 +310,17 @@ static char cuda_error_flag[256];
 static int event_wait_error; /* nvmlEventSetWait_v2 fails with it while the flag exists */
 static char event_wait_flag[256];
 static struct fake_event_set event_sets[4];
+static long last_wait_ms = -1; /* the timeout of the last nvmlEventSetWait_v2 (test hook) */
 static int unprivileged;
+static int count_error; /* nvmlDeviceGetCount fails with it */
+static int samples_none_success; /* no sample: SUCCESS and 0, not NOT_FOUND */
 
 static void reset_device(fake_dev *d, fake_dev *parent) {
     memset(d, 0, sizeof *d);
     d->present = 1;
     d->parent = parent;
     d->lost_after = -1;
+    d->mig_pending = -1;
 }
 
 static int parse_figure(const char *text) {
@@ -336,6 +356,8 @@ static nvmlReturn_t load_config(void) {
     event_wait_error = 0;
     event_wait_flag[0] = '\0';
     unprivileged = 0;
+    count_error = 0;
+    samples_none_success = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
     char line[1024];
@@ -358,6 +380,10 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%d %255s", &cuda_error, cuda_error_flag) == 2;
         } else if (strcmp(key, "event_wait_error") == 0) {
             ok = sscanf(rest, "%d %255s", &event_wait_error, event_wait_flag) == 2;
+        } else if (strcmp(key, "samples_none_success") == 0) {
+            samples_none_success = 1;
+        } else if (strcmp(key, "count_error") == 0) {
+            ok = sscanf(rest, "%d", &count_error) == 1;
         } else if (strcmp(key, "cuda_version") == 0) {
             ok = sscanf(rest, "%d", &cuda_version) == 1;
         } else if (strcmp(key, "driver_version") == 0) {
@@ -474,6 +500,12 @@ static nvmlReturn_t load_config(void) {
                 ok = sscanf(rest, "%llu %255s", &xid->code, xid->flag) >= 1;
                 if (ok) current->xid_count++;
             }
+        } else if (strcmp(key, "mig_pending") == 0) {
+            ok = sscanf(rest, "%d", &current->mig_pending) == 1;
+        } else if (strcmp(key, "present_flag") == 0) {
+            ok = current->parent != NULL && sscanf(rest, "%255s", current->present_flag) == 1;
+        } else if (strcmp(key, "gone_flag") == 0) {
+            ok = current->parent != NULL && sscanf(rest, "%255s", current->gone_flag) == 1;
         } else if (strcmp(key, "lost_after") == 0) {
             ok = sscanf(rest, "%ld", &current->lost_after) == 1;
         } else {
@@ -494,6 +526,14 @@ static fake_dev *lookup(nvmlDevice_t handle) {
     int is_gpu = d >= &gpus[0] && d < &gpus[gpu_count];
     int is_mig = d >= &migs[0][0] && d < &migs[MAX_GPUS - 1][MAX_MIGS];
     return (is_gpu || is_mig) && d->present ? d : NULL;
+}
+
+/* True while a MIG device's present/gone flags say it exists (a GPU always does). */
+static int exists(const fake_dev *d) {
+    if (!d->present) return 0;
+    if (d->present_flag[0] != '\0' && access(d->present_flag, F_OK) != 0) return 0;
+    if (d->gone_flag[0] != '\0' && access(d->gone_flag, F_OK) == 0) return 0;
+    return 1;
 }
 
 /* Counts the call against the physical GPU; true when that GPU is lost. */
@@ -573,7 +613,9 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     }
 }
 
+/* Counted as "driver_version" (not a device call; it cannot be made to fail). */
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    figure_calls[F_DRIVER_VERSION]++;
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     return copy_string(version, length, driver_version);
 }
@@ -624,7 +666,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ty
 /* The next Xid of a registered GPU whose flag file exists, once each; never waits. */
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
                                  unsigned int timeoutms) {
-    (void)timeoutms;
+    last_wait_ms = (long)timeoutms;
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     if (set == NULL || !set->live || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (set->broken) return NVML_ERROR_UNKNOWN;
@@ -665,6 +707,14 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
 
 int fakeNvmlInitCount(void) { return init_count; }
 
+/* The timeout nvmlEventSetWait_v2 was last called with, in ms; -1: never called. */
+long fakeNvmlLastEventWaitMs(void) { return last_wait_ms; }
+
+/* The event types GPU ``index`` is registered for (nvmlDeviceRegisterEvents' mask). */
+unsigned long long fakeNvmlRegisteredEvents(unsigned int index) {
+    return index < gpu_count ? gpus[index].registered_events : 0;
+}
+
 /* Calls made so far of the figure named as in the config's "fail" lines; -1: no such. */
 long fakeNvmlCalls(const char *figure) {
     for (int f = 0; f < F_COUNT; f++) {
@@ -694,6 +744,7 @@ long fakeNvmlStructSize(const char *name) {
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (count_error != 0) return count_error;
     *count = gpu_count;
     return NVML_SUCCESS;
 }
@@ -746,7 +797,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current,
     ENTER(device, F_MIG_MODE);
     if (current == NULL || pending == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     *current = (unsigned int)mig_on(d);
-    *pending = (unsigned int)mig_on(d);
+    *pending = d->mig_pending >= 0 ? (unsigned int)d->mig_pending : (unsigned int)mig_on(d);
     return NVML_SUCCESS;
 }
 
@@ -765,7 +816,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     }
     if (!mig_on(d)) return NVML_ERROR_INVALID_ARGUMENT;
     fake_dev *child = &migs[d - gpus][index];
-    if (!child->present) return NVML_ERROR_NOT_FOUND;
+    if (!exists(child)) return NVML_ERROR_NOT_FOUND;
     *mig = (nvmlDevice_t)child;
     return NVML_SUCCESS;
 }
@@ -794,7 +845,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
     long gpu = d - gpus;
     for (unsigned int slot = 0; slot < MAX_MIGS; slot++) {
         fake_dev *mig = &migs[gpu][slot];
-        if (mig->present && mig->gi == id) {
+        if (exists(mig) && mig->gi == id) {
             gpu_instances[gpu][slot] = mig;
             *instance = (nvmlGpuInstance_t)&gpu_instances[gpu][slot];
             return NVML_SUCCESS;
@@ -840,6 +891,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    figure_calls[F_MEMORY_V2]++;
+    if (atoi(driver_version) < 510) return NVML_ERROR_FUNCTION_NOT_FOUND;
     ENTER(device, F_MEMORY);
     if (aggregate_denied(d)) return NVML_ERROR_NO_PERMISSION;
     if (memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -867,6 +920,8 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
 }
 
 nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temp) {
+    figure_calls[F_TEMPERATURE_V]++;
+    if (atoi(driver_version) < 565) return NVML_ERROR_FUNCTION_NOT_FOUND;
     ENTER(device, F_TEMPERATURE);
     if (temp == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (temp->version != NVML_TEMPERATURE_V1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -1054,6 +1109,10 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     unsigned int found = 0;
     for (unsigned int i = 0; i < d->sample_count; i++) {
         if (d->samples[i].timestamp > lastSeen && flagged(d->samples[i].present_flag)) found++;
+    }
+    if (found == 0 && samples_none_success) {
+        *count = 0;
+        return NVML_SUCCESS;
     }
     if (found == 0) return NVML_ERROR_NOT_FOUND;
     if (utilization == NULL || *count < found) {

@@ -106,6 +106,8 @@ class FakeMig:
     fail: tuple[tuple[str, int], ...] = tuple((figure, NOT_SUPPORTED) for figure in MIG_UNSUPPORTED)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     processes: tuple[FakeProcess, ...] = ()
+    present_flag: Path | None = None  # exists only while this file exists
+    gone_flag: Path | None = None  # exists only while this file does not
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,7 @@ class FakeGpu:
     migs: tuple[FakeMig, ...] = field(default=())
     lost_flag: Path | None = None  # lost while this file exists
     mig_off_flag: Path | None = None  # MIG mode off while this file exists (with migs)
+    mig_pending: int | None = None  # the pending MIG mode; None: the current one
     # Xids the driver raises for it: (code, raised once this file exists; None: at once).
     xids: tuple[tuple[int, Path | None], ...] = ()
     lost_after: int | None = None  # lost after this many calls naming it
@@ -149,6 +152,8 @@ def render_config(
     event_wait_error: tuple[int, Path] | None = None,
     cuda_error: tuple[int, Path] | None = None,
     unprivileged: bool = False,
+    count_error: int | None = None,
+    samples_none_success: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
@@ -166,6 +171,10 @@ def render_config(
         lines.append(f"cuda_version {cuda_version}")
     if unprivileged:
         lines.append("unprivileged")
+    if count_error is not None:
+        lines.append(f"count_error {count_error}")
+    if samples_none_success:
+        lines.append("samples_none_success")
     if driver_version is not None:
         lines.append(f"driver_version {driver_version}")
     for gpu in gpus:
@@ -193,6 +202,8 @@ def render_config(
             lines.append(f"lost_flag {gpu.lost_flag}")
         if gpu.mig_off_flag is not None:
             lines.append(f"mig_off_flag {gpu.mig_off_flag}")
+        if gpu.mig_pending is not None:
+            lines.append(f"mig_pending {gpu.mig_pending}")
         lines += [f"xid {code}" + ("" if flag is None else f" {flag}") for code, flag in gpu.xids]
         if gpu.lost_after is not None:
             lines.append(f"lost_after {gpu.lost_after}")
@@ -210,6 +221,8 @@ def render_config(
                 *(f"fail {figure} {code}" for figure, code in mig.fail),
                 *(f"fail {figure} {code} {path}" for figure, code, path in mig.fail_while),
                 *_process_lines(mig.processes, ()),
+                *(() if mig.present_flag is None else (f"present_flag {mig.present_flag}",)),
+                *(() if mig.gone_flag is None else (f"gone_flag {mig.gone_flag}",)),
             ]
     return "\n".join(lines) + "\n"
 
@@ -233,6 +246,16 @@ class FakeNvmlLibrary:
         if count < 0:
             raise ValueError(f"the fake NVML has no figure {figure!r}")
         return count
+
+    def last_event_wait_ms(self) -> int:
+        """The timeout of the last nvmlEventSetWait_v2 call, in ms (-1: none yet)."""
+        self.cdll.fakeNvmlLastEventWaitMs.restype = ctypes.c_long
+        return int(self.cdll.fakeNvmlLastEventWaitMs())
+
+    def registered_events(self, index: int) -> int:
+        """The event type mask GPU ``index`` is registered for."""
+        self.cdll.fakeNvmlRegisteredEvents.restype = ctypes.c_ulonglong
+        return int(self.cdll.fakeNvmlRegisteredEvents(ctypes.c_uint(index)))
 
     def struct_size(self, name: str) -> int:
         self.cdll.fakeNvmlStructSize.restype = ctypes.c_long

@@ -124,6 +124,29 @@ class TestListing:
         assert second is not None
         assert [0.0, 0.0] == [p.sm_utilization_ratio for p in second[0].processes]
 
+    def test_no_newer_sample_answered_as_success_is_none(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A driver that answers SUCCESS and no count, rather than NOT_FOUND, when it holds
+        no newer sample (pynvml raises even for that): no samples, the processes idle,
+        and no issue."""
+        fake_nvml.configure(TWO_PROCESSES, samples_none_success=True)
+        collector.collect()
+        second = collector.collect()
+        expected = Readings(
+            gpu_processes=(
+                DeviceProcesses(
+                    GPU_KEY,
+                    (
+                        GpuProcess(100, NAMED, 4 * GIB, 0.0),
+                        GpuProcess(200, ProcessOrigin(), None, 0.0),
+                    ),
+                    utilization_supported=True,
+                ),
+            )
+        )
+        assert expected == second
+
     def test_utilization_not_supported(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
     ) -> None:

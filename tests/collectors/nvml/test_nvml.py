@@ -22,6 +22,7 @@ from fake_nvml_support import (
     FUNCTION_NOT_FOUND,
     GIB,
     NO_PERMISSION,
+    NOT_FOUND,
     NOT_SUPPORTED,
     UNKNOWN,
     FakeGpu,
@@ -435,6 +436,215 @@ class TestWholeGpus:
         }
         assert expected == found
 
+    @pytest.mark.parametrize(("reason", "bit"), THROTTLE_REASONS)
+    def test_each_slowdown_bit_is_its_own_reason(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, reason: str, bit: int
+    ) -> None:
+        """One clocks event reason bit at a time: that reason's series is 1, the others 0."""
+        fake_nvml.configure(replace(GPU_A, clocks_event=bit))
+        (gpu,) = collector.collect().devices
+        assert [reason] == [
+            s.label_values[0] for s in gpu.samples if s.spec is GPU_CLOCKS_THROTTLED and s.value
+        ]
+
+    @pytest.mark.parametrize(
+        ("bus_id", "address"),
+        [
+            # NVML prints hex in capitals; the kernel (and the kubelet) in small letters.
+            ("00000000:B1:1F.7", "0000:b1:1f.7"),
+            ("00000001:3A:0C.1", "0001:3a:0c.1"),
+            ("00010000:01:00.0", "10000:01:00.0"),  # a VMD domain: wider than 4 digits
+        ],
+    )
+    def test_every_part_of_the_bus_id_in_kernel_form(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, bus_id: str, address: str
+    ) -> None:
+        """Domain, bus, device and function each as the kernel writes them."""
+        fake_nvml.configure(replace(GPU_A, pci=bus_id))
+        (reading,) = collector.collect().devices
+        assert (HardwareKey(KeyKind.PCI, address), address) == (
+            reading.keys[-1],
+            reading.identity.pci_address,
+        )
+
+    @pytest.mark.parametrize("bus_id", ["garbage", "00000000:17:00.00", "00000000:17:00"])
+    def test_a_bus_id_of_no_known_form_is_no_pci_key(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, bus_id: str
+    ) -> None:
+        """A bus ID that is not NVML's form gives no PCI key (rather than a wrong one or a
+        failed poll); the GPU keeps its other keys and figures."""
+        gpu = replace(GPU_A, pci=bus_id)
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = replace(
+            gpu_reading(gpu, "unused"),
+            keys=(
+                HardwareKey(KeyKind.GPU_UUID, UUID_A),
+                HardwareKey(KeyKind.NVIDIA_MINOR, "0"),
+            ),
+            identity=DeviceIdentity(UUID_A, None, gpu.name, "nvidia"),
+        )
+        assert ((expected,), ()) == (readings.devices, readings.issues)
+
+    def test_retired_pages_series_as_documented(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A GPU before Ampere: the page retirement families by name, each sample with
+        its labels by name (cause=...), as README and the alert rules use them."""
+        fake_nvml.configure(replace(GPU_A, retired=(3, 1, 1), fail=(("remap", NOT_SUPPORTED),)))
+        (reading,) = collector.collect().devices
+        assert [
+            ("podresources_gpu_retired_pages", {"cause": "multiple_single_bit_ecc"}, 3.0),
+            ("podresources_gpu_retired_pages", {"cause": "double_bit_ecc"}, 1.0),
+            ("podresources_gpu_retired_pages_pending", {}, 1.0),
+        ] == [
+            (s.spec.name, dict(zip(s.spec.labels, s.label_values, strict=True)), s.value)
+            for s in reading.samples
+            if s.spec in (GPU_RETIRED_PAGES, GPU_RETIRED_PAGES_PENDING)
+        ]
+
+    def test_a_gpu_without_mig_says_so_without_an_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A GPU before Ampere answers NOT_SUPPORTED for its MIG mode: a whole GPU, read
+        in full, and no issue."""
+        gpu = replace(GPU_A, name="Tesla V100-SXM2-32GB", fail=(("mig_mode", NOT_SUPPORTED),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        assert ((gpu_reading(gpu, "0000:17:00.0"),), ()) == (readings.devices, readings.issues)
+
+    @pytest.mark.parametrize(
+        ("figure", "first_keys", "first_model"),
+        [
+            ("name", 3, None),
+            ("pci", 2, "NVIDIA H100 80GB HBM3"),
+            ("minor", 2, "NVIDIA H100 80GB HBM3"),
+        ],
+    )
+    def test_an_identity_read_that_failed_is_asked_again(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        tmp_path: Path,
+        figure: str,
+        first_keys: int,
+        first_model: str | None,
+    ) -> None:
+        """A GPU's name, PCI address or minor number that fails once (UNKNOWN) is missing
+        from that poll, not for the life of the process: the next poll reads it."""
+        failing = tmp_path / "identity_fails"
+        failing.touch()
+        fake_nvml.configure(replace(GPU_A, fail_while=((figure, UNKNOWN, failing),)))
+        (first,) = collector.collect().devices
+        failing.unlink()
+        (second,) = collector.collect().devices
+        assert (first_keys, first_model, gpu_reading(GPU_A, "0000:17:00.0")) == (
+            len(first.keys),
+            first.identity.model,
+            second,
+        )
+
+    def test_an_identity_nvml_does_not_support_is_read_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A minor number NVML does not support is no issue and no key, and like the
+        rest of a GPU's identity it is not asked again."""
+        fake_nvml.configure(replace(GPU_A, fail=(("minor", NOT_SUPPORTED),)))
+        collector.collect()
+        before = fake_nvml.library.calls("uuid")
+        readings = collector.collect()
+        (reading,) = readings.devices
+        assert (0, [KeyKind.GPU_UUID, KeyKind.PCI], ()) == (
+            fake_nvml.library.calls("uuid") - before,
+            [k.kind for k in reading.keys],
+            readings.issues,
+        )
+
+    @pytest.mark.parametrize(("figure", "call"), [("handle", "device_handle"), ("uuid", "uuid")])
+    def test_a_gpu_nvml_cannot_name_is_left_out(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, figure: str, call: str
+    ) -> None:
+        """A GPU whose handle or UUID read fails has no reading (nothing to name it by)
+        and is an issue; the GPUs after it are read."""
+        fake_nvml.configure(replace(GPU_A, fail=((figure, UNKNOWN),)), GPU_B)
+        readings = collector.collect()
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(gpu_reading(GPU_B, "0000:b1:00.0"),),
+            issues=(issue("UNKNOWN", "GPU index 0", call),),
+        )
+        assert expected == readings
+
+    def test_the_current_mig_mode_counts_not_the_pending_one(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """MIG mode turned off but not yet in effect (no GPU reset since): the GPU is
+        still in MIG mode and its MIG devices are read."""
+        fake_nvml.configure(replace(MIG_GPU, mig_pending=0))
+        assert [UUID_A, MIG_1, MIG_3, MIG_2] == [d.name for d in collector.collect().devices]
+
+
+class TestOldDrivers:
+    def test_a_driver_before_r510_reads_memory_by_the_first_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Without nvmlDeviceGetMemoryInfo_v2 (before R510) memory is read by the first
+        call, whose used memory counts the reserved too; no issue, and v2 is not asked
+        again."""
+        fake_nvml.configure(GPU_A, driver_version="470.256.02")
+        before = fake_nvml.library.calls("memory_v2")
+        collector.collect()
+        readings = collector.collect()
+        total, used, reserved = GPU_A.memory
+        assert (
+            [Sample(GPU_MEMORY_USED, float(used + reserved)), Sample(GPU_MEMORY_TOTAL, total)],
+            (),
+            1,
+        ) == (
+            [
+                s
+                for s in readings.devices[0].samples
+                if s.spec in (GPU_MEMORY_USED, GPU_MEMORY_TOTAL)
+            ],
+            readings.issues,
+            fake_nvml.library.calls("memory_v2") - before,
+        )
+
+    def test_a_driver_before_r565_reads_temperature_by_the_old_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvmlDeviceGetTemperatureV is new in R565: an older driver answers the old
+        nvmlDeviceGetTemperature, asked from then on, and that is no issue."""
+        fake_nvml.configure(replace(GPU_A, temperature=61), driver_version="550.163.01")
+        new, old = fake_nvml.library.calls("temperature_v"), fake_nvml.library.calls("temperature")
+        for _ in range(2):
+            readings = collector.collect()
+        assert ([Sample(GPU_TEMPERATURE, 61.0)], (), 1, 2) == (
+            [s for s in readings.devices[0].samples if s.spec is GPU_TEMPERATURE],
+            readings.issues,
+            fake_nvml.library.calls("temperature_v") - new,
+            fake_nvml.library.calls("temperature") - old,
+        )
+
+    def test_a_failed_temperature_read_by_the_new_call_is_not_an_old_driver(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """Only FUNCTION_NOT_FOUND says the driver predates R565: a temperature read that
+        fails once (UNKNOWN) is that poll's issue, and the next poll asks the new call
+        again, not the deprecated one for good (gone in CUDA 14)."""
+        failing = tmp_path / "temperature_fails"
+        failing.touch()
+        fake_nvml.configure(replace(GPU_A, fail_while=(("temperature", UNKNOWN, failing),)))
+        during = collector.collect()
+        failing.unlink()
+        asked_new = fake_nvml.library.calls("temperature_v")
+        after = collector.collect()
+        assert ([issue("UNKNOWN", UUID_A, "temperature")], 55.0, 1) == (
+            list(during.issues),
+            next(s.value for s in after.devices[0].samples if s.spec is GPU_TEMPERATURE),
+            fake_nvml.library.calls("temperature_v") - asked_new,
+        )
+
 
 class TestMig:
     def test_mig_devices_under_their_keys(
@@ -477,6 +687,82 @@ class TestMig:
         found = attributed_names(collector.collect(), legacy_1, legacy_2, missing)
 
         assert {legacy_1: MIG_1, legacy_2: MIG_2, missing: None} == found
+
+    def test_a_mig_device_nvml_cannot_name_is_left_out(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A MIG device whose UUID read fails has no reading and is an issue naming its
+        slot; the other MIG devices are read."""
+        mig_1, mig_2, mig_3 = MIG_GPU.migs
+        failing = replace(mig_1, fail=(*mig_1.fail, ("uuid", UNKNOWN)))
+        fake_nvml.configure(replace(MIG_GPU, migs=(failing, mig_2, mig_3)))
+        readings = collector.collect()
+        assert ([UUID_A, MIG_3, MIG_2], [issue("UNKNOWN", f"{UUID_A} MIG slot 0", "uuid")]) == (
+            [d.name for d in readings.devices],
+            list(readings.issues),
+        )
+
+    def test_a_mig_device_whose_name_fails_takes_its_gpus_model(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A MIG device's name that fails: its GPU's model stands in, and the issue."""
+        mig_1, mig_2, mig_3 = MIG_GPU.migs
+        failing = replace(mig_1, fail=(*mig_1.fail, ("name", UNKNOWN)))
+        fake_nvml.configure(replace(MIG_GPU, migs=(failing, mig_2, mig_3)))
+        readings = collector.collect()
+        assert (MIG_GPU.name, [issue("UNKNOWN", MIG_1, "name")]) == (
+            next(d.identity.model for d in readings.devices if d.name == MIG_1),
+            list(readings.issues),
+        )
+
+    def test_a_mig_device_without_its_compute_instance_has_no_path_key(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """No compute instance ID, no ``<parent>/<gi>/<ci>`` key (not one ending in
+        None); the GPU instance's keys stay."""
+        mig_1, mig_2, mig_3 = MIG_GPU.migs
+        failing = replace(mig_1, fail=(*mig_1.fail, ("ci", UNKNOWN)))
+        fake_nvml.configure(replace(MIG_GPU, migs=(failing, mig_2, mig_3)))
+        readings = collector.collect()
+        assert (
+            [
+                HardwareKey(KeyKind.MIG_UUID, MIG_1),
+                HardwareKey(KeyKind.NVIDIA_MINOR_GI, "0/1"),
+                HardwareKey(KeyKind.MIG_PLACEMENT, "0/9/0"),
+            ],
+            [issue("UNKNOWN", MIG_1, "compute_instance_id")],
+        ) == (
+            list(next(d.keys for d in readings.devices if d.name == MIG_1)),
+            list(readings.issues),
+        )
+
+    def test_without_the_gpus_minor_mig_devices_have_no_minor_keys(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The parent's minor number failing: MIG devices keep their UUID and path keys,
+        and get none built on the minor (not ``None/1``)."""
+        fake_nvml.configure(replace(MIG_GPU, fail=(*MIG_GPU.fail, ("minor", UNKNOWN))))
+        readings = collector.collect()
+        assert {
+            UUID_A: [KeyKind.GPU_UUID, KeyKind.PCI],
+            MIG_1: [KeyKind.MIG_UUID, KeyKind.MIG_PATH],
+            MIG_2: [KeyKind.MIG_UUID, KeyKind.MIG_PATH],
+            MIG_3: [KeyKind.MIG_UUID, KeyKind.MIG_PATH],
+        } == {d.name: [k.kind for k in d.keys] for d in readings.devices}
+
+    def test_a_gpu_lost_among_its_mig_devices_keeps_those_read(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A GPU lost while its MIG devices are read: the ones read before stay, with
+        their keys; the loss is one issue."""
+        # Call 41 is the second MIG device's name (after the GPU and the first MIG device).
+        fake_nvml.configure(replace(MIG_GPU, lost_after=40))
+        readings = collector.collect()
+        mig_1 = mig_reading(MIG_GPU, MIG_GPU.migs[0], "0000:b1:00.0", answers_for_instance=True)
+        assert ([mig_1], [issue("GPU_IS_LOST", MIG_2, "name")]) == (
+            [d for d in readings.devices if d.name != UUID_A],
+            list(readings.issues),
+        )
 
 
 class TestMigPlacement:
@@ -537,6 +823,33 @@ class TestMigPlacement:
         )
         assert expected == (first, second)
 
+    def test_a_gpu_instance_gone_meanwhile_is_asked_again(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """NOT_FOUND for a GPU instance (destroyed between reading its MIG device and
+        asking its placement) is that poll's issue, not a refusal: the next poll asks
+        again and the placement keys are there."""
+        failing = tmp_path / "gi_gone"
+        failing.touch()
+        gpu = replace(MIG_GPU, fail_while=(("gi_by_id", NOT_FOUND, failing),))
+        fake_nvml.configure(gpu)
+        first = collector.collect()
+        failing.unlink()
+        second = collector.collect()
+
+        def placed(readings: Readings) -> list[str]:
+            return [
+                k.value for d in readings.devices for k in d.keys if k.kind is KeyKind.MIG_PLACEMENT
+            ]
+
+        gone = [issue("NOT_FOUND", mig, "gpu_instance_placement") for mig in (MIG_1, MIG_2, MIG_3)]
+        assert (gone, [], [], ["0/9/0", "0/9/4"]) == (
+            list(first.issues),
+            placed(first),
+            list(second.issues),
+            placed(second),
+        )
+
     async def test_no_permission_counts_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
@@ -566,6 +879,64 @@ class TestMigPlacement:
             second.issues,
             [k for k in placed if k.kind is KeyKind.MIG_PLACEMENT],
         )
+
+    def test_not_supported_is_no_key_and_no_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A GPU instance NVML gives no placement for (NOT_SUPPORTED): no key, no issue."""
+        fake_nvml.configure(replace(MIG_GPU, fail=(*MIG_GPU.fail, ("gi_by_id", NOT_SUPPORTED))))
+        readings = collector.collect()
+        keys = [k for d in readings.devices for k in d.keys if k.kind is KeyKind.MIG_PLACEMENT]
+        assert ([], ()) == (keys, readings.issues)
+
+    def test_a_mig_device_away_for_a_poll_is_asked_afresh(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A placement is kept only for the MIG devices of the last poll: one gone for a
+        poll is asked again when it is back."""
+        gone = tmp_path / "gone"
+        mig_1, mig_2, mig_3 = MIG_GPU.migs
+        fake_nvml.configure(replace(MIG_GPU, migs=(replace(mig_1, gone_flag=gone), mig_2, mig_3)))
+        asked = []
+        for away in (False, True, False, False):
+            gone.touch() if away else gone.unlink(missing_ok=True)
+            # Two calls a placement: the GPU instance, then its information.
+            before = fake_nvml.library.calls("gi_by_id")
+            collector.collect()
+            asked.append(fake_nvml.library.calls("gi_by_id") - before)
+        assert [3, 0, 1, 0] == asked
+
+    def test_a_new_mig_device_in_a_reused_gpu_instance_gets_its_placement(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """GPU instance 1 destroyed and made again with another profile (a new MIG
+        device, GPU instance ID reused): its placement is its own, not the old one's."""
+        remade = tmp_path / "remade"
+        old = FakeMig(0, MIG_1, 1, 0, placement=(9, 0, 4), gone_flag=remade)
+        new = FakeMig(
+            1,
+            MIG_2,
+            1,
+            0,
+            name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+            placement=(19, 2, 1),
+            present_flag=remade,
+        )
+        fake_nvml.configure(replace(MIG_GPU, migs=(old, new)))
+        placed = []
+        for now_remade in (False, True):
+            if now_remade:
+                remade.touch()
+            readings = collector.collect()
+            placed.append(
+                [
+                    (d.name, k.value)
+                    for d in readings.devices
+                    for k in d.keys
+                    if k.kind is KeyKind.MIG_PLACEMENT
+                ]
+            )
+        assert [[(MIG_1, "0/9/0")], [(MIG_2, "0/19/2")]] == placed
 
 
 class TestMigParentPrivileges:
@@ -643,6 +1014,28 @@ class TestMigParentPrivileges:
             list(during.issues),
             list(after.issues),
         )
+
+    def test_mig_turned_off_on_one_gpu_leaves_the_others_refusals(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """One GPU's MIG mode turned off asks that GPU's memory again, not the memory of
+        another GPU that still refuses it."""
+        mig_off = tmp_path / "mig_off"
+        other = replace(
+            MIG_GPU,
+            uuid=UUID_B,
+            minor=1,
+            pci="00000000:C1:00.0",
+            migs=(FakeMig(0, "MIG-44444444-aaaa-bbbb-cccc-dddddddddddd", 1, 0),),
+            mig_off_flag=mig_off,
+        )
+        fake_nvml.configure(MIG_GPU, other, unprivileged=True)
+        collector.collect()
+        mig_off.touch()
+        second = collector.collect()
+        third = collector.collect()
+
+        assert ((), ()) == (second.issues, third.issues)
 
     async def test_counted_once_per_gpu(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -767,6 +1160,31 @@ class TestFigureErrors:
         )
         assert expected == readings.issues
 
+    def test_an_error_pynvml_cannot_name_is_named_by_its_code(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A return code newer than the bindings: still an issue, by its number."""
+        fake_nvml.configure(FakeGpu(UUID_A, fail=(("temperature", 1234),)))
+        readings = collector.collect()
+        assert [issue("CODE_1234", UUID_A, "temperature")] == list(readings.issues)
+
+    def test_no_permission_on_a_gpu_without_mig_is_an_issue_each_poll(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Only a MIG-enabled GPU's refusal is the caller's privileges, asked no more:
+        a whole GPU's NO_PERMISSION is a failed read, reported and asked each poll."""
+        gpu = FakeGpu(UUID_A, fail=(("memory", NO_PERMISSION),))
+        fake_nvml.configure(gpu)
+        first = collector.collect()
+        before = fake_nvml.library.calls("memory")
+        second = collector.collect()
+        refused = [issue("NO_PERMISSION", UUID_A, "memory")]
+        assert (refused, refused, 1) == (
+            list(first.issues),
+            list(second.issues),
+            fake_nvml.library.calls("memory") - before,
+        )
+
     async def test_runner_counts_issues_across_polls(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
@@ -817,6 +1235,16 @@ class TestEnergyInterval:
         seen = self.polls(fake_nvml, (0.0, 10.0, 29.4, 29.6, 40.0, 59.0, 60.0))
 
         assert [(2, both), (0, both), (0, both), (2, both), (0, both), (0, both), (2, both)] == seen
+
+    def test_due_exactly_the_slack_before_the_interval(self, fake_nvml: FakeNvml) -> None:
+        """A poll exactly --collector.nvml.energy-interval less the slack after the
+        reading is due: it reads."""
+        fake_nvml.configure(GPU_A)
+        energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
+
+        seen = self.polls(fake_nvml, (0.0, 30.0 - nvml_module.ENERGY_INTERVAL_SLACK_S))
+
+        assert [(1, energy), (1, energy)] == seen
 
     def test_zero_reads_every_poll(self, fake_nvml: FakeNvml) -> None:
         fake_nvml.configure(GPU_A)
@@ -986,6 +1414,34 @@ class TestDriverInfo:
         expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "")),)
         assert (expected, ()) == (readings.node_samples, readings.issues)
 
+    def test_a_cuda_version_nvml_does_not_support_is_no_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """NOT_SUPPORTED for the CUDA version: cuda_version is "", and that is no error."""
+        unsupported = tmp_path / "unsupported"
+        unsupported.touch()
+        fake_nvml.configure(GPU_A, cuda_error=(NOT_SUPPORTED, unsupported))
+        readings = collector.collect()
+
+        expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "")),)
+        assert (expected, ()) == (readings.node_samples, readings.issues)
+
+    def test_gpu_is_lost_from_a_driver_call_fails_that_read_only(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """GPU_IS_LOST from a call about the driver, which names no GPU: that read's
+        issue, and every GPU is still read (not a poll failed by an internal signal)."""
+        failing = tmp_path / "cuda_fails"
+        failing.touch()
+        fake_nvml.configure(GPU_A, cuda_error=(GPU_IS_LOST_CODE, failing))
+        readings = collector.collect()
+
+        lost = CollectorIssue("GPU_IS_LOST", "driver: cuda_driver_version: NVML GPU_IS_LOST")
+        assert ((gpu_reading(GPU_A, "0000:17:00.0"),), (lost,)) == (
+            readings.devices,
+            readings.issues,
+        )
+
     def test_a_failing_cuda_version_is_asked_again(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
@@ -1008,6 +1464,20 @@ class TestDriverInfo:
             list(first.issues),
             list(second.issues),
             [second.node_samples[0].label_values, third.node_samples[0].label_values],
+        )
+
+    def test_read_once_while_nvml_stays_initialised(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The driver's versions change only with the driver: polls after the first do
+        not ask again."""
+        fake_nvml.configure(GPU_A)
+        collector.collect()
+        before = fake_nvml.library.calls("driver_version")
+        second = collector.collect()
+        assert (0, DRIVER) == (
+            fake_nvml.library.calls("driver_version") - before,
+            second.node_samples,
         )
 
     def test_read_again_after_nvml_is_initialised_afresh(
@@ -1072,6 +1542,81 @@ class TestXidErrors:
         readings = collector.collect()
 
         assert ({}, ()) == (xid_counts(readings, UUID_A), readings.issues)
+
+    def test_registered_for_xids_only_and_never_waits(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The GPU is registered for Xid events alone (not clock or power changes the
+        poll would only throw away), and the drain takes what waits without waiting."""
+        fake_nvml.configure(GPU_A)
+        collector.collect()
+        assert (pynvml.nvmlEventTypeXidCriticalError, 0) == (
+            fake_nvml.library.registered_events(0),
+            fake_nvml.library.last_event_wait_ms(),
+        )
+
+    def test_codes_in_numeric_order(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A GPU's per-code series come in the order of their codes, whatever order the
+        Xids were raised in, so the page reads the same from poll to poll."""
+        raised = tmp_path / "raised"
+        fake_nvml.configure(replace(GPU_A, xids=((79, raised), (119, raised), (13, raised))))
+        collector.collect()
+        raised.touch()
+        (gpu,) = collector.collect().devices
+        assert ["13", "79", "119"] == [
+            s.label_values[0] for s in gpu.samples if s.spec is GPU_XID_ERRORS_BY_CODE
+        ]
+
+    def test_a_board_without_events_is_not_asked_again(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """NOT_SUPPORTED for a GPU's registration is final: later polls do not ask."""
+        fake_nvml.configure(replace(GPU_A, fail=(("events", NOT_SUPPORTED),)))
+        collector.collect()
+        before = fake_nvml.library.calls("events")
+        collector.collect()
+        collector.collect()
+        assert 0 == fake_nvml.library.calls("events") - before
+
+    def test_a_registration_refused_for_one_gpu_costs_the_others_nothing(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """Another GPU's registration refused (not UNKNOWN: the set is sound) is its issue
+        each poll; the set is kept, and the Xids of the GPUs registered with it count."""
+        raised = tmp_path / "raised"
+        gpu_b = replace(GPU_B, fail=(("events", NO_PERMISSION),))
+        fake_nvml.configure(replace(GPU_A, xids=((48, raised),)), gpu_b)
+        first = collector.collect()
+        raised.touch()
+        second = collector.collect()
+
+        refused = CollectorIssue(
+            "NO_PERMISSION", f"Xid events: register_xid_events {UUID_B}: NVML NO_PERMISSION"
+        )
+        assert ([refused], [refused], {"total": 1.0, "48": 1.0}) == (
+            list(first.issues),
+            list(second.issues),
+            xid_counts(second, UUID_A),
+        )
+
+    @pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND])
+    def test_a_driver_without_event_sets_is_quiet_for_good(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path, code: int
+    ) -> None:
+        """nvmlEventSetCreate NOT_SUPPORTED (or missing): no issue and no Xid series,
+        which would say "no errors"; final for the session, so not asked again."""
+        unsupported = tmp_path / "unsupported"
+        unsupported.touch()
+        fake_nvml.configure(replace(GPU_A, xids=((48, None),)), event_set_error=(code, unsupported))
+        first = collector.collect()
+        unsupported.unlink()
+        second = collector.collect()
+        assert [((), {}), ((), {})] == [
+            (first.issues, xid_counts(first, UUID_A)),
+            (second.issues, xid_counts(second, UUID_A)),
+        ]
 
     def test_a_registration_that_fails_is_retried(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
@@ -1336,6 +1881,17 @@ class TestLibrary:
         fake_nvml.configure(GPU_A, init_error=UNKNOWN)
 
         with pytest.raises(CollectorError, match="nvmlInit failed: UNKNOWN") as raised:
+            collector.collect()
+
+        assert not isinstance(raised.value, CollectorUnavailable)
+
+    def test_a_failed_device_count_is_an_error(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvmlDeviceGetCount failing fails the poll, named by its NVML error."""
+        fake_nvml.configure(GPU_A, count_error=UNKNOWN)
+
+        with pytest.raises(CollectorError, match="nvmlDeviceGetCount failed: UNKNOWN") as raised:
             collector.collect()
 
         assert not isinstance(raised.value, CollectorUnavailable)
