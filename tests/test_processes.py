@@ -249,3 +249,89 @@ class TestKeys:
         listed = DeviceProcesses(KEY, (process(10, ALICE, GIB, None),), False)
         (found,) = attribute((opaque,), {KEY: listed})
         assert ((), "") == (found.holders, found.resource)
+
+
+class TestSums:
+    def test_ratios_sum_without_float_noise(self) -> None:
+        """0.1 + 0.2 of one holder is 0.3 on the page, not 0.30000000000000004."""
+        listed = DeviceProcesses(
+            KEY, (process(10, ALICE, GIB, 0.1), process(11, ALICE, GIB, 0.2)), True
+        )
+        (found,) = attribute(SHARED, {KEY: listed})
+        assert (GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", 2 * GIB, 0.3),) == (
+            found.uses
+        )
+
+    def test_unknown_memory_stays_unknown(self) -> None:
+        """NVML gave no memory figure for any of the container's processes: the use says
+        none, not 0 bytes; and a device without utilization samples says so."""
+        listed = DeviceProcesses(
+            KEY, (process(10, ALICE, None, None), process(11, ALICE, None, None)), False
+        )
+        (found,) = attribute(SHARED, {KEY: listed})
+        assert (
+            (GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", None, None),),
+            False,
+        ) == (found.uses, found.utilization_supported)
+
+    def test_a_container_holding_two_replicas_is_one_holder_summed_under_the_first(
+        self,
+    ) -> None:
+        """One container holding replicas ::0 and ::1 of a shared GPU is one holder, its
+        processes summed once, under the first replica the kubelet named."""
+        views = (
+            view("nvidia.com/gpu.shared", f"{GPU}::0", ALICE),
+            view("nvidia.com/gpu.shared", f"{GPU}::1", ALICE),
+        )
+        listed = DeviceProcesses(KEY, (process(10, ALICE, GIB, None),), False)
+        (found,) = attribute(views, {KEY: listed})
+        assert (
+            (ALICE,),
+            (GpuProcessUse(ALICE, "nvidia.com/gpu.shared", f"{GPU}::0", GIB, None),),
+        ) == (found.holders, found.uses)
+
+    def test_one_device_id_held_by_two_containers_is_one_view(self) -> None:
+        """A restartable init container and the main container of a pod both report the
+        GPU: two holders, one (resource, device ID) view."""
+        sidecar = Owner(ALICE.namespace, ALICE.pod, "sidecar")
+        views = (view("nvidia.com/gpu", GPU, ALICE), view("nvidia.com/gpu", GPU, sidecar))
+        listed = DeviceProcesses(KEY, (process(10, sidecar, GIB, None),), False)
+        (found,) = attribute(views, {KEY: listed})
+        assert ((("nvidia.com/gpu", GPU),), (ALICE, sidecar)) == (found.views, found.holders)
+
+    def test_the_device_is_named_by_a_held_view(self) -> None:
+        """A free replica listed before a held one: the device is reported under the
+        held view's resource, not the free one's."""
+        views = (
+            view("nvidia.com/gpu.free", f"{GPU}::0", UNALLOCATED),
+            view("nvidia.com/gpu.shared", f"{GPU}::1", ALICE),
+        )
+        listed = DeviceProcesses(KEY, (process(10, EVE, GIB, None),), False)
+        (found,) = attribute(views, {KEY: listed})
+        assert ("nvidia.com/gpu.shared", GPU) == (found.resource, found.device_id)
+
+
+class TestNamespaces:
+    def test_a_pod_of_the_same_name_in_another_namespace_is_not_the_holder(self) -> None:
+        """The pod-log tree named pod ``jupyter-alice`` of namespace ``staging`` only:
+        ALICE's namesake in another namespace is another pod, foreign."""
+        namesake = Owner("staging", ALICE.pod, "")
+        unnamed = GpuProcess(
+            30, ProcessOrigin("u3", "e" * 64, namesake.namespace, namesake.pod, ""), GIB
+        )
+        (found,) = attribute(SHARED, {KEY: DeviceProcesses(KEY, (unnamed,), False)})
+        assert (
+            (("other_pod", 1), ("host", 0)),
+            (ViewedProcess(unnamed, ProcessKind.OTHER_POD, namesake),),
+        ) == (found.foreign, found.processes)
+
+
+class TestMpsOnAFreeDevice:
+    def test_the_mps_server_alone_is_not_unallocated_use(self) -> None:
+        """No container holds the GPU and only the MPS server runs on it: sharing
+        machinery, no unallocated process."""
+        daemon = Owner("kube-system", "nvidia-device-plugin-mps-control-daemon", "mps")
+        server = GpuProcess(9, origin(daemon), GIB, None, "nvidia-cuda-mps")
+        free = (view("nvidia.com/gpu", GPU, UNALLOCATED),)
+        (found,) = attribute(free, {KEY: DeviceProcesses(KEY, (server,), False)})
+        assert (("unallocated_device", 0),) == found.foreign

@@ -85,18 +85,22 @@ CONTAINER_UNKNOWN = "container_unknown"
 
 # --- /proc/<pid>/cgroup --------------------------------------------------------------
 
-# A pod's cgroup: cgroupfs "pod<uid>", systemd "kubepods[-<qos>]-pod<uid with _>.slice".
-# Static pods' UIDs are 32-hex config hashes.
+# The kubelet's --cgroup-root under the systemd driver prefixes each slice of a pod's
+# path with its components ("-" inside one escaped as "_"): kind sets "/kubelet", so
+# "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort-pod<uid>.slice".
+_ROOT = r"(?:[A-Za-z0-9_]+-)*"
+# A pod's cgroup: cgroupfs "pod<uid>", systemd "[<root>-]kubepods[-<qos>]-pod<uid with
+# _>.slice". Static pods' UIDs are 32-hex config hashes.
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
 # Then the container: cgroupfs "<id>"; systemd "cri-containerd-<id>.scope",
 # "crio-<id>.scope", "docker-<id>.scope" (cri-dockerd). A container may make cgroups of
 # its own below that (systemd in a pod, Slurm's job steps, docker-in-docker): a process
 # in one is still the container's.
 _POD_CONTAINER = re.compile(
-    rf"(?:^|/)(?:kubepods(?:-[a-z]+)?-)?pod(?P<uid>{_UID})(?:\.slice)?"
+    rf"(?:^|/)(?:{_ROOT}kubepods(?:-[a-z]+)?-)?pod(?P<uid>{_UID})(?:\.slice)?"
     r"/(?:(?:cri-containerd|crio|docker)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?(?:/|$)"
 )
-_KUBEPODS = re.compile(r"(?:^|/)kubepods\b")
+_KUBEPODS = re.compile(rf"(?:^|/){_ROOT}kubepods\b")
 
 
 class UnknownCgroupError(ValueError):
@@ -264,6 +268,7 @@ class GpuProcessesCollector(Collector):
     known_errors = (
         PROCESS_EXITED,
         CGROUP_UNKNOWN,
+        CGROUP_UNREADABLE,
         POD_LOGS_MISSING,
         POD_UNKNOWN,
         CONTAINER_UNKNOWN,

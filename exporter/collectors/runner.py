@@ -21,8 +21,11 @@ at deadlines:
 
 A lane stuck in a hung call (a wedged driver call, a read of a stuck file) stays out of
 service until the call returns, then goes idle and serves later polls. Until then later
-polls report that collector failed without starting another call. At the end of each
-poll every idle lane but one ends: once the hang is over, one thread serves again. Lanes
+polls report that collector failed without starting another call. Should the system
+refuse a new lane's thread while every lane is stuck, the calls queued behind them are
+reported not run once they have waited ``timeout_s`` for one: the poll still ends. At
+the end of each poll every idle lane but one ends: once the hang is over, one thread
+serves again. Lanes
 are daemons and hold nothing of a poll while they wait, so a stuck read never blocks
 exit, and outcomes are plain data, never exceptions whose tracebacks would keep earlier
 polls' frames alive.
@@ -74,6 +77,9 @@ class _Outcome:
 
 # For calls a cancelled poll took back before any lane started them.
 _NOT_RUN = _Outcome(0.0, error="not run: the poll was cancelled")
+# For queued calls no lane could take for a whole timeout: every lane is stuck in a hung
+# call and the system refuses another thread (or the bound of one per collector is met).
+_NO_LANE = _Outcome(0.0, error="not run: no worker thread was free or could be started")
 
 
 @dataclass(slots=True, eq=False)
@@ -122,6 +128,7 @@ class _Poll:
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.timed_out: dict[_Call, float] = {}  # call -> how long it had run
         self._lanes_given = 0
+        self._refused_at: float | None = None  # when the queue last could get no lane
         self._give_lane = give_lane
         self._clock = clock
         self._timeout_s = timeout_s
@@ -147,6 +154,15 @@ class _Poll:
                 stalled = True
                 continue
             if started is None:
+                refused_at = self._refused_at
+                if refused_at is not None and now - refused_at >= self._timeout_s:
+                    try:
+                        self.queue.remove(call)
+                    except ValueError:  # a lane took it just now
+                        pending = True
+                        continue
+                    call.outcome = _NO_LANE
+                    continue
                 pending = True
                 continue
             ran = now - started
@@ -161,13 +177,12 @@ class _Poll:
                 next_check = min(next_check, started + self._handover_s)
             else:
                 stalled = True
-        if (
-            self.queue
-            and not progressing
-            and (stalled or not self._lanes_given)
-            and self._give_lane(self)
-        ):
-            self._lanes_given += 1
+        if self.queue and not progressing and (stalled or not self._lanes_given):
+            if self._give_lane(self):
+                self._lanes_given += 1
+                self._refused_at = None
+            elif self._refused_at is None:
+                self._refused_at = now
         if not pending:
             self.done.set_result(None)
             return

@@ -10,8 +10,10 @@ import gc
 import json
 import os
 import shutil
+import socket
 import time
 import types
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +194,10 @@ class TestCollect:
         readings = _collect(tree)
         assert readings.dra is not None
         assert CHECKPOINT_DEVICES == readings.dra.devices
-        assert ["garbage"] == [i.error for i in readings.issues]
+        assert [("garbage", True)] == [
+            (i.error, f"larger than {MAX_METADATA_BYTES} bytes" in i.detail)
+            for i in readings.issues
+        ]
 
     def test_first_cdi_directory_wins(self, tree: Path) -> None:
         """The same CDI device in two directories keeps the first directory's keys."""
@@ -589,3 +594,411 @@ class TestParseCdiSpec:
         """A YAML list is not a spec."""
         with pytest.raises(ValueError, match="mapping"):
             parse_cdi_spec("- a\n- b\n", yaml_format=True)
+
+
+def _nvidia_checkpoint(*claims: dict[str, Any]) -> str:
+    """A v0.4.0 checkpoint of this boot holding ``claims`` (by made-up UIDs)."""
+    prepared = {f"uid-{n}": claim for n, claim in enumerate(claims)}
+    return json.dumps({"v2": {"nodeBootID": BOOT_ID, "preparedClaims": prepared}})
+
+
+def _claim(state: str, *devices: dict[str, Any], **named: str) -> dict[str, Any]:
+    """A v2 claim in ``state`` with one device group of ``devices``."""
+    return {"checkpointState": state, "preparedDevices": [{"devices": list(devices)}], **named}
+
+
+def _gpu(uuid: str, name: str) -> dict[str, Any]:
+    return {"gpu": {"info": {"uuid": uuid}, "device": {"PoolName": "node-a", "DeviceName": name}}}
+
+
+class TestParseCheckpointEntries:
+    def test_a_prepare_started_claim_adds_none_of_its_devices(self) -> None:
+        """A claim still PrepareStarted adds nothing, even where it lists devices: the
+        prepare may have crashed before they existed."""
+        text = _nvidia_checkpoint(
+            _claim("PrepareStarted", _gpu(GPU_5, "gpu-5")),
+            _claim("PrepareCompleted", _gpu(GPU_4, "gpu-4")),
+        )
+        assert ("gpu-4",) == tuple(d.device for d in parse_nvidia_checkpoint(text, boot_id=BOOT_ID))
+
+    def test_a_claim_that_names_itself_names_its_devices(self) -> None:
+        """Where a completed claim carries its name and namespace, its devices do."""
+        text = _nvidia_checkpoint(
+            _claim("PrepareCompleted", _gpu(GPU_4, "gpu-4"), name="train", namespace="ml")
+        )
+        (device,) = parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
+        assert ("ml", "train") == (device.claim_namespace, device.claim_name)
+
+    def test_a_vfio_device_without_a_pci_bus_id_is_left_out(self) -> None:
+        """v25.12 keeps a vfio device's UUID only (pciBusID came after it): a GPU bound to
+        vfio-pci is not in NVML, so nothing names its hardware and no device is made."""
+        vfio = {
+            "vfio": {
+                "info": {"uuid": GPU_4},
+                "device": {"PoolName": "node-a", "DeviceName": "gpu-vfio-4"},
+            }
+        }
+        text = _nvidia_checkpoint(_claim("PrepareCompleted", vfio))
+        assert () == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
+
+    @pytest.mark.parametrize(
+        ("concrete", "expected"),
+        [
+            (  # no ciId: the MIG path needs it, the minor/GI key does not
+                {"parentMinor": 5, "giId": 5, "migUUID": MIG, "parentUUID": GPU_5},
+                (HardwareKey(KeyKind.MIG_UUID, MIG), HardwareKey(KeyKind.NVIDIA_MINOR_GI, "5/5")),
+            ),
+            (  # JSON true is no GI ID
+                {"parentMinor": 5, "giId": True, "ciId": 0, "migUUID": MIG, "parentUUID": GPU_5},
+                (HardwareKey(KeyKind.MIG_UUID, MIG),),
+            ),
+        ],
+    )
+    def test_mig_keys_need_integer_ids(
+        self, concrete: dict[str, Any], expected: tuple[HardwareKey, ...]
+    ) -> None:
+        """A MIG device's path and minor/GI keys are made only of the integers they need."""
+        mig = {"mig": {"concrete": concrete, "device": {"PoolName": "p", "DeviceName": "m"}}}
+        text = _nvidia_checkpoint(_claim("PrepareCompleted", mig))
+        (device,) = parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
+        assert expected == device.keys
+
+    @pytest.mark.parametrize(
+        ("text", "detail"),
+        [
+            ("[" * 200_000, "nested too deeply"),  # json.loads recurses
+            ("[]", "not a JSON object"),
+        ],
+    )
+    def test_a_checkpoint_that_is_no_object_is_garbage(
+        self, tree: Path, text: str, detail: str
+    ) -> None:
+        """A checkpoint nested too deeply for the parser, or a JSON array, loses the
+        checkpoint only, as one garbage issue; the collector goes on."""
+        _checkpoint(tree).write_text(text)
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (METADATA_DEVICES, CDI_DEVICES) == (readings.dra.devices, readings.dra.cdi_devices)
+        assert [("garbage", True)] == [(i.error, detail in i.detail) for i in readings.issues]
+
+
+class TestParseMetadataEntries:
+    def _stream(self, devices: list[dict[str, Any]], **meta: str) -> str:
+        document = {
+            "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+            "kind": "DeviceMetadata",
+            "metadata": meta,
+            "requests": [{"name": "r", "devices": devices}],
+        }
+        return json.dumps(document) + "\n"
+
+    def test_the_objects_own_claim_wins_over_the_directory(self) -> None:
+        """The object names its claim; the directory name is only a stand-in."""
+        text = self._stream(
+            [
+                {
+                    "driver": "gpu.example.com",
+                    "name": "gpu-0",
+                    "attributes": {"uuid": {"string": GPU_4}},
+                }
+            ],
+            name="real-claim",
+            namespace="real-ns",
+        )
+        (device,) = parse_device_metadata(text, claim_namespace="dir-ns", claim_name="dir-claim")
+        assert ("real-ns", "real-claim") == (device.claim_namespace, device.claim_name)
+
+    def test_a_device_without_hardware_attributes_is_left_out(self) -> None:
+        """A device with neither a UUID nor a PCI address (a CPU driver's) names no
+        hardware: it adds nothing."""
+        text = self._stream(
+            [
+                {"driver": "dra.cpu", "name": "cpu-0", "attributes": {"numaNode": {"int": 0}}},
+                {
+                    "driver": "gpu.example.com",
+                    "name": "gpu-1",
+                    "attributes": {"gpu.example.com/uuid": {"string": GPU_5}},
+                },
+            ]
+        )
+        devices = parse_device_metadata(text, claim_namespace="a", claim_name="b")
+        assert (("gpu-1", (HardwareKey(KeyKind.GPU_UUID, GPU_5),)),) == tuple(
+            (d.device, d.keys) for d in devices
+        )
+
+    def test_upper_case_uuid_is_read_as_nvml_writes_it(self) -> None:
+        """A UUID attribute in upper case is the GPU NVML names in lower case."""
+        text = self._stream(
+            [
+                {
+                    "driver": "gpu.example.com",
+                    "name": "gpu-4",
+                    "attributes": {"uuid": {"string": GPU_4.upper()}},
+                }
+            ]
+        )
+        (device,) = parse_device_metadata(text, claim_namespace="a", claim_name="b")
+        assert (HardwareKey(KeyKind.GPU_UUID, GPU_4),) == device.keys
+
+
+class TestCdiKeys:
+    def test_a_uuid_named_twice_is_one_key(self) -> None:
+        """The same GPU UUID in an env value and an annotation is one key."""
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [
+                {
+                    "name": "a",
+                    "annotations": {"example.com/uuid": GPU_4},
+                    "containerEdits": {"env": [f"NVIDIA_VISIBLE_DEVICES={GPU_4}"]},
+                }
+            ],
+        }
+        assert (("vendor.example.com/dev=a", (HardwareKey(KeyKind.GPU_UUID, GPU_4),)),) == (
+            parse_cdi_spec(json.dumps(spec), yaml_format=False)
+        )
+
+
+class TestCollectDegrades:
+    def test_a_bad_metadata_file_loses_only_itself(self, tree: Path) -> None:
+        """Of two metadata files, the one that is not JSON is one issue; the other reads."""
+        claim = tree / "plugins" / SRIOV / "dra-device-metadata" / "net_a-claim" / "vf"
+        claim.mkdir(parents=True)
+        (claim / "metadata.json").write_text("{not json")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CHECKPOINT_DEVICES + METADATA_DEVICES == readings.dra.devices
+        assert [("garbage", True)] == [
+            (i.error, str(claim / "metadata.json") in i.detail) for i in readings.issues
+        ]
+
+    def test_metadata_without_object_claim_is_named_by_its_directory(self, tree: Path) -> None:
+        """A metadata object without its own name and namespace takes the claim
+        directory's ``<namespace>_<claim>``."""
+        path = next((tree / "plugins" / SRIOV).rglob("metadata.json"))
+        documents = [json.loads(line) for line in path.read_text().splitlines()]
+        for document in documents:
+            document["metadata"] = {}
+        path.write_text("".join(json.dumps(d) + "\n" for d in documents))
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert METADATA_DEVICES == readings.dra.devices[len(CHECKPOINT_DEVICES) :]
+
+    def test_an_unlistable_plugins_directory_is_an_issue(self, tree: Path) -> None:
+        """A plugins directory the kernel will not resolve (a symlink loop: ELOOP) is an
+        unreadable issue for the checkpoint and one for the metadata; CDI still reads."""
+        shutil.rmtree(tree / "plugins")
+        (tree / "plugins").symlink_to(tree / "plugins")
+        readings = _collect(tree)
+        assert Readings(dra=DraState(cdi_devices=CDI_DEVICES)) == replace(readings, issues=())
+        assert ["unreadable", "unreadable"] == [i.error for i in readings.issues]
+
+    def test_a_cdi_spec_that_cannot_be_statted_is_an_issue(self, tree: Path) -> None:
+        """A spec name the kernel will not resolve (a symlink loop: ELOOP) is one
+        unreadable issue naming it, not a spec silently skipped."""
+        loop = tree / "cdi" / "loop.json"
+        loop.symlink_to(loop)
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert [("unreadable", True)] == [(i.error, str(loop) in i.detail) for i in readings.issues]
+
+    def test_a_cdi_directory_past_the_entry_cap_is_an_issue(self, tree: Path) -> None:
+        """A CDI directory with more entries than the cap is refused, as one issue, not
+        listed without end; the other sources still read."""
+        crowded = tree / "crowded"
+        crowded.mkdir()
+        for n in range(dra_module.MAX_DIRECTORY_ENTRIES + 1):
+            (crowded / f"{n}.txt").touch()
+        readings = _collect(tree, tree / "cdi", crowded)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert [("garbage", True)] == [(i.error, str(crowded) in i.detail) for i in readings.issues]
+
+    def test_cdi_temporary_files_are_not_read(self, tree: Path) -> None:
+        """The CDI library writes a spec as ``spec.*.tmp`` and renames it: a file that is
+        neither ``.json`` nor ``.yaml`` is not a spec, half-written or not."""
+        (tree / "cdi" / "spec.1234567.tmp").write_text('{"cdiVersion": "0.5.0", "ki')
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (CDI_DEVICES, ()) == (readings.dra.cdi_devices, readings.issues)
+
+
+class TestBootStart:
+    def test_the_boot_started_uptime_seconds_ago_not_idle_seconds(self, tree: Path) -> None:
+        """/proc/uptime's first field dates the boot; the second, idle time summed over
+        CPUs, does not: a file written after the boot but before now less idle is fresh."""
+        (tree / "proc" / "stat").unlink()
+        (tree / "proc" / "uptime").write_text("3600.25 1800.50\n")
+        _install(tree, "v25.12.0", modified_s=time.time() - 2400)
+        assert () == _collect(tree).issues
+
+
+class TestCdiCacheVersions:
+    def _write(self, path: Path, node: str) -> None:
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": node}]}}],
+        }
+        path.write_text(json.dumps(spec))
+
+    def _keys(self, collector: DraCollector) -> tuple[HardwareKey, ...]:
+        dra = collector.collect().dra
+        assert dra is not None
+        return dict(dra.cdi_devices).get("vendor.example.com/dev=a", ())
+
+    def test_a_spec_rewritten_to_another_size_is_read_again(self, tree: Path) -> None:
+        """Rewritten in place within one mtime tick (same inode and mtime), a spec of a
+        new size is a new version."""
+        path = tree / "cdi" / "vendor.example.com-dev.json"
+        self._write(path, "/dev/dri/card1")
+        collector = DraCollector(_context(tree))
+        assert (HardwareKey(KeyKind.DRM_CARD, "1"),) == self._keys(collector)
+        status = path.stat()
+        self._write(path, "/dev/dri/card12")
+        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+        assert (HardwareKey(KeyKind.DRM_CARD, "12"),) == self._keys(collector)
+
+    def test_a_spec_replaced_by_rename_is_read_again(self, tree: Path) -> None:
+        """The CDI library replaces a spec by renaming a new file over it: a new inode is
+        a new version, even of the same size and mtime."""
+        path = tree / "cdi" / "vendor.example.com-dev.json"
+        self._write(path, "/dev/dri/card1")
+        collector = DraCollector(_context(tree))
+        assert (HardwareKey(KeyKind.DRM_CARD, "1"),) == self._keys(collector)
+        status = path.stat()
+        new = tree / "cdi" / "spec.1.tmp"
+        self._write(new, "/dev/dri/card2")
+        os.utime(new, ns=(status.st_atime_ns, status.st_mtime_ns))
+        os.rename(new, path)
+        assert (HardwareKey(KeyKind.DRM_CARD, "2"),) == self._keys(collector)
+
+    def test_the_cache_holds_only_the_specs_still_there(self, tree: Path) -> None:
+        """Transient specs come and go with every claim: the parsed ones of specs that
+        are gone are dropped, so the cache does not grow with the claims a node saw."""
+        collector = DraCollector(_context(tree))
+        for n in range(20):
+            self._write(tree / "cdi" / f"vendor.example.com-dev_{n}.json", f"/dev/dri/card{n}")
+            collector.collect()
+            (tree / "cdi" / f"vendor.example.com-dev_{n}.json").unlink()
+        collector.collect()
+        assert sorted(p.name for p in (tree / "cdi").iterdir()) == sorted(
+            p.name for p in collector._cdi_cache
+        )
+
+
+class TestBootStartFallbacks:
+    def test_a_proc_stat_without_btime_falls_back_to_uptime(self, tree: Path) -> None:
+        """A /proc/stat that says no btime (a virtualised /proc) is passed over for
+        /proc/uptime, not taken as a bad checkpoint."""
+        (tree / "proc" / "stat").write_text("cpu  1 2 3 4\nintr 0\n")
+        (tree / "proc" / "uptime").write_text("3600.25 1800.50\n")
+        _install(tree, "v25.12.0", modified_s=time.time() - 60)
+        assert () == _collect(tree).issues
+
+    def test_an_uptime_that_is_no_number_dates_nothing(self, tree: Path) -> None:
+        """Neither /proc/stat's btime nor a number in /proc/uptime: the boot is not dated
+        and a checkpoint without nodeBootID is stale, not garbage."""
+        (tree / "proc" / "stat").unlink()
+        (tree / "proc" / "uptime").write_text("not-a-number\n")
+        _install(tree, "v25.12.0", modified_s=time.time())
+        assert [("stale_checkpoint", True)] == [
+            (i.error, i.detail.endswith("and no boot time")) for i in _collect(tree).issues
+        ]
+
+
+class TestStreamsAndNames:
+    def test_a_stream_entry_that_is_no_object_is_skipped(self) -> None:
+        """A JSON stream value that is not an object (a newer writer's, or junk) is passed
+        over; the v1alpha1 object after it is read."""
+        document = {
+            "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+            "requests": [
+                {
+                    "name": "r",
+                    "devices": [
+                        {
+                            "driver": "d.example.com",
+                            "name": "x",
+                            "attributes": {"uuid": {"string": GPU_4}},
+                        }
+                    ],
+                }
+            ],
+        }
+        text = "[1, 2]\n" + json.dumps(document) + "\n"
+        (device,) = parse_device_metadata(text, claim_namespace="a", claim_name="b")
+        assert (HardwareKey(KeyKind.GPU_UUID, GPU_4),) == device.keys
+
+    def test_a_cdi_device_without_a_name_is_skipped(self) -> None:
+        """A device entry without a name has no ``<kind>=<name>`` and is passed over."""
+        nodes = {"deviceNodes": [{"path": "/dev/nvidia1"}]}
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [{"containerEdits": nodes}, {"name": "b", "containerEdits": nodes}],
+        }
+        assert (("vendor.example.com/dev=b", (HardwareKey(KeyKind.NVIDIA_MINOR, "1"),)),) == (
+            parse_cdi_spec(json.dumps(spec), yaml_format=False)
+        )
+
+
+class TestListingFailuresStayLocal:
+    def test_one_drivers_unlistable_metadata_loses_that_driver_only(self, tree: Path) -> None:
+        """A driver's metadata directory the kernel will not resolve (ELOOP) is one issue;
+        the next driver's metadata still reads."""
+        broken = tree / "plugins" / "a.example.com" / "dra-device-metadata"
+        broken.parent.mkdir()
+        broken.symlink_to(broken)
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CHECKPOINT_DEVICES + METADATA_DEVICES == readings.dra.devices
+        assert [("unreadable", True)] == [
+            (i.error, str(broken) in i.detail) for i in readings.issues
+        ]
+
+    def test_an_unlistable_cdi_directory_loses_that_directory_only(self, tree: Path) -> None:
+        """A CDI directory the kernel will not resolve (ELOOP) is one issue; the next
+        directory's specs still read."""
+        loop = tree / "cdi-loop"
+        loop.symlink_to(loop)
+        readings = _collect(tree, loop, tree / "cdi")
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert [("unreadable", True)] == [(i.error, str(loop) in i.detail) for i in readings.issues]
+
+
+class TestStrayEntries:
+    def test_a_socket_beside_the_drivers_is_no_driver(self, tree: Path) -> None:
+        """A plugin's socket directly under the plugins directory is not a driver's
+        directory: it has no metadata, and is no issue."""
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(tree / "plugins" / "dra.sock"))
+            readings = _collect(tree)
+        assert readings.dra is not None
+        assert (CHECKPOINT_DEVICES + METADATA_DEVICES, ()) == (
+            readings.dra.devices,
+            readings.issues,
+        )
+
+    def test_a_file_beside_the_request_directories_is_no_request(self, tree: Path) -> None:
+        """A file in a claim's metadata directory is not a request directory: nothing
+        under it to read, and no issue."""
+        claim = next((tree / "plugins" / SRIOV).rglob("metadata.json")).parent.parent
+        (claim / "notes").write_text("x")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (CHECKPOINT_DEVICES + METADATA_DEVICES, ()) == (
+            readings.dra.devices,
+            readings.issues,
+        )
+
+    def test_a_dangling_spec_link_is_a_spec_gone(self, tree: Path) -> None:
+        """A spec name whose link points nowhere is a spec removed since listed: no
+        devices, no issue."""
+        (tree / "cdi" / "gone.json").symlink_to(tree / "cdi" / "nowhere.json")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (CDI_DEVICES, ()) == (readings.dra.cdi_devices, readings.issues)

@@ -15,6 +15,8 @@ from exporter.collectors.base import issue
 from exporter.collectors.gpu_processes import (
     CONTAINER_UNKNOWN,
     POD_UNKNOWN,
+    REGISTRATION,
+    GpuProcessesCollector,
     PodLogIndex,
     UnknownCgroupError,
     name_origin,
@@ -53,6 +55,7 @@ class TestParseCgroup:
             "/init.scope",  # systemd as a pod's init
             "/system.slice/slurmstepd.scope/job_12/step_0/user/task_0",  # Slurm's cgroup v2
             "/" + "b" * 64,  # docker-in-docker: another 64-hex ID deeper down
+            "/job:1/step:0",  # cgroup names may hold ':', the line's separator
         ],
     )
     def test_cgroups_a_container_makes_below_its_own(self, below: str) -> None:
@@ -60,6 +63,20 @@ class TestParseCgroup:
         one belongs to the container (it used to be counted cgroup_unknown and dropped)."""
         text = (CGROUPS / "v2-systemd-containerd").read_text().rstrip("\n") + below + "\n"
         assert ProcessOrigin(pod_uid=UID, container_id=ID) == parse_cgroup(text)
+
+    def test_kubelet_with_a_cgroup_root(self) -> None:
+        """A kubelet with ``--cgroup-root=/kubelet`` (kind, and NVIDIA's nvkind for GPU
+        nodes) on the systemd driver prefixes every slice: ``kubelet-kubepods-...-pod<uid>
+        .slice``. Its pods' processes are theirs, not the host's."""
+        assert ProcessOrigin(pod_uid=UID, container_id=ID) == parse_cgroup(
+            (CGROUPS / "v2-kind").read_text()
+        )
+
+    def test_kubelet_with_a_cgroup_root_pod_level(self) -> None:
+        """Under such a root a pod-level cgroup is still under kubepods: an unknown
+        shape, not a host process."""
+        with pytest.raises(UnknownCgroupError, match="kubelet-kubepods-pod"):
+            parse_cgroup((CGROUPS / "v2-kind-pod-level").read_text())
 
     def test_captured_gke_cgroupfs(self) -> None:
         """A captured cgroupfs/containerd file: UID with dashes, bare 64-hex container ID."""
@@ -106,6 +123,34 @@ def container_id(name: str) -> str:
     return (name.encode().hex() * 64)[:64]
 
 
+class TestRegistration:
+    def test_registration(self) -> None:
+        """The module registers the gpu_processes collector, off by default, serving no
+        resource, with every error label it counts known from the start (so increase()
+        sees the first of each)."""
+        expected = (
+            "gpu_processes",
+            False,
+            GpuProcessesCollector,
+            (),
+            {
+                "process_exited",
+                "cgroup_unknown",
+                "cgroup_unreadable",
+                "pod_logs_missing",
+                "pod_unknown",
+                "container_unknown",
+            },
+        )
+        assert expected == (
+            REGISTRATION.name,
+            REGISTRATION.enabled_by_default,
+            REGISTRATION.factory,
+            GpuProcessesCollector.serves,
+            set(GpuProcessesCollector.known_errors),
+        )
+
+
 class TestPodLogs:
     def test_names(self) -> None:
         """Directory and link names split where Kubernetes names cannot hold '_'."""
@@ -126,6 +171,13 @@ class TestPodLogs:
             },
         )
         assert expected == read_pod_logs(root)
+
+    def test_a_file_named_like_a_pod_directory_is_skipped(self, tmp_path: Path) -> None:
+        """An entry named like a pod's directory that cannot be listed (a stray file, or a
+        pod deleted while the tree is read) loses that entry only."""
+        root = make_pod_logs(tmp_path, {f"team-a_trainer-0_{UID}": ("trainer",)})
+        (root / "team-b_stray-0_0f0f0f0f-0000-0000-0000-000000000000").write_text("")
+        assert {UID: ("team-a", "trainer-0", ("trainer",))} == read_pod_logs(root).pods
 
     def test_missing_tree(self, tmp_path: Path) -> None:
         """A missing pod-log directory is an error the collector counts."""
@@ -157,7 +209,9 @@ class TestNameOrigin:
         """Several containers, no link: the pod is known, the container is not -- counted."""
         named, problem = name_origin(ProcessOrigin(UID, "e" * 64), self.INDEX)
         assert ProcessOrigin(UID, "e" * 64, "team-a", "trainer-0", "") == named
-        assert CONTAINER_UNKNOWN == (problem.error if problem else None)
+        assert issue(
+            CONTAINER_UNKNOWN, "container eeeeeeeeeeee of pod team-a/trainer-0 not named"
+        ) == (problem)
 
     def test_pod_not_in_tree(self) -> None:
         """A UID no pod-log directory names stays unnamed, with a counted issue."""

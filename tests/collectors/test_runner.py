@@ -21,6 +21,7 @@ import pytest
 from freshprocess import run_python
 from structlog.testing import capture_logs
 
+from exporter.collectors import runner as runner_module
 from exporter.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from exporter.collectors.gpu_metrics import GPU_DRIVER_INFO
 from exporter.collectors.runner import MAX_LOGGED_ISSUES, CollectorRunner
@@ -685,3 +686,168 @@ class TestNoLeak:
         # One exception may survive, and with it the last poll's frames; never more.
         assert len(exceptions) <= 1
         assert [] == [name for name, count in Counter(frames).items() if count > 1]
+
+
+class _HangsAfter(Collector):
+    """Takes ``seconds`` of the runner's clock, then blocks until released."""
+
+    name = "hangs_after"
+
+    def __init__(self, clock: _Clock, seconds: float) -> None:
+        super().__init__(CONTEXT)
+        self.release = threading.Event()
+        self._clock = clock
+        self._seconds = seconds
+
+    def collect(self) -> Readings:
+        self._clock.now += self._seconds
+        self.release.wait()
+        return Readings()
+
+
+class TestTimeoutOnTheRunnersClock:
+    async def test_a_call_that_has_run_its_timeout_is_timed_out(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """By the runner's clock, a call that has run exactly its timeout is timed out,
+        and its run lasted that long: the deadline is its own start plus timeout_s."""
+        clock = _Clock()
+        stuck = _HangsAfter(clock, 5.0)
+        runner = make_runner([stuck], timeout_s=5.0, clock=clock)
+        try:
+            (run,) = await asyncio.wait_for(runner.run_all(), BOUND_S)
+        finally:
+            stuck.release.set()
+
+        assert (("hangs_after", False, "timed out after 5s", None), 5.0) == (
+            _summary(run),
+            run.duration_seconds,
+        )
+
+
+class TestThreadsRefused:
+    async def test_a_lane_the_system_refuses_is_logged_and_asked_for_again(
+        self,
+        make_runner: Callable[..., CollectorRunner],
+        hung: _Hung,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Out of threads ("can't start new thread"), the lane a hung call needs is not
+        made: a warning, and the poll asks again at its next check rather than failing."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, working], timeout_s=MIXED_TIMEOUT_S)
+        real_start = threading.Thread.start
+        refused: list[str] = []
+
+        def start(thread: threading.Thread) -> None:
+            if not refused:
+                refused.append(thread.name)
+                raise RuntimeError("can't start new thread")
+            real_start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+        with capture_logs() as logs:
+            runs = await asyncio.wait_for(runner.run_all(), BOUND_S)
+
+        assert (
+            ["collector-lane-1"],
+            [
+                ("hung", False, f"timed out after {MIXED_TIMEOUT_S:g}s", None),
+                ("working", True, None, None),
+            ],
+            ["collector_lane_not_started"],
+        ) == (
+            refused,
+            [_summary(r) for r in runs],
+            [e["event"] for e in logs if e["event"] == "collector_lane_not_started"],
+        )
+
+
+class _CloseFails(_Working):
+    name = "close_fails"
+
+    def close(self) -> None:
+        raise OSError(5, "Input/output error")
+
+
+class TestCloseFailing:
+    async def test_a_close_that_raises_is_logged_and_the_rest_are_closed(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """Shutting down, a collector whose close() raises (NVML's shutdown failing) is a
+        warning; the collectors after it are still closed."""
+        working = _Working(CONTEXT)
+        runner = make_runner([_CloseFails(CONTEXT), working], timeout_s=BOUND_S)
+        await runner.run_all()
+
+        with capture_logs() as logs:
+            runner.close()
+
+        assert (1, ["close_fails"]) == (
+            working.closed,
+            [e["collector"] for e in logs if e["event"] == "collector_close_failed"],
+        )
+
+
+def _polls_alive() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, runner_module._Poll))
+
+
+class TestLanesHoldNothing:
+    async def test_an_idle_lane_holds_no_poll(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """Once a poll is over, no lane keeps it (and with it that poll's readings) while
+        it waits for the next."""
+        runner = make_runner([_Working(CONTEXT)], timeout_s=BOUND_S)
+        await runner.run_all()
+
+        await _until(lambda: _polls_alive() == 0)
+
+
+class TestNoLaneAtAll:
+    async def test_calls_no_lane_can_take_are_not_run_once_their_timeout_is_past(
+        self,
+        make_runner: Callable[..., CollectorRunner],
+        hung: _Hung,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Out of threads while the only lane is stuck in a hung call, the calls queued
+        behind it cannot start: once they have waited a timeout for a lane they are
+        reported not run, and the poll ends (it used to wait for the hang to end)."""
+        working = _Working(CONTEXT)
+        runner = make_runner([hung, working], timeout_s=MIXED_TIMEOUT_S)
+
+        def start(thread: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(threading.Thread, "start", start)
+        runs = await asyncio.wait_for(runner.run_all(), BOUND_S)
+
+        assert [
+            ("hung", False, f"timed out after {MIXED_TIMEOUT_S:g}s", None),
+            ("working", False, "not run: no worker thread was free or could be started", None),
+        ] == [_summary(r) for r in runs]
+
+
+class TestLoopClosed:
+    def test_a_lane_returning_after_the_loop_closed_ends_quietly(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A hung call that returns after the event loop is closed (the process is
+        exiting) ends its lane without an uncaught exception."""
+        hung = _Hung(CONTEXT)
+        raised: list[type[BaseException]] = []
+        monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_type))
+        loop = asyncio.new_event_loop()
+        runner = CollectorRunner([hung], timeout_s=0.05)
+        try:
+            loop.run_until_complete(runner.run_all())
+        finally:
+            loop.close()
+        lane = hung.threads[0]
+        hung.release.set()
+        lane.join(BOUND_S)
+
+        assert ([], False) == (raised, lane.is_alive())

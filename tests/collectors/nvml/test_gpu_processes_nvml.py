@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_nvml_support import (
@@ -595,3 +596,160 @@ class TestSeries:
             'resource="nvidia.com/gpu"} 0.0',
             f"podresources_gpu_foreign_processes{{{foreign}}} 0.0",
         ] == second
+
+
+class TestListsAndPlacing:
+    def test_a_process_in_two_lists_is_one_with_its_larger_memory(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A process with a compute and a graphics context is listed by both: it is one
+        process, with the larger of the two memory figures."""
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, 2 * GIB), FakeProcess(100, GIB, graphics=True)),
+                fail=(("proc_util", NOT_SUPPORTED),),
+            )
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert [(100, 2 * GIB)] == [
+            (p.pid, p.memory_used_bytes) for p in readings.gpu_processes[0].processes
+        ]
+
+    def test_a_gpu_without_mig_support_is_listed_whole(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A GPU that answers NOT_SUPPORTED for its MIG mode (no MIG on that model) is
+        listed as a whole GPU, with no issue."""
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB),),
+                fail=(("mig_mode", NOT_SUPPORTED), ("proc_util", NOT_SUPPORTED)),
+            )
+        )
+        expected = Readings(
+            gpu_processes=(DeviceProcesses(GPU_KEY, (GpuProcess(100, NAMED, GIB, None),), False),)
+        )
+        assert expected == collector.collect()
+
+    @pytest.mark.parametrize("code", [NOT_SUPPORTED, FUNCTION_NOT_FOUND])
+    def test_a_device_with_no_process_list_is_not_reported(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, code: int
+    ) -> None:
+        """A device (or driver) that lists no processes at all gives no figures for it,
+        and it is no fault: no device, no issue."""
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(100, GIB),), fail=(("procs", code),))
+        )
+        assert Readings(gpu_processes=()) == collector.collect()
+
+    def test_host_processes_need_no_pod_log_tree(
+        self, fake_nvml: FakeNvml, fake_nvml_library: object, node: Path
+    ) -> None:
+        """With only host processes on the GPUs the pod-log tree is not read: its absence
+        is no issue."""
+        context = CollectorContext(procfs=node / "proc", pod_logs=node / "missing")
+        collector = GpuProcessesCollector(context)
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(200, GIB),), fail=(("proc_util", NOT_SUPPORTED),))
+        )
+        try:
+            readings = collector.collect()
+        finally:
+            collector.close()
+        assert () == readings.issues
+
+    def test_a_pod_the_log_tree_does_not_know_is_counted(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
+    ) -> None:
+        """A pod's process whose UID has no pod-log directory keeps its UID, unnamed, and
+        counts one pod_unknown issue."""
+        other = "0f0f0f0f-1111-2222-3333-444444444444"
+        write_cgroup(node, 300, POD_CGROUP.replace(UID.replace("-", "_"), other.replace("-", "_")))
+        fake_nvml.configure(FakeGpu(UUID, processes=(FakeProcess(300, GIB),), samples=()))
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert ProcessOrigin(other, CID) == readings.gpu_processes[0].processes[0].origin
+        assert ["pod_unknown"] == [i.error for i in readings.issues]
+
+    @pytest.mark.parametrize(
+        ("error", "label", "kept"),
+        [
+            # The process exited between open() and read() of its cgroup file: the kernel
+            # answers ESRCH, as it answers ENOENT before the open.
+            (ProcessLookupError(3, "No such process"), "process_exited", False),
+            (OSError(5, "Input/output error"), "cgroup_unreadable", True),
+        ],
+    )
+    def test_a_cgroup_read_that_fails(
+        self,
+        fake_nvml: FakeNvml,
+        collector: GpuProcessesCollector,
+        node: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        error: OSError,
+        label: str,
+        kept: bool,
+    ) -> None:
+        """A PID whose cgroup read fails with ESRCH has exited: dropped. Any other failure
+        keeps the process as a pod's we cannot name (never the host's)."""
+        cgroup = node / "proc" / "300" / "cgroup"
+        write_cgroup(node, 300, POD_CGROUP)
+        real = Path.read_text
+
+        def read_text(path: Path, *args: Any, **kwargs: Any) -> str:
+            if path == cgroup:
+                raise error
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "read_text", read_text)
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(100, GIB), FakeProcess(300, GIB)), samples=())
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        placed = {p.pid: p.origin for p in readings.gpu_processes[0].processes}
+        expected = {100: NAMED, **({300: ProcessOrigin(pod_uid="")} if kept else {})}
+        assert (expected, [label]) == (placed, [i.error for i in readings.issues])
+
+    def test_a_gpu_nvml_cannot_open_is_counted(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A GPU whose handle NVML will not give loses its own processes, as one issue
+        naming it; the next GPU is listed."""
+        other = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(100, GIB),), fail=(("handle", UNKNOWN),)),
+            FakeGpu(other, minor=1, processes=(FakeProcess(200, GIB),), samples=()),
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert ([other], [("UNKNOWN", "GPU 0: NVML UNKNOWN")]) == (
+            [d.key.value for d in readings.gpu_processes],
+            [(i.error, i.detail) for i in readings.issues],
+        )
+
+    def test_a_mig_slot_answering_not_supported_is_empty(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """A MIG slot NVML answers NOT_SUPPORTED for (as NOT_FOUND) holds no device: it
+        is passed over without an issue; its siblings are listed."""
+        other = "MIG-22222222-aaaa-bbbb-cccc-dddddddddddd"
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                fail=(("util", NOT_SUPPORTED),),
+                migs=(
+                    FakeMig(0, MIG_UUID, 1, 0, processes=(FakeProcess(100, GIB),)),
+                    FakeMig(1, other, 2, 0, fail=(("uuid", NOT_SUPPORTED),)),
+                ),
+            )
+        )
+        readings = collector.collect()
+        assert readings.gpu_processes is not None
+        assert ([MIG_UUID], ()) == (
+            [d.key.value for d in readings.gpu_processes],
+            readings.issues,
+        )
