@@ -328,7 +328,7 @@ def parse_cdi_spec(
     found: list[tuple[str, tuple[HardwareKey, ...]]] = []
     for device_value in _sequence(spec.get("devices")):
         device = _mapping(device_value)
-        name = _string(device.get("name"))
+        name = _name(device.get("name"))
         if not name:
             continue
         keys = _edit_keys(
@@ -344,10 +344,12 @@ def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tupl
     for value in (*_env_values(edits.get("env")), *annotations.values()):
         for token in (_string(value) or "").split(","):
             _add_uuid(keys, token.strip())
-    # path is the node as the container sees it, /dev/...; hostPath may be relocated
-    # (the GPU operator's driver container: /run/nvidia/driver/dev/nvidia0).
+    # hostPath, where given, is the host's node: the hardware. It may be relocated (the
+    # GPU operator's driver container: /run/nvidia/driver/dev/nvidia0), so it is read
+    # from its last /dev/. path is the node as the container sees it, which a spec may
+    # name otherwise (a render node renumbered inside the container).
     paths = [
-        _string(node.get("path")) or _device_path(_string(node.get("hostPath")) or "")
+        _device_path(_string(node.get("hostPath")) or "") or _string(node.get("path")) or ""
         for node in map(_mapping, _sequence(edits.get("deviceNodes")))
     ]
     # A MIG device's edits hold its parent GPU's nodes (/dev/nvidiaN, and the GPU's DRM
@@ -473,6 +475,14 @@ def _sequence(value: Any) -> Sequence[Any]:
 
 def _string(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _name(value: Any) -> str | None:
+    """A CDI device's name as CDI reads it: sigs.k8s.io/yaml gives a Go string field an
+    unquoted YAML integer or boolean as its text (``name: 0`` is ``"0"``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int) else _string(value)
 
 
 def _integer(value: Any) -> int | None:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import textwrap
 import time
 import types
 from dataclasses import replace
@@ -589,6 +590,36 @@ class TestParseCdiSpec:
             ("vendor.example.com/dev=a", (HardwareKey(KeyKind.NVIDIA_MINOR, "3"),)),
             ("vendor.example.com/dev=b", (HardwareKey(KeyKind.DRM_RENDER, "130"),)),
         ) == parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
+    def test_the_host_node_names_the_hardware_where_the_container_renames_it(self) -> None:
+        """A spec may give a node another name in the container: the hardware is the
+        host's node, hostPath, which CDI's runtimes open for its device numbers."""
+        nodes = [{"path": "/dev/dri/renderD128", "hostPath": "/dev/dri/renderD131"}]
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [{"name": "a", "containerEdits": {"deviceNodes": nodes}}],
+        }
+        assert (
+            ("vendor.example.com/dev=a", (HardwareKey(KeyKind.DRM_RENDER, "131"),)),
+        ) == parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
+    def test_an_unquoted_number_names_a_device_as_cdi_reads_it(self) -> None:
+        """A hand-written spec's ``name: 0`` is the device ``0`` to CDI (sigs.k8s.io/yaml
+        gives a string field the scalar's text), not a device without a name."""
+        text = textwrap.dedent(
+            """\
+            cdiVersion: 0.6.0
+            kind: vendor.example.com/gpu
+            devices:
+              - name: 0
+                containerEdits:
+                  deviceNodes: [{path: /dev/dri/renderD128}]
+            """
+        )
+        assert (
+            ("vendor.example.com/gpu=0", (HardwareKey(KeyKind.DRM_RENDER, "128"),)),
+        ) == parse_cdi_spec(text, yaml_format=True)
 
     def test_not_a_mapping(self) -> None:
         """A YAML list is not a spec."""
