@@ -275,6 +275,7 @@ class CollectorRunner:
         self._lane_numbers = itertools.count()
         self._lanes = [_Lane(next(self._lane_numbers), clock=clock)] if collectors else []
         self._in_flight: dict[str, _Call] = {}  # calls not known to have returned, by name
+        self._lane_refused = False  # the last new lane's thread was refused: logged once
         self._state: dict[str, str] = {}
         self._error_counts: dict[str, Counter[str]] = {
             c.name: Counter(dict.fromkeys(c.known_errors, 0)) for c in collectors
@@ -332,8 +333,11 @@ class CollectorRunner:
             try:
                 lane = _Lane(next(self._lane_numbers), clock=self._clock)
             except RuntimeError as error:  # "can't start new thread"
-                log.warning("collector_lane_not_started", error=str(error))
+                if not self._lane_refused:  # asked again at every check while refused
+                    log.warning("collector_lane_not_started", error=str(error))
+                self._lane_refused = True
                 return False
+            self._lane_refused = False
             self._lanes.append(lane)
         lane.take(poll)
         return True

@@ -823,12 +823,24 @@ class TestNoLaneAtAll:
             raise RuntimeError("can't start new thread")
 
         monkeypatch.setattr(threading.Thread, "start", start)
-        runs = await asyncio.wait_for(runner.run_all(), BOUND_S)
+        with capture_logs() as logs:
+            runs = await asyncio.wait_for(runner.run_all(), BOUND_S)
 
-        assert [
-            ("hung", False, f"timed out after {MIXED_TIMEOUT_S:g}s", None),
-            ("working", False, "not run: no worker thread was free or could be started", None),
-        ] == [_summary(r) for r in runs]
+        assert (
+            [
+                ("hung", False, f"timed out after {MIXED_TIMEOUT_S:g}s", None),
+                (
+                    "working",
+                    False,
+                    "not run: no worker thread was free or could be started",
+                    None,
+                ),
+            ],
+            ["collector_lane_not_started"],  # once, not at every check of the poll
+        ) == (
+            [_summary(r) for r in runs],
+            [e["event"] for e in logs if e["event"] == "collector_lane_not_started"],
+        )
 
 
 class TestLoopClosed:
