@@ -437,10 +437,15 @@ def is_sysfs_mount(path: Path | str, *, mountinfo: str | None = None) -> bool:
 
 
 def parse_boot_time(text: bytes) -> float:
-    """The ``btime`` line of ``/proc/stat``: seconds since the epoch; ValueError if none."""
+    """The ``btime`` line of ``/proc/stat``: seconds since the epoch; ValueError if none
+    or not the kernel's one unsigned integer."""
     for line in text.splitlines():
         if line.startswith(b"btime "):
-            return float(line.split()[1])
+            fields = line.split()
+            # float() alone would take "nan", "1e9" or "1_7": a boot time nothing could use.
+            if len(fields) != 2 or not fields[1].isdigit() or len(fields[1]) > 20:
+                raise ValueError(f"btime is not an unsigned integer: {line[:40]!r}")
+            return float(fields[1])
     raise ValueError("no btime line")
 
 

@@ -284,6 +284,13 @@ class TestParsers:
         with pytest.raises(ValueError, match="no "):
             parse(text)
 
+    @pytest.mark.parametrize("line", [b"btime ", b"btime nan", b"btime 1e9", b"btime 1 2"])
+    def test_a_btime_that_is_not_an_integer_raises(self, line: bytes) -> None:
+        """Anything but the kernel's one unsigned integer is a ValueError (the callers'
+        refusal), not an IndexError or a NaN boot time."""
+        with pytest.raises(ValueError, match="btime is not an unsigned integer"):
+            parse_boot_time(b"cpu 1 2\n" + line + b"\n")
+
 
 @contextmanager
 def _no_descriptor_left() -> Iterator[None]:
