@@ -11,12 +11,12 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from aiohttp.test_utils import TestClient
+from openfiles import held_under
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
@@ -367,17 +367,6 @@ async def test_each_timing_flag_reaches_the_part_that_keeps_it(sim_node: Simulat
     assert (2.0, 4.0, 8.0, 3.0, 8.0, LOOKUP_RATE_PER_S, LOOKUP_BURST) == kept
 
 
-def _held_under(root: Path) -> list[str]:
-    """The files under ``root`` this process holds open."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith(f"{root}/"):
-                held.append(target)
-    return held
-
-
 async def test_close_lets_go_of_the_kubelet_and_the_kept_files(sim_node: SimulatedNode) -> None:
     """Closing the exporter, as SIGTERM's clean-up does, closes the kubelet channel (a
     later call is refused) and every counter file the collectors kept open from poll to
@@ -386,12 +375,12 @@ async def test_close_lets_go_of_the_kubelet_and_the_kept_files(sim_node: Simulat
     exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
     try:
         await exporter.poller.poll_once()
-        kept = _held_under(sim_node.sysfs)
+        kept = held_under(sim_node.sysfs)
     finally:
         await exporter.close()
     with pytest.raises(KubeletError, match="closed"):
         await exporter.client.get_pod(namespace="ml-training", name="trainer-0")
-    assert (True, []) == (len(kept) > 0, _held_under(sim_node.sysfs))
+    assert (True, []) == (len(kept) > 0, held_under(sim_node.sysfs))
 
 
 class TestKubeletFailures:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fifo import error_reading_fifo
+from openfiles import held_under
 from oserrors import fail_reads, page_reads
 
 from exporter.errors import CollectorError
@@ -44,19 +45,6 @@ CAPTURED = Path(__file__).parent / "fixtures" / "captured" / "vm-virtio-2cpu"
 
 def _node_root(sysfs: Path) -> Path:
     return sysfs / "devices" / "system" / "node"
-
-
-def _open_under(root: Path) -> list[str]:
-    """The files under ``root`` this process holds a descriptor on."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the listing's own descriptor, closed by now
-        if target.startswith(f"{root}/"):
-            found.append(target)
-    return found
 
 
 class TestReadText:
@@ -146,7 +134,7 @@ class TestReadText:
             with pytest.raises(UnreadableFile):
                 read_text(tmp_path / name)
 
-        assert ("xe", []) == (read, _open_under(tmp_path))
+        assert ("xe", []) == (read, held_under(tmp_path))
 
     def test_errors_are_collector_errors(self) -> None:
         """Callers that catch CollectorError keep catching both kinds."""
@@ -290,7 +278,7 @@ class TestKeptFiles:
             with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
                 files.read_int(str(path))
 
-        assert (0, []) == (len(files), _open_under(tmp_path))
+        assert (0, []) == (len(files), held_under(tmp_path))
 
     def test_a_device_gone_under_a_kept_file_reads_as_absent(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -303,7 +291,7 @@ class TestKeptFiles:
         files.read_int(str(path))
         fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.ENODEV)
 
-        assert (None, 0, []) == (files.read_int(str(path)), len(files), _open_under(tmp_path))
+        assert (None, 0, []) == (files.read_int(str(path)), len(files), held_under(tmp_path))
 
     @pytest.mark.parametrize("kept", [True, False], ids=["past-the-budget", "read_int"])
     @pytest.mark.parametrize("failing", ["open", "read"])
@@ -329,7 +317,7 @@ class TestKeptFiles:
             monkeypatch.setattr(os, "open", open_gone)
         value = KeptFiles(max_open=0).read_int(str(path)) if kept else read_int(path)
 
-        assert (None, []) == (value, _open_under(tmp_path))
+        assert (None, []) == (value, held_under(tmp_path))
 
     def test_sweep_closes_files_not_read_since(self, tmp_path: Path) -> None:
         """sweep() keeps what was read since the last sweep and closes the rest."""

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from openfiles import held_under
 from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
@@ -665,17 +666,6 @@ class TestPartialFailures:
         assert [(issues, vf0), (issues, vf0)] == [(p.issues, p.devices[-1].identity) for p in polls]
 
 
-def _open_paths() -> list[str]:
-    """Where this process's open file descriptors lead."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            found.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            continue  # the listing's own descriptor, closed by now
-    return found
-
-
 class TestBetweenPolls:
     """One collector polled again and again: what it keeps must follow the tree."""
 
@@ -696,7 +686,7 @@ class TestBetweenPolls:
         (tmp_path / "class" / "net" / "eth0").unlink()
 
         readings = collector.collect()
-        still_open = [p for p in _open_paths() if p.startswith(str(interface_dir))]
+        still_open = held_under(interface_dir)
         assert (_without(_expected_tree(tick=0), "eth0"), []) == (
             readings.devices,
             still_open,
@@ -789,4 +779,4 @@ class TestBetweenPolls:
         collector.collect()
         collector.close()
 
-        assert [] == [p for p in _open_paths() if p.startswith(str(tmp_path))]
+        assert [] == held_under(tmp_path)

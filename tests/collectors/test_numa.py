@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from openfiles import held_under
 
 from exporter.collectors.base import (
     CollectorContext,
@@ -51,19 +52,6 @@ CAPTURED = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu
 def _tree(sysfs: Path) -> Path:
     node_fixture.write(sysfs, HARDWARE, tick=0)
     return sysfs.joinpath(*NODE_ROOT)
-
-
-def _open_under(root: Path) -> list[str]:
-    """The files under ``root`` this process holds a descriptor on."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the listing's own descriptor, closed by now
-        if target.startswith(f"{root}/"):
-            found.append(target)
-    return found
 
 
 def _collect(sysfs: Path) -> Readings:
@@ -361,7 +349,7 @@ class TestBetweenPolls:
         shutil.rmtree(root / "node1")
 
         readings = collector.collect()
-        assert (Readings(node_samples=NODE0), []) == (readings, _open_under(root / "node1"))
+        assert (Readings(node_samples=NODE0), []) == (readings, held_under(root / "node1"))
 
     def test_close_releases_every_kept_file(self, tmp_path: Path) -> None:
         """Closing the collector (the exporter stopping, a reload) closes what it kept."""
@@ -370,7 +358,7 @@ class TestBetweenPolls:
         collector.collect()
         collector.close()
 
-        assert [] == _open_under(root)
+        assert [] == held_under(root)
 
 
 class TestRegistration:

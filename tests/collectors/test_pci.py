@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from openfiles import held_under
 from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
@@ -452,26 +453,15 @@ class TestBetweenPolls:
         for _ in range(NUMA_RECHECK_POLLS):
             collector.collect()
         vf_dir = str(pci_device_dir(tmp_path, VF.pci_address))
-        kept_before = [p for p in _open_paths() if p.startswith(vf_dir)]
+        kept_before = held_under(vf_dir)
         _function_dir(tmp_path, VF.pci_address).unlink()
         for _ in range(NUMA_RECHECK_POLLS):
             collector.collect()
-        kept_after = [p for p in _open_paths() if p.startswith(vf_dir)]
+        kept_after = held_under(vf_dir)
         collector.close()
 
-        closed = [p for p in _open_paths() if p.startswith(str(tmp_path))]
+        closed = held_under(tmp_path)
         assert ([f"{vf_dir}/numa_node"], [], []) == (kept_before, kept_after, closed)
-
-
-def _open_paths() -> list[str]:
-    """Where this process's open file descriptors lead."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            found.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            continue  # the listing's own descriptor, closed by now
-    return found
 
 
 class TestRegistration:
