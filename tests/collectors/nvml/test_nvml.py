@@ -1874,24 +1874,17 @@ class TestLibrary:
             Readings(node_samples=DRIVER, devices=(gpu_reading(GPU_A, "0000:17:00.0"),)) == readings
         )
 
-    def test_other_init_failure_is_an_error(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    @pytest.mark.parametrize(
+        ("failing", "call"), [("init_error", "nvmlInit"), ("count_error", "nvmlDeviceGetCount")]
+    )
+    def test_other_init_or_count_failure_is_an_error(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, failing: str, call: str
     ) -> None:
-        """An nvmlInit failure other than a missing driver fails the collector."""
-        fake_nvml.configure(GPU_A, init_error=UNKNOWN)
+        """nvmlInit failing other than for a missing driver, or nvmlDeviceGetCount failing,
+        fails the poll (not an unavailable source), named by its NVML error."""
+        fake_nvml.configure(GPU_A, **{failing: UNKNOWN})
 
-        with pytest.raises(CollectorError, match="nvmlInit failed: UNKNOWN") as raised:
-            collector.collect()
-
-        assert not isinstance(raised.value, CollectorUnavailable)
-
-    def test_a_failed_device_count_is_an_error(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
-    ) -> None:
-        """nvmlDeviceGetCount failing fails the poll, named by its NVML error."""
-        fake_nvml.configure(GPU_A, count_error=UNKNOWN)
-
-        with pytest.raises(CollectorError, match="nvmlDeviceGetCount failed: UNKNOWN") as raised:
+        with pytest.raises(CollectorError, match=f"{call} failed: UNKNOWN") as raised:
             collector.collect()
 
         assert not isinstance(raised.value, CollectorUnavailable)
