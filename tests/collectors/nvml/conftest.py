@@ -38,7 +38,14 @@ def fake_nvml_library(tmp_path_factory: pytest.TempPathFactory) -> FakeNvmlLibra
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.skip("gcc is not installed: cannot build the fake libnvidia-ml.so.1")
-    path = tmp_path_factory.mktemp("fake_nvml") / "libnvidia-ml.so.1"
+    folder = tmp_path_factory.mktemp("fake_nvml")
+    # Debian's gcc only recommends the C library's headers (libc6-dev): without them
+    # nothing can be built, which is a missing tool, not a broken fake.
+    probe = folder / "probe.c"
+    probe.write_text("#include <stdio.h>\nint main(void) { return 0; }\n")
+    if subprocess.run([gcc, "-o", folder / "probe", probe], capture_output=True).returncode:
+        pytest.skip("gcc cannot build against the C library: its headers are missing (libc6-dev)")
+    path = folder / "libnvidia-ml.so.1"
     built = subprocess.run(
         [gcc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o", path, SOURCE],
         capture_output=True,
