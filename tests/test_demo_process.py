@@ -144,4 +144,5 @@ def test_demo_shows_pods_with_owner_labels(demo_url: str) -> None:
     ]
     assert [] != nvidia
     status, body = _get(f"{demo_url}/debug/allocations?pod=trainer-0")
-    assert json.loads(body)["pods"][0]["containers"][0]["devices"][0]["telemetry"]["figures"]
+    containers = {c["name"]: c for c in json.loads(body)["pods"][0]["containers"]}
+    assert containers["trainer"]["devices"][0]["telemetry"]["figures"]

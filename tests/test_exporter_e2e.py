@@ -579,7 +579,7 @@ class TestDebugEndpoints:
         await exporter.poller.poll_once()
         body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
         assert body["source"] == "kubelet Get"
-        assert [c["name"] for c in body["pods"][0]["containers"]] == ["trainer", "log-shipper"]
+        assert [c["name"] for c in body["pods"][0]["containers"]] == ["log-shipper", "trainer"]
         sim_node.kubelet.disabled.add("v1.Get")
         body = await (await client.get("/debug/allocations/ml-training/trainer-0")).json()
         assert body["source"].startswith("snapshot")

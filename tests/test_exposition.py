@@ -172,7 +172,7 @@ class TestCaches:
         it is now, not as the warm cache last had it."""
         before = await _demo_snapshot(sim_node)
         pod = next(p for p in before.pods if p.name == "trainer-0")
-        changed = (change(pod.containers[0]), *pod.containers[1:])
+        changed = tuple(change(c) if c.owner.container == "trainer" else c for c in pod.containers)
         after = replace(
             before,
             pods=tuple(replace(p, containers=changed) if p is pod else p for p in before.pods),

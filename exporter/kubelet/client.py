@@ -107,9 +107,10 @@ _PROBE_NAME = "-probe-"
 
 _NOT_FOUND = re.compile(r"^pod \S* in namespace \S* not found")
 # The kubelet's words for a method its feature gate turns off ("PodResources API Get
-# method disabled", "PodResources API GetAllocatableResources disabled"), whole: a
-# not-found message naming a pod "nightly-disabled-check" must not read as one.
-_DISABLED = re.compile(r"PodResources API \w+( method)? disabled")
+# method disabled", "Pod Resources API GetAllocatableResources disabled": server_v1.go
+# spells them differently), whole: a not-found message naming a pod
+# "nightly-disabled-check" must not read as one.
+_DISABLED = re.compile(r"Pod ?Resources API \w+( method)? disabled")
 _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 _SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")  # gRPC: "larger than max (20971780 vs. 16777216)"
 

@@ -12,8 +12,8 @@ Four drivers, each as its real counterpart names devices and writes node-local f
   and ``dra-demo/dpdk-b`` of two pods, each with its own share ID;
 - ``gpu.example.com`` (in ``exporter.sim.scenario``): no files at all, unresolvable.
 
-The kubelet builds a ClaimResource's ``cdi_devices`` once per driver, so both NVIDIA
-devices carry both CDI names, the MIG device's first.
+The kubelet builds a ClaimResource's ``cdi_devices`` once per driver, growing device by
+device, so the MIG device carries GPU 4's CDI name before its own.
 """
 
 from __future__ import annotations
@@ -199,8 +199,14 @@ def cdi_device(claim: SimDraClaim, device: SimDraDevice) -> str | None:
 
 
 def claim_devices(claim: SimDraClaim) -> tuple[ClaimDevice, ...]:
-    """The ClaimResources the kubelet reports for ``claim``."""
+    """The ClaimResources the kubelet reports for ``claim``.
+
+    The kubelet appends each device's CDI IDs to one list per driver and hands each
+    ClaimResource that list as it stands (pkg/kubelet/cm/container_manager_linux.go,
+    ``GetDynamicResources``): a device carries its own CDI IDs after those of the same
+    driver's devices before it, never those of devices after it."""
     cdi_by_driver: dict[str, list[str]] = {}
+    devices: list[ClaimDevice] = []
     for entry in claim.entries:
         names = cdi_by_driver.setdefault(entry.device.driver, [])
         if isinstance(entry.device, SimAmdGpu) and not names:
@@ -209,17 +215,17 @@ def claim_devices(claim: SimDraClaim) -> tuple[ClaimDevice, ...]:
             # KEP-5304: the bind mount of the request's metadata file.
             names.append(f"{entry.device.driver}/metadata={claim.uid}_{entry.request}")
         elif (name := cdi_device(claim, entry.device)) is not None:
-            names.insert(0, name)  # not in device order: the kubelet keeps the driver's
-    return tuple(
-        ClaimDevice(
-            driver=entry.device.driver,
-            pool=POOL,
-            device=entry.device.name,
-            share_id=entry.share_id,
-            cdi_devices=tuple(cdi_by_driver[entry.device.driver]),
+            names.append(name)
+        devices.append(
+            ClaimDevice(
+                driver=entry.device.driver,
+                pool=POOL,
+                device=entry.device.name,
+                share_id=entry.share_id,
+                cdi_devices=tuple(names),
+            )
         )
-        for entry in claim.entries
-    )
+    return tuple(devices)
 
 
 def demo_dra_pods(claims: tuple[SimDraClaim, ...]) -> tuple[PodResources, ...]:

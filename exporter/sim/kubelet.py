@@ -64,10 +64,12 @@ V1_GET = "v1.Get"
 V1ALPHA1_LIST = "v1alpha1.List"
 METHODS = (V1_LIST, V1_GET_ALLOCATABLE, V1_GET, V1ALPHA1_LIST)
 
-# What the kubelet answers, word for word (pkg/kubelet/apis/podresources).
+# What the kubelet answers, word for word (pkg/kubelet/apis/podresources/server_v1.go):
+# "Pod Resources" in two words for GetAllocatableResources (kubelets 1.21 to 1.29, gate
+# KubeletPodResourcesGetAllocatable), one for Get (gate KubeletPodResourcesGet).
 DISABLED_MESSAGES = {
     V1_GET: "PodResources API Get method disabled",
-    V1_GET_ALLOCATABLE: "PodResources API GetAllocatableResources disabled",
+    V1_GET_ALLOCATABLE: "Pod Resources API GetAllocatableResources disabled",
 }
 RATE_LIMIT_MESSAGE = "rejected by rate limit"
 KUBELET_RATE_LIMIT_QPS = 100.0  # the real kubelet's limit for the whole socket

@@ -190,6 +190,9 @@ class DemoScenario:
                 "ml-training",
                 "trainer-0",
                 (
+                    # A restartable init container (sidecar): reported, holds nothing. The
+                    # kubelet lists these first, before the pod's containers (server_v1.go).
+                    ContainerResources("log-shipper"),
                     ContainerResources(
                         "trainer",
                         devices=(
@@ -203,8 +206,6 @@ class DemoScenario:
                             MemoryBlock("hugepages-1Gi", 8 * GIB, (0,)),
                         ),
                     ),
-                    # A restartable init container (sidecar): reported, holds nothing.
-                    ContainerResources("log-shipper"),
                 ),
             ),
             PodResources(

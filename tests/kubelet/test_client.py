@@ -375,15 +375,15 @@ class TestCapabilities:
     async def test_disabled_allocatable_raises_method_unavailable(
         self, sim: SimKubelet, client: KubeletClient
     ) -> None:
-        """GetAllocatableResources disabled raises MethodUnavailable and marks it unavailable."""
+        """GetAllocatableResources disabled raises MethodUnavailable and marks it unavailable,
+        though the kubelet spells it "Pod Resources API GetAllocatableResources disabled"."""
         sim.disabled = {V1_GET_ALLOCATABLE}
-        with pytest.raises(MethodUnavailable):
+        with pytest.raises(MethodUnavailable) as caught:
             await client.get_allocatable()
-        assert client.api_status() == {
-            "List": True,
-            "GetAllocatableResources": False,
-            "Get": True,
-        }
+        assert (caught.value.message, client.api_status()) == (
+            "GetAllocatableResources: UNKNOWN: Pod Resources API GetAllocatableResources disabled",
+            {"List": True, "GetAllocatableResources": False, "Get": True},
+        )
 
     async def test_probe_get_reports_available(
         self, sim: SimKubelet, client: KubeletClient

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from exporter.sim.hardware import GIB
-from exporter.sim.scenario import DenseScenario, dense_hardware
+from exporter.sim.scenario import CHURN_SLOTS, DenseScenario, dense_hardware
 
 
 def test_default_shape() -> None:
@@ -43,3 +43,15 @@ def test_issue_node_shape() -> None:
     assert {("main", "sidecar", "log-shipper")} == {
         tuple(c.name for c in p.containers) for p in state.pods
     }
+
+
+def test_every_other_pod_holds_a_cpu_and_each_tick_renames_one_slot() -> None:
+    """Exclusive CPUs go to every other pod, one each; a tick renames the pods of one
+    churn slot in CHURN_SLOTS and keeps the rest."""
+    scenario = DenseScenario.create(pod_count=250)
+    now, later = (scenario.state_at(t).pods for t in (0, 1))
+    held = [len(p.containers[0].cpu_ids) for p in now]
+    renamed = [a.name for a, b in zip(now, later, strict=True) if a.name != b.name]
+
+    assert (held[::2], held[1::2]) == ([1] * 125, [0] * 125)
+    assert len(renamed) == 250 // CHURN_SLOTS

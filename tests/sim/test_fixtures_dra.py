@@ -236,16 +236,16 @@ class TestResolution:
 
 
 class TestKubeletView:
-    def test_cdi_devices_out_of_order(self) -> None:
-        """The kubelet lists the claim's NVIDIA CDI devices on both, the MIG one first."""
+    def test_cdi_devices_grow_device_by_device(self) -> None:
+        """The kubelet appends each device's CDI IDs to one list per driver and hands each
+        ClaimResource the list so far (container_manager_linux.go GetDynamicResources):
+        GPU 4 carries its own name only, the MIG device GPU 4's and then its own."""
         claim = dict((c.claim_name, c) for _, c in _claims())["llm-gpus"]
-        names = (
-            f"k8s.gpu.nvidia.com/claim={NVIDIA_UID}-{MIG_NAME}",
-            f"k8s.gpu.nvidia.com/claim={NVIDIA_UID}-gpu-4",
-        )
+        gpu4 = f"k8s.gpu.nvidia.com/claim={NVIDIA_UID}-gpu-4"
+        mig = f"k8s.gpu.nvidia.com/claim={NVIDIA_UID}-{MIG_NAME}"
         assert [
-            ClaimDevice("gpu.nvidia.com", "demo-node", "gpu-4", cdi_devices=names),
-            ClaimDevice("gpu.nvidia.com", "demo-node", MIG_NAME, cdi_devices=names),
+            ClaimDevice("gpu.nvidia.com", "demo-node", "gpu-4", cdi_devices=(gpu4,)),
+            ClaimDevice("gpu.nvidia.com", "demo-node", MIG_NAME, cdi_devices=(gpu4, mig)),
         ] == list(claim.devices)
 
     def test_shared_device_has_two_owners(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,8 @@ from exporter.model import (
     PodResources,
 )
 from exporter.sim.kubelet import (
+    KUBELET_RATE_LIMIT_BURST,
+    KUBELET_RATE_LIMIT_QPS,
     PADDING_NAMESPACE,
     V1_GET,
     V1_GET_ALLOCATABLE,
@@ -102,6 +104,10 @@ async def status_of(call: Any) -> tuple[str, str]:
     return caught.value.code().name, caught.value.details()
 
 
+def _trainer_0(reply: v1.ListPodResourcesResponse) -> v1.PodResources:
+    return next(p for p in reply.pod_resources if p.name == "trainer-0")
+
+
 class TestServing:
     async def test_v1_list_serves_state(self, sim: SimKubelet, stub: Any) -> None:
         """v1 List answers with the pods set by set_state."""
@@ -143,6 +149,18 @@ class TestServing:
         )
         assert await status_of(call) == ("UNKNOWN", "pod gone in namespace ml not found")
 
+    async def test_get_finds_the_pod_by_namespace_too(self, sim: SimKubelet, stub: Any) -> None:
+        """Get looks the pod up by namespace and name (GetPodByName): the same name in
+        another namespace is not found."""
+        call = stub.Get(
+            v1.GetPodResourcesRequest(pod_name="trainer-0", pod_namespace="default"),
+            timeout=TIMEOUT_S,
+        )
+        assert await status_of(call) == (
+            "UNKNOWN",
+            "pod trainer-0 in namespace default not found",
+        )
+
     async def test_set_state_takes_effect_at_once(self, sim: SimKubelet, stub: Any) -> None:
         """A new state is what the next call sees."""
         sim.set_state(pods=(), allocatable=ALLOCATABLE)
@@ -182,7 +200,8 @@ class TestMisbehaviour:
         assert (failed[0], len(reply.pod_resources)) == ("UNIMPLEMENTED", 1)
 
     async def test_disabled_answers_kubelet_messages(self, sim: SimKubelet, stub: Any) -> None:
-        """Disabled Get and GetAllocatableResources answer UNKNOWN with the kubelet's words."""
+        """Disabled Get and GetAllocatableResources answer UNKNOWN with the kubelet's words,
+        spelled as server_v1.go spells them: "Pod Resources" in two words for the latter."""
         sim.disabled = {V1_GET, V1_GET_ALLOCATABLE}
         get = await status_of(stub.Get(v1.GetPodResourcesRequest(), timeout=TIMEOUT_S))
         allocatable = await status_of(
@@ -190,7 +209,7 @@ class TestMisbehaviour:
         )
         assert (get, allocatable) == (
             ("UNKNOWN", "PodResources API Get method disabled"),
-            ("UNKNOWN", "PodResources API GetAllocatableResources disabled"),
+            ("UNKNOWN", "Pod Resources API GetAllocatableResources disabled"),
         )
 
     async def test_dynamic_resources_gate_off(self, sim: SimKubelet, stub: Any) -> None:
@@ -234,6 +253,19 @@ class TestMisbehaviour:
         now[0] = 0.019
         rejected = await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S))
         now[0] = 0.021
+        assert (rejected[0], len((await list_v1(stub)).pod_resources)) == ("RESOURCE_EXHAUSTED", 1)
+
+    async def test_rate_limit_at_the_kubelets_values(self, sim: SimKubelet, stub: Any) -> None:
+        """At the kubelet's DefaultQPS 100 and DefaultBurstTokens 10 (podresources
+        grpc/ratelimit.go): ten calls at once, the eleventh refused, one more 10 ms on."""
+        now = [0.0]
+        sim.rate_limit(
+            qps=KUBELET_RATE_LIMIT_QPS, burst=KUBELET_RATE_LIMIT_BURST, clock=lambda: now[0]
+        )
+        for _ in range(10):
+            await list_v1(stub)
+        rejected = await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S))
+        now[0] = 0.0101
         assert (rejected[0], len((await list_v1(stub)).pod_resources)) == ("RESOURCE_EXHAUSTED", 1)
 
     async def test_clear_rate_limit(self, sim: SimKubelet, stub: Any) -> None:
@@ -285,8 +317,50 @@ class TestMisbehaviour:
             {p.namespace for p in pods[1:]},
         ) == (True, POD, {PADDING_NAMESPACE})
 
+    async def test_padding_smaller_than_one_id_still_pads(self, sim: SimKubelet, stub: Any) -> None:
+        """Replies grow by at least padding_bytes, however few: one byte adds a pod."""
+        plain = (await list_v1(stub)).ByteSize()
+        sim.padding_bytes = 1
+        assert (await list_v1(stub)).ByteSize() > plain
+
+    async def test_padding_follows_its_knobs(self, sim: SimKubelet, stub: Any) -> None:
+        """Changing padding_bytes or padding_id_bytes between calls changes the padding;
+        padding pods keep their shape (one entry of all their IDs) under kubelet_order."""
+
+        def padding(reply: v1.ListPodResourcesResponse) -> list[tuple[int, set[int]]]:
+            return [
+                (
+                    len(p.containers[0].devices),
+                    {len(i) for i in p.containers[0].devices[0].device_ids},
+                )
+                for p in reply.pod_resources
+                if p.namespace == PADDING_NAMESPACE
+            ]
+
+        sim.padding_bytes, sim.padding_id_bytes = 1000, 100
+        first = padding(await list_v1(stub))
+        sim.padding_id_bytes = 50
+        shorter = padding(await list_v1(stub))
+        sim.padding_bytes = 60_000
+        more = padding(await list_v1(stub))
+        assert (first, shorter, more) == ([(1, {100})], [(1, {50})], [(1, {50})] * 3)
+
+    async def test_padding_reaches_v1alpha1_too(self, sim: SimKubelet, alpha_stub: Any) -> None:
+        """v1alpha1 List answers the same padded pods as v1 List."""
+        sim.padding_bytes = 64 * 1024
+        reply = await alpha_stub.List(v1alpha1.ListPodResourcesRequest(), timeout=TIMEOUT_S)
+        assert (reply.ByteSize() > 64 * 1024, {p.namespace for p in reply.pod_resources}) == (
+            True,
+            {"ml", PADDING_NAMESPACE},
+        )
+
 
 class TestLifecycle:
+    async def test_start_twice_is_refused(self, sim: SimKubelet) -> None:
+        """A second start() of a running kubelet raises instead of serving twice."""
+        with pytest.raises(RuntimeError, match="already started"):
+            await sim.start()
+
     async def test_stop_removes_socket(self, sim: SimKubelet, socket_path: str) -> None:
         """stop() removes the socket file, like a kubelet going down."""
         await sim.stop()
@@ -349,6 +423,31 @@ class TestKubeletOrder:
         assert len({r.SerializeToString() for r in replies}) == 4
         assert {pods_from_list_response(r) for r in replies} == {self.BUSY}
 
+    async def test_order_keeps_everything_else(self, sim: SimKubelet, stub: Any) -> None:
+        """Containers stay in the pod's order (sidecar first), and a claim's devices and
+        the pod-level CPU ids come back whole, however shuffled."""
+        claim = DynamicResource(
+            "gpus",
+            "ml",
+            tuple(ClaimDevice("gpu.nvidia.com", "node-a", f"gpu-{i}") for i in range(3)),
+        )
+        pod = PodResources(
+            namespace="ml",
+            name="trainer-0",
+            containers=(
+                ContainerResources(name="log-shipper"),
+                ContainerResources(name="main", cpu_ids=(4, 5), dynamic_resources=(claim,)),
+                ContainerResources(name="metrics"),
+            ),
+            cpu_ids=(2, 3, 4, 5),
+        )
+        sim.set_state(pods=(pod,))
+        replies = [await list_v1(stub) for _ in range(3)]
+        assert {pods_from_list_response(r) for r in replies} == {(pod,)}
+        assert {tuple(c.name for c in r.pod_resources[0].containers) for r in replies} == {
+            ("log-shipper", "main", "metrics")
+        }
+
     async def test_every_device_is_an_entry_per_numa_node(self, sim: SimKubelet, stub: Any) -> None:
         """As containerDevicesFromResourceDeviceInstances sends them: one ID, one node."""
         sim.set_state(pods=self.BUSY[:1])
@@ -360,6 +459,68 @@ class TestKubeletOrder:
         assert entries == sorted(
             ("nvidia.com/gpu", (f"GPU-0-{i}",), (node,)) for i in range(4) for node in (0, 1)
         )
+
+    @pytest.mark.parametrize(
+        "part",
+        [
+            pytest.param(lambda r: [p.name for p in r.pod_resources], id="pods"),
+            pytest.param(
+                lambda r: [d.device_ids[0] for d in _trainer_0(r).containers[0].devices],
+                id="device-entries",
+            ),
+            pytest.param(lambda r: list(_trainer_0(r).containers[0].cpu_ids), id="cpu-ids"),
+        ],
+    )
+    async def test_each_part_comes_in_a_new_order(
+        self, sim: SimKubelet, stub: Any, part: Callable[[v1.ListPodResourcesResponse], list[Any]]
+    ) -> None:
+        """Pods, a container's device entries and its CPU ids each change order between
+        replies (the pod manager's, device manager's and cpuset's maps)."""
+        sim.set_state(pods=self.BUSY)
+        orders = {tuple(part(await list_v1(stub))) for _ in range(4)}
+        assert (len(orders), len({tuple(sorted(o)) for o in orders})) == (4, 1)
+
+    async def test_allocatable_in_kubelet_order(self, sim: SimKubelet, stub: Any) -> None:
+        """GetAllocatableResources sends one entry per device and NUMA node, a device
+        without topology as one entry without any, and devices and CPU ids in a new
+        order each call (containerDevicesFromResourceDeviceInstances, UnsortedList)."""
+        sim.set_state(
+            pods=(),
+            allocatable=AllocatableResources(
+                devices=(
+                    DeviceGroup("nvidia.com/gpu", tuple(f"GPU-{i}" for i in range(4)), (0, 1)),
+                    DeviceGroup("example.com/nic", ("0000:01:00.0",)),
+                ),
+                cpu_ids=tuple(range(16)),
+            ),
+        )
+        replies = [
+            await stub.GetAllocatableResources(v1.AllocatableResourcesRequest(), timeout=TIMEOUT_S)
+            for _ in range(4)
+        ]
+        entries = {
+            frozenset(
+                (
+                    d.resource_name,
+                    tuple(d.device_ids),
+                    d.HasField("topology"),
+                    *(n.ID for n in d.topology.nodes),
+                )
+                for d in r.devices
+            )
+            for r in replies
+        }
+        assert entries == {
+            frozenset(
+                {("example.com/nic", ("0000:01:00.0",), False)}
+                | {("nvidia.com/gpu", (f"GPU-{i}",), True, n) for i in range(4) for n in (0, 1)}
+            )
+        }
+        assert (
+            len({tuple(d.device_ids[0] for d in r.devices) for r in replies}),
+            len({tuple(r.cpu_ids) for r in replies}),
+            {tuple(sorted(r.cpu_ids)) for r in replies},
+        ) == (4, 4, {tuple(range(16))})
 
     async def test_off_answers_the_same_bytes(self, sim: SimKubelet, stub: Any) -> None:
         """Without kubelet_order, an unchanged state answers byte-identical replies."""

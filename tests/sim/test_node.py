@@ -6,8 +6,9 @@ import asyncio
 import threading
 import time
 
+from exporter.model import ContainerResources
 from exporter.sim.node import SimulatedNode
-from exporter.sim.scenario import DemoScenario
+from exporter.sim.scenario import CHURN_PERIOD_TICKS, DemoScenario
 
 
 class TestStop:
@@ -30,3 +31,43 @@ class TestStop:
         await node.stop()
         await asyncio.sleep(0.5)  # past the write, had it been left running
         assert not node.root.exists()
+
+
+class TestDemoKubeletState:
+    def test_restartable_init_containers_come_first(self) -> None:
+        """The kubelet's List and Get walk the pod's restartable init containers (sidecars)
+        before its containers (pkg/kubelet/apis/podresources/server_v1.go), so trainer-0's
+        log-shipper sidecar is its first container, not its last."""
+        pods = DemoScenario.create().state_at(0).pods
+        trainer = next(p for p in pods if (p.namespace, p.name) == ("ml-training", "trainer-0"))
+        assert [c.name for c in trainer.containers] == ["log-shipper", "trainer"]
+
+    def test_pods_holding_nothing_are_listed(self) -> None:
+        """The kubelet lists every active pod, whatever it holds (server_v1.go List):
+        the demo has pods with no device, CPU, memory or claim."""
+        pods = DemoScenario.create().state_at(0).pods
+        empty = {
+            (p.namespace, p.name)
+            for p in pods
+            if all(c == ContainerResources(c.name) for c in p.containers) and not p.cpu_ids
+        }
+        assert {
+            ("default", "web-frontend-5c7b9"),
+            ("kube-system", "nvidia-device-plugin-x2k8f"),
+        } <= empty
+
+    def test_the_batch_pod_comes_and_goes_every_churn_period(self) -> None:
+        """The etl pod lives for CHURN_PERIOD_TICKS ticks, is gone as long, then a new one
+        comes: the same pods within a period."""
+        scenario = DemoScenario.create()
+
+        def batch(tick: int) -> list[str]:
+            return [p.name for p in scenario.state_at(tick).pods if p.namespace == "batch"]
+
+        assert [batch(t) for t in range(0, 4 * CHURN_PERIOD_TICKS, CHURN_PERIOD_TICKS)] == [
+            ["etl-0"],
+            [],
+            ["etl-1"],
+            [],
+        ]
+        assert {tuple(batch(t)) for t in range(CHURN_PERIOD_TICKS)} == {("etl-0",)}

@@ -27,7 +27,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_UTILIZATION,
     GPU_XID_ERRORS,
 )
-from exporter.collectors.nvml import NvmlCollector, NvmlGpuInstancePlacement, NvmlHandle
+from exporter.collectors.nvml import NvmlCollector, NvmlError, NvmlGpuInstancePlacement, NvmlHandle
 from exporter.model import DeviceIdentity, DeviceReading, HardwareKey, KeyKind, Readings, Sample
 from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import GIB, demo_hardware
@@ -336,3 +336,72 @@ class TestOverTime:
 
         expected = (48_081_600.0, 48_137_250.0)
         assert expected == (before, after)
+
+
+class TestSourceAsNvml:
+    """SimulatedNvmlSource answers as NVML's own calls do."""
+
+    @pytest.fixture
+    def source(self, clock: Clock) -> SimulatedNvmlSource:
+        source = SimulatedNvmlSource(HARDWARE, clock=clock)
+        source.init()
+        return source
+
+    def test_refuses_calls_before_init(self, clock: Clock) -> None:
+        """Before nvmlInit every call answers UNINITIALIZED."""
+        with pytest.raises(NvmlError) as caught:
+            SimulatedNvmlSource(HARDWARE, clock=clock).device_count()
+        assert caught.value.error_name == "UNINITIALIZED"
+
+    def test_pci_bus_id_as_nvml_writes_it(self, source: SimulatedNvmlSource) -> None:
+        """nvmlPciInfo_t.busId: an 8-digit domain, upper-case hex."""
+        assert source.pci_bus_id(source.device_handle(2)) == "00000000:B1:00.0"
+
+    def test_a_mig_device_is_its_own_device(self, source: SimulatedNvmlSource) -> None:
+        """A MIG device's key differs from its GPU's, and GPU instance placements are
+        NOT_SUPPORTED where MIG mode is off."""
+        gpu = source.device_handle(2)
+        mig = source.mig_device_handle(gpu, 0)
+        with pytest.raises(NvmlError) as caught:
+            source.gpu_instance_placement(source.device_handle(0), 1)
+        assert (source.device_key(gpu) != source.device_key(mig), caught.value.error_name) == (
+            True,
+            "NOT_SUPPORTED",
+        )
+
+    def test_idle_gpu_says_idle(self, source: SimulatedNvmlSource) -> None:
+        """An idle GPU's clock event reasons are nvmlClocksEventReasonGpuIdle alone."""
+        assert source.clocks_event_reasons(source.device_handle(1)) == 0x1
+
+    def test_xids_raised_once_in_order_and_dropped_with_their_set(
+        self, source: SimulatedNvmlSource
+    ) -> None:
+        """GPU 6's Xid comes once, however often it is registered; freeing the event set
+        drops what was not read."""
+        events = source.xid_event_set()
+        gpu_6 = source.device_handle(6)
+        source.register_xid_events(gpu_6, events)
+        source.register_xid_events(gpu_6, events)
+        first = source.next_xid(events)
+        second = source.next_xid(events)
+        assert (first and (source.uuid(first[0]), first[1]), second) == (
+            (FREE_GPU_6.uuid, 31),
+            None,
+        )
+
+    def test_freeing_the_event_set_drops_unread_xids(self, source: SimulatedNvmlSource) -> None:
+        """An Xid not read before its event set is freed is gone."""
+        events = source.xid_event_set()
+        source.register_xid_events(source.device_handle(6), events)
+        source.free_event_set(events)
+        assert source.next_xid(source.xid_event_set()) is None
+
+    def test_process_samples_once_per_clock_and_per_gpu(
+        self, source: SimulatedNvmlSource, clock: Clock
+    ) -> None:
+        """Samples newer than the last seen time stamp, of this GPU's processes only;
+        none new at the same clock."""
+        gpu_3 = source.device_handle(3)
+        samples = source.process_utilization(gpu_3, 0)
+        again = source.process_utilization(gpu_3, samples[0].timestamp_us)
+        assert ({s.pid for s in samples}, again) == ({5150, 5151}, ())
