@@ -108,6 +108,27 @@ class TestProcesses:
             p["owner"] for d in found["gpu_processes"] for p in d["processes"]
         ]
 
+    def test_each_kind_of_process_is_named_as_documented(self) -> None:
+        """The kind of each process on the held GPU is the label /debug/allocations
+        readers filter on: other_pod, unknown_pod and mps_server, word for word."""
+        other = ProcessOrigin("u2", "d" * 64, "team-b", "web-0", "web")
+        stranger = ProcessOrigin("u9", "e" * 64)
+        mps = ProcessOrigin("u3", "f" * 64, "kube-system", "mps-0", "mps")
+        held = HardwareKey(KeyKind.GPU_UUID, HELD)
+        processes = (
+            GpuProcess(200, other, 1, None),
+            GpuProcess(300, stranger, 1, None),
+            GpuProcess(400, mps, 1, None, command="nvidia-cuda-mps"),
+        )
+        found = render_json(
+            snapshot(Readings(gpu_processes=(DeviceProcesses(held, processes),))),
+            filters=Filters(),
+            now=101.0,
+        )
+        assert [(200, "other_pod"), (300, "unknown_pod"), (400, "mps_server")] == [
+            (p["pid"], p["kind"]) for d in found["gpu_processes"] for p in d["processes"]
+        ]
+
     def test_a_device_without_processes_is_left_out(self) -> None:
         """gpu_processes lists the devices that run something: an idle GPU is not one."""
         readings = Readings(

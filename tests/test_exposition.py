@@ -449,6 +449,21 @@ def test_the_same_container_on_other_cpus_is_another_cpu_seconds_series() -> Non
     assert page(10, 11) == [f'{name}{{container="db",cpus="10-11",{owner}}} 2000.0']
 
 
+def test_the_cpus_label_is_the_kernels_list_notation() -> None:
+    """The cpus label writes runs of CPUs as ranges and lone CPUs alone, as the
+    kernel's cpulist files do: "1-3,5,8-9,11", never "5-5" nor a range over a gap."""
+    from exporter.model import CollectorRun, Readings
+
+    times = {cpu: CpuTimes(cpu, (("user", 1.0),)) for cpu in range(16)}
+    runs = (CollectorRun("cpu", True, 0.0, Readings(cpu_times=times)),)
+    pod = PodResources("ns", "db-0", (ContainerResources("db", cpu_ids=(11, 1, 2, 3, 5, 8, 9)),))
+    text = render(_node_of(pod, runs=runs)).text.decode()
+    labels = re.findall(
+        r'^podresources_container_exclusive_cpu_seconds_total\{.*cpus="([^"]*)"', text, re.M
+    )
+    assert ["1-3,5,8-9,11"] == labels
+
+
 def test_a_pods_shared_pool_is_container_empty_and_adds_up() -> None:
     """Pod-level resource managers (beta in 1.37): the pod holds CPUs 2-5 and 4 GiB, its
     container "main" 2-3 and 2 GiB, its sidecar nothing of its own. The rest, where the

@@ -581,6 +581,32 @@ class TestDra:
         assert [d.device_id for d in view.claim_devices] == ["gpu-0", "gpu-1"]
         assert view.dynamic_resources == (more,)
 
+    def test_devices_of_one_name_in_two_pools_each_get_their_own_reading(self) -> None:
+        """A DRA device name is unique within its pool only: gpu-0 of pool a and gpu-0
+        of pool b, resolved by one checkpoint to two GPUs, each show their own GPU."""
+        gpus = {
+            pool: _gpu(f"GPU-{pool}", minor=n, pci=f"0000:{17 + n}:00.0", power=10.0 * (n + 1))
+            for n, pool in enumerate(("a", "b"))
+        }
+        dra = DraState(
+            devices=tuple(
+                DraDevice("gpu.nvidia.com", pool, "gpu-0", gpu.keys[:1], "checkpoint")
+                for pool, gpu in gpus.items()
+            )
+        )
+        claim = DynamicResource(
+            "gpu-claim", "ns", tuple(ClaimDevice("gpu.nvidia.com", p, "gpu-0") for p in gpus)
+        )
+        runs = (CollectorRun("nvml", True, 0.0, Readings(devices=tuple(gpus.values()))),)
+        pods = (_pod("p", ContainerResources("c", dynamic_resources=(claim,))),)
+        snapshot = _join(pods, AllocatableResources(), runs, dra)
+        found = {
+            d.claim.pool: snapshot.hardware_of(d).reading
+            for d in snapshot.devices
+            if d.claim is not None
+        }
+        assert gpus == found
+
 
 class TestJudgedCollectors:
     def test_absent_nvml_fails_on_a_node_with_nvidia_devices(self) -> None:

@@ -90,7 +90,8 @@ PRESET_CODES = (
 
 class StatsRecorder:
     """Counts and times calls as they happen; ``snapshot()`` copies them out. Each of
-    ``methods`` has a count of every ``PRESET_CODES`` code from the start."""
+    ``methods`` has a count of every ``PRESET_CODES`` code from the start; any other
+    method (v1alpha1 List, called only on a kubelet without v1) from its first call."""
 
     def __init__(self, methods: tuple[str, ...] = ()) -> None:
         self._codes: Counter[tuple[str, str]] = Counter(
@@ -100,6 +101,8 @@ class StatsRecorder:
         self._sums: dict[str, float] = {}
 
     def record(self, *, method: str, code: str, seconds: float) -> None:
+        if method not in self._buckets:  # its first call: its other codes count from 0
+            self._codes.update(dict.fromkeys(((method, c) for c in PRESET_CODES), 0))
         self._codes[method, code] += 1
         counts = self._buckets.setdefault(method, [0] * len(LATENCY_BUCKETS_S))
         counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1

@@ -1015,6 +1015,16 @@ class TestStats:
         assert {(m, c): 0 for m in methods for c in PRESET_CODES} == counts
         assert {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"} <= set(PRESET_CODES)
 
+    async def test_the_v1alpha1_fallback_counts_every_code_from_zero(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """On a kubelet without v1 List, v1alpha1 List has each code from its first call
+        on, as the preset methods do: its first failure is then an increase too."""
+        sim.unimplemented = {V1_LIST}
+        await client.list_pods()
+        counts = {r.code: r.count for r in client.stats().requests if r.method == "v1alpha1.List"}
+        assert {**dict.fromkeys(PRESET_CODES, 0), "OK": 1} == counts
+
     async def test_local_refusals_are_not_counted(
         self, sim: SimKubelet, client: KubeletClient
     ) -> None:
