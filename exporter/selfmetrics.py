@@ -93,7 +93,7 @@ def _boot_time(proc: Path) -> float | None:
     if found is None:
         try:
             found = _BOOT_TIMES[proc] = parse_boot_time(_read(f"{proc}/stat"))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             return None
     return found
 

@@ -168,23 +168,37 @@ def read_text(path: Path | str) -> str | None:
     Raises UnreadableFile or GarbageFile (binary or longer than
     ``MAX_ATTRIBUTE_BYTES``) naming the path.
     """
+    fd = _open_attribute(path)
+    if fd is None:
+        return None
     try:
-        fd = _open_regular_fd(path)
+        data = _read_whole(fd, from_start=False)
+    except OSError as error:
+        _raise_unless_gone(error, path)
+        return None
+    finally:
+        os.close(fd)
+    return _attribute_text(data, path)
+
+
+def _open_attribute(path: Path | str) -> int | None:
+    """``_open_regular_fd``, or None where the file is gone: not there, or its device
+    removed (sysfs answers ENODEV between a device's removal and its files' unlinking)."""
+    try:
+        return _open_regular_fd(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except UnreadableFile as error:
         if failed_with(error, errno.ENODEV):
-            return None  # its device went between the lookup and the open
+            return None
         raise
-    try:
-        data = _read_whole(fd, from_start=False)
-    except OSError as error:
-        if error.errno == errno.ENODEV:
-            return None  # its device is gone, as for a kept file
+
+
+def _raise_unless_gone(error: OSError, path: Path | str) -> None:
+    """After a failed read: UnreadableFile naming ``path``, unless the file's device is
+    gone (ENODEV; ENOENT once sysfs drained it), which reads as absent."""
+    if error.errno not in (errno.ENODEV, errno.ENOENT):
         raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
-    finally:
-        os.close(fd)
-    return _attribute_text(data, path)
 
 
 # kernfs serves a binary attribute (a NUMA node's cpulist, up to NR_CPUS*7/2 bytes) at
@@ -340,24 +354,17 @@ class KeptFiles:
                 self._forget(path)  # replaced or unlinked: reopen below
             except OSError as error:
                 self._forget(path)
-                if error.errno in (errno.ENODEV, errno.ENOENT):
-                    return None  # sysfs drained the file: its device is gone
-                raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
-        try:
-            fd = _open_regular_fd(path)
-        except (FileNotFoundError, NotADirectoryError):
+                _raise_unless_gone(error, path)
+                return None
+        fd = _open_attribute(path)
+        if fd is None:
             return None
-        except UnreadableFile as error:
-            if failed_with(error, errno.ENODEV):
-                return None  # as for a kept file: its device is gone
-            raise
         try:
             data = _read_whole(fd)
         except OSError as error:
             os.close(fd)
-            if error.errno == errno.ENODEV:
-                return None  # as for a kept file: its device is gone
-            raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+            _raise_unless_gone(error, path)
+            return None
         if len(self._fds) < self._max_open:
             self._fds[path] = fd
         else:

@@ -529,7 +529,7 @@ def _read_boot_start(procfs: Path) -> float | None:
         stat_text = read_bounded(procfs / "stat", limit=MAX_PROC_STAT_BYTES)
         if stat_text is not None:
             return parse_boot_time(stat_text.encode())
-    except (CollectorError, ValueError, IndexError):
+    except (CollectorError, ValueError):
         pass
     try:
         uptime = read_text(procfs / "uptime")
