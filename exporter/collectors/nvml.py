@@ -35,6 +35,7 @@ MIG mode is turned off.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import re
@@ -987,10 +988,7 @@ class NvmlCollector(Collector):
             # push the GPUs read after it past their due time, a whole poll later.
             self._poll_started = self._clock()
             count = self._session.device_count()
-            try:
-                driver = self._driver_info()
-            except _GpuLostError:
-                driver = None  # reported; a call about the driver abandons no GPU
+            driver = self._driver_info()
             devices: list[DeviceReading] = []
             for index in range(count):
                 devices.extend(self._read_gpu(index))
@@ -1022,7 +1020,11 @@ class NvmlCollector(Collector):
         """podresources_gpu_driver_info's sample; None (an issue) while a read fails."""
         if self._driver is None:
             self._reading = "driver"
-            version, _ = self._attempt(self._source.driver_version)
+            # GPU_IS_LOST from a call about the driver is counted like any failed read:
+            # it names no GPU to leave alone, so it must not end the poll's GPU reads.
+            version = None
+            with contextlib.suppress(_GpuLostError):
+                version, _ = self._attempt(self._source.driver_version)
             settled = True
             try:
                 cuda: int | None = self._source.cuda_driver_version()
@@ -1032,7 +1034,8 @@ class NvmlCollector(Collector):
                 # error is a failed read, asked again next poll.
                 if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
                     settled = False
-                    self._count(error, "cuda_driver_version")
+                    with contextlib.suppress(_GpuLostError):
+                        self._count(error, "cuda_driver_version")
             if version is not None:
                 # nvidia-smi's "CUDA Version": 13000 is 13.0, 12040 is 12.4.
                 cuda_text = "" if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"

@@ -1430,15 +1430,18 @@ class TestDriverInfo:
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
         """GPU_IS_LOST from a call about the driver, which names no GPU: that read's
-        issue, and every GPU is still read (not a poll failed by an internal signal)."""
+        issue and figure only (the driver's version still served), and every GPU is
+        still read (not a poll failed by an internal signal)."""
         failing = tmp_path / "cuda_fails"
         failing.touch()
         fake_nvml.configure(GPU_A, cuda_error=(GPU_IS_LOST_CODE, failing))
         readings = collector.collect()
 
         lost = CollectorIssue("GPU_IS_LOST", "driver: cuda_driver_version: NVML GPU_IS_LOST")
-        assert ((gpu_reading(GPU_A, "0000:17:00.0"),), (lost,)) == (
+        driver = Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", ""))
+        assert ((gpu_reading(GPU_A, "0000:17:00.0"),), (driver,), (lost,)) == (
             readings.devices,
+            readings.node_samples,
             readings.issues,
         )
 
