@@ -15,6 +15,7 @@ from typing import Any
 from exporter.join import SHARED_POOL
 from exporter.logs import escape_line
 from exporter.model import (
+    ClaimRef,
     ContainerView,
     DeviceHardware,
     DeviceReading,
@@ -180,20 +181,11 @@ def _process_index(snapshot: Snapshot) -> _ProcessIndex | None:
     return {view: device for device in snapshot.gpu_processes for view in device.views}
 
 
-def _claim_device_views(
-    container: ContainerView,
-) -> dict[tuple[str, str, str, str, str, str | None], DeviceView]:
-    # A DRA device's name is unique within its pool only; a shared device's shares differ
-    # by share ID.
+def _claim_device_views(container: ContainerView) -> dict[tuple[ClaimRef, str, str], DeviceView]:
+    # By the claim as the join names it: a DRA device's name is unique within its pool
+    # only, and a shared device's shares differ by share ID, both in ClaimRef.
     return {
-        (
-            d.claim.claim_namespace,
-            d.claim.claim_name,
-            d.resource,
-            d.claim.pool,
-            d.device_id,
-            d.claim.share_id,
-        ): d
+        (d.claim, d.resource, d.device_id): d
         for d in container.claim_devices
         if d.claim is not None
     }
@@ -230,12 +222,11 @@ def _container(
                         **_claim_device_detail(
                             claimed.get(
                                 (
-                                    claim.claim_namespace,
-                                    claim.claim_name,
+                                    ClaimRef(
+                                        claim.claim_namespace, claim.claim_name, d.pool, d.share_id
+                                    ),
                                     d.driver,
-                                    d.pool,
                                     d.device,
-                                    d.share_id,
                                 )
                             ),
                             snapshot,

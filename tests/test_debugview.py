@@ -230,9 +230,9 @@ class TestClaimDevices:
 
 
 def test_two_claim_devices_of_one_name_in_two_pools_each_show_their_own_hardware() -> None:
-    """A DRA device name is unique within its pool only. /debug/allocations
-    looks a claim device's hardware up by (claim, driver, device), without the pool:
-    both devices show the hardware of the last one."""
+    """A DRA device name is unique within its pool only: /debug/allocations looks a
+    claim device's hardware up with its pool (without it, both devices showed the
+    hardware of the last one)."""
     driver = "gpu.example.com"
     pod = PodResources(
         namespace="ml",

@@ -30,6 +30,30 @@ FREE = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 TRAINER = ProcessOrigin("u1", "c" * 64, "team-a", "trainer-0", "trainer")
 
 
+NO_INVENTORY = AllocatableResources()
+NO_DRA = DraState()
+
+
+def _joined(
+    *pods: PodResources,
+    allocatable: AllocatableResources = NO_INVENTORY,
+    readings: Readings | None = None,
+    dra: DraState = NO_DRA,
+) -> Snapshot:
+    """Node "n" at t=100 with ``pods``, and the gpu_processes collector's ``readings``."""
+    runs = () if readings is None else (CollectorRun("gpu_processes", True, 0.0, readings),)
+    return join_snapshot(
+        node="n",
+        collected_at=100.0,
+        kubelet=KubeletStatus(up=True, socket="s", api=()),
+        pods=pods,
+        allocatable=allocatable,
+        cpu_numa={},
+        collector_runs=runs,
+        dra=dra,
+    )
+
+
 def snapshot(readings: Readings, *, holder: str = "trainer") -> Snapshot:
     """team-a/trainer-0's container ``holder`` ("": its shared pool) holds HELD."""
     gpus = DeviceGroup("nvidia.com/gpu", (HELD, FREE))
@@ -38,15 +62,7 @@ def snapshot(readings: Readings, *, holder: str = "trainer") -> Snapshot:
         "trainer-0",
         (ContainerResources(holder, devices=(DeviceGroup("nvidia.com/gpu", (HELD,)),)),),
     )
-    return join_snapshot(
-        node="n",
-        collected_at=100.0,
-        kubelet=KubeletStatus(up=True, socket="s", api=()),
-        pods=(pod,),
-        allocatable=AllocatableResources(devices=(gpus,)),
-        cpu_numa={},
-        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
-    )
+    return _joined(pod, allocatable=AllocatableResources(devices=(gpus,)), readings=readings)
 
 
 READINGS = Readings(
@@ -202,30 +218,30 @@ class TestProcesses:
         ]
 
 
+# HELD time-sliced in two replicas, and bob's process on it.
+SHARED = AllocatableResources(
+    devices=(DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::0", f"{HELD}::1")),)
+)
+BOBS_PROCESS = Readings(
+    gpu_processes=(
+        DeviceProcesses(
+            HardwareKey(KeyKind.GPU_UUID, HELD),
+            (GpuProcess(200, ProcessOrigin("u2", "d" * 64, "nb", "bob", "c")),),
+        ),
+    )
+)
+
+
+def _replica_holder(pod: str, replica: int) -> PodResources:
+    group = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::{replica}",))
+    return PodResources("nb", pod, (ContainerResources("c", devices=(group,)),))
+
+
 def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
     """A fresh look-up of one pod does not turn the other holder of a shared GPU foreign."""
-    shared = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::0", f"{HELD}::1"))
-
-    def holder(pod: str, replica: int) -> PodResources:
-        group = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::{replica}",))
-        return PodResources("nb", pod, (ContainerResources("c", devices=(group,)),))
-
-    bob = ProcessOrigin("u2", "d" * 64, "nb", "bob", "c")
-    readings = Readings(
-        gpu_processes=(
-            DeviceProcesses(HardwareKey(KeyKind.GPU_UUID, HELD), (GpuProcess(200, bob),)),
-        )
-    )
-    full = join_snapshot(
-        node="n",
-        collected_at=100.0,
-        kubelet=KubeletStatus(up=True, socket="s", api=()),
-        pods=(holder("alice", 0), holder("bob", 1)),
-        allocatable=AllocatableResources(devices=(shared,)),
-        cpu_numa={},
-        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
-    )
-    fresh = join_fresh_pod(full, holder("alice", 0), collected_at=101.0)
+    alice = _replica_holder("alice", 0)
+    full = _joined(alice, _replica_holder("bob", 1), allocatable=SHARED, readings=BOBS_PROCESS)
+    fresh = join_fresh_pod(full, alice, collected_at=101.0)
     assert fresh.gpu_processes is not None
     assert [ProcessKind.HOLDER] == [p.kind for p in fresh.gpu_processes[0].processes]
 
@@ -233,31 +249,7 @@ def test_fresh_pod_keeps_the_nodewide_attribution() -> None:
 def test_a_shared_gpu_is_found_by_a_replicas_id() -> None:
     """?device= with a holder's replica ID ("GPU-x::1") keeps the physical GPU's
     processes, as it keeps the holder's row."""
-    shared = DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::0", f"{HELD}::1"))
-    holder = PodResources(
-        "nb",
-        "bob",
-        (
-            ContainerResources(
-                "c", devices=(DeviceGroup("nvidia.com/gpu.shared", (f"{HELD}::1",)),)
-            ),
-        ),
-    )
-    bob = ProcessOrigin("u2", "d" * 64, "nb", "bob", "c")
-    readings = Readings(
-        gpu_processes=(
-            DeviceProcesses(HardwareKey(KeyKind.GPU_UUID, HELD), (GpuProcess(200, bob),)),
-        )
-    )
-    view = join_snapshot(
-        node="n",
-        collected_at=100.0,
-        kubelet=KubeletStatus(up=True, socket="s", api=()),
-        pods=(holder,),
-        allocatable=AllocatableResources(devices=(shared,)),
-        cpu_numa={},
-        collector_runs=(CollectorRun("gpu_processes", True, 0.0, readings),),
-    )
+    view = _joined(_replica_holder("bob", 1), allocatable=SHARED, readings=BOBS_PROCESS)
     found = render_json(view, filters=Filters(device=f"{HELD}::1"), now=101.0)
     assert [[200]] == [[p["pid"] for p in d["processes"]] for d in found["gpu_processes"]]
 
@@ -277,15 +269,7 @@ def test_a_claims_device_shows_its_hardware() -> None:
             ),
         )
     )
-    view = join_snapshot(
-        node="n",
-        collected_at=100.0,
-        kubelet=KubeletStatus(up=True, socket="s", api=()),
-        pods=(pod,),
-        allocatable=AllocatableResources(),
-        cpu_numa={},
-        dra=dra,
-    )
+    view = _joined(pod, dra=dra)
     (device,) = render_json(view, filters=Filters(), now=101.0)["pods"][0]["containers"][0][
         "dynamic_resources"
     ][0]["devices"]
