@@ -39,6 +39,9 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   Each device ``<kind>=<name>`` maps to the hardware its edits name: ``/dev/nvidiaN``,
   ``/dev/dri/cardN``, ``/dev/dri/renderDN``, host interfaces, GPU/MIG UUIDs in env
   values and annotations. Spec-wide edits are common to every device and name none.
+  As CDI resolves a name found twice (pkg/cdi/cache.go, spec.go): a spec naming one
+  device twice is refused whole; the first directory listed wins over later ones; two
+  specs of one directory naming the same device conflict, and neither is used.
 
 Which claim device each entry belongs to is ``exporter.resolver``'s business: this
 module never parses DRA device names. Every file is read bounded; one bad file is one
@@ -317,26 +320,28 @@ def _attribute_keys(attributes: Mapping[str, Any], *, driver: str) -> tuple[Hard
 def parse_cdi_spec(
     text: str, *, yaml_format: bool
 ) -> tuple[tuple[str, tuple[HardwareKey, ...]], ...]:
-    """``(<kind>=<name>, hardware keys)`` of each device of a CDI spec that names any.
+    """``(<kind>=<name>, hardware keys)`` of each named device of a CDI spec; the keys
+    are empty for a device whose edits name no hardware (it still takes part in the
+    conflicts between specs).
 
-    Raises ValueError when the text is not a CDI spec.
+    Raises ValueError when the text is not a CDI spec, or names a device twice.
     """
     spec = _load_yaml(text) if yaml_format else _load_json(text)
     kind = _string(spec.get("kind"))
     if not kind or "/" not in kind:
         raise ValueError(f"kind {kind!r} is not <vendor>/<class>")
-    found: list[tuple[str, tuple[HardwareKey, ...]]] = []
+    found: dict[str, tuple[HardwareKey, ...]] = {}
     for device_value in _sequence(spec.get("devices")):
         device = _mapping(device_value)
         name = _name(device.get("name"))
         if not name:
             continue
-        keys = _edit_keys(
+        if name in found:
+            raise ValueError(f"device {name!r} named twice")  # CDI refuses the spec
+        found[name] = _edit_keys(
             _mapping(device.get("containerEdits")), _mapping(device.get("annotations"))
         )
-        if keys:
-            found.append((f"{kind}={name}", keys))
-    return tuple(found)
+    return tuple((f"{kind}={name}", keys) for name, keys in found.items())
 
 
 def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tuple[HardwareKey, ...]:
@@ -648,6 +653,7 @@ class DraCollector(Collector):
 
     def _cdi(self, cdi_dirs: Sequence[Path], issues: list[CollectorIssue]) -> _CdiDevices:
         found: dict[str, tuple[HardwareKey, ...]] = {}
+        conflicting: set[str] = set()
         cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | str]] = {}
         for directory in cdi_dirs:
             try:
@@ -655,6 +661,7 @@ class DraCollector(Collector):
             except CollectorError as error:
                 issues.append(file_issue(error))
                 continue
+            here: dict[str, tuple[Path, tuple[HardwareKey, ...]]] = {}
             for path in paths:
                 try:
                     devices = self._cdi_spec(path, cache)
@@ -662,9 +669,21 @@ class DraCollector(Collector):
                     issues.append(_issue(path, error))
                     continue
                 for name, keys in devices:
-                    found.setdefault(name, keys)  # the first directory listed wins
+                    if name in here:
+                        other = here[name][0]
+                        issues.append(
+                            issue(
+                                GARBAGE, f"{path}: device {name} also in {other}, used by neither"
+                            )
+                        )
+                        conflicting.add(name)
+                    else:
+                        here[name] = (path, keys)
+            for name, (_, keys) in here.items():
+                found.setdefault(name, keys)  # the first directory listed wins
         self._cdi_cache = cache  # forgets the specs that are gone
-        return tuple(found.items())
+        # CDI drops a conflicting name even where another directory defines it once.
+        return tuple((n, keys) for n, keys in found.items() if keys and n not in conflicting)
 
     def _cdi_spec(
         self, path: Path, cache: dict[Path, tuple[tuple[int, int, int], _CdiDevices | str]]

@@ -222,6 +222,69 @@ class TestCollect:
         assert readings.dra is not None
         assert CDI_DEVICES == readings.dra.cdi_devices
 
+    @staticmethod
+    def _write_spec(path: Path, *devices: tuple[str, str | None]) -> None:
+        """A spec of kind vendor.example.com/dev: (name, device node or None) each."""
+        edits = [
+            {"name": name, "containerEdits": {"deviceNodes": [{"path": node}]} if node else {}}
+            for name, node in devices
+        ]
+        spec = {"cdiVersion": "0.5.0", "kind": "vendor.example.com/dev", "devices": edits}
+        path.write_text(json.dumps(spec))
+
+    def test_two_specs_of_one_directory_naming_a_device_use_neither(self, tree: Path) -> None:
+        """CDI takes a name defined in two specs of one directory as a conflict and drops
+        it (pkg/cdi/cache.go): so do we, with an issue naming both files. Their other
+        devices still count, and so does a keyless definition's conflict."""
+        self._write_spec(tree / "cdi" / "a.json", ("x", "/dev/dri/card5"), ("y", "/dev/dri/card6"))
+        self._write_spec(tree / "cdi" / "b.json", ("x", "/dev/dri/card7"), ("z", None))
+        self._write_spec(tree / "cdi" / "c.json", ("z", "/dev/dri/card8"))
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert {
+            **dict(CDI_DEVICES),
+            "vendor.example.com/dev=y": (HardwareKey(KeyKind.DRM_CARD, "6"),),
+        } == dict(readings.dra.cdi_devices)
+        assert [
+            (
+                "garbage",
+                f"{tree}/cdi/b.json: device vendor.example.com/dev=x also in "
+                f"{tree}/cdi/a.json, used by neither",
+            ),
+            (
+                "garbage",
+                f"{tree}/cdi/c.json: device vendor.example.com/dev=z also in "
+                f"{tree}/cdi/b.json, used by neither",
+            ),
+        ] == [(i.error, i.detail) for i in readings.issues]
+
+    def test_a_conflict_in_a_later_directory_drops_the_name(self, tree: Path) -> None:
+        """CDI drops a conflicting name after its scan, even where a directory it prefers
+        defines the name once: the runtime will not resolve it, so neither do we."""
+        other = tree / "etc-cdi"
+        other.mkdir()
+        self._write_spec(tree / "cdi" / "a.json", ("x", "/dev/dri/card5"))
+        self._write_spec(other / "b.json", ("x", "/dev/dri/card6"))
+        self._write_spec(other / "c.json", ("x", "/dev/dri/card7"))
+        readings = _collect(tree, tree / "cdi", other)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert ["garbage"] == [i.error for i in readings.issues]
+
+    def test_a_spec_naming_a_device_twice_is_refused(self, tree: Path) -> None:
+        """CDI refuses such a spec whole ("multiple device", pkg/cdi/spec.go)."""
+        self._write_spec(tree / "cdi" / "a.json", ("x", "/dev/dri/card5"), ("x", None))
+        self._write_spec(tree / "cdi" / "b.json", ("y", "/dev/dri/card6"))
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert {
+            **dict(CDI_DEVICES),
+            "vendor.example.com/dev=y": (HardwareKey(KeyKind.DRM_CARD, "6"),),
+        } == dict(readings.dra.cdi_devices)
+        assert [("garbage", f"{tree}/cdi/a.json: device 'x' named twice")] == [
+            (i.error, i.detail) for i in readings.issues
+        ]
+
 
 class TestCdiCache:
     def _spec(self, root: Path, node: str) -> Path:
@@ -550,6 +613,7 @@ class TestParseCdiSpec:
                     HardwareKey(KeyKind.NETDEV, "ens1f0v2"),
                 ),
             ),
+            ("vendor.example.com/dev=nothing", ()),  # names no hardware
         )
         assert expected == parse_cdi_spec(json.dumps(spec), yaml_format=False)
 
