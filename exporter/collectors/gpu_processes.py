@@ -323,7 +323,9 @@ class GpuProcessesCollector(Collector):
     def _list_gpu(self, index: int) -> list[_Listed]:
         source = self._source
         try:
-            handle = source.device_handle(index)
+            handle = self._session.device_handle(index)
+            if handle is None:
+                return []  # refused before: reported once
             uuid = source.uuid(handle)
             try:
                 mig = source.mig_enabled(handle)

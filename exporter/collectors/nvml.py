@@ -30,7 +30,9 @@ every capability: the first ``NO_PERMISSION`` is one issue, then placements are 
 asked for again and MIG devices go without that key. Likewise a MIG-enabled GPU's
 aggregate figures (its memory): ``NO_PERMISSION`` there is one issue per GPU, and that
 figure of that GPU is not asked again until NVML is initialised afresh or the GPU's
-MIG mode is turned off.
+MIG mode is turned off. A GPU whose handle NVML refuses with ``NO_PERMISSION`` (the
+exporter may not open its device node) is one issue, then left out until NVML is
+initialised afresh.
 """
 
 from __future__ import annotations
@@ -877,6 +879,9 @@ class NvmlSession:
         self._failure: tuple[type[CollectorError], str] | None = None
         self._retry_at = 0.0
         self._delay_s = INIT_RETRY_INITIAL_S
+        # GPU indices whose handle NVML refused with NO_PERMISSION: this process may not
+        # open their device nodes, which does not change while it runs.
+        self._refused_handles: set[int] = set()
 
     def device_count(self) -> int:
         """NVML initialised if it was not, then its GPU count; call holding ``lock``.
@@ -889,6 +894,19 @@ class NvmlSession:
         except NvmlError as error:
             raise CollectorError(f"nvmlDeviceGetCount failed: {error.error_name}") from error
 
+    def device_handle(self, index: int) -> NvmlHandle | None:
+        """A GPU's handle; call holding ``lock``. Raises NvmlError, NO_PERMISSION once
+        per GPU: after it, None (asking every poll would count the same refusal for
+        ever) until NVML is initialised afresh."""
+        if index in self._refused_handles:
+            return None
+        try:
+            return self.source.device_handle(index)
+        except NvmlError as error:
+            if error.error_name == NO_PERMISSION:
+                self._refused_handles.add(index)
+            raise
+
     def close(self, *, forget: Callable[[], None] = lambda: None) -> None:
         """Shut NVML down (``forget`` drops handles first); a wedged call keeps the lock,
         and process exit cleans up then."""
@@ -898,6 +916,7 @@ class NvmlSession:
             if not self._initialized:
                 return
             self._initialized = False
+            self._refused_handles.clear()
             forget()
             try:
                 self.source.shutdown()
@@ -1106,7 +1125,18 @@ class NvmlCollector(Collector):
         if cached is not None:
             return cached
         source = self._source
-        handle, _ = self._attempt(source.device_handle, index)
+        try:
+            handle = self._session.device_handle(index)
+        except NvmlError as error:
+            if error.error_name == NO_PERMISSION:
+                detail = (
+                    f"GPU index {index}: device_handle: NVML {NO_PERMISSION}; this process "
+                    "may not open its device node, not asked again"
+                )
+                self._issues.append(issue(NO_PERMISSION, detail))
+            elif error.error_name != NOT_SUPPORTED:
+                self._count(error, "device_handle")
+            return None
         if handle is None:
             return None
         uuid, _ = self._attempt(source.uuid, handle)

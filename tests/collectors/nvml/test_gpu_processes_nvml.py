@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from fake_nvml_support import (
     GIB,
+    NO_PERMISSION,
     NOT_FOUND,
     NOT_SUPPORTED,
     UNKNOWN,
@@ -730,6 +731,32 @@ class TestListsAndPlacing:
             [d.key.value for d in readings.gpu_processes],
             [(i.error, i.detail) for i in readings.issues],
         )
+
+    def test_a_gpu_whose_handle_is_refused_is_one_issue_until_nvml_restarts(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """NO_PERMISSION for a GPU's handle (this process may not open its device node,
+        which does not change while it runs) is one issue, then not asked again until
+        NVML is initialised afresh: the error count does not grow every poll."""
+        other = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+        fake_nvml.configure(
+            FakeGpu(UUID, processes=(FakeProcess(100, GIB),), fail=(("handle", NO_PERMISSION),)),
+            FakeGpu(other, minor=1, processes=(FakeProcess(200, GIB),), samples=()),
+        )
+        refused = [("NO_PERMISSION", "GPU 0: NVML NO_PERMISSION")]
+        polls = [collector.collect()]
+        before = fake_nvml.library.calls("handle")
+        polls.append(collector.collect())
+        asked = fake_nvml.library.calls("handle") - before
+        collector.close()
+        polls.append(collector.collect())
+        assert ([refused, [], refused], 1) == (
+            [[(i.error, i.detail) for i in readings.issues] for readings in polls],
+            asked,  # GPU 1's only
+        )
+        assert [[other]] * 3 == [
+            [d.key.value for d in readings.gpu_processes or ()] for readings in polls
+        ]
 
     def test_a_mig_slot_answering_not_supported_is_empty(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector

@@ -575,6 +575,38 @@ class TestWholeGpus:
         )
         assert expected == readings
 
+    def test_a_gpu_whose_handle_is_refused_is_one_issue_until_nvml_restarts(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """NO_PERMISSION for a GPU's handle: the exporter may not open that GPU's device
+        node, which does not change while it runs. One issue, then the GPU is not asked
+        for again (so the error count does not grow every poll for ever) until NVML is
+        initialised afresh; the GPUs after it are read."""
+        fake_nvml.configure(replace(GPU_A, fail=(("handle", NO_PERMISSION),)), GPU_B)
+        refused = CollectorIssue(
+            "NO_PERMISSION",
+            "GPU index 0: device_handle: NVML NO_PERMISSION; this process may not open "
+            "its device node, not asked again",
+        )
+        first = collector.collect()
+        before = fake_nvml.library.calls("handle")
+        second = collector.collect()
+        asked_again = fake_nvml.library.calls("handle") - before
+        collector.close()
+        after_restart = collector.collect()
+        gpu_b = (gpu_reading(GPU_B, "0000:b1:00.0"),)
+        assert ((refused,), (), (refused,)) == (
+            first.issues,
+            second.issues,
+            after_restart.issues,
+        )
+        assert (gpu_b, gpu_b, gpu_b, 0) == (
+            first.devices,
+            second.devices,
+            after_restart.devices,
+            asked_again,
+        )
+
     def test_the_current_mig_mode_counts_not_the_pending_one(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
