@@ -16,9 +16,23 @@ names cannot contain ``/``), which says where the figure came from. NVIDIA's
 out-of-tree mlx5 (MLNX_OFED, DOCA; its ``sriov_sysfs.c``) writes ``stats`` as one file
 of ``name : value`` lines; a folder of one file per counter is read too. The in-kernel
 mlx5, ice, i40e and ixgbe drivers keep no such file (they answer netlink's VF stats
-only), so there a VF inside a pod has no traffic figures. The per-VF counters have no
-error counts. Every VF, on the host or not, also
-carries ``SRIOV_VF <pf address>/<n>``.
+only), so there a VF inside a pod has no traffic figures -- unless the PF is in
+switchdev mode (below). The per-VF counters have no error counts. Every VF, on the host
+or not, also carries ``SRIOV_VF <pf address>/<n>``.
+
+In switchdev mode (OVS hardware offload) the PF's driver adds a port representor per VF:
+a host netdev whose ``device`` link names the PF, told apart by its ``phys_port_name``
+(devlink's ``pf<n>vf<m>``, ``pf<n>sf<m>`` for a subfunction, ``c<k>`` before it for another
+host's port; ice's own ``pf<port>vfr<m>`` before its devlink ports); the PF's own port,
+the uplink, is ``p<n>``. A representor is reported under ``NETDEV <ifname>`` only: it is
+not the PF, whose holder its traffic would otherwise be summed into. Where a VF of this
+host is not on the host and its PF keeps no per-VF counters, its representor's
+``statistics/`` give its traffic, as its driver reports them: mlx5 counts the eswitch
+port, so the VF's receive is the representor's transmit ("flip tx/rx as we are reporting
+the counters for the switch vport", en_rep.c; bytes and packets only, the rest is zero);
+ice reports the VF's own counters (``ice_repr_get_stats64``: the VF's VSI). Other
+drivers' representors give their VF no figures. Those samples are labelled as the PF's
+per-VF counters are, ``interface=<pf ifname>/vf<n>``.
 
 A missing counter (or a device gone since the listing, or being unregistered: its
 counters answer EINVAL) gives no sample and no issue;
@@ -146,6 +160,29 @@ _COUNTERS: tuple[tuple[str, MetricSpec], ...] = (
 _MAX_DIGITS = len(str(MAX_COUNTER))
 _VIRTFN = re.compile(r"^virtfn(\d+)$")
 _VIRTIO = re.compile(r"^virtio\d+$")
+# A switchdev port representor's phys_port_name: devlink's (net/devlink/port.c) for PF,
+# VF and SF ports, c<controller> first for another host's; ice's own before devlink.
+_REPRESENTOR = re.compile(r"^(c\d+)?pf(\d+)(?:(vfr?|sf)(\d+))?$")
+# What a VF representor's statistics/ files say of its VF, by the PF's driver: (file,
+# the VF's family). mlx5 counts the switch port, flipped from the VF's side; ice gives
+# the VF's VSI counters as they are.
+_REPRESENTED_VF_COUNTERS: dict[str, tuple[tuple[str, MetricSpec], ...]] = {
+    "mlx5_core": (
+        ("tx_bytes", NET_RECEIVE_BYTES),
+        ("rx_bytes", NET_TRANSMIT_BYTES),
+        ("tx_packets", NET_RECEIVE_PACKETS),
+        ("rx_packets", NET_TRANSMIT_PACKETS),
+    ),
+    "ice": (
+        ("rx_bytes", NET_RECEIVE_BYTES),
+        ("tx_bytes", NET_TRANSMIT_BYTES),
+        ("rx_packets", NET_RECEIVE_PACKETS),
+        ("tx_packets", NET_TRANSMIT_PACKETS),
+        ("tx_errors", NET_TRANSMIT_ERRORS),
+        ("rx_dropped", NET_RECEIVE_DROPS),
+        ("tx_dropped", NET_TRANSMIT_DROPS),
+    ),
+}
 
 
 def parse_vf_stats(text: str) -> tuple[dict[str, int], tuple[str, ...]]:
@@ -217,18 +254,34 @@ class _Interface:
     physfn: str | None  # the function's PF's resolved folder, for a VF
     vendor: str | None
     # Made once, not every poll: what each reading of this netdev repeats.
-    keys: tuple[HardwareKey, ...]  # NETDEV, and PCI for a PCI function
+    keys: tuple[HardwareKey, ...]  # NETDEV, and PCI for a PCI function's own netdev
     identity: DeviceIdentity
     counter_files: tuple[str, ...]  # statistics/<kernel name>, in _COUNTERS order
     labels: tuple[str, ...]  # the samples' (interface,)
+    representor: _Representor | None = None  # a switchdev port representor
+
+
+@dataclass(frozen=True, slots=True)
+class _Representor:
+    """A switchdev port representor of ``function``, the PF its ``device`` link names."""
+
+    vf_index: int | None  # the VF of the PF it stands for; None for other ports
+    # Its statistics/ files read as that VF's figures, with their families: () where its
+    # driver's way of counting is not known here.
+    vf_counters: tuple[tuple[str, MetricSpec], ...]
 
 
 def _new_interface(
-    name: str, path: str, function: str | None, physfn: str | None, vendor: str | None
+    name: str,
+    path: str,
+    function: str | None,
+    physfn: str | None,
+    vendor: str | None,
+    representor: _Representor | None = None,
 ) -> _Interface:
     keys = [HardwareKey(KeyKind.NETDEV, name)]
     identity = DeviceIdentity()
-    if function is not None:
+    if function is not None and representor is None:
         address = os.path.basename(function)
         keys.append(HardwareKey(KeyKind.PCI, address))
         identity = DeviceIdentity(pci_address=address, vendor=vendor)
@@ -242,6 +295,7 @@ def _new_interface(
         identity=identity,
         counter_files=tuple(f"{path}/statistics/{counter}" for counter, _ in _COUNTERS),
         labels=(name,),
+        representor=representor,
     )
 
 
@@ -361,14 +415,18 @@ class NetdevCollector(Collector):
         )
 
     def _counter_samples(
-        self, files: tuple[str, ...], labels: tuple[str, ...], issues: list[CollectorIssue]
+        self,
+        files: tuple[str, ...],
+        labels: tuple[str, ...],
+        issues: list[CollectorIssue],
+        counters: tuple[tuple[str, MetricSpec], ...] = _COUNTERS,
     ) -> tuple[Sample, ...]:
-        """A sample of each counter file (in ``_COUNTERS`` order) that exists; a bad
-        file loses its figure. This is the collector's hot loop: ~500 files a poll on a
-        node with 60 NICs."""
+        """A sample of each counter file (one per entry of ``counters``) that exists; a
+        bad file loses its figure. This is the collector's hot loop: ~500 files a poll
+        on a node with 60 NICs."""
         samples: list[Sample] = []
         read_int = self._files.read_int
-        for path, (_, spec) in zip(files, _COUNTERS, strict=True):
+        for path, (_, spec) in zip(files, counters, strict=True):
             try:
                 value = read_int(path)
             except CollectorError as error:
@@ -387,12 +445,20 @@ class NetdevCollector(Collector):
         vfs_of: Mapping[str, tuple[_Vf, ...]],
         issues: list[CollectorIssue],
     ) -> list[DeviceReading]:
-        """VFs of the host's PFs that have no host netdev, read through the PF's counters."""
-        on_host = {i.function for i in interfaces if i.function is not None}
+        """VFs of the host's PFs that have no host netdev, read through the PF's per-VF
+        counters, else through the VF's switchdev representor."""
+        on_host: set[str] = set()
         pf_names: dict[str, str] = {}  # each PF's first netdev, for the samples' label
+        representors: dict[tuple[str, int], _Interface] = {}  # by (PF, VF index)
         for interface in interfaces:
-            if interface.function is not None:
+            if interface.function is None:
+                continue
+            representor = interface.representor
+            if representor is None:
+                on_host.add(interface.function)
                 pf_names.setdefault(interface.function, interface.name)
+            elif representor.vf_index is not None and representor.vf_counters:
+                representors[(interface.function, representor.vf_index)] = interface
         readings: list[DeviceReading] = []
         for pf, pf_name in pf_names.items():
             pf_address = os.path.basename(pf)
@@ -400,6 +466,14 @@ class NetdevCollector(Collector):
                 if vf.function in on_host:
                     continue
                 address = os.path.basename(vf.function)
+                label = f"{pf_name}/vf{vf.index}"
+                samples = self._read_vf_samples(vf, label, issues)
+                through = representors.get((pf, vf.index))
+                if samples is None and through is not None:
+                    assert through.representor is not None
+                    counters = through.representor.vf_counters
+                    files = tuple(f"{through.path}/statistics/{name}" for name, _ in counters)
+                    samples = self._counter_samples(files, (label,), issues, counters)
                 readings.append(
                     DeviceReading(
                         name=address,
@@ -408,15 +482,16 @@ class NetdevCollector(Collector):
                             HardwareKey(KeyKind.SRIOV_VF, f"{pf_address}/{vf.index}"),
                         ),
                         identity=DeviceIdentity(pci_address=address, vendor=vf.vendor),
-                        samples=self._read_vf_samples(vf, f"{pf_name}/vf{vf.index}", issues),
+                        samples=samples or (),
                     )
                 )
         return readings
 
     def _read_vf_samples(
         self, vf: _Vf, interface: str, issues: list[CollectorIssue]
-    ) -> tuple[Sample, ...]:
-        """A PF's counters of one VF: a ``name : value`` file or a folder of files; () if absent."""
+    ) -> tuple[Sample, ...] | None:
+        """A PF's counters of one VF: a ``name : value`` file or a folder of files; None
+        where the PF keeps none."""
         is_dir = vf.stats_is_dir
         if is_dir is None:
             is_dir = os.path.isdir(vf.stats)
@@ -432,7 +507,7 @@ class NetdevCollector(Collector):
                 issues.append(file_issue(error))
             return ()
         if text is None:
-            return ()  # the PF keeps no per-VF counters (most drivers but mlx5)
+            return None  # the PF keeps no per-VF counters (most drivers but MLNX_OFED's)
         counters, bad_lines = parse_vf_stats(text)
         issues.extend(
             issue(GARBAGE, f"{vf.stats}: not a 'name : value' line: {b!r}") for b in bad_lines
@@ -458,7 +533,41 @@ def _interface(path: str, name: str, issues: list[CollectorIssue]) -> _Interface
         issues.append(file_issue(error))
         physfn = None
     vendor = _identity(str(function), issues).vendor
-    return _new_interface(name, path, str(function), physfn, vendor)
+    representor = None
+    if physfn is None and str(function) == device:  # a PF's netdev: maybe a representor
+        representor = _representor(path, str(function), issues)
+    return _new_interface(name, path, str(function), physfn, vendor, representor)
+
+
+def _representor(path: str, function: str, issues: list[CollectorIssue]) -> _Representor | None:
+    """The switchdev port representor the netdev at ``path`` is, or None: its
+    ``phys_port_name`` says (EOPNOTSUPP where the netdev has no switch port)."""
+    try:
+        port = read_text(f"{path}/phys_port_name")
+    except CollectorError as error:
+        if not failed_with(error, errno.EOPNOTSUPP):
+            issues.append(file_issue(error))
+        return None
+    match = _REPRESENTOR.match(port or "")
+    if match is None:
+        return None  # no switch port, or the uplink (p<n>): the PF's own netdev
+    controller, pf_number, flavour, vf_index = match.groups()
+    # A VF of this host's PF: pf<n> is the PF's PCI function number in devlink's names,
+    # the switch port in ice's older ones; another number would be a VF of another PF
+    # (a shared eswitch), not this PF's virtfn<m>.
+    ours = controller is None and (
+        flavour == "vfr"
+        or (flavour == "vf" and int(pf_number) == int(function.rpartition(".")[2], 16))
+    )
+    if not ours:
+        return _Representor(None, ())
+    try:
+        driver = _resolve(f"{function}/driver")
+    except CollectorError as error:
+        issues.append(file_issue(error))
+        driver = None
+    counters = _REPRESENTED_VF_COUNTERS.get(os.path.basename(driver or ""), ())
+    return _Representor(int(vf_index), counters)
 
 
 def _list_vfs(

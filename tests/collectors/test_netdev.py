@@ -388,6 +388,141 @@ class TestSimulatedNode:
         assert expected == (readings.devices[-1].samples, readings.issues)
 
 
+# A representor's own counters: what its eswitch port saw (mlx5: the VF's sent traffic
+# as received).
+_REPRESENTOR_COUNTERS = {
+    "rx_bytes": 7000,
+    "tx_bytes": 9000,
+    "rx_packets": 7,
+    "tx_packets": 9,
+    "rx_errors": 0,
+    "tx_errors": 1,
+    "rx_dropped": 2,
+    "tx_dropped": 3,
+}
+
+# ice_repr_get_stats64 sets these of its VF's VSI; rx_errors it leaves at 0.
+_ICE_VF_COUNTERS = {k: v for k, v in _REPRESENTOR_COUNTERS.items() if k != "rx_errors"}
+
+
+def _switchdev(sysfs: Path, *ports: tuple[str, str], driver: str = "mlx5_core") -> None:
+    """PF of the fixture tree in switchdev mode, as the in-kernel driver lays it out: no
+    per-VF counters, the uplink's phys_port_name p0, and a representor netdev below the
+    PF for each (ifname, phys_port_name) of ``ports``."""
+    pf_dir = pci_device_dir(sysfs, PF.pci_address)
+    shutil.rmtree(pf_dir / "sriov")
+    write_attribute(pf_dir / "net" / PF.netdev / "phys_port_name", "p0\n")
+    driver_dir = sysfs / "bus" / "pci" / "drivers" / driver
+    driver_dir.mkdir(parents=True, exist_ok=True)
+    replace_symlink(pf_dir / "driver", driver_dir)
+    for name, port in ports:
+        interface = pf_dir / "net" / name
+        for counter, value in _REPRESENTOR_COUNTERS.items():
+            write_attribute(interface / "statistics" / counter, f"{value}\n")
+        write_attribute(interface / "phys_port_name", f"{port}\n")
+        replace_symlink(interface / "device", pf_dir)
+        replace_symlink(sysfs / "class" / "net" / name, interface)
+
+
+def _representor_reading(name: str) -> DeviceReading:
+    return DeviceReading(
+        name=name, keys=(_netdev(name),), samples=_samples(name, _REPRESENTOR_COUNTERS)
+    )
+
+
+def _moved_vf0(samples: tuple[Sample, ...] = ()) -> DeviceReading:
+    return DeviceReading(
+        name=VF0.pci_address,
+        keys=(_pci(VF0.pci_address), _vf(PF.pci_address, 0)),
+        identity=DeviceIdentity(pci_address=VF0.pci_address, vendor="mellanox"),
+        samples=samples,
+    )
+
+
+class TestSwitchdev:
+    def test_mlx5_vf_in_a_pod_is_read_through_its_representor_flipped(self, tmp_path: Path) -> None:
+        """In-kernel mlx5 keeps no per-VF counters; in switchdev mode its representor
+        counts the VF's eswitch port, so what the VF received is what the representor
+        transmitted (en_rep.c flips them), and only bytes and packets are the VF's.
+        Representors are not the PF: they carry no PCI key (a holder of the PF would
+        otherwise be given every VF's traffic)."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("ens1f0npf0vf0", "pf0vf0"), ("ens1f0npf0vf1", "pf0vf1"))
+        flipped = {"rx_bytes": 9000, "tx_bytes": 7000, "rx_packets": 9, "tx_packets": 7}
+        pf, vf1, virtio, _ = _expected_tree(tick=0)
+        expected = {
+            pf,
+            vf1,
+            virtio,
+            _representor_reading("ens1f0npf0vf0"),
+            _representor_reading("ens1f0npf0vf1"),
+            _moved_vf0(_samples("ens1f0np0/vf0", flipped)),
+        }
+        readings = _collect(tmp_path)
+        assert (expected, ()) == (set(readings.devices), readings.issues)
+
+    def test_ice_representor_gives_its_vfs_own_counters(self, tmp_path: Path) -> None:
+        """ice's representor reports its VF's VSI counters as the VF counts them."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("eth5", "pf0vf0"), driver="ice")
+        moved = _collect(tmp_path).devices[-1]
+        assert _moved_vf0(_samples("ens1f0np0/vf0", _ICE_VF_COUNTERS)) == moved
+
+    def test_per_vf_counters_win_over_the_representor(self, tmp_path: Path) -> None:
+        """Where the PF keeps per-VF counters too (MLNX_OFED), those are read."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("eth5", "pf0vf0"))
+        stats = pci_device_dir(tmp_path, PF.pci_address) / "sriov" / "0" / "stats"
+        write_attribute(stats, "rx_bytes : 99\n")
+        moved = _collect(tmp_path).devices[-1]
+        assert _moved_vf0(_samples("ens1f0np0/vf0", {"rx_bytes": 99})) == moved
+
+    @pytest.mark.parametrize(
+        ("port", "driver"),
+        [
+            ("pf0vf0", "bnxt_en"),  # a driver whose counting is not known here
+            ("pf1vf0", "mlx5_core"),  # a VF of another PF (a shared eswitch)
+            ("c1pf0vf0", "mlx5_core"),  # another host's VF (a DPU's controller)
+            ("pf0sf0", "mlx5_core"),  # a subfunction
+            ("pf0", "mlx5_core"),  # another host's PF
+        ],
+    )
+    def test_representors_that_say_nothing_of_our_vf(
+        self, tmp_path: Path, port: str, driver: str
+    ) -> None:
+        """Such a representor is reported by name only, and the VF gets no figures."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("eth5", port), driver=driver)
+        readings = _collect(tmp_path)
+        assert (_representor_reading("eth5"), _moved_vf0(), ()) == (
+            next(r for r in readings.devices if r.name == "eth5"),
+            readings.devices[-1],
+            readings.issues,
+        )
+
+    def test_old_ice_representor_names(self, tmp_path: Path) -> None:
+        """ice named its representors pf<switch port>vfr<VF> before devlink ports: the
+        first number is no PCI function, and is not checked."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("eth5", "pf3vfr0"), driver="ice")
+        moved = _collect(tmp_path).devices[-1]
+        assert _moved_vf0(_samples("ens1f0np0/vf0", _ICE_VF_COUNTERS)) == moved
+
+    @pytest.mark.parametrize(("code", "issues"), [(errno.EOPNOTSUPP, 0), (errno.EIO, 1)])
+    def test_a_netdev_without_a_switch_port(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, issues: int
+    ) -> None:
+        """phys_port_name answers EOPNOTSUPP where a netdev has no switch port (most
+        NICs): an ordinary netdev, no issue. Another failure is an issue, and the netdev
+        is read as an ordinary one meanwhile."""
+        _tree(tmp_path)
+        port_name = pci_device_dir(tmp_path, PF.pci_address) / "net" / PF.netdev / "phys_port_name"
+        write_attribute(port_name, "pf0vf0\n")  # what it says is never read
+        fail_reads(monkeypatch, path_suffix="/phys_port_name", code=code)
+        readings = _collect(tmp_path)
+        assert (_expected_tree(tick=0), issues) == (readings.devices, len(readings.issues))
+
+
 class TestCapturedVm:
     def test_virtio_nic_of_a_real_kernel(self) -> None:
         """On the captured KVM guest, eth0 is found through virtio2; lo and ifb are not NICs."""
