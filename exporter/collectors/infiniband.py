@@ -8,7 +8,10 @@ devices (rxe, siw) have no PCI key. Which kubelet or DRA device names it is
 Counters follow node_exporter/procfs: ``counters_ext/*_64`` (kernels before 4.5, whose
 ``counters/`` were 32 bits and saturate) is preferred where present, else ``counters/``
 (64 bits where the port's agent offers extended counters, as mlx5's does; otherwise
-32 bits that saturate). ``port_rcv_data``/``port_xmit_data`` count 4-octet words and
+32 bits that saturate). A ``counters/`` figure at the 32-bit maximum, 4294967295, gives
+no sample: a saturated counter stops there until something resets it, and served as it
+is it would read as an idle port (``rate()`` 0); a 64-bit counter passes that value in
+an instant, costing one sample. ``port_rcv_data``/``port_xmit_data`` count 4-octet words and
 are multiplied by 4 here. A port without a performance-management agent makes older
 kernels print ``N/A (no PMA)`` and newer ones fail the read with EINVAL (or
 EOPNOTSUPP): both mean absent, as in procfs.
@@ -102,6 +105,7 @@ IB_TRANSMIT_PACKETS = MetricSpec(
 )
 
 _OCTETS_PER_DATA_UNIT = 4  # PortRcvData/PortXmitData count 32-bit words
+_SATURATED_32 = 2**32 - 1  # where a 32-bit PortCounters figure stops
 _MAX_DIGITS = len(str(MAX_COUNTER))
 _NOT_AVAILABLE = "N/A"  # "N/A (no PMA)" from ports without a performance-management agent
 
@@ -194,8 +198,11 @@ def read_port_counters(
         return _driver_port_counters(port_dir, port=port, issues=issues)
 
     def counter(name: str) -> int | None:
-        paths = (port_dir / "counters_ext" / f"{name}_64", port_dir / "counters" / name)
-        return _read_counter(paths, issues=issues)
+        extended = port_dir / "counters_ext" / f"{name}_64"
+        value = _read_counter((extended, port_dir / "counters" / name), issues=issues)
+        if value == _SATURATED_32 and not os.path.exists(extended):
+            return None  # a counters/ figure that may be a saturated 32-bit one
+        return value
 
     return IbPortCounters(
         port=port,

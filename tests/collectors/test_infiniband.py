@@ -178,6 +178,28 @@ class TestReadPortCounters:
         expected = IbPortCounters(1, 4 * 8589934592, None, 6000000000, 5)
         assert expected == read_port_counters(port_dir, port=1, issues=[])
 
+    def test_a_saturated_32_bit_counter_gives_no_sample(self, tmp_path: Path) -> None:
+        """A counters/ figure at 2^32 - 1 is a 32-bit PortCounters value that stopped
+        there: no sample, rather than a flat counter that reads as an idle port. One
+        below it, or the same value in counters_ext/, is a figure."""
+        port_dir = _port(
+            tmp_path,
+            "mthca0",
+            "1",
+            {
+                "counters/port_rcv_data": "4294967295\n",
+                "counters/port_xmit_data": "4294967294\n",
+                "counters/port_rcv_packets": "4294967295\n",
+                "counters/port_xmit_packets": "4294967295\n",
+                "counters_ext/port_xmit_packets_64": "4294967295\n",
+            },
+        )
+        issues: list[CollectorIssue] = []
+
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        expected = IbPortCounters(1, None, 4 * 4294967294, None, 4294967295)
+        assert (expected, []) == (counters, issues)
+
     def test_no_pma_counters_are_absent(self, tmp_path: Path) -> None:
         """``N/A (no PMA)`` counters are None, not zero, and no issue."""
         port_dir = _port(
