@@ -13,3 +13,7 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Moves the clock on by ``seconds``."""
+        self.now += seconds

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 from aiohttp.test_utils import TestClient
+from manualclock import ManualClock
 from openfiles import held_under
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
@@ -62,17 +63,7 @@ async def client(exporter: Exporter, aiohttp_client: Any) -> TestClient:  # type
     return await aiohttp_client(exporter.create_app())
 
 
-class _Clock:
-    """A monotonic clock that moves only when a test moves it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _lookup_bucket(clock: _Clock) -> TokenBucket:
+def _lookup_bucket(clock: ManualClock) -> TokenBucket:
     """The fresh look-ups' bucket as the exporter makes it, on the test's clock."""
     return TokenBucket(rate_per_s=LOOKUP_RATE_PER_S, burst=LOOKUP_BURST, clock=clock)
 
@@ -634,7 +625,7 @@ class TestDebugEndpoints:
         """A pod scheduled since the last poll, looked up while fresh look-ups are held
         back: 503 with Retry-After, not a 404 saying it does not exist. With Get disabled
         the snapshot is all there is, and a pod missing from it is a 404."""
-        clock = _Clock()
+        clock = ManualClock()
         exporter.lookup._bucket = _lookup_bucket(clock)  # the time is the test's
         await exporter.poller.poll_once()
         kubelet = sim_node.kubelet
@@ -676,7 +667,7 @@ class TestDebugEndpoints:
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]
         """40 concurrent curls of one pod make one Get; a burst over many pods is capped."""
-        exporter.lookup._bucket = _lookup_bucket(_Clock())  # no token comes back meanwhile
+        exporter.lookup._bucket = _lookup_bucket(ManualClock())  # no token comes back meanwhile
         await exporter.poller.poll_once()
         before = sim_node.kubelet.calls["v1.Get"]
         sim_node.kubelet.hang = True  # hold the first call so the others must join it

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from manualclock import ManualClock
 from structlog.testing import capture_logs
 
 from exporter.outage import OutageLog, Throttle
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def events(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -24,7 +17,7 @@ def events(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
 class TestOutageLog:
     def test_repeats_of_one_failure_log_once(self) -> None:
         """A hundred identical failures are one warning."""
-        outage = OutageLog("kubelet", clock=Clock())
+        outage = OutageLog("kubelet", clock=ManualClock(100.0))
         with capture_logs() as logs:
             for _ in range(100):
                 outage.failed(kind="KubeletUnavailable", error="List: UNAVAILABLE")
@@ -33,7 +26,7 @@ class TestOutageLog:
 
     def test_a_change_of_kind_is_logged(self) -> None:
         """A failure of another kind is a new line, naming the previous kind and the count."""
-        outage = OutageLog("kubelet", clock=Clock())
+        outage = OutageLog("kubelet", clock=ManualClock(100.0))
         with capture_logs() as logs:
             outage.failed(kind="KubeletUnavailable", error="a")
             outage.failed(kind="KubeletUnavailable", error="a")
@@ -51,7 +44,7 @@ class TestOutageLog:
     def test_a_change_of_key_within_one_kind_is_logged(self) -> None:
         """Same kind, another key (which call failed): a line; the same key again: none;
         a new outage forgets the key."""
-        outage = OutageLog("kubelet", clock=Clock())
+        outage = OutageLog("kubelet", clock=ManualClock(100.0))
         with capture_logs() as logs:
             outage.failed(kind="KubeletRateLimited", error="a", key=True)
             outage.failed(kind="KubeletRateLimited", error="b", key=False)
@@ -67,7 +60,7 @@ class TestOutageLog:
 
     def test_the_end_is_logged_with_count_and_duration(self) -> None:
         """Recovery says how many failures there were and for how long."""
-        clock = Clock()
+        clock = ManualClock(100.0)
         outage = OutageLog("kubelet", clock=clock)
         with capture_logs() as logs:
             outage.succeeded()
@@ -83,7 +76,7 @@ class TestOutageLog:
 
     def test_a_new_outage_starts_afresh(self) -> None:
         """After a recovery the next failure is logged again, counted from one."""
-        outage = OutageLog("kubelet", clock=Clock())
+        outage = OutageLog("kubelet", clock=ManualClock(100.0))
         with capture_logs() as logs:
             outage.failed(kind="A", error="a")
             outage.succeeded()
@@ -96,7 +89,7 @@ class TestOutageLog:
 class TestThrottle:
     def test_one_line_per_interval_with_the_count_held_back(self) -> None:
         """Within an interval only the first call logs; the next one says how many were held."""
-        clock = Clock()
+        clock = ManualClock(100.0)
         throttle = Throttle("accept_failed", interval_s=10.0, clock=clock)
         with capture_logs() as logs:
             for _ in range(1000):
@@ -107,7 +100,7 @@ class TestThrottle:
 
     def test_each_line_counts_only_what_it_held_back(self) -> None:
         """The count starts over after each line: it is not the total since the start."""
-        clock = Clock()
+        clock = ManualClock(100.0)
         throttle = Throttle("accept_failed", interval_s=10.0, clock=clock)
         with capture_logs() as logs:
             for held in (3, 5, 0):

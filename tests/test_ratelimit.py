@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
+from manualclock import ManualClock
+
 from exporter.ratelimit import TokenBucket
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_burst_then_refill_at_rate() -> None:
     """A full bucket allows ``burst`` calls at once, then one per 1/rate seconds, no hoarding."""
-    clock = _Clock()
+    clock = ManualClock(100.0)
     bucket = TokenBucket(rate_per_s=2.0, burst=3, clock=clock)
     assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
     clock.now += 0.5
@@ -27,7 +21,7 @@ def test_burst_then_refill_at_rate() -> None:
 def test_half_a_token_lets_no_call_through() -> None:
     """A quarter second after the one token went, half a token is there: no call, or
     look-ups would run ahead of the rate that keeps them under the kubelet's limit."""
-    clock = _Clock()
+    clock = ManualClock(100.0)
     bucket = TokenBucket(rate_per_s=2.0, burst=1, clock=clock)
     assert bucket.try_take()
     clock.now += 0.25

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from freshprocess import run_python
+from manualclock import ManualClock
 from structlog.testing import capture_logs
 
 from exporter.collectors import runner as runner_module
@@ -179,14 +180,8 @@ def hung2() -> Iterator[_Hung]:
     collector.release.set()
 
 
-class _Clock:
+class _Clock(ManualClock):
     """The runner's clock in a test: it moves only when a collector moves it."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
     def taking(self, seconds: float) -> Callable[[], Readings]:
         """A script step that takes ``seconds`` of this clock."""
@@ -273,7 +268,7 @@ class TestLanes:
         self, make_runner: Callable[..., CollectorRunner]
     ) -> None:
         """Each run's duration is its own collect() call, not the time since the poll began."""
-        clock = _Clock()
+        clock = _Clock(100.0)
         collectors = [
             _Scripted(CONTEXT, [clock.taking(2.0)]),
             _Scripted2(CONTEXT, [clock.taking(3.0)]),
@@ -711,7 +706,7 @@ class TestTimeoutOnTheRunnersClock:
     ) -> None:
         """By the runner's clock, a call that has run exactly its timeout is timed out,
         and its run lasted that long: the deadline is its own start plus timeout_s."""
-        clock = _Clock()
+        clock = _Clock(100.0)
         stuck = _HangsAfter(clock, 5.0)
         runner = make_runner([stuck], timeout_s=5.0, clock=clock)
         try:

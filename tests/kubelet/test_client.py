@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from manualclock import ManualClock
 from structlog.testing import capture_logs
 
 from exporter.kubelet.client import METHOD_LIST, METHOD_V1ALPHA1_LIST, KubeletClient
@@ -82,19 +83,6 @@ async def _until_held(sim: SimKubelet) -> None:
         await asyncio.sleep(0.01)
 
 
-class FakeClock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 async def sim(socket_path: str) -> AsyncIterator[SimKubelet]:
     kubelet = SimKubelet(socket_path=socket_path)
@@ -105,13 +93,13 @@ async def sim(socket_path: str) -> AsyncIterator[SimKubelet]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock(1000.0)
 
 
 @pytest.fixture
 async def make_client(
-    socket_path: str, clock: FakeClock
+    socket_path: str, clock: ManualClock
 ) -> AsyncIterator[Callable[..., KubeletClient]]:
     clients: list[KubeletClient] = []
 
@@ -263,7 +251,7 @@ class TestValues:
 
 class TestCapabilities:
     async def test_unimplemented_method_is_not_asked_until_recheck(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """An UNIMPLEMENTED method raises MethodUnavailable and is left alone until the recheck."""
         sim.unimplemented = {V1_GET_ALLOCATABLE}
@@ -278,7 +266,7 @@ class TestCapabilities:
         )
 
     async def test_a_kubelet_back_from_going_away_is_asked_again_at_once(
-        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], clock: FakeClock
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], clock: ManualClock
     ) -> None:
         """Kubelets are upgraded by a restart: a method missing before the kubelet went
         away is asked again at the first call after, not at the 5-minute recheck."""
@@ -295,7 +283,7 @@ class TestCapabilities:
         assert (await client.get_allocatable(), sim.calls[V1_GET_ALLOCATABLE]) == (ALLOCATABLE, 2)
 
     async def test_recheck_notices_method_came_back(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """After the recheck period one call goes through and, answered, restores the method."""
         sim.unimplemented = {V1_GET_ALLOCATABLE}
@@ -311,7 +299,7 @@ class TestCapabilities:
         ) == (ALLOCATABLE, 2, True)
 
     async def test_failed_recheck_waits_another_period(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """A recheck that finds the method still missing starts a new quiet period."""
         sim.unimplemented = {V1_GET_ALLOCATABLE}
@@ -324,7 +312,7 @@ class TestCapabilities:
         assert asked == [1, 2, 2, 3]
 
     async def test_state_changes_logged_once(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """Losing and regaining a method logs one event each, not one per call."""
         sim.unimplemented = {V1_GET_ALLOCATABLE}
@@ -409,7 +397,7 @@ class TestCapabilities:
         assert (await look_up(client), client.api_status()["Get"]) == (TRAINER, True)
 
     async def test_probe_rechecks_while_get_is_known_unavailable(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """The probe is the recheck: it asks the kubelet whenever it is made, even inside
         the quiet period its last failure started (the poller paces it), so a kubelet
@@ -479,7 +467,7 @@ class TestV1alpha1Fallback:
         assert (sim.calls[V1_LIST], sim.calls[V1ALPHA1_LIST]) == (1, 3)
 
     async def test_fallback_returns_to_v1_after_recheck(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """After the recheck period a kubelet upgraded to v1 is used again."""
         sim.unimplemented = {V1_LIST}
@@ -505,7 +493,7 @@ async def look_up(client: KubeletClient) -> PodResources:
 
 class TestBackoff:
     async def test_rate_limited_call_holds_back_look_ups(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """RESOURCE_EXHAUSTED raises KubeletRateLimited; look-ups in the window never
         reach the kubelet, the poller's own calls still do."""
@@ -535,7 +523,7 @@ class TestBackoff:
         assert (sim.calls[V1_GET], sim.calls[V1_LIST], sim.calls[V1_GET_ALLOCATABLE]) == (1, 1, 1)
 
     async def test_backoff_ends_after_window(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """Once the window has passed the kubelet is asked again."""
         sim.rate_limit(qps=0.001, burst=0)
@@ -559,7 +547,7 @@ class TestBackoff:
         assert await look_up(client) == TRAINER
 
     async def test_window_doubles_and_resets_on_success(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """Each failure doubles the window (jittered within [d/2, d]); success resets it."""
         sim.force_code = grpc.StatusCode.UNAVAILABLE
@@ -582,7 +570,7 @@ class TestBackoff:
         assert asked == [1, 2, 2, 3, 3, 4, 6, 7]
 
     async def test_window_is_capped(
-        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], clock: FakeClock
+        self, sim: SimKubelet, make_client: Callable[..., KubeletClient], clock: ManualClock
     ) -> None:
         """The window never grows past backoff_max_s."""
         client = make_client(backoff_initial_s=1.0, backoff_max_s=2.0)
@@ -606,7 +594,7 @@ class TestBackoff:
         assert (await look_up(client), sim.calls[V1_GET]) == (TRAINER, 1)
 
     async def test_refusals_say_the_same_thing_each_time(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """A refusal's message holds no countdown, so an outage reads the same each time."""
         sim.force_code = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -626,7 +614,7 @@ class TestBackoff:
         self,
         sim: SimKubelet,
         make_client: Callable[..., KubeletClient],
-        clock: FakeClock,
+        clock: ManualClock,
         code: Any,
     ) -> None:
         """Unreachable, rate-limited or past its deadline alike: the second failure's
@@ -646,7 +634,7 @@ class TestBackoff:
         assert asked == [1, 2, 2]
 
     async def test_the_window_doubles_with_each_failure(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """Doubling, not growing by a step: after four failures the window is [4, 8] s,
         so 4 s after the fourth the kubelet is still not asked."""
@@ -677,7 +665,7 @@ class TestBackoff:
         assert (caught.value.message.endswith("(backing off)"), sim.calls[V1_GET]) == (True, 0)
 
     async def test_failures_inside_the_window_do_not_widen_it(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """The poller's calls are made inside a window; their failures are the same
         outage, and the window (<= 1 s after the first) is not drawn again, doubled."""
@@ -720,7 +708,7 @@ class TestBackoff:
         assert (await look_up(client), sim.calls[V1_GET]) == (TRAINER, 2)
 
     async def test_an_outage_logs_its_start_and_end_once(
-        self, sim: SimKubelet, client: KubeletClient, clock: FakeClock
+        self, sim: SimKubelet, client: KubeletClient, clock: ManualClock
     ) -> None:
         """Backing off is said once when it starts and once when the kubelet answers."""
         sim.force_code = grpc.StatusCode.UNAVAILABLE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fake_nvml_support import FakeGpu, FakeNvml
+from manualclock import ManualClock
 
 from exporter.collectors.base import Collector, CollectorContext
 from exporter.collectors.gpu_processes import GpuProcessesCollector
@@ -11,14 +12,6 @@ from exporter.collectors.nvml import INIT_RETRY_INITIAL_S, NvmlCollector
 from exporter.errors import CollectorError, CollectorUnavailable
 
 UUID = "GPU-8f3c5e2a-1b4d-4c6e-9f0a-2d7b8e1c3f50"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class TestInitBackoff:
@@ -29,7 +22,7 @@ class TestInitBackoff:
         """Within the back-off the failure is repeated without asking the driver (now
         loaded) again; after it, init is retried and works. Both NVML collectors share
         the one session, so both follow the same policy."""
-        clock = Clock()
+        clock = ManualClock(1000.0)
         collector: Collector = make(CollectorContext(), clock=clock)
         try:
             with pytest.raises(CollectorUnavailable, match="driver is not loaded"):
@@ -47,7 +40,7 @@ class TestInitBackoff:
         """Each failure puts the next try twice as far off, at most INIT_RETRY_MAX_S;
         until then the last failure is repeated as it was (an error, not "unavailable"),
         without asking the driver, whose answer meanwhile changes at every step."""
-        clock = Clock()
+        clock = ManualClock(1000.0)
         start = clock.now
         collector = NvmlCollector(CollectorContext(), clock=clock)
         # nvml.h codes the driver answers in turn: UNKNOWN, OPERATING_SYSTEM.

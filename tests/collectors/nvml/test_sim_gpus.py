@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from attribution_support import attributed_names
+from manualclock import ManualClock
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_metrics import (
@@ -59,23 +60,13 @@ NOT_THROTTLED = tuple(Sample(GPU_CLOCKS_THROTTLED, 0.0, (r,)) for r in THROTTLE_
 NO_XID_ERRORS = (Sample(GPU_XID_ERRORS, 0.0),)
 
 
-class Clock:
-    """A clock the test sets by hand."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(0.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def collector(clock: Clock) -> Iterator[NvmlCollector]:
+def collector(clock: ManualClock) -> Iterator[NvmlCollector]:
     """An NvmlCollector on the simulated demo GPUs, both on ``clock``."""
     source = SimulatedNvmlSource(HARDWARE, clock=clock)
     nvml = NvmlCollector(CollectorContext(), source=source, clock=clock)
@@ -126,7 +117,7 @@ class TestWholeGpus:
         assert expected == device(readings, GPU_0.uuid)
 
     def test_power_capped_at_the_top_of_its_wobble(
-        self, collector: NvmlCollector, clock: Clock
+        self, collector: NvmlCollector, clock: ManualClock
     ) -> None:
         """GPU 0 is 94 % busy a quarter minute in (85 % and a tenth): at its power cap."""
         clock.now = 15.0
@@ -287,7 +278,7 @@ class TestMigPlacement:
                 taken |= slots
         assert [] == misplaced
 
-    def test_placement_asked_once_per_mig_device(self, clock: Clock) -> None:
+    def test_placement_asked_once_per_mig_device(self, clock: ManualClock) -> None:
         """A GPU instance's placement is fixed: later polls take it without asking NVML."""
         asked: list[int] = []
 
@@ -314,7 +305,7 @@ class TestMigPlacement:
 
 class TestOverTime:
     def test_utilization_wobbles_near_its_base(
-        self, collector: NvmlCollector, clock: Clock
+        self, collector: NvmlCollector, clock: ManualClock
     ) -> None:
         """Utilization stays within 10 % of the base and moves; an idle GPU stays idle."""
         seen: set[float] = set()
@@ -328,7 +319,9 @@ class TestOverTime:
         assert 0.76 <= min(seen) < max(seen) <= 0.94
         assert {0.0} == idle
 
-    def test_energy_grows_with_the_clock(self, collector: NvmlCollector, clock: Clock) -> None:
+    def test_energy_grows_with_the_clock(
+        self, collector: NvmlCollector, clock: ManualClock
+    ) -> None:
         """Energy is a counter: 100 s later GPU 0 has used 100 s of its mean power more."""
         before = figure(collector.collect(), GPU_0.uuid, GPU_ENERGY.name)
         clock.now = 100.0
@@ -342,12 +335,12 @@ class TestSourceAsNvml:
     """SimulatedNvmlSource answers as NVML's own calls do."""
 
     @pytest.fixture
-    def source(self, clock: Clock) -> SimulatedNvmlSource:
+    def source(self, clock: ManualClock) -> SimulatedNvmlSource:
         source = SimulatedNvmlSource(HARDWARE, clock=clock)
         source.init()
         return source
 
-    def test_refuses_calls_before_init(self, clock: Clock) -> None:
+    def test_refuses_calls_before_init(self, clock: ManualClock) -> None:
         """Before nvmlInit every call answers UNINITIALIZED."""
         with pytest.raises(NvmlError) as caught:
             SimulatedNvmlSource(HARDWARE, clock=clock).device_count()
@@ -397,7 +390,7 @@ class TestSourceAsNvml:
         assert source.next_xid(source.xid_event_set()) is None
 
     def test_process_samples_once_per_clock_and_per_gpu(
-        self, source: SimulatedNvmlSource, clock: Clock
+        self, source: SimulatedNvmlSource, clock: ManualClock
     ) -> None:
         """Samples newer than the last seen time stamp, of this GPU's processes only;
         none new at the same clock."""
