@@ -37,10 +37,6 @@ class OutageLog:
         self._failures = 0
         self._since = 0.0
 
-    @property
-    def failing(self) -> bool:
-        return self._kind is not None
-
     def failed(self, *, kind: str, error: str, key: object = None, **fields: Any) -> None:
         """One failure; ``kind`` is stable across repeats (an exception class, a code).
         A change of ``kind`` or of ``key`` (what else tells two failures of one kind

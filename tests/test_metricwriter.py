@@ -278,3 +278,13 @@ class TestPrefixCache:
         warm = write_family(later, cache=second, previous=first)
         cold = write_family(later, cache={})
         assert (cold, [(name, ('st"ays',))]) == (warm, list(second))
+
+    def test_a_prefix_found_in_previous_is_used_as_it_is(self) -> None:
+        """A row whose prefix the last poll made takes that very string (not made and
+        escaped again), and the cache keeps it for the next poll."""
+        key = ("test_temperature_celsius", ("x",))
+        previous: PrefixCache = {key: "kept_prefix"}
+        cache: PrefixCache = {}
+        rows = Rows("test_temperature_celsius", "gauge", "Help.", ("a",), [(("x",), 1)])
+        written = write_family(rows, cache=cache, previous=previous)
+        assert ("kept_prefix 1.0\n", {key: "kept_prefix"}) == (written.body, cache)

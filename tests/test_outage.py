@@ -74,6 +74,16 @@ class TestOutageLog:
             k: logs[1][k] for k in ("failures", "duration_seconds", "last_kind")
         }
 
+    def test_the_duration_is_given_to_the_millisecond(self) -> None:
+        """An outage shorter than a second still says how long it was, in milliseconds."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            outage.failed(kind="KubeletUnavailable", error="a")
+            clock.advance(0.2504)
+            outage.succeeded()
+        assert 0.25 == logs[1]["duration_seconds"]
+
     def test_a_new_outage_starts_afresh(self) -> None:
         """After a recovery the next failure is logged again, counted from one."""
         outage = OutageLog("kubelet", clock=ManualClock(100.0))

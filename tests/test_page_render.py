@@ -18,25 +18,29 @@ from exporter.sim.node import SimulatedNode
 
 
 class CountedRender:
-    """The real render, counted; ``fail_next`` makes the next call raise first,
-    ``failing`` every call while it is set, ``entered`` is set once a call has begun,
-    and ``held`` keeps each call waiting in its thread until it is set."""
+    """The real render, counted; ``fail_next`` makes the next call raise ``error``
+    first, ``failing`` every call while it is set, ``entered`` is set once a call has begun,
+    ``held`` keeps each call waiting in its thread until it is set, and ``previous``
+    is the page each call was given to chain to."""
 
     def __init__(self) -> None:
         self.calls = 0
+        self.previous: list[Exposition | None] = []
         self.fail_next = False
         self.failing = False
+        self.error: Exception = RuntimeError("render broke")
         self.entered = threading.Event()
         self.held = threading.Event()
         self.held.set()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Exposition:
         self.calls += 1
+        self.previous.append(kwargs.get("previous"))
         self.entered.set()
         self.held.wait(timeout=10)
         if self.fail_next or self.failing:
             self.fail_next = False
-            raise RuntimeError("render broke")
+            raise self.error
         return render(*args, **kwargs)
 
 
@@ -114,6 +118,62 @@ async def test_a_scraper_that_goes_away_leaves_the_render_to_the_next(
     assert (1, True) == (renders.calls, page.series > 0)
 
 
+async def test_a_cancelled_render_is_started_again_by_the_next_scrape(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    """A render task found cancelled (nothing here cancels it; a loop shutting down
+    does) is no page and no error: the next caller renders anew, not raising the
+    CancelledError of a render it never asked for."""
+    published = await demo.poller.poll_once()
+    renders.held.clear()
+    gone = asyncio.ensure_future(demo.store.exposition(published))
+    assert await asyncio.to_thread(renders.entered.wait, 10)  # in render(), held there
+    assert published.page is not None
+    published.page.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    renders.held.set()
+
+    page = await demo.store.exposition(published)
+
+    assert (2, True) == (renders.calls, page.series > 0)
+
+
+async def test_renders_of_two_snapshots_run_one_after_the_other(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    """Two snapshots scraped at once: the second render waits for the first, and is
+    chained to its page as any render is to the last one made."""
+    first = await demo.poller.poll_once()
+    second = await demo.poller.poll_once()
+
+    pages = await asyncio.gather(demo.store.exposition(first), demo.store.exposition(second))
+
+    assert (2, None, True) == (
+        len(renders.previous),
+        renders.previous[0],
+        renders.previous[1] is pages[0],
+    )
+
+
+async def test_a_snapshot_of_the_same_allocations_takes_the_container_lines_whole(
+    demo: Exporter,
+) -> None:
+    """The store tells render when a snapshot was joined from the data the last page
+    was (the same allocations number): its container lines are taken whole, the very
+    table, not looked up again container by container."""
+    first = await demo.poller.poll_once()
+    second = await demo.poller.poll_once()
+    page = await demo.store.exposition(first)
+
+    again = await demo.store.exposition(second)
+
+    assert (first.allocations, True) == (
+        second.allocations,
+        again.cache.containers is page.cache.containers,
+    )
+
+
 async def test_a_failed_first_render_is_tried_again_by_the_next_scrape(
     demo: Exporter, renders: CountedRender
 ) -> None:
@@ -143,10 +203,29 @@ async def test_a_failed_render_serves_the_last_page_and_the_next_poll_renders_an
     fresh = await demo.store.exposition(next_poll)
 
     assert all(page is last for page in served)
-    assert ["render_failed"] == [e["event"] for e in logs if e["log_level"] == "error"]
+    assert [("render_failed", broken.snapshot.collected_at)] == [
+        (e["event"], e["collected_at"]) for e in logs if e["log_level"] == "error"
+    ]
     assert 3 == renders.calls
     assert fresh is not last
     assert fresh.families == render(next_poll.snapshot).families
+
+
+async def test_a_render_failing_with_any_error_serves_the_last_page(
+    demo: Exporter, renders: CountedRender
+) -> None:
+    """Not only a RuntimeError: a render that raises whatever a bug raises (a name the
+    writer refuses is a ValueError) gets the last page as well."""
+    last = await demo.store.exposition(await demo.poller.poll_once())
+    renders.fail_next = True
+    renders.error = ValueError("family 'x:y': names outside the legacy character set")
+    with capture_logs() as logs:
+        served = await demo.store.exposition(await demo.poller.poll_once())
+
+    assert (True, ["render_failed"]) == (
+        served is last,
+        [e["event"] for e in logs if e["log_level"] == "error"],
+    )
 
 
 async def test_a_render_that_keeps_failing_logs_its_traceback_once(
@@ -163,16 +242,16 @@ async def test_a_render_that_keeps_failing_logs_its_traceback_once(
         await demo.store.exposition(await demo.poller.poll_once())
 
     seen = [
-        (e["event"], e.get("exc_info"), e.get("error"), e.get("after_error"))
+        (e["event"], e.get("exc_info"), e.get("error"), e.get("repeated"), e.get("after_error"))
         for e in logs
         if e["event"].startswith("render_")
     ]
-    repeated = ("render_failed", None, "RuntimeError: render broke", None)
+    repeated = ("render_failed", None, "RuntimeError: render broke", True, None)
     assert [
-        ("render_failed", True, None, None),
+        ("render_failed", True, None, None, None),
         repeated,
         repeated,
-        ("render_recovered", None, None, "RuntimeError: render broke"),
+        ("render_recovered", None, None, None, "RuntimeError: render broke"),
     ] == seen
 
 

@@ -13,9 +13,11 @@ import gc
 import json
 import selectors
 import socket
+import string
 import struct
 import time
-from collections.abc import AsyncIterator
+import warnings
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,7 +28,8 @@ from pki import Pki, client_context, make_pki
 from structlog.testing import capture_logs
 from webserving import KernelWithoutIPv6, free_dual_stack_port, has_ipv6_loopback
 
-from exporter.tlssite import TlsSite, _Listeners, make_site
+from exporter import tlssite as tlssite_module
+from exporter.tlssite import _ACCEPT_AGAIN_S, _ACCEPT_RETRY_S, TlsSite, _Listeners, make_site
 from exporter.webconfig import TlsSettings, build_ssl_context
 
 
@@ -83,6 +86,20 @@ async def _until_no_connections(listeners: _Listeners) -> None:
         await asyncio.sleep(0.05)
 
 
+@contextlib.contextmanager
+def _loop_exceptions() -> Iterator[list[str]]:
+    """What reaches the running loop's exception handler meanwhile: an unretrieved
+    task exception is reported there when its task is collected."""
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+    try:
+        yield reported
+    finally:
+        loop.set_exception_handler(handler)
+
+
 async def _https_get(pki: Pki, port: int) -> int:
     async with (
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
@@ -127,6 +144,18 @@ async def test_plain_http_is_answered_400_and_https_still_served(pki: Pki) -> No
         assert 200 == await _https_get(pki, port)
 
 
+async def test_every_upper_case_letter_opens_a_method_answered_400(pki: Pki) -> None:
+    """Any method, not only GET and HEAD (DELETE, OPTIONS, a WebDAV ACL): a request that
+    opens with an upper-case ASCII letter is plain HTTP and answered 400."""
+    async with _site(pki) as runner:
+        port = _port(runner)
+        firsts = {
+            letter: (await _raw(port, f"{letter}X / HTTP/1.1\r\n\r\n".encode()))[:24]
+            for letter in string.ascii_uppercase
+        }
+    assert {letter: b"HTTP/1.1 400 Bad Request" for letter in string.ascii_uppercase} == firsts
+
+
 async def test_the_400_reaches_a_client_that_sent_a_large_body_first(pki: Pki) -> None:
     """The request's body is read (for 2 s at most) before the connection closes: a
     socket closed with data unread is reset, and the client loses the answer."""
@@ -134,6 +163,23 @@ async def test_the_400_reaches_a_client_that_sent_a_large_body_first(pki: Pki) -
         body = b"x" * (4 * 1024 * 1024)
         head = f"POST /metrics HTTP/1.1\r\nHost: n\r\nContent-Length: {len(body)}\r\n\r\n"
         answer = await _raw(_port(runner), head.encode() + body)
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+async def test_the_400_ends_the_stream_without_waiting_for_the_client(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the answer the server half-closes: a client that reads until the end of
+    the stream (and keeps its own side open) has it at once, not when the server stops
+    lingering (made a minute here, so that only a missing half-close waits that long)."""
+    monkeypatch.setattr(tlssite_module, "LINGERING_TIME_S", 60.0)
+    async with _site(pki) as runner:
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(runner))
+        writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+        try:
+            answer = await asyncio.wait_for(reader.read(), 30.0)
+        finally:
+            writer.close()
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
 
 
@@ -195,6 +241,43 @@ async def test_out_of_descriptors_accepts_again_a_second_later(
     ]
 
 
+async def test_an_accept_error_that_repeats_is_tried_again_a_moment_later(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accept() failing at once again with an error other than running out (EPROTO on
+    every try): tried again a moment later (_ACCEPT_AGAIN_S); not after a second, as
+    when out of descriptors, nor at once, which would take the loop (stopped after 200,
+    not to hang the test). The waits asked for are checked, not timed."""
+    loop = asyncio.get_running_loop()
+    calls = 0
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def failing(sock: socket.socket) -> tuple[socket.socket, object]:
+        nonlocal calls
+        calls += 1
+        if calls > 200:
+            await asyncio.Event().wait()  # until the site is stopped
+        raise OSError(errno.EPROTO, "Protocol error")
+
+    async def recording_sleep(delay: float, result: Any = None) -> Any:
+        waits.append(delay)
+        return await real_sleep(delay, result)
+
+    monkeypatch.setattr(loop, "sock_accept", failing)
+    monkeypatch.setattr(tlssite_module.asyncio, "sleep", recording_sleep)
+    async with _site(pki):
+        for _ in range(1000):  # up to 10 s on a loaded machine; ~0.15 s on an idle one
+            if calls >= 3:
+                break
+            await real_sleep(0.01)
+    assert (True, True, False) == (
+        calls >= 3,
+        _ACCEPT_AGAIN_S in waits,
+        _ACCEPT_RETRY_S in waits,
+    )
+
+
 async def test_a_client_gone_before_accept_is_not_logged(
     pki: Pki, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,10 +318,7 @@ async def test_port_checks_and_resets_leave_no_task_exception(pki: Pki) -> None:
     (SO_LINGER 0) ends its task quietly: nothing reaches the loop's exception handler,
     where an unretrieved task exception would be logged on every such client."""
     loop = asyncio.get_running_loop()
-    reported: list[dict[str, Any]] = []
-    handler = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _, context: reported.append(context))
-    try:
+    with _loop_exceptions() as reported:
         async with _site(pki) as runner:
             port = _port(runner)
             await _port_checks(port, 3)
@@ -250,9 +330,7 @@ async def test_port_checks_and_resets_leave_no_task_exception(pki: Pki) -> None:
                     client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await _until_no_connections(_listeners(runner))
             gc.collect()  # a failed task reports its exception when it is collected
-    finally:
-        loop.set_exception_handler(handler)
-    assert [] == [context["message"] for context in reported]
+    assert [] == reported
 
 
 async def test_what_is_neither_tls_nor_http_goes_to_tls_and_fails_there(pki: Pki) -> None:
@@ -263,6 +341,61 @@ async def test_what_is_neither_tls_nor_http_goes_to_tls_and_fails_there(pki: Pki
         answer = await _raw(port, b"\x00\x01\x02\x03" * 4)
         assert not answer.startswith(b"HTTP/")
         assert 200 == await _https_get(pki, port)
+
+
+async def test_a_failed_handshake_is_a_debug_line_and_no_task_exception(pki: Pki) -> None:
+    """TLS refusing what it was given is logged at debug only, as asyncio's own server
+    does, naming the error; the connection's task ends without an exception for the
+    loop's handler to report."""
+    with _loop_exceptions() as reported:
+        async with _site(pki) as runner:
+            with capture_logs() as logs:
+                await _raw(_port(runner), b"\x00\x01\x02\x03" * 4)
+                await _until_no_connections(_listeners(runner))
+            gc.collect()
+    failed = [(e["log_level"], e["error"].split(":")[0]) for e in logs]
+    assert ([("debug", "SSLError")], []) == (failed, reported)
+
+
+async def test_a_plain_http_client_gone_before_its_answer_is_logged_without_a_peer(
+    pki: Pki,
+) -> None:
+    """A client that sent its request and reset the connection while it waited to be
+    accepted has no address left to name: the warning says so with an empty peer, and
+    the connection's task ends quietly."""
+    with _loop_exceptions() as reported:
+        async with _site(pki) as runner:
+            with capture_logs() as logs:
+                # Blocking calls: the loop does not run, so all of it happens before accept().
+                with socket.create_connection(("127.0.0.1", _port(runner))) as client:
+                    client.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                for _ in range(100):
+                    if logs:
+                        break
+                    await asyncio.sleep(0.05)
+                await _until_no_connections(_listeners(runner))
+            gc.collect()
+    warnings_logged = [e["peer"] for e in logs if e["event"] == "http_request_on_https_port"]
+    assert ([""], []) == (warnings_logged, reported)
+
+
+async def test_connections_the_site_ends_are_closed_not_left_to_the_collector(
+    pki: Pki,
+) -> None:
+    """A plain-HTTP client answered 400, a port check and a failed handshake each have
+    their socket closed by the site: none is left for the garbage collector to close
+    (and warn of), some time later."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        async with _site(pki) as runner:
+            port = _port(runner)
+            await _raw(port, b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n")
+            await _port_checks(port, 1)
+            await _raw(port, b"\x00\x01\x02\x03" * 4)
+            await _until_no_connections(_listeners(runner))
+            gc.collect()
+    assert [] == [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 async def test_a_client_that_says_nothing_is_closed_after_the_first_byte_timeout(
@@ -278,6 +411,25 @@ async def test_a_client_that_says_nothing_is_closed_after_the_first_byte_timeout
         assert 200 == await _https_get(pki, port)
 
 
+async def test_by_default_a_client_has_seconds_to_say_its_first_byte(pki: Pki) -> None:
+    """A client slow to send its first byte (a loaded scraper, a long path) is still
+    served a second later by a site made with the defaults, as make_site makes it."""
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
+    try:
+        await make_site(
+            runner, "127.0.0.1", 0, ssl_context=build_ssl_context(tls, source=Path("web.yml"))
+        ).start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(runner))
+        await asyncio.sleep(1.0)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: n\r\n\r\n")
+        answer = await _until_closed(reader, writer)
+    finally:
+        await runner.cleanup()
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
 async def test_stopping_closes_the_listener_and_connections_not_yet_handed_over(
     pki: Pki,
 ) -> None:
@@ -289,6 +441,15 @@ async def test_stopping_closes_the_listener_and_connections_not_yet_handed_over(
         assert b"" == await _until_closed(reader, writer)
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_stopped_listeners_say_they_serve_nothing(pki: Pki) -> None:
+    """As asyncio's Server after close(): not serving, and no sockets to name (those
+    closed would fail getsockname())."""
+    async with _site(pki) as runner:
+        listeners = _listeners(runner)
+        serving = (listeners.is_serving(), len(listeners.sockets))
+    assert ((True, 1), (False, ())) == (serving, (listeners.is_serving(), listeners.sockets))
 
 
 async def test_a_wildcard_host_listens_on_both_families(pki: Pki) -> None:
@@ -304,6 +465,22 @@ async def test_a_wildcard_host_listens_on_both_families(pki: Pki) -> None:
         assert 200 == await _https_get(pki, by_family[2])
 
 
+async def test_a_wildcard_host_binds_the_unspecified_addresses(pki: Pki) -> None:
+    """None is every address of the machine, as asyncio's create_server binds it (0.0.0.0
+    and ::), not the loopback addresses a lookup without AI_PASSIVE gives: other
+    machines reach it."""
+    plain = web.AppRunner(web.Application())
+    await plain.setup()
+    try:
+        await web.TCPSite(plain, None, 0).start()
+        plain_hosts = sorted(address[0] for address in plain.addresses)
+    finally:
+        await plain.cleanup()
+    async with _site(pki, host=None) as runner:
+        assert plain_hosts == sorted(address[0] for address in runner.addresses)
+    assert "0.0.0.0" in plain_hosts
+
+
 async def test_a_wildcard_host_on_a_fixed_port_listens_on_both_families(pki: Pki) -> None:
     """A wildcard host and a port given (the default :9410): IPv4 and IPv6 on that one
     port. The IPv6 socket is IPv6 only, else it would claim the IPv4 port as well and
@@ -314,6 +491,24 @@ async def test_a_wildcard_host_on_a_fixed_port_listens_on_both_families(pki: Pki
     async with _site(pki, host=None, port=port) as runner:
         assert {(2, port), (4, port)} == {(len(a), a[1]) for a in runner.addresses}
         assert 200 == await _https_get(pki, port)
+
+
+async def test_an_address_the_lookup_gives_twice_is_one_socket(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that resolves to one address twice (a duplicated /etc/hosts line) gets
+    one socket, as asyncio's create_server makes: not a second one, which on port 0
+    would listen on a port of its own and on a fixed port fail as in use."""
+    loop = asyncio.get_running_loop()
+    lookup = loop.getaddrinfo
+
+    async def twice(*args: Any, **kwargs: Any) -> list[Any]:
+        found = await lookup(*args, **kwargs)
+        return [*found, *found]
+
+    monkeypatch.setattr(loop, "getaddrinfo", twice)
+    async with _site(pki) as runner:
+        assert 1 == len(runner.addresses)
 
 
 async def test_a_wildcard_host_without_ipv6_in_the_kernel_listens_on_ipv4(
@@ -346,6 +541,20 @@ async def test_a_restart_binds_the_port_its_closed_connections_hold(pki: Pki) ->
         assert 200 == await _https_get(pki, port)
 
 
+@pytest.mark.parametrize("host", [None, "127.0.0.1", "::1"])
+async def test_the_site_is_named_as_aiohttp_names_an_https_site(pki: Pki, host: str | None) -> None:
+    """The name run_app prints for a site: a wildcard as 0.0.0.0, IPv6 in brackets."""
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
+    context = build_ssl_context(tls, source=Path("web.yml"))
+    try:
+        expected = web.TCPSite(runner, host, 9410, ssl_context=context).name
+        assert expected == TlsSite(runner, host, 9410, ssl_context=context).name
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_port_in_use_is_refused_with_the_address(pki: Pki) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -362,6 +571,28 @@ async def test_a_port_in_use_is_refused_with_the_address(pki: Pki) -> None:
             assert f"('127.0.0.1', {port})" in str(raised.value)
         finally:
             await runner.cleanup()
+
+
+async def test_a_port_in_use_leaves_no_socket_open(pki: Pki) -> None:
+    """The sockets made before the bind failed are closed, not left to the garbage
+    collector (which warns of each): a listener that retries its start leaks nothing."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        runner = web.AppRunner(web.Application())
+        await runner.setup()
+        tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
+        context = build_ssl_context(tls, source=Path("web.yml"))
+        site = TlsSite(runner, "127.0.0.1", taken.getsockname()[1], ssl_context=context)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ResourceWarning)
+                with contextlib.suppress(OSError):
+                    await site.start()
+                gc.collect()
+        finally:
+            await runner.cleanup()
+    assert [] == [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
