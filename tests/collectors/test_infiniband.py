@@ -200,6 +200,24 @@ class TestReadPortCounters:
         expected = IbPortCounters(1, None, 4 * 4294967294, None, 4294967295)
         assert (expected, []) == (counters, issues)
 
+    def test_a_64_bit_counters_figure_past_the_32_bit_maximum_is_kept(self, tmp_path: Path) -> None:
+        """Only the 32-bit maximum itself is dropped: a counters/ figure beyond it (mlx5's
+        64-bit counters/, no counters_ext/) is a sample."""
+        port_dir = _port(
+            tmp_path,
+            "mlx5_0",
+            "1",
+            {
+                "counters/port_rcv_data": "4294967296\n",
+                "counters/port_xmit_data": "0\n",
+                "counters/port_rcv_packets": "8589934592\n",
+                "counters/port_xmit_packets": "0\n",
+            },
+        )
+
+        expected = IbPortCounters(1, 4 * 4294967296, 0, 8589934592, 0)
+        assert expected == read_port_counters(port_dir, port=1, issues=[])
+
     def test_no_pma_counters_are_absent(self, tmp_path: Path) -> None:
         """``N/A (no PMA)`` counters are None, not zero, and no issue."""
         port_dir = _port(

@@ -508,6 +508,51 @@ class TestSwitchdev:
         moved = _collect(tmp_path).devices[-1]
         assert _moved_vf0(_samples("ens1f0np0/vf0", _ICE_VF_COUNTERS)) == moved
 
+    def test_each_moved_vf_is_read_through_its_own_representor(self, tmp_path: Path) -> None:
+        """With two VFs in pods, each takes the figures of the representor whose
+        pf<n>vf<m> names it, not another VF's."""
+        _tree(tmp_path)
+        shutil.rmtree(pci_device_dir(tmp_path, VF1.pci_address) / "net" / VF1.netdev)
+        (tmp_path / "class" / "net" / VF1.netdev).unlink()
+        _switchdev(tmp_path, ("eth5", "pf0vf0"), ("eth6", "pf0vf1"), driver="ice")
+        eth6 = pci_device_dir(tmp_path, PF.pci_address) / "net" / "eth6"
+        write_attribute(eth6 / "statistics" / "rx_bytes", "5\n")
+
+        readings = {r.name: r for r in _collect(tmp_path).devices}
+        expected = (
+            _samples("ens1f0np0/vf0", _ICE_VF_COUNTERS),
+            _samples("ens1f0np0/vf1", {**_ICE_VF_COUNTERS, "rx_bytes": 5}),
+        )
+        assert expected == (readings[VF0.pci_address].samples, readings[VF1.pci_address].samples)
+
+    @pytest.mark.parametrize("nic", [VF1, VIRTIO])
+    def test_only_a_pfs_own_netdev_is_taken_for_a_representor(
+        self, tmp_path: Path, nic: SimNic
+    ) -> None:
+        """A VF's netdev, or one below a PCI function (virtio), is read as itself whatever
+        its phys_port_name says: only a netdev whose device is a PF can represent a port."""
+        _tree(tmp_path)
+        netdev = net_fixture.netdev_parent(tmp_path, nic) / "net" / nic.netdev
+        write_attribute(netdev / "phys_port_name", "pf0vf0\n")
+        readings = _collect(tmp_path)
+        assert (_expected_tree(tick=0), ()) == (readings.devices, readings.issues)
+
+    def test_an_unreadable_driver_link_is_an_issue(self, tmp_path: Path) -> None:
+        """Where the PF's driver link cannot be resolved, which driver counts its
+        representors is not known: one issue, and the VF gets no figures."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("eth5", "pf0vf0"))
+        driver = pci_device_dir(tmp_path, PF.pci_address) / "driver"
+        driver.unlink()
+        os.symlink("driver", driver)
+        readings = _collect(tmp_path)
+        loop = "Too many levels of symbolic links"
+        expected = (
+            _moved_vf0(),
+            (CollectorIssue("unreadable", f"cannot resolve {driver}: {loop}"),),
+        )
+        assert expected == (readings.devices[-1], readings.issues)
+
     @pytest.mark.parametrize(("code", "issues"), [(errno.EOPNOTSUPP, 0), (errno.EIO, 1)])
     def test_a_netdev_without_a_switch_port(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, issues: int

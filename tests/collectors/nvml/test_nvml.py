@@ -607,6 +607,30 @@ class TestWholeGpus:
             asked_again,
         )
 
+    @pytest.mark.parametrize(
+        ("error", "issues"),
+        [(UNKNOWN, (issue("UNKNOWN", "GPU index 0", "device_handle"),)), (NOT_SUPPORTED, ())],
+    )
+    def test_a_handle_refused_for_another_reason_is_asked_every_poll(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        error: str,
+        issues: tuple[CollectorIssue, ...],
+    ) -> None:
+        """Only NO_PERMISSION is remembered: a handle that failed otherwise may come next
+        time, so it is asked again each poll (an error counted each time, NOT_SUPPORTED
+        never)."""
+        fake_nvml.configure(replace(GPU_A, fail=(("handle", error),)), GPU_B)
+        first = collector.collect()
+        before = fake_nvml.library.calls("handle")
+        second = collector.collect()
+        assert (issues, issues, 1) == (
+            first.issues,
+            second.issues,
+            fake_nvml.library.calls("handle") - before,  # GPU 0's: GPU 1's handle is kept
+        )
+
     def test_the_current_mig_mode_counts_not_the_pending_one(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
