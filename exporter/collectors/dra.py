@@ -40,8 +40,10 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   ``/dev/dri/cardN``, ``/dev/dri/renderDN``, host interfaces, GPU/MIG UUIDs in env
   values and annotations. Spec-wide edits are common to every device and name none.
   As CDI resolves a name found twice (pkg/cdi/cache.go, spec.go): a spec naming one
-  device twice is refused whole; the first directory listed wins over later ones; two
-  specs of one directory naming the same device conflict, and neither is used.
+  device twice, or holding a device with no container edits at all, is refused whole;
+  the first directory listed here wins over later ones (CDI lets the last of its own
+  list win, and lists ``/etc/cdi`` first: this flag lists them the other way round);
+  two specs of one directory naming the same device conflict, and neither is used.
 
 Which claim device each entry belongs to is ``exporter.resolver``'s business: this
 module never parses DRA device names. Every file is read bounded; one bad file is one
@@ -324,7 +326,8 @@ def parse_cdi_spec(
     are empty for a device whose edits name no hardware (it still takes part in the
     conflicts between specs).
 
-    Raises ValueError when the text is not a CDI spec, or names a device twice.
+    Raises ValueError when the text is not a CDI spec, names a device twice, or holds a
+    device with no edits: CDI refuses such a spec whole.
     """
     spec = _load_yaml(text) if yaml_format else _load_json(text)
     kind = _string(spec.get("kind"))
@@ -338,10 +341,20 @@ def parse_cdi_spec(
             continue
         if name in found:
             raise ValueError(f"device {name!r} named twice")  # CDI refuses the spec
-        found[name] = _edit_keys(
-            _mapping(device.get("containerEdits")), _mapping(device.get("annotations"))
-        )
+        edits = _mapping(device.get("containerEdits"))
+        if not _has_edits(edits):
+            raise ValueError(f"device {name!r} has no container edits")  # so does this
+        found[name] = _edit_keys(edits, _mapping(device.get("annotations")))
     return tuple((f"{kind}={name}", keys) for name, keys in found.items())
+
+
+# What CDI counts as a device's edits (pkg/cdi/container-edits.go isEmpty, which
+# pkg/cdi/device.go validate refuses): a device with none makes its whole spec invalid.
+_EDIT_LISTS = ("env", "deviceNodes", "hooks", "mounts", "additionalGids", "netDevices")
+
+
+def _has_edits(edits: Mapping[str, Any]) -> bool:
+    return edits.get("intelRdt") is not None or any(_sequence(edits.get(k)) for k in _EDIT_LISTS)
 
 
 def _edit_keys(edits: Mapping[str, Any], annotations: Mapping[str, Any]) -> tuple[HardwareKey, ...]:

@@ -224,9 +224,13 @@ class TestCollect:
 
     @staticmethod
     def _write_spec(path: Path, *devices: tuple[str, str | None]) -> None:
-        """A spec of kind vendor.example.com/dev: (name, device node or None) each."""
+        """A spec of kind vendor.example.com/dev: (name, device node or None) each; None
+        is an edit that names no hardware."""
         edits = [
-            {"name": name, "containerEdits": {"deviceNodes": [{"path": node}]} if node else {}}
+            {
+                "name": name,
+                "containerEdits": {"deviceNodes": [{"path": node}]} if node else {"env": ["A=b"]},
+            }
             for name, node in devices
         ]
         spec = {"cdiVersion": "0.5.0", "kind": "vendor.example.com/dev", "devices": edits}
@@ -282,6 +286,30 @@ class TestCollect:
             "vendor.example.com/dev=y": (HardwareKey(KeyKind.DRM_CARD, "6"),),
         } == dict(readings.dra.cdi_devices)
         assert [("garbage", f"{tree}/cdi/a.json: device 'x' named twice")] == [
+            (i.error, i.detail) for i in readings.issues
+        ]
+
+    def test_a_spec_holding_a_device_without_edits_is_refused(self, tree: Path) -> None:
+        """CDI refuses a spec one of whose devices has no container edits at all
+        ("empty device edits", pkg/cdi/device.go): its devices are not used, and do not
+        conflict with another spec's."""
+        self._write_spec(tree / "cdi" / "a.json", ("x", "/dev/dri/card5"))
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "vendor.example.com/dev",
+            "devices": [
+                {"name": "x", "containerEdits": {"deviceNodes": [{"path": "/dev/dri/card6"}]}},
+                {"name": "empty", "containerEdits": {}},
+            ],
+        }
+        (tree / "cdi" / "b.json").write_text(json.dumps(spec))
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert {
+            **dict(CDI_DEVICES),
+            "vendor.example.com/dev=x": (HardwareKey(KeyKind.DRM_CARD, "5"),),
+        } == dict(readings.dra.cdi_devices)
+        assert [("garbage", f"{tree}/cdi/b.json: device 'empty' has no container edits")] == [
             (i.error, i.detail) for i in readings.issues
         ]
 
@@ -586,6 +614,24 @@ class TestParseMetadata:
 
 
 class TestParseCdiSpec:
+    def test_a_device_whose_only_edit_is_a_net_device_is_valid(self) -> None:
+        """CDI 0.8's netDevices are edits (pkg/cdi/container-edits.go isEmpty): a device
+        with nothing else is no empty device, and its spec is not refused."""
+        spec = {
+            "cdiVersion": "0.8.0",
+            "kind": "vendor.example.com/net",
+            "devices": [
+                {
+                    "name": "vf3",
+                    "containerEdits": {
+                        "netDevices": [{"hostInterfaceName": "ens1f0v3", "name": "net1"}]
+                    },
+                }
+            ],
+        }
+        expected = (("vendor.example.com/net=vf3", (HardwareKey(KeyKind.NETDEV, "ens1f0v3"),)),)
+        assert expected == parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
     def test_env_uuids_and_net_devices(self) -> None:
         """GPU/MIG UUIDs in env values and annotations, and host interfaces, are keys."""
         spec = {
