@@ -551,16 +551,14 @@ def _representor(path: str, function: str, issues: list[CollectorIssue]) -> _Rep
     match = _REPRESENTOR.match(port or "")
     if match is None:
         return None  # no switch port, or the uplink (p<n>): the PF's own netdev
-    controller, pf_number, flavour, vf_index = match.groups()
-    # A VF of this host's PF: pf<n> is the PF's PCI function number in devlink's names,
-    # the switch port in ice's older ones; another number would be a VF of another PF
-    # (a shared eswitch), not this PF's virtfn<m>.
-    ours = controller is None and (
-        flavour == "vfr"
-        or (flavour == "vf" and int(pf_number) == int(function.rpartition(".")[2], 16))
-    )
-    if not ours:
-        return _Representor(None, ())
+    controller, _, flavour, vf_index = match.groups()
+    if controller is not None or flavour not in ("vf", "vfr"):
+        return _Representor(None, ())  # another host's port, a PF's or an SF's
+    # A VF of the PF its device link names: drivers make each eswitch's representors on
+    # its own PF (mlx5, ice). pf<n> says nothing more to go by: the PCI function number
+    # in devlink's names, but ice's own PF id (ice_devlink_create_vf_port: hw.pf_id, no
+    # function number where the PF is passed through to a VM), mlx5's port index on some
+    # kernels, and the switch port in ice's older pf<port>vfr<m>.
     try:
         driver = _resolve(f"{function}/driver")
     except CollectorError as error:

@@ -403,6 +403,8 @@ _REPRESENTOR_COUNTERS = {
 
 # ice_repr_get_stats64 sets these of its VF's VSI; rx_errors it leaves at 0.
 _ICE_VF_COUNTERS = {k: v for k, v in _REPRESENTOR_COUNTERS.items() if k != "rx_errors"}
+# mlx5's representor counts its eswitch port: the VF's traffic the other way round.
+_MLX5_VF_COUNTERS = {"rx_bytes": 9000, "tx_bytes": 7000, "rx_packets": 9, "tx_packets": 7}
 
 
 def _switchdev(sysfs: Path, *ports: tuple[str, str], driver: str = "mlx5_core") -> None:
@@ -448,7 +450,6 @@ class TestSwitchdev:
         otherwise be given every VF's traffic)."""
         _tree(tmp_path)
         _switchdev(tmp_path, ("ens1f0npf0vf0", "pf0vf0"), ("ens1f0npf0vf1", "pf0vf1"))
-        flipped = {"rx_bytes": 9000, "tx_bytes": 7000, "rx_packets": 9, "tx_packets": 7}
         pf, vf1, virtio, _ = _expected_tree(tick=0)
         expected = {
             pf,
@@ -456,7 +457,7 @@ class TestSwitchdev:
             virtio,
             _representor_reading("ens1f0npf0vf0"),
             _representor_reading("ens1f0npf0vf1"),
-            _moved_vf0(_samples("ens1f0np0/vf0", flipped)),
+            _moved_vf0(_samples("ens1f0np0/vf0", _MLX5_VF_COUNTERS)),
         }
         readings = _collect(tmp_path)
         assert (expected, ()) == (set(readings.devices), readings.issues)
@@ -481,7 +482,6 @@ class TestSwitchdev:
         ("port", "driver"),
         [
             ("pf0vf0", "bnxt_en"),  # a driver whose counting is not known here
-            ("pf1vf0", "mlx5_core"),  # a VF of another PF (a shared eswitch)
             ("c1pf0vf0", "mlx5_core"),  # another host's VF (a DPU's controller)
             ("pf0sf0", "mlx5_core"),  # a subfunction
             ("pf0", "mlx5_core"),  # another host's PF
@@ -499,6 +499,22 @@ class TestSwitchdev:
             readings.devices[-1],
             readings.issues,
         )
+
+    @pytest.mark.parametrize(
+        ("driver", "counters"),
+        [("ice", _ICE_VF_COUNTERS), ("mlx5_core", _MLX5_VF_COUNTERS)],
+    )
+    def test_pf_number_of_a_representor_is_not_the_pfs_function(
+        self, tmp_path: Path, driver: str, counters: dict[str, int]
+    ) -> None:
+        """ice names a VF's port pf<hw.pf_id>vf<m> (ice_devlink_create_vf_port), no PCI
+        function number where the PF is passed through to a VM, and mlx5 used its port
+        index on some kernels (here pf1 under function 0): a representor is its own PF's
+        VF's all the same, as drivers make them on their own PF."""
+        _tree(tmp_path)
+        _switchdev(tmp_path, ("eth5", "pf1vf0"), driver=driver)
+        moved = _collect(tmp_path).devices[-1]
+        assert _moved_vf0(_samples("ens1f0np0/vf0", counters)) == moved
 
     def test_old_ice_representor_names(self, tmp_path: Path) -> None:
         """ice named its representors pf<switch port>vfr<VF> before devlink ports: the
