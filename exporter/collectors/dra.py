@@ -40,7 +40,7 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   ``/dev/dri/cardN``, ``/dev/dri/renderDN``, host interfaces, GPU/MIG UUIDs in env
   values and annotations. Spec-wide edits are common to every device and name none.
   As CDI resolves a name found twice (pkg/cdi/cache.go, spec.go): a spec naming one
-  device twice, or holding a device with no container edits at all, is refused whole;
+  device twice, or holding a device without a name or container edits, is refused whole;
   the first directory listed here wins over later ones (CDI lets the last of its own
   list win, and lists ``/etc/cdi`` first: this flag lists them the other way round);
   two specs of one directory naming the same device conflict, and neither is used.
@@ -327,7 +327,7 @@ def parse_cdi_spec(
     conflicts between specs).
 
     Raises ValueError when the text is not a CDI spec, names a device twice, or holds a
-    device with no edits: CDI refuses such a spec whole.
+    device without a name or without edits: CDI refuses such a spec whole.
     """
     spec = _load_yaml(text) if yaml_format else _load_json(text)
     kind = _string(spec.get("kind"))
@@ -337,8 +337,8 @@ def parse_cdi_spec(
     for device_value in _sequence(spec.get("devices")):
         device = _mapping(device_value)
         name = _name(device.get("name"))
-        if not name:
-            continue
+        if not name:  # CDI refuses the spec (pkg/parser ValidateDeviceName)
+            raise ValueError("a device without a name")
         if name in found:
             raise ValueError(f"device {name!r} named twice")  # CDI refuses the spec
         edits = _mapping(device.get("containerEdits"))

@@ -1073,17 +1073,21 @@ class TestStreamsAndNames:
         (device,) = parse_device_metadata(text, claim_namespace="a", claim_name="b")
         assert (HardwareKey(KeyKind.GPU_UUID, GPU_4),) == device.keys
 
-    def test_a_cdi_device_without_a_name_is_skipped(self) -> None:
-        """A device entry without a name has no ``<kind>=<name>`` and is passed over."""
+    @pytest.mark.parametrize("name", [None, ""])
+    def test_a_cdi_device_without_a_name_refuses_its_spec(self, name: str | None) -> None:
+        """CDI refuses a spec with a device it cannot name ("invalid (empty) device name",
+        pkg/parser ValidateDeviceName): its other devices are not used either."""
         nodes = {"deviceNodes": [{"path": "/dev/nvidia1"}]}
+        nameless = (
+            {"containerEdits": nodes} if name is None else {"name": name, "containerEdits": nodes}
+        )
         spec = {
             "cdiVersion": "0.5.0",
             "kind": "vendor.example.com/dev",
-            "devices": [{"containerEdits": nodes}, {"name": "b", "containerEdits": nodes}],
+            "devices": [nameless, {"name": "b", "containerEdits": nodes}],
         }
-        assert (("vendor.example.com/dev=b", (HardwareKey(KeyKind.NVIDIA_MINOR, "1"),)),) == (
+        with pytest.raises(ValueError, match="a device without a name"):
             parse_cdi_spec(json.dumps(spec), yaml_format=False)
-        )
 
 
 class TestListingFailuresStayLocal:
