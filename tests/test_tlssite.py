@@ -183,6 +183,23 @@ async def test_the_400_ends_the_stream_without_waiting_for_the_client(
         assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
 
 
+def _accept_always_failing(
+    monkeypatch: pytest.MonkeyPatch, error: OSError, stop_after: int
+) -> list[int]:
+    """Every accept() of the loop raises ``error``; past ``stop_after`` tries one waits
+    until the site is stopped, not to hang the test. The list's one item counts tries."""
+    tries = [0]
+
+    async def failing(sock: socket.socket) -> tuple[socket.socket, object]:
+        tries[0] += 1
+        if tries[0] > stop_after:
+            await asyncio.Event().wait()
+        raise OSError(error.errno, error.strerror)  # anew: one raised again keeps growing
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "sock_accept", failing)
+    return tries
+
+
 def _fail_accept_once(monkeypatch: pytest.MonkeyPatch, error: OSError) -> list[OSError]:
     """The loop's next accept() raises ``error``, later ones accept; the list of errors
     still to raise (empty once it was)."""
@@ -221,21 +238,11 @@ async def test_out_of_descriptors_accepts_again_a_second_later(
     which limit to raise. Tries counted while the loop runs for a second: a few at
     most, where a loop that did not wait would spin (stopped after 20, not to hang the
     test), and one that waited 50 ms, as after other errors, would try ~20 times."""
-    loop = asyncio.get_running_loop()
-    calls = 0
-
-    async def out_of_descriptors(sock: socket.socket) -> tuple[socket.socket, object]:
-        nonlocal calls
-        calls += 1
-        if calls > 20:
-            await asyncio.Event().wait()  # until the site is stopped
-        raise OSError(errno.EMFILE, "Too many open files")
-
-    monkeypatch.setattr(loop, "sock_accept", out_of_descriptors)
+    tries = _accept_always_failing(monkeypatch, OSError(errno.EMFILE, "Too many open files"), 20)
     with capture_logs() as logs:
         async with _site(pki):
             await asyncio.sleep(1.0)  # let the accept loop run; what counts is the tries
-    assert calls <= 3
+    assert tries[0] <= 3
     assert [(errno.EMFILE, "raise the open-files limit or find who holds the connections")] == [
         (e["errno"], e["hint"]) for e in logs if e["event"] == "accept_failed"
     ]
@@ -248,31 +255,22 @@ async def test_an_accept_error_that_repeats_is_tried_again_a_moment_later(
     every try): tried again a moment later (_ACCEPT_AGAIN_S); not after a second, as
     when out of descriptors, nor at once, which would take the loop (stopped after 200,
     not to hang the test). The waits asked for are checked, not timed."""
-    loop = asyncio.get_running_loop()
-    calls = 0
+    tries = _accept_always_failing(monkeypatch, OSError(errno.EPROTO, "Protocol error"), 200)
     waits: list[float] = []
     real_sleep = asyncio.sleep
-
-    async def failing(sock: socket.socket) -> tuple[socket.socket, object]:
-        nonlocal calls
-        calls += 1
-        if calls > 200:
-            await asyncio.Event().wait()  # until the site is stopped
-        raise OSError(errno.EPROTO, "Protocol error")
 
     async def recording_sleep(delay: float, result: Any = None) -> Any:
         waits.append(delay)
         return await real_sleep(delay, result)
 
-    monkeypatch.setattr(loop, "sock_accept", failing)
     monkeypatch.setattr(tlssite_module.asyncio, "sleep", recording_sleep)
     async with _site(pki):
         for _ in range(1000):  # up to 10 s on a loaded machine; ~0.15 s on an idle one
-            if calls >= 3:
+            if tries[0] >= 3:
                 break
             await real_sleep(0.01)
     assert (True, True, False) == (
-        calls >= 3,
+        tries[0] >= 3,
         _ACCEPT_AGAIN_S in waits,
         _ACCEPT_RETRY_S in waits,
     )
