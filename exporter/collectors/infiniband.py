@@ -165,9 +165,12 @@ def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
-def _read_counter(paths: tuple[Path, ...], *, issues: list[CollectorIssue]) -> int | None:
-    # The first file that exists decides: a garbage counters_ext/ value is not replaced
-    # by a counters/ one that may be a saturated 32-bit figure.
+def _read_counter(
+    paths: tuple[Path, ...], *, issues: list[CollectorIssue]
+) -> tuple[int | None, Path | None]:
+    """The value of the first of ``paths`` that answers, and that path. The first file
+    that exists decides: a garbage counters_ext/ value is not replaced by a counters/
+    one that may be a saturated 32-bit figure."""
     for path in paths:
         try:
             text = read_text(path)
@@ -175,15 +178,15 @@ def _read_counter(paths: tuple[Path, ...], *, issues: list[CollectorIssue]) -> i
             if failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
                 continue  # no PMA: show_pma_counter returns the MAD query's error
             issues.append(file_issue(error))
-            return None
+            return None, path
         if text is None:
             continue
         try:
-            return parse_counter(text)
+            return parse_counter(text), path
         except ValueError as error:
             issues.append(issue(GARBAGE, f"{path}: {error}"))
-            return None
-    return None
+            return None, path
+    return None, None
 
 
 def _times(value: int | None, factor: int) -> int | None:
@@ -198,9 +201,11 @@ def read_port_counters(
         return _driver_port_counters(port_dir, port=port, issues=issues)
 
     def counter(name: str) -> int | None:
-        extended = port_dir / "counters_ext" / f"{name}_64"
-        value = _read_counter((extended, port_dir / "counters" / name), issues=issues)
-        if value == _SATURATED_32 and not os.path.exists(extended):
+        legacy = port_dir / "counters" / name
+        value, path = _read_counter(
+            (port_dir / "counters_ext" / f"{name}_64", legacy), issues=issues
+        )
+        if value == _SATURATED_32 and path == legacy:
             return None  # a counters/ figure that may be a saturated 32-bit one
         return value
 
@@ -220,7 +225,7 @@ def _driver_port_counters(
     counters; all None where the driver counts no traffic there."""
 
     def counter(name: str) -> int | None:
-        return _read_counter((port_dir / "hw_counters" / name,), issues=issues)
+        return _read_counter((port_dir / "hw_counters" / name,), issues=issues)[0]
 
     return IbPortCounters(
         port=port,

@@ -218,6 +218,26 @@ class TestReadPortCounters:
         expected = IbPortCounters(1, 4 * 4294967296, 0, 8589934592, 0)
         assert expected == read_port_counters(port_dir, port=1, issues=[])
 
+    def test_a_saturated_counter_behind_a_refusing_counters_ext_gives_no_sample(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """counters_ext/ there but answering EINVAL (no PMA for it) leaves counters/ to
+        answer: at the 32-bit maximum that is still no sample."""
+        port_dir = _port(
+            tmp_path,
+            "mthca0",
+            "1",
+            {
+                "counters/port_rcv_packets": "4294967295\n",
+                "counters_ext/port_rcv_packets_64": "1\n",
+            },
+        )
+        fail_reads(monkeypatch, path_suffix="port_rcv_packets_64", code=errno.EINVAL)
+        issues: list[CollectorIssue] = []
+
+        counters = read_port_counters(port_dir, port=1, issues=issues)
+        assert (IbPortCounters(1, None, None, None, None), []) == (counters, issues)
+
     def test_no_pma_counters_are_absent(self, tmp_path: Path) -> None:
         """``N/A (no PMA)`` counters are None, not zero, and no issue."""
         port_dir = _port(
