@@ -290,6 +290,10 @@ class _Listeners(asyncio.AbstractServer):
         for task in (*self._accepting, *self._connections):
             task.cancel()
         for sock in self._sockets:
+            # As asyncio's Server: the reader goes before the socket. Left to the
+            # cancelled accept, it would outlive the descriptor, and the next socket given
+            # that number would find its own reader taken for the stale one, never polled.
+            self._loop.remove_reader(sock.fileno())
             sock.close()
         self._sockets = []
 

@@ -450,6 +450,34 @@ async def test_stopped_listeners_say_they_serve_nothing(pki: Pki) -> None:
     assert ((True, 1), (False, ())) == (serving, (listeners.is_serving(), listeners.sockets))
 
 
+async def test_a_descriptor_number_reused_after_close_keeps_its_reader(pki: Pki) -> None:
+    """close() stops the accept loops and closes their sockets at once; the cancelled
+    accepts remove their readers a loop step later, by descriptor number. A socket
+    opened in between gets the same number (the kernel gives the lowest free one): its
+    reader must survive, as asyncio's own Server removes the reader before closing."""
+    loop = asyncio.get_running_loop()
+    async with _site(pki) as runner:
+        listeners = _listeners(runner)
+        (listening,) = listeners.sockets
+        number = listening.fileno()
+        await asyncio.sleep(0.05)  # the accept loop waits in accept()
+        listeners.close()
+        ours, theirs = socket.socketpair()
+        try:
+            assert number in (ours.fileno(), theirs.fileno())
+            reused = ours if ours.fileno() == number else theirs
+            other = theirs if reused is ours else ours
+            readable = asyncio.Event()
+            loop.add_reader(reused.fileno(), readable.set)
+            await asyncio.sleep(0.05)  # the cancelled accepts' callbacks run
+            other.send(b"x")
+            await asyncio.wait_for(readable.wait(), 5.0)
+        finally:
+            loop.remove_reader(number)
+            ours.close()
+            theirs.close()
+
+
 async def test_a_wildcard_host_listens_on_both_families(pki: Pki) -> None:
     """None, as a wildcard listen address is bound: a socket per family, as asyncio's
     create_server makes them (the IPv6 one IPv6 only; port 0 picks one for each)."""
