@@ -362,7 +362,9 @@ def _build_parser(environ: Mapping[str, str]) -> _Parser:
     )
     add(
         "--path.cdi",
-        help="CDI spec directories, colon-separated; the first listed wins a duplicate name",
+        help="CDI spec directories, colon-separated; the first listed wins a name several "
+        "define; two specs of one directory naming a device conflict, and that name is "
+        "used from none (as in CDI)",
         default=DEFAULT_CDI,
         metavar="PATHS",
         dest="cdi",

@@ -43,7 +43,9 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   device twice, or holding a device without a name or container edits, is refused whole;
   the first directory listed here wins over later ones (CDI lets the last of its own
   list win, and lists ``/etc/cdi`` first: this flag lists them the other way round);
-  two specs of one directory naming the same device conflict, and neither is used.
+  two specs of one directory naming the same device conflict, and that name is then used
+  from no directory, even one that defines it once (CDI deletes a conflicting name after
+  its scan).
 
 Which claim device each entry belongs to is ``exporter.resolver``'s business: this
 module never parses DRA device names. Every file is read bounded; one bad file is one
