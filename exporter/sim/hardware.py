@@ -99,6 +99,9 @@ class SimNic:
     physfn: str | None = None  # PF address, for a VF
     vf_index: int | None = None  # index below the PF, for a VF
     virtio_index: int | None = None  # N of virtio<N>, for a virtio NIC
+    # A PF whose eswitch is in switchdev mode under the in-kernel mlx5: a port
+    # representor netdev per VF, and no per-VF counters of its own.
+    switchdev: bool = False
 
     @property
     def pci_driver(self) -> str:
@@ -270,7 +273,10 @@ def demo_hardware() -> SimHardware:
     nics: list[SimNic] = []
     for pf, (bus, node) in enumerate((("4b", 0), ("d8", 1))):
         pf_address = f"0000:{bus}:00.0"
-        nics.append(SimNic(pf_address, f"ens{pf + 1}f0np0", node, "0x15b3", "0x101d"))
+        # The second PF offloads OVS: switchdev mode, its VFs' traffic in representors.
+        nics.append(
+            SimNic(pf_address, f"ens{pf + 1}f0np0", node, "0x15b3", "0x101d", switchdev=pf == 1)
+        )
         for vf in range(4):
             nics.append(
                 SimNic(

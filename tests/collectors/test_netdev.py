@@ -240,20 +240,33 @@ class TestSimulatedNode:
         assert expected == (readings["eth0"].keys, readings["eth0"].identity)
 
     def test_demo_node(self, tmp_path: Path) -> None:
-        """The demo's NICs: PFs, host VFs, the virtio NIC, and the moved VFs through PFs."""
+        """The demo's NICs: PFs, host VFs, the virtio NIC, the second PF's representors
+        (switchdev), and the moved VFs: through the first PF's per-VF counters, and
+        through its representor for the second PF's, bytes and packets as the VF counts
+        them."""
         hardware = demo_hardware()
         pci_fixture.write(tmp_path, hardware, tick=1)
         net_fixture.write(tmp_path, hardware, tick=1)
 
         readings = _collect(tmp_path)
-        moved = [n.pci_address for n in hardware.nics if net_fixture.in_pod_netns(n)]
+        switchdev = next(n for n in hardware.nics if n.switchdev)
+        moved = [n for n in hardware.nics if net_fixture.in_pod_netns(n)]
         on_host = [n.netdev for n in hardware.nics if not net_fixture.in_pod_netns(n)]
+        representors = [
+            net_fixture.representor_name(switchdev, n)
+            for n in hardware.nics
+            if n.physfn == switchdev.pci_address
+        ]
         virtio = next(r for r in readings.devices if r.name == "eth1")
+        (through_representor,) = (n for n in moved if n.physfn == switchdev.pci_address)
+        counters = net_fixture.interface_counters(through_representor, tick=1)
+        four = {k: counters[k] for k in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")}
         expected = (
-            sorted(on_host) + moved,
+            sorted(on_host + representors) + [n.pci_address for n in moved],
             (_netdev("eth1"), _pci(VIRTIO_NIC_ADDRESS)),
             "virtio",
             8,
+            _samples(f"{switchdev.netdev}/vf{through_representor.vf_index}", four),
             (),
         )
         assert expected == (
@@ -261,6 +274,7 @@ class TestSimulatedNode:
             virtio.keys,
             virtio.identity.vendor,
             len(virtio.samples),
+            readings.devices[-1].samples,
             readings.issues,
         )
 
