@@ -240,6 +240,21 @@ class TestLoopErrors:
         ] == [(e["event"], e["log_level"], e.get("error"), e.get("errno")) for e in logs]
 
 
+def _exporter_on(tmp_path: Path, port: int, *flags: str) -> list[str]:
+    """The exporter's command line on 127.0.0.1:``port``, its kubelet and trees in
+    ``tmp_path``."""
+    return [
+        sys.executable,
+        "-m",
+        "exporter",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--kubelet.socket={tmp_path}/kubelet.sock",
+        f"--path.sysfs={tmp_path}",
+        f"--path.procfs={tmp_path}",
+        *flags,
+    ]
+
+
 def _run_on_a_taken_port(
     tmp_path: Path, *flags: str, soft_open_files: int | None = None
 ) -> tuple[int, subprocess.CompletedProcess[str]]:
@@ -256,16 +271,7 @@ def _run_on_a_taken_port(
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--kubelet.socket={tmp_path}/kubelet.sock",
-                f"--path.sysfs={tmp_path}",
-                f"--path.procfs={tmp_path}",
-                *flags,
-            ],
+            _exporter_on(tmp_path, port, *flags),
             capture_output=True,
             text=True,
             timeout=60,
@@ -305,14 +311,7 @@ class TestPortTaken:
             taken.listen()
             port = taken.getsockname()[1]
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "exporter",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--kubelet.socket={tmp_path}/kubelet.sock",
-                f"--path.sysfs={tmp_path}",
-                f"--path.procfs={tmp_path}",
-                stderr=asyncio.subprocess.PIPE,
+                *_exporter_on(tmp_path, port), stderr=asyncio.subprocess.PIPE
             )
             assert process.stderr is not None
             while b'"starting"' not in await process.stderr.readline():

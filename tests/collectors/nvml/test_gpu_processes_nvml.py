@@ -95,6 +95,23 @@ TWO_PROCESSES = FakeGpu(
 )
 
 
+def _two_processes(*, first_sm: float) -> Readings:
+    """TWO_PROCESSES as collected: the named one's SM utilization ``first_sm``, the other
+    idle, its memory unknown to NVML."""
+    return Readings(
+        gpu_processes=(
+            DeviceProcesses(
+                GPU_KEY,
+                (
+                    GpuProcess(100, NAMED, 4 * GIB, first_sm),
+                    GpuProcess(200, ProcessOrigin(), None, 0.0),
+                ),
+                utilization_supported=True,
+            ),
+        )
+    )
+
+
 class TestListing:
     def test_processes_with_owner_memory_and_utilization(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
@@ -102,18 +119,7 @@ class TestListing:
         """Compute and graphics processes, placed; SM utilization the mean of the samples;
         a listed process without samples is idle (0), memory NVML cannot tell is None."""
         fake_nvml.configure(TWO_PROCESSES)
-        expected = Readings(
-            gpu_processes=(
-                DeviceProcesses(
-                    GPU_KEY,
-                    (
-                        GpuProcess(100, NAMED, 4 * GIB, 0.5),
-                        GpuProcess(200, ProcessOrigin(), None, 0.0),
-                    ),
-                    utilization_supported=True,
-                ),
-            )
-        )
+        expected = _two_processes(first_sm=0.5)
         assert expected == collector.collect()
 
     def test_next_poll_asks_for_newer_samples_only(
@@ -135,18 +141,7 @@ class TestListing:
         fake_nvml.configure(TWO_PROCESSES, samples_none_success=True)
         collector.collect()
         second = collector.collect()
-        expected = Readings(
-            gpu_processes=(
-                DeviceProcesses(
-                    GPU_KEY,
-                    (
-                        GpuProcess(100, NAMED, 4 * GIB, 0.0),
-                        GpuProcess(200, ProcessOrigin(), None, 0.0),
-                    ),
-                    utilization_supported=True,
-                ),
-            )
-        )
+        expected = _two_processes(first_sm=0.0)
         assert expected == second
 
     def test_utilization_not_supported(
