@@ -267,8 +267,9 @@ class _Representor:
 
     vf_index: int | None  # the VF of the PF it stands for; None for other ports
     # Its statistics/ files read as that VF's figures, with their families: () where its
-    # driver's way of counting is not known here.
+    # driver's way of counting is not known here; and those files' paths.
     vf_counters: tuple[tuple[str, MetricSpec], ...]
+    vf_files: tuple[str, ...]
 
 
 def _new_interface(
@@ -449,7 +450,7 @@ class NetdevCollector(Collector):
         counters, else through the VF's switchdev representor."""
         on_host: set[str] = set()
         pf_names: dict[str, str] = {}  # each PF's first netdev, for the samples' label
-        representors: dict[tuple[str, int], _Interface] = {}  # by (PF, VF index)
+        representors: dict[tuple[str, int], _Representor] = {}  # by (PF, VF index)
         for interface in interfaces:
             if interface.function is None:
                 continue
@@ -458,7 +459,7 @@ class NetdevCollector(Collector):
                 on_host.add(interface.function)
                 pf_names.setdefault(interface.function, interface.name)
             elif representor.vf_index is not None and representor.vf_counters:
-                representors[(interface.function, representor.vf_index)] = interface
+                representors[(interface.function, representor.vf_index)] = representor
         readings: list[DeviceReading] = []
         for pf, pf_name in pf_names.items():
             pf_address = os.path.basename(pf)
@@ -470,10 +471,9 @@ class NetdevCollector(Collector):
                 samples = self._read_vf_samples(vf, label, issues)
                 through = representors.get((pf, vf.index))
                 if samples is None and through is not None:
-                    assert through.representor is not None
-                    counters = through.representor.vf_counters
-                    files = tuple(f"{through.path}/statistics/{name}" for name, _ in counters)
-                    samples = self._counter_samples(files, (label,), issues, counters)
+                    samples = self._counter_samples(
+                        through.vf_files, (label,), issues, through.vf_counters
+                    )
                 readings.append(
                     DeviceReading(
                         name=address,
@@ -553,7 +553,7 @@ def _representor(path: str, function: str, issues: list[CollectorIssue]) -> _Rep
         return None  # no switch port, or the uplink (p<n>): the PF's own netdev
     controller, _, flavour, vf_index = match.groups()
     if controller is not None or flavour not in ("vf", "vfr"):
-        return _Representor(None, ())  # another host's port, a PF's or an SF's
+        return _Representor(None, (), ())  # another host's port, a PF's or an SF's
     # A VF of the PF its device link names: drivers make each eswitch's representors on
     # its own PF (mlx5, ice). pf<n> says nothing more to go by: the PCI function number
     # in devlink's names, but ice's own PF id (ice_devlink_create_vf_port: hw.pf_id, no
@@ -565,7 +565,8 @@ def _representor(path: str, function: str, issues: list[CollectorIssue]) -> _Rep
         issues.append(file_issue(error))
         driver = None
     counters = _REPRESENTED_VF_COUNTERS.get(os.path.basename(driver or ""), ())
-    return _Representor(int(vf_index), counters)
+    files = tuple(f"{path}/statistics/{name}" for name, _ in counters)
+    return _Representor(int(vf_index), counters, files)
 
 
 def _list_vfs(
