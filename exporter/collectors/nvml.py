@@ -1125,18 +1125,8 @@ class NvmlCollector(Collector):
         if cached is not None:
             return cached
         source = self._source
-        try:
-            handle = self._session.device_handle(index)
-        except NvmlError as error:
-            if error.error_name == NO_PERMISSION:
-                detail = (
-                    f"GPU index {index}: device_handle: NVML {NO_PERMISSION}; this process "
-                    "may not open its device node, not asked again"
-                )
-                self._issues.append(issue(NO_PERMISSION, detail))
-            elif error.error_name != NOT_SUPPORTED:
-                self._count(error, "device_handle")
-            return None
+        # None as well for a GPU NVML refused before (the session asks it once).
+        handle, _ = self._attempt(self._session.device_handle, index)
         if handle is None:
             return None
         uuid, _ = self._attempt(source.uuid, handle)

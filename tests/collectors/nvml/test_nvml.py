@@ -585,8 +585,7 @@ class TestWholeGpus:
         fake_nvml.configure(replace(GPU_A, fail=(("handle", NO_PERMISSION),)), GPU_B)
         refused = CollectorIssue(
             "NO_PERMISSION",
-            "GPU index 0: device_handle: NVML NO_PERMISSION; this process may not open "
-            "its device node, not asked again",
+            "GPU index 0: device_handle: NVML NO_PERMISSION",
         )
         first = collector.collect()
         before = fake_nvml.library.calls("handle")
@@ -1459,24 +1458,18 @@ class TestDriverInfo:
         expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "575.57.08", "12.9")),)
         assert expected == collector.collect().node_samples
 
-    def test_a_driver_without_the_cuda_call_has_no_cuda_version(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    @pytest.mark.parametrize("driver", ["without_the_call", "not_supported"])
+    def test_no_cuda_version_to_be_had_is_no_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path, driver: str
     ) -> None:
-        """An old driver without nvmlSystemGetCudaDriverVersion: cuda_version is "",
-        and that is no error."""
-        fake_nvml.configure(GPU_A, cuda_version=-1)
-        readings = collector.collect()
-
-        expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "")),)
-        assert (expected, ()) == (readings.node_samples, readings.issues)
-
-    def test_a_cuda_version_nvml_does_not_support_is_no_issue(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
-    ) -> None:
-        """NOT_SUPPORTED for the CUDA version: cuda_version is "", and that is no error."""
-        unsupported = tmp_path / "unsupported"
-        unsupported.touch()
-        fake_nvml.configure(GPU_A, cuda_error=(NOT_SUPPORTED, unsupported))
+        """An old driver without nvmlSystemGetCudaDriverVersion, or NOT_SUPPORTED for the
+        CUDA version: cuda_version is "", and that is no error."""
+        if driver == "without_the_call":
+            fake_nvml.configure(GPU_A, cuda_version=-1)
+        else:
+            unsupported = tmp_path / "unsupported"
+            unsupported.touch()
+            fake_nvml.configure(GPU_A, cuda_error=(NOT_SUPPORTED, unsupported))
         readings = collector.collect()
 
         expected = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "")),)
