@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from exporter.kubelet import convert
 from exporter.kubelet.api.v1 import api_pb2 as v1
 from exporter.kubelet.convert import (
     list_response_to_proto,
     pods_from_list_response,
     pods_from_list_response_reusing,
+    sort_in_place,
 )
 from exporter.model import ClaimDevice, ContainerResources, DynamicResource, PodResources
 from exporter.sim.kubelet import SimKubelet
@@ -88,3 +92,39 @@ class TestReusingConversion:
         (new,), _ = pods_from_list_response_reusing(reply(slice(None, None, -1)), known)
         assert (old.cpu_ids, old.containers[0].cpu_ids) == ((0, 1), (2, 3))
         assert new is old
+
+
+def _reply(*cpu_ids_of_pods: tuple[int, ...]) -> v1.ListPodResourcesResponse:
+    """One pod per entry, named p0, p1, ..., its one container holding those CPUs."""
+    return v1.ListPodResourcesResponse(
+        pod_resources=[
+            v1.PodResources(
+                namespace="ml",
+                name=f"p{i}",
+                containers=[v1.ContainerResources(name="c", cpu_ids=c)],
+            )
+            for i, c in enumerate(cpu_ids_of_pods)
+        ]
+    )
+
+
+class TestPodsInOrderAlready:
+    def test_only_a_pod_out_of_order_is_put_in_order(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A pod whose bytes as received are those of a known pod is that pod, without
+        sorting: one CPU, or several in order. Only the pod in map order is sorted."""
+        (one, several, shuffled), known = pods_from_list_response_reusing(
+            _reply((4,), (2, 3), (5, 6)), {}
+        )
+        sorted_pods: list[str] = []
+
+        def counting(pod: v1.PodResources) -> None:
+            sorted_pods.append(pod.name)
+            sort_in_place(pod)
+
+        monkeypatch.setattr(convert, "sort_in_place", counting)
+
+        again, _ = pods_from_list_response_reusing(_reply((4,), (2, 3), (6, 5)), known)
+
+        assert sorted_pods == ["p2"]
+        assert [a is b for a, b in zip(again, (one, several, shuffled), strict=True)] == [True] * 3
+        assert shuffled.containers[0].cpu_ids == (5, 6)
