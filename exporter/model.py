@@ -246,6 +246,8 @@ class PciDevice:
     device_id: str
     class_id: str  # "0x030200"
     numa_node: int | None  # None where sysfs says -1 or has no numa_node file
+    # Figures of the function itself (its PCIe link), added to its device's reading.
+    samples: tuple[Sample, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

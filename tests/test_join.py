@@ -912,3 +912,98 @@ class TestJoinRules:
             judged.success,
             judged.error,
         )
+
+
+MIG_M = "MIG-00000201-5e1f-4c2a-9d3b-000000000201"
+
+
+class TestPciFunctionFigures:
+    """A PCI function's own figures (its PCIe link, from the pci collector) join its
+    device's reading: whatever key found the reading, through the PCI address."""
+
+    LINK = MetricSpec("podresources_pcie_link_width", MetricKind.GAUGE, "lanes")
+    MOST = MetricSpec("podresources_pcie_link_max_width", MetricKind.GAUGE, "lanes at most")
+
+    def _pci(self, address: str) -> PciDevice:
+        samples = (Sample(self.LINK, 8.0), Sample(self.MOST, 16.0))
+        return PciDevice(address, "0x10de", "0x2330", "0x030200", 0, samples=samples)
+
+    def test_a_gpu_found_by_its_uuid_gets_its_functions_link(self) -> None:
+        reading = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=100.0)
+        runs = (
+            CollectorRun("nvml", True, 0.0, Readings(devices=(reading,))),
+            CollectorRun("pci", True, 0.0, Readings(pci_devices=(self._pci("0000:17:00.0"),))),
+        )
+        pods = (
+            _pod(
+                "p",
+                ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",), (0,)),)),
+            ),
+        )
+
+        joined = _device(_join(pods, AllocatableResources(), runs), "GPU-a")
+
+        assert joined is not None
+        assert [(s.spec.name, s.value) for s in joined.samples] == [
+            ("podresources_gpu_power_watts", 100.0),
+            ("podresources_pcie_link_width", 8.0),
+            ("podresources_pcie_link_max_width", 16.0),
+        ]
+        assert (joined.name, joined.keys, joined.identity) == (
+            reading.name,
+            reading.keys,
+            reading.identity,
+        )
+
+    def test_a_device_no_collector_reads_gets_a_reading_of_its_link_alone(self) -> None:
+        """A NIC handed out by its PCI address, with no netdev or RDMA reading."""
+        pci = self._pci("0000:4b:00.0")
+        runs = (CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),)
+        pods = (
+            _pod(
+                "p",
+                ContainerResources(
+                    "c", devices=(DeviceGroup("example.com/nic", ("0000:4b:00.0",), (0,)),)
+                ),
+            ),
+        )
+
+        joined = _device(_join(pods, AllocatableResources(), runs), "0000:4b:00.0")
+
+        assert joined == DeviceReading(
+            "0000:4b:00.0", (HardwareKey(KeyKind.PCI, "0000:4b:00.0"),), samples=pci.samples
+        )
+
+    def test_a_mig_device_leaves_the_link_to_its_gpu(self) -> None:
+        """One link, one series: the MIG slice (its reading names the parent's PCI
+        address) carries none; the GPU, shown under its own name, carries it."""
+        parent = _gpu("GPU-p", minor=0, pci="0000:17:00.0", power=100.0)
+        mig = DeviceReading(
+            MIG_M,
+            (HardwareKey(KeyKind.MIG_UUID, MIG_M),),
+            DeviceIdentity(uuid=MIG_M, pci_address="0000:17:00.0", vendor="nvidia"),
+            (Sample(POWER, 10.0),),
+        )
+        runs = (
+            CollectorRun("nvml", True, 0.0, Readings(devices=(parent, mig))),
+            CollectorRun("pci", True, 0.0, Readings(pci_devices=(self._pci("0000:17:00.0"),))),
+        )
+        pods = (
+            _pod(
+                "p",
+                ContainerResources(
+                    "c", devices=(DeviceGroup("nvidia.com/mig-1g.10gb", (MIG_M,), (0,)),)
+                ),
+            ),
+        )
+
+        snapshot = _join(pods, AllocatableResources(), runs)
+
+        assert _device(snapshot, MIG_M) == mig
+        gpu = _device(snapshot, "GPU-p")
+        assert gpu is not None
+        assert [s.spec.name for s in gpu.samples] == [
+            "podresources_gpu_power_watts",
+            "podresources_pcie_link_width",
+            "podresources_pcie_link_max_width",
+        ]

@@ -4,6 +4,19 @@ Reports vendor, device, class and NUMA node of every display, processing acceler
 and network (InfiniBand included) function: the join places devices on NUMA nodes with
 them and finds a GPU or NIC by the PCI address its own collector reports.
 
+And the PCIe link of each such function that has one (not of SR-IOV VFs, whose link
+registers the spec reserves): the lanes and speed it trained at now
+(``current_link_width``, ``current_link_speed``) and at most, the lesser of the
+function's own ``max_link_*`` and its upstream port's (the parent directory in
+``/sys/devices``: a root or switch port, which may be narrower or slower than the
+card). A link below its width is a card badly seated, a riser or slot failing, or a
+link that retrained after errors; a GPU lowers its speed itself when idle. The kernel
+writes ``<n> GT/s PCIe`` (``<n> GT/s`` before 5.x, ``Unknown`` or ``Unknown speed``
+for no link; drivers/pci/pci-sysfs.c, pci_speed_string) and the width in lanes (a
+function that no longer answers reads all ones: 63 lanes, no figure). A function that
+runtime power management has suspended is not woken to read its link (kernels since
+6.x resume it for these reads): its current figures are left out until it wakes.
+
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
 ``numa_node`` loses only the node (None). A function listed on the bus whose identity
@@ -13,6 +26,8 @@ as ``vanished``.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,7 +37,7 @@ from exporter.collectors.base import (
     Registration,
     issue,
 )
-from exporter.model import CollectorIssue, PciDevice, Readings
+from exporter.model import CollectorIssue, MetricKind, MetricSpec, PciDevice, Readings, Sample
 from exporter.sysfs import (
     GARBAGE,
     UNREADABLE,
@@ -35,14 +50,44 @@ from exporter.sysfs import (
 )
 
 __all__ = [
+    "PCIE_LINK_MAX_SPEED",
+    "PCIE_LINK_MAX_WIDTH",
+    "PCIE_LINK_SPEED",
+    "PCIE_LINK_WIDTH",
     "REGISTRATION",
     "REPORTED_CLASS_PREFIXES",
     "PciCollector",
     "is_reported_class",
     "parse_hex_id",
+    "parse_link_speed",
+    "parse_link_width",
     "parse_numa_node",
     "read_pci_device",
 ]
+
+PCIE_LINK_WIDTH = MetricSpec(
+    "podresources_pcie_link_width",
+    MetricKind.GAUGE,
+    "Lanes the PCIe link of the device runs at now (0: no link).",
+)
+PCIE_LINK_MAX_WIDTH = MetricSpec(
+    "podresources_pcie_link_max_width",
+    MetricKind.GAUGE,
+    "Lanes the PCIe link of the device can run at: the fewer of the device's and its"
+    " upstream port's.",
+)
+PCIE_LINK_SPEED = MetricSpec(
+    "podresources_pcie_link_transfers_per_second",
+    MetricKind.GAUGE,
+    "Transfers per second a lane of the PCIe link of the device runs at now (a GPU"
+    " lowers it when idle).",
+)
+PCIE_LINK_MAX_SPEED = MetricSpec(
+    "podresources_pcie_link_max_transfers_per_second",
+    MetricKind.GAUGE,
+    "Transfers per second a lane of the PCIe link of the device can run at: the slower"
+    " of the device's and its upstream port's.",
+)
 
 # Base class bytes: network (0x02, InfiniBand is 0x0207), display (0x03), processing
 # accelerator (0x12).
@@ -76,6 +121,38 @@ def parse_numa_node(text: str) -> int | None:
         raise ValueError(f"not a NUMA node: {stripped[:40]!r}")
     value = int(stripped)
     return None if value < 0 else value
+
+
+# Negotiated link widths the PCIe spec defines; 0 is a link that is not up.
+_LINK_WIDTHS = frozenset({0, 1, 2, 4, 8, 12, 16, 32})
+_LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9])?) GT/s(?: PCIe)?")
+
+
+def parse_link_width(text: str) -> int | None:
+    """A ``*_link_width`` attribute: lanes, or None for a number the spec gives no link
+    (63: the all-ones read of a function that no longer answers).
+
+    Raises ValueError on anything but a small decimal integer.
+    """
+    stripped = text.strip()
+    if len(stripped) > 3 or not stripped.isdigit() or not stripped.isascii():
+        raise ValueError(f"not a link width: {stripped[:40]!r}")
+    value = int(stripped)
+    return value if value in _LINK_WIDTHS else None
+
+
+def parse_link_speed(text: str) -> float | None:
+    """A ``*_link_speed`` attribute in transfers per second a lane, None for ``Unknown``.
+
+    Raises ValueError on anything else.
+    """
+    stripped = text.strip()
+    if stripped.startswith("Unknown"):
+        return None
+    match = _LINK_SPEED.fullmatch(stripped)
+    if match is None:
+        raise ValueError(f"not a PCIe link speed: {stripped[:40]!r}")
+    return float(match[1]) * 1e9
 
 
 def is_reported_class(class_id: str) -> bool:
@@ -179,22 +256,27 @@ class PciCollector(Collector):
             if not is_pci_address(address):
                 continue
             known = self._functions.get(address)
-            if known is not None and known.inode == inode:
-                if numa_due and known.device is not None:
-                    known = self._with_numa_node(known, issues)
-                kept[address] = known
-                device = known.device
-            else:
-                numa_path = str(devices_dir / address / "numa_node")
+            if known is None or known.inode != inode:
+                function_dir = devices_dir / address
+                numa_path = str(function_dir / "numa_node")
+                link = _find_link(function_dir)
                 # A descriptor kept for a function that had this address follows that
                 # function's kernfs node, not the path: the new function's file is opened.
-                self._files.forget((numa_path,))
+                self._files.forget((numa_path, *(link.paths if link is not None else ())))
                 before = len(issues)
-                device = read_pci_device(devices_dir / address, address=address, issues=issues)
-                if len(issues) == before:
-                    kept[address] = _Known(inode, device, numa_path)
-            if device is not None:
-                found.append(device)
+                device = read_pci_device(function_dir, address=address, issues=issues)
+                if len(issues) != before:  # read again, and reported again, next poll
+                    if device is not None:
+                        found.append(device)  # what could be read of it
+                    continue
+                known = _Known(inode, device, numa_path, link if device is not None else None)
+            elif numa_due and known.device is not None:
+                known = self._with_numa_node(known, issues)
+            if known.link is not None:
+                known = self._with_link_read(known, issues)
+            kept[address] = known
+            if known.device is not None:
+                found.append(known.device)
         self._functions = kept  # functions no longer listed are dropped here
         if numa_due:
             self._files.sweep()  # kept descriptors of functions gone
@@ -202,6 +284,40 @@ class PciCollector(Collector):
 
     def close(self) -> None:
         self._files.close()
+
+    def _with_link_read(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
+        """``known`` with its PCIe link's figures as sysfs says now: what it can run at
+        (read once, when the function is first awake) and what it runs at. A suspended
+        function keeps what it can run at only; a read that fails loses its figure."""
+        link, device = known.link, known.device
+        assert link is not None  # the caller reads functions with a link only
+        assert device is not None  # and only reported ones have one
+        try:
+            status = self._files.read_text(link.status_path)
+        except FileError as error:
+            issues.append(issue(error.label, str(error)))
+            status = None
+        if status in _ASLEEP:
+            return replace(known, device=replace(device, samples=link.most))
+        if not link.most_read:
+            link = replace(link, most=_most_of_link(link, issues), most_read=True)
+        current: list[Sample] = []
+        for spec, path, parse in (
+            (PCIE_LINK_WIDTH, link.width_path, parse_link_width),
+            (PCIE_LINK_SPEED, link.speed_path, parse_link_speed),
+        ):
+            try:
+                text = self._files.read_text(path)
+                value = None if text is None else parse(text)
+            except FileError as error:
+                issues.append(issue(error.label, str(error)))
+                continue
+            except ValueError as error:
+                issues.append(issue(GARBAGE, f"{path}: {error}"))
+                continue
+            if value is not None:
+                current.append(Sample(spec, float(value)))
+        return replace(known, device=replace(device, samples=(*current, *link.most)), link=link)
 
     def _with_numa_node(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
         """``known`` with its function's NUMA node as sysfs says now; as it was where the
@@ -221,6 +337,75 @@ class PciCollector(Collector):
         return replace(known, device=replace(known.device, numa_node=node))
 
 
+# power/runtime_status of a function runtime PM has put (or is putting) to sleep.
+_ASLEEP = frozenset({"suspended", "suspending"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """Where a function's PCIe link is read, and what it can run at once read."""
+
+    function_dir: Path
+    width_path: str  # <function>/current_link_width
+    speed_path: str  # <function>/current_link_speed
+    status_path: str  # <function>/power/runtime_status
+    most: tuple[Sample, ...] = ()  # PCIE_LINK_MAX_WIDTH and _MAX_SPEED, where known
+    most_read: bool = False  # read while the function was awake (or failed then)
+
+    @property
+    def paths(self) -> tuple[str, str, str]:
+        return (self.width_path, self.speed_path, self.status_path)
+
+
+def _find_link(function_dir: Path) -> _Link | None:
+    """The function's PCIe link, if it has one: not a VF (the spec reserves a VF's link
+    registers: they read 0), nor conventional PCI (no link files, as on a VM's bus)."""
+    if os.path.lexists(function_dir / "physfn"):
+        return None
+    width_path = function_dir / "current_link_width"
+    if not os.path.exists(width_path):
+        return None
+    return _Link(
+        function_dir,
+        str(width_path),
+        str(function_dir / "current_link_speed"),
+        str(function_dir / "power" / "runtime_status"),
+    )
+
+
+def _most_of_link(link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ...]:
+    """What the link can run at: the lesser of the function's own maximum and its
+    upstream port's, the parent directory of the function's real one where that is a
+    PCI function (a root or switch port); the function's alone where the port says
+    nothing."""
+    upstream = Path(os.path.realpath(link.function_dir)).parent
+    sides = [link.function_dir]
+    if is_pci_address(upstream.name):
+        sides.append(upstream)
+    samples = []
+    for spec, name, parse in (
+        (PCIE_LINK_MAX_WIDTH, "max_link_width", parse_link_width),
+        (PCIE_LINK_MAX_SPEED, "max_link_speed", parse_link_speed),
+    ):
+        values = []
+        for side in sides:
+            path = side / name
+            try:
+                text = read_text(path)
+                value = None if text is None else parse(text)
+            except FileError as error:
+                issues.append(issue(error.label, str(error)))
+                continue
+            except ValueError as error:
+                issues.append(issue(GARBAGE, f"{path}: {error}"))
+                continue
+            if value:  # None or 0: that side does not say
+                values.append(value)
+        if values:
+            samples.append(Sample(spec, float(min(values))))
+    return tuple(samples)
+
+
 @dataclass(frozen=True, slots=True)
 class _Known:
     """A function as read when its bus entry (this inode) was first listed."""
@@ -228,6 +413,7 @@ class _Known:
     inode: int
     device: PciDevice | None  # None for a class not reported
     numa_path: str  # <function>/numa_node, read again every NUMA_RECHECK_POLLS polls
+    link: _Link | None = None  # its PCIe link, read every poll
 
 
 REGISTRATION = Registration(

@@ -109,6 +109,16 @@ class SimNic:
 
 
 @dataclass(frozen=True, slots=True)
+class SimPcieLink:
+    """A PCI function's PCIe link as sysfs shows it: lanes and speed, now and at most."""
+
+    width: int
+    max_width: int
+    speed: str = "32.0 GT/s PCIe"  # as the kernel writes it; a GPU idles at 2.5 GT/s
+    max_speed: str = "32.0 GT/s PCIe"
+
+
+@dataclass(frozen=True, slots=True)
 class SimRdmaDevice:
     """An InfiniBand/RoCE device: /sys/class/infiniband/<name>."""
 
@@ -154,6 +164,8 @@ class SimHardware:
     nics: tuple[SimNic, ...] = ()
     rdma_devices: tuple[SimRdmaDevice, ...] = ()
     gpu_processes: tuple[SimGpuProcess, ...] = ()
+    # (PCI address, its link): functions without one have no link files (a VM's bus)
+    pcie_links: tuple[tuple[str, SimPcieLink], ...] = ()
 
     @property
     def cpus(self) -> tuple[int, ...]:
@@ -304,7 +316,34 @@ def demo_hardware() -> SimHardware:
     free = _free_gpu()
     dra_gpus = _dra_gpus()
     processes = _demo_processes((*gpus, dra_gpus[0], free))
-    return SimHardware(numa_nodes, gpus + dra_gpus + (free,), drm, tuple(nics), rdma, processes)
+    all_gpus = gpus + dra_gpus + (free,)
+    return SimHardware(
+        numa_nodes,
+        all_gpus,
+        drm,
+        tuple(nics),
+        rdma,
+        processes,
+        pcie_links=_demo_links(all_gpus, drm, nics),
+    )
+
+
+def _demo_links(
+    gpus: tuple[SimGpu, ...], drm: tuple[SimDrmGpu, ...], nics: list[SimNic]
+) -> tuple[tuple[str, SimPcieLink], ...]:
+    """Gen5 x16 for every GPU and physical NIC, but: GPU 0, busy training, trained at 8
+    lanes (a card or riser to reseat); GPU 1, idle, lowered its speed to 2.5 GT/s as
+    idle GPUs do. VFs (reserved link registers) and the virtio NIC (a VM's bus) have none."""
+    links = {gpu.pci_address: SimPcieLink(16, 16) for gpu in gpus}
+    links.update((card.pci_address, SimPcieLink(16, 16)) for card in drm)
+    links.update(
+        (nic.pci_address, SimPcieLink(16, 16))
+        for nic in nics
+        if nic.physfn is None and nic.virtio_index is None
+    )
+    links[gpus[0].pci_address] = SimPcieLink(8, 16)
+    links[gpus[1].pci_address] = SimPcieLink(16, 16, speed="2.5 GT/s PCIe")
+    return tuple(sorted(links.items()))
 
 
 def _free_gpu() -> SimGpu:

@@ -37,6 +37,7 @@ from exporter.sim.hardware import (
     SimHardware,
     SimNic,
     SimNumaNode,
+    SimPcieLink,
     demo_hardware,
 )
 
@@ -426,7 +427,10 @@ def dense_hardware(
                     vf_index=vf,
                 )
             )
-    return SimHardware(nodes, gpu_list, nics=tuple(nics))
+    # Every GPU and PF on a Gen5 x16 link, as on a real node: its link is read every poll.
+    linked = [g.pci_address for g in gpu_list] + [n.pci_address for n in nics if n.physfn is None]
+    links = tuple((address, SimPcieLink(16, 16)) for address in sorted(linked))
+    return SimHardware(nodes, gpu_list, nics=tuple(nics), pcie_links=links)
 
 
 _SIDECARS = ("sidecar", "log-shipper", "metrics-agent")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,19 @@ from oserrors import fail_reads
 from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.pci import (
     NUMA_RECHECK_POLLS,
+    PCIE_LINK_MAX_SPEED,
+    PCIE_LINK_MAX_WIDTH,
+    PCIE_LINK_SPEED,
+    PCIE_LINK_WIDTH,
     REGISTRATION,
     PciCollector,
     parse_hex_id,
+    parse_link_speed,
+    parse_link_width,
     parse_numa_node,
     read_pci_device,
 )
-from exporter.model import CollectorIssue, PciDevice, Readings
+from exporter.model import CollectorIssue, PciDevice, Readings, Sample
 from exporter.sim.fixtures import pci as pci_fixture
 from exporter.sim.fixtures.pci import pci_device_dir, replace_symlink, write_attribute
 from exporter.sim.hardware import (
@@ -30,6 +37,7 @@ from exporter.sim.hardware import (
     SimHardware,
     SimNic,
     SimNumaNode,
+    SimPcieLink,
     SimRdmaDevice,
 )
 
@@ -476,3 +484,222 @@ class TestRegistration:
             PciCollector.serves,
             PciCollector.known_errors,
         )
+
+
+class TestParseLink:
+    @pytest.mark.parametrize(
+        ("text", "lanes"),
+        [("16\n", 16), ("8", 8), ("1", 1), ("32", 32), ("0\n", 0), ("63\n", None), ("3", None)],
+    )
+    def test_widths(self, text: str, lanes: int | None) -> None:
+        """A negotiated width the spec defines, 0 for no link; None for any other number
+        (63: the all-ones read of a function that no longer answers)."""
+        assert lanes == parse_link_width(text)
+
+    @pytest.mark.parametrize("text", ["", "x16", "-1", "1e3", "١٦", "1234"])
+    def test_garbage_widths_raise(self, text: str) -> None:
+        with pytest.raises(ValueError, match="not a link width"):
+            parse_link_width(text)
+
+    @pytest.mark.parametrize(
+        ("text", "transfers"),
+        [
+            ("32.0 GT/s PCIe\n", 32e9),  # pci_speed_string, kernels 5.x on
+            ("2.5 GT/s PCIe", 2.5e9),
+            ("64.0 GT/s PCIe", 64e9),
+            ("8 GT/s\n", 8e9),  # the older switch in current_link_speed_show
+            ("5 GT/s", 5e9),
+            ("Unknown\n", None),  # no link: PCI_SPEED_UNKNOWN
+            ("Unknown speed", None),  # the older kernels' words for it
+        ],
+    )
+    def test_speeds(self, text: str, transfers: float | None) -> None:
+        assert transfers == parse_link_speed(text)
+
+    @pytest.mark.parametrize("text", ["", "32 GB/s", "33 MHz PCI", "GT/s PCIe", "1e9 GT/s"])
+    def test_garbage_speeds_raise(self, text: str) -> None:
+        with pytest.raises(ValueError, match="not a PCIe link speed"):
+            parse_link_speed(text)
+
+
+LINKED = replace(
+    HARDWARE,
+    pcie_links=(
+        (GPU_17.address, SimPcieLink(8, 16)),
+        (PF.pci_address, SimPcieLink(16, 16, speed="16.0 GT/s PCIe", max_speed="16.0 GT/s PCIe")),
+        # The fixture writes no VF link (the spec reserves its registers); this one is
+        # written anyway, as a kernel would show them: 0 lanes, Unknown.
+        (VF.pci_address, SimPcieLink(0, 0, speed="Unknown", max_speed="Unknown")),
+    ),
+)
+
+
+def _link(width: float, speed: float, most_width: float, most_speed: float) -> tuple[Sample, ...]:
+    return (
+        Sample(PCIE_LINK_WIDTH, width),
+        Sample(PCIE_LINK_SPEED, speed),
+        Sample(PCIE_LINK_MAX_WIDTH, most_width),
+        Sample(PCIE_LINK_MAX_SPEED, most_speed),
+    )
+
+
+def _samples_of(readings: Readings) -> dict[str, tuple[Sample, ...]]:
+    return {d.address: d.samples for d in readings.pci_devices if d.samples}
+
+
+class TestPcieLink:
+    def test_functions_with_a_link_report_it_vfs_and_others_do_not(self, tmp_path: Path) -> None:
+        """The GPU at 8 of 16 lanes and the PF at 16 report now and at most; the VF (its
+        link files read 0 and Unknown) and the functions without link files report none."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+
+        readings = _collect(tmp_path)
+
+        assert _samples_of(readings) == {
+            GPU_17.address: _link(8, 32e9, 16, 32e9),
+            PF.pci_address: _link(16, 16e9, 16, 16e9),
+        }
+        assert readings.issues == ()
+
+    def test_the_upstream_port_limits_what_the_link_can_run_at(self, tmp_path: Path) -> None:
+        """A x16 Gen5 card below a x8 Gen4 switch port can run at 8 lanes of 16 GT/s: that
+        is its most, and 8 lanes is not degraded."""
+        port = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0"
+        write_attribute(port / "class", "0x060400\n")
+        write_attribute(port / "max_link_width", "8\n")
+        write_attribute(port / "max_link_speed", "16.0 GT/s PCIe\n")
+        card = port / GPU_17.address
+        for name, value in (
+            ("vendor", "0x10de"),
+            ("device", "0x2330"),
+            ("class", "0x030200"),
+            ("numa_node", "1"),
+            ("current_link_width", "8"),
+            ("max_link_width", "16"),
+            ("current_link_speed", "16.0 GT/s PCIe"),
+            ("max_link_speed", "32.0 GT/s PCIe"),
+        ):
+            write_attribute(card / name, f"{value}\n")
+        replace_symlink(_function_dir(tmp_path, GPU_17.address), card)
+
+        assert _samples_of(_collect(tmp_path)) == {GPU_17.address: _link(8, 16e9, 8, 16e9)}
+
+    def test_a_changed_link_is_seen_at_the_next_poll(self, tmp_path: Path) -> None:
+        """Retrained narrower (and an idle GPU slowed down) between two polls."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        gpu_dir = pci_device_dir(tmp_path, GPU_17.address)
+        write_attribute(gpu_dir / "current_link_width", "4\n")
+        write_attribute(gpu_dir / "current_link_speed", "2.5 GT/s PCIe\n")
+
+        assert _samples_of(collector.collect())[GPU_17.address] == _link(4, 2.5e9, 16, 32e9)
+
+    def test_a_suspended_function_is_not_read_until_it_wakes(self, tmp_path: Path) -> None:
+        """Runtime-suspended when first listed: no figure at all (reading the link would
+        wake it); awake: all four; suspended again: what it can run at, kept."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        status = pci_device_dir(tmp_path, GPU_17.address) / "power" / "runtime_status"
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+
+        write_attribute(status, "suspended\n")
+        asleep = _samples_of(collector.collect())
+        write_attribute(status, "active\n")
+        awake = _samples_of(collector.collect())
+        write_attribute(status, "suspending\n")
+        asleep_again = _samples_of(collector.collect())
+
+        assert GPU_17.address not in asleep
+        assert awake[GPU_17.address] == _link(8, 32e9, 16, 32e9)
+        assert asleep_again[GPU_17.address] == _link(8, 32e9, 16, 32e9)[2:]
+
+    def test_a_kernel_without_runtime_pm_files_is_read(self, tmp_path: Path) -> None:
+        """No power/runtime_status (CONFIG_PM off): the link is read all the same."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        (pci_device_dir(tmp_path, GPU_17.address) / "power" / "runtime_status").unlink()
+
+        assert _samples_of(_collect(tmp_path))[GPU_17.address] == _link(8, 32e9, 16, 32e9)
+
+    def test_garbage_loses_only_that_figure(self, tmp_path: Path) -> None:
+        """A width that is not a number: the other three figures, and one garbage issue."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        width = pci_device_dir(tmp_path, GPU_17.address) / "current_link_width"
+        write_attribute(width, "x8\n")
+
+        readings = _collect(tmp_path)
+
+        assert _samples_of(readings)[GPU_17.address] == _link(8, 32e9, 16, 32e9)[1:]
+        assert readings.issues == (
+            issue(
+                "garbage",
+                f"{_function_dir(tmp_path, GPU_17.address)}/current_link_width:"
+                " not a link width: 'x8'",
+            ),
+        )
+
+    def test_an_unreadable_link_is_reported_and_read_again(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """EIO on the width (a device that stopped answering config reads): an issue each
+        poll, the other figures kept; the function itself stays reported."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        fail_reads(monkeypatch, path_suffix=f"{GPU_17.address}/current_link_width", code=errno.EIO)
+
+        readings = _collect(tmp_path)
+
+        assert _samples_of(readings)[GPU_17.address] == _link(8, 32e9, 16, 32e9)[1:]
+        assert [i.error for i in readings.issues] == ["unreadable"]
+        assert GPU_17.address in {d.address for d in readings.pci_devices}
+
+    def test_what_it_can_run_at_is_read_once(self, tmp_path: Path) -> None:
+        """The maximum is the hardware's: a later change to the file is not read."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        write_attribute(pci_device_dir(tmp_path, GPU_17.address) / "max_link_width", "4\n")
+
+        assert _samples_of(collector.collect())[GPU_17.address] == _link(8, 32e9, 16, 32e9)
+
+    def test_a_port_that_says_no_link_leaves_the_devices_own(self, tmp_path: Path) -> None:
+        """An upstream port whose capability reads 0 lanes and Unknown speed limits
+        nothing: the card's own 16 lanes at 32 GT/s stand."""
+        port = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0"
+        write_attribute(port / "max_link_width", "0\n")
+        write_attribute(port / "max_link_speed", "Unknown\n")
+        card = port / GPU_17.address
+        for name, value in (
+            ("vendor", "0x10de"),
+            ("device", "0x2330"),
+            ("class", "0x030200"),
+            ("numa_node", "1"),
+            ("current_link_width", "16"),
+            ("max_link_width", "16"),
+            ("current_link_speed", "32.0 GT/s PCIe"),
+            ("max_link_speed", "32.0 GT/s PCIe"),
+        ):
+            write_attribute(card / name, f"{value}\n")
+        replace_symlink(_function_dir(tmp_path, GPU_17.address), card)
+
+        assert _samples_of(_collect(tmp_path)) == {GPU_17.address: _link(16, 32e9, 16, 32e9)}
+
+    def test_a_recreated_function_s_link_is_its_own(self, tmp_path: Path) -> None:
+        """A function re-created at its address (a new bus entry) while the old one's link
+        files were kept open: the new function's files are read."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        new_dir = tmp_path / "devices" / "pci0000:17" / "recreated" / GPU_17.address
+        for name, value in (
+            ("vendor", "0x10de"),
+            ("device", "0x2330"),
+            ("class", "0x030200"),
+            ("numa_node", "1"),
+            ("current_link_width", "16"),
+            ("max_link_width", "16"),
+            ("current_link_speed", "2.5 GT/s PCIe"),
+            ("max_link_speed", "32.0 GT/s PCIe"),
+        ):
+            write_attribute(new_dir / name, f"{value}\n")
+        replace_symlink(_function_dir(tmp_path, GPU_17.address), new_dir)
+
+        assert _samples_of(collector.collect())[GPU_17.address] == _link(16, 2.5e9, 16, 32e9)

@@ -164,6 +164,33 @@ class TestPciWriter:
         )
         assert expected == sorted(os.listdir(tmp_path / "bus" / "pci" / "devices"))
 
+    def test_demo_links_as_the_kernel_writes_them(self, tmp_path: Path) -> None:
+        """Every GPU and physical NIC of the demo has a Gen5 x16 link, GPU 0 trained at 8
+        lanes and idle GPU 1 slowed to 2.5 GT/s; VFs and the virtio NIC have no link files."""
+        hardware = demo_hardware()
+        pci.write(tmp_path, hardware, tick=0)
+        names = ("current_link_width", "max_link_width", "current_link_speed", "max_link_speed")
+
+        def link_of(address: str) -> tuple[str, ...] | None:
+            function = pci.pci_device_dir(tmp_path, address)
+            if not (function / "current_link_width").exists():
+                return None
+            assert (function / "power" / "runtime_status").read_text() == "active\n"
+            return tuple((function / name).read_text() for name in names)
+
+        links = {n.pci_address: link_of(n.pci_address) for n in hardware.nics}
+        links.update((g.pci_address, link_of(g.pci_address)) for g in hardware.gpus)
+        links.update((g.pci_address, link_of(g.pci_address)) for g in hardware.drm_gpus)
+        full = ("16\n", "16\n", "32.0 GT/s PCIe\n", "32.0 GT/s PCIe\n")
+        expected = {address: full for address in links}
+        expected.update(
+            (n.pci_address, None) for n in hardware.nics if n.physfn or n.virtio_index is not None
+        )
+        expected[hardware.gpus[0].pci_address] = ("8\n", *full[1:])
+        expected[hardware.gpus[1].pci_address] = ("16\n", "16\n", "2.5 GT/s PCIe\n", full[3])
+        assert links == expected
+        assert sum(link is None for link in links.values()) == 9  # 8 VFs, the virtio NIC
+
 
 class TestReplaceSymlink:
     def test_replaces_a_link_pointing_elsewhere(self, tmp_path: Path) -> None:
