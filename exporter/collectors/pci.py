@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -306,15 +307,7 @@ class PciCollector(Collector):
             (PCIE_LINK_WIDTH, link.width_path, parse_link_width),
             (PCIE_LINK_SPEED, link.speed_path, parse_link_speed),
         ):
-            try:
-                text = self._files.read_text(path)
-                value = None if text is None else parse(text)
-            except FileError as error:
-                issues.append(issue(error.label, str(error)))
-                continue
-            except ValueError as error:
-                issues.append(issue(GARBAGE, f"{path}: {error}"))
-                continue
+            value = _link_figure(self._files.read_text, path, parse, issues)
             if value is not None:
                 current.append(Sample(spec, float(value)))
         return replace(known, device=replace(device, samples=(*current, *link.most)), link=link)
@@ -389,21 +382,30 @@ def _most_of_link(link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ..
     ):
         values = []
         for side in sides:
-            path = side / name
-            try:
-                text = read_text(path)
-                value = None if text is None else parse(text)
-            except FileError as error:
-                issues.append(issue(error.label, str(error)))
-                continue
-            except ValueError as error:
-                issues.append(issue(GARBAGE, f"{path}: {error}"))
-                continue
+            value = _link_figure(read_text, str(side / name), parse, issues)
             if value:  # None or 0: that side does not say
                 values.append(value)
         if values:
             samples.append(Sample(spec, float(min(values))))
     return tuple(samples)
+
+
+def _link_figure(
+    read: Callable[[str], str | None],
+    path: str,
+    parse: Callable[[str], float | None],
+    issues: list[CollectorIssue],
+) -> float | None:
+    """One link attribute, parsed; None where it is absent, says no link, or fails (the
+    failure added to ``issues``)."""
+    try:
+        text = read(path)
+        return None if text is None else parse(text)
+    except FileError as error:
+        issues.append(issue(error.label, str(error)))
+    except ValueError as error:
+        issues.append(issue(GARBAGE, f"{path}: {error}"))
+    return None
 
 
 @dataclass(frozen=True, slots=True)

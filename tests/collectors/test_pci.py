@@ -547,6 +547,34 @@ def _samples_of(readings: Readings) -> dict[str, tuple[Sample, ...]]:
     return {d.address: d.samples for d in readings.pci_devices if d.samples}
 
 
+def _write_card(card: Path, *, width: int, most: int, speed: str, most_speed: str) -> None:
+    """An H100's function at ``card`` (a real directory), with its link files."""
+    for name, value in (
+        ("vendor", "0x10de"),
+        ("device", "0x2330"),
+        ("class", "0x030200"),
+        ("numa_node", "1"),
+        ("current_link_width", str(width)),
+        ("max_link_width", str(most)),
+        ("current_link_speed", speed),
+        ("max_link_speed", most_speed),
+    ):
+        write_attribute(card / name, f"{value}\n")
+
+
+def _gpu_below_port(sysfs: Path, *, port: tuple[str, str], card: tuple[int, int, str, str]) -> None:
+    """GPU_17's function below a root port (``0000:16:01.0``) whose ``max_link_width``
+    and ``max_link_speed`` say ``port``; the card's link: now and most, lanes and speed."""
+    port_dir = sysfs / "devices" / "pci0000:16" / "0000:16:01.0"
+    write_attribute(port_dir / "class", "0x060400\n")
+    write_attribute(port_dir / "max_link_width", f"{port[0]}\n")
+    write_attribute(port_dir / "max_link_speed", f"{port[1]}\n")
+    card_dir = port_dir / GPU_17.address
+    width, most, speed, most_speed = card
+    _write_card(card_dir, width=width, most=most, speed=speed, most_speed=most_speed)
+    replace_symlink(_function_dir(sysfs, GPU_17.address), card_dir)
+
+
 class TestPcieLink:
     def test_functions_with_a_link_report_it_vfs_and_others_do_not(self, tmp_path: Path) -> None:
         """The GPU at 8 of 16 lanes and the PF at 16 report now and at most; the VF (its
@@ -564,23 +592,9 @@ class TestPcieLink:
     def test_the_upstream_port_limits_what_the_link_can_run_at(self, tmp_path: Path) -> None:
         """A x16 Gen5 card below a x8 Gen4 switch port can run at 8 lanes of 16 GT/s: that
         is its most, and 8 lanes is not degraded."""
-        port = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0"
-        write_attribute(port / "class", "0x060400\n")
-        write_attribute(port / "max_link_width", "8\n")
-        write_attribute(port / "max_link_speed", "16.0 GT/s PCIe\n")
-        card = port / GPU_17.address
-        for name, value in (
-            ("vendor", "0x10de"),
-            ("device", "0x2330"),
-            ("class", "0x030200"),
-            ("numa_node", "1"),
-            ("current_link_width", "8"),
-            ("max_link_width", "16"),
-            ("current_link_speed", "16.0 GT/s PCIe"),
-            ("max_link_speed", "32.0 GT/s PCIe"),
-        ):
-            write_attribute(card / name, f"{value}\n")
-        replace_symlink(_function_dir(tmp_path, GPU_17.address), card)
+        _gpu_below_port(
+            tmp_path, port=("8", "16.0 GT/s PCIe"), card=(8, 16, "16.0 GT/s PCIe", "32.0 GT/s PCIe")
+        )
 
         assert _samples_of(_collect(tmp_path)) == {GPU_17.address: _link(8, 16e9, 8, 16e9)}
 
@@ -663,22 +677,9 @@ class TestPcieLink:
     def test_a_port_that_says_no_link_leaves_the_devices_own(self, tmp_path: Path) -> None:
         """An upstream port whose capability reads 0 lanes and Unknown speed limits
         nothing: the card's own 16 lanes at 32 GT/s stand."""
-        port = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0"
-        write_attribute(port / "max_link_width", "0\n")
-        write_attribute(port / "max_link_speed", "Unknown\n")
-        card = port / GPU_17.address
-        for name, value in (
-            ("vendor", "0x10de"),
-            ("device", "0x2330"),
-            ("class", "0x030200"),
-            ("numa_node", "1"),
-            ("current_link_width", "16"),
-            ("max_link_width", "16"),
-            ("current_link_speed", "32.0 GT/s PCIe"),
-            ("max_link_speed", "32.0 GT/s PCIe"),
-        ):
-            write_attribute(card / name, f"{value}\n")
-        replace_symlink(_function_dir(tmp_path, GPU_17.address), card)
+        _gpu_below_port(
+            tmp_path, port=("0", "Unknown"), card=(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe")
+        )
 
         assert _samples_of(_collect(tmp_path)) == {GPU_17.address: _link(16, 32e9, 16, 32e9)}
 
@@ -689,17 +690,7 @@ class TestPcieLink:
         collector = PciCollector(CollectorContext(sysfs=tmp_path))
         collector.collect()
         new_dir = tmp_path / "devices" / "pci0000:17" / "recreated" / GPU_17.address
-        for name, value in (
-            ("vendor", "0x10de"),
-            ("device", "0x2330"),
-            ("class", "0x030200"),
-            ("numa_node", "1"),
-            ("current_link_width", "16"),
-            ("max_link_width", "16"),
-            ("current_link_speed", "2.5 GT/s PCIe"),
-            ("max_link_speed", "32.0 GT/s PCIe"),
-        ):
-            write_attribute(new_dir / name, f"{value}\n")
+        _write_card(new_dir, width=16, most=16, speed="2.5 GT/s PCIe", most_speed="32.0 GT/s PCIe")
         replace_symlink(_function_dir(tmp_path, GPU_17.address), new_dir)
 
         assert _samples_of(collector.collect())[GPU_17.address] == _link(16, 2.5e9, 16, 32e9)
