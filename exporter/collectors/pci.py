@@ -310,7 +310,10 @@ class PciCollector(Collector):
             value = _link_figure(self._files.read_text, path, parse, issues)
             if value is not None:
                 current.append(Sample(spec, float(value)))
-        return replace(known, device=replace(device, samples=(*current, *link.most)), link=link)
+        samples = (*current, *link.most)
+        if samples == device.samples and link is known.link:
+            return known  # as last poll: no new objects
+        return replace(known, device=replace(device, samples=samples), link=link)
 
     def _with_numa_node(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
         """``known`` with its function's NUMA node as sysfs says now; as it was where the
