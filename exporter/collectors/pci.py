@@ -10,7 +10,8 @@ registers the spec reserves): the lanes and speed it trained at now
 function's own ``max_link_*`` and its upstream port's (the parent directory in
 ``/sys/devices``: a root or switch port, which may be narrower or slower than the
 card). A link below its width is a card badly seated, a riser or slot failing, or a
-link that retrained after errors; a GPU lowers its speed itself when idle. The kernel
+link that retrained after errors; a GPU lowers its speed itself when idle (an AMD card
+its lanes too, PCIe DPM), and raises both under load. The kernel
 writes ``<n> GT/s PCIe`` (``<n> GT/s`` before 5.x, ``Unknown`` or ``Unknown speed``
 for no link; drivers/pci/pci-sysfs.c, pci_speed_string) and the width in lanes (a
 function that no longer answers reads all ones: 63 lanes, no figure). A function that
