@@ -267,11 +267,9 @@ class PciCollector(Collector):
                 self._files.forget((numa_path, *(link.paths if link is not None else ())))
                 before = len(issues)
                 device = read_pci_device(function_dir, address=address, issues=issues)
-                if len(issues) != before:  # read again, and reported again, next poll
-                    if device is not None:
-                        found.append(device)  # what could be read of it
-                    continue
                 known = _Known(inode, device, numa_path, link if device is not None else None)
+                if len(issues) != before:  # read again, and reported again, next poll
+                    known = replace(known, inode=_READ_AGAIN)
             elif numa_due and known.device is not None:
                 known = self._with_numa_node(known, issues)
             if known.link is not None:
@@ -334,6 +332,9 @@ class PciCollector(Collector):
         return replace(known, device=replace(known.device, numa_node=node))
 
 
+# The inode of a function read with issues: no bus entry has it, so the next poll reads
+# the function anew (and reports what still fails); meanwhile its link is read as any.
+_READ_AGAIN = -1
 # power/runtime_status of a function runtime PM has put (or is putting) to sleep.
 _ASLEEP = frozenset({"suspended", "suspending"})
 

@@ -694,3 +694,16 @@ class TestPcieLink:
         replace_symlink(_function_dir(tmp_path, GPU_17.address), new_dir)
 
         assert _samples_of(collector.collect())[GPU_17.address] == _link(16, 2.5e9, 16, 32e9)
+
+    def test_a_function_with_a_bad_numa_node_still_reports_its_link(self, tmp_path: Path) -> None:
+        """Garbage in numa_node loses the node, poll after poll (read anew each time),
+        not the link."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        write_attribute(pci_device_dir(tmp_path, GPU_17.address) / "numa_node", "zero\n")
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+
+        polls = [collector.collect() for _ in range(2)]
+
+        for readings in polls:
+            assert _samples_of(readings)[GPU_17.address] == _link(8, 32e9, 16, 32e9)
+            assert [i.error for i in readings.issues] == ["garbage"]
