@@ -1007,3 +1007,23 @@ class TestPciFunctionFigures:
             "podresources_pcie_link_width",
             "podresources_pcie_link_max_width",
         ]
+
+    def test_a_function_without_a_link_adds_no_reading(self) -> None:
+        """A NIC handed out by its PCI address whose function has no link figures (a VF,
+        conventional PCI): its hardware is the function alone, no empty reading."""
+        pci = PciDevice("0000:4b:00.2", "0x15b3", "0x101e", "0x020000", 0)
+        runs = (CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),)
+        pods = (
+            _pod(
+                "p",
+                ContainerResources(
+                    "c", devices=(DeviceGroup("example.com/vf", ("0000:4b:00.2",), (0,)),)
+                ),
+            ),
+        )
+
+        snapshot = _join(pods, AllocatableResources(), runs)
+
+        view = next(d for d in snapshot.devices if d.device_id == "0000:4b:00.2")
+        assert snapshot.hardware[view.resolution].reading is None
+        assert snapshot.hardware[view.resolution].pci == pci

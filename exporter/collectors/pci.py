@@ -14,7 +14,8 @@ link that retrained after errors; a GPU lowers its speed itself when idle (an AM
 its lanes too, PCIe DPM), and raises both under load. The kernel
 writes ``<n> GT/s PCIe`` (``<n> GT/s`` before 5.x, ``Unknown`` or ``Unknown speed``
 for no link; drivers/pci/pci-sysfs.c, pci_speed_string) and the width in lanes (a
-function that no longer answers reads all ones: 63 lanes, no figure). A function that
+function that no longer answers reads all ones, 63 lanes, and a maximum the kernel
+cannot read 255: neither is a figure). A function that
 runtime power management has suspended is not woken to read its link (kernels since
 6.x resume it for these reads): its current figures are left out until it wakes.
 
@@ -132,7 +133,8 @@ _LINK_SPEED = re.compile(r"([0-9]{1,3}(?:\.[0-9])?) GT/s(?: PCIe)?")
 
 def parse_link_width(text: str) -> int | None:
     """A ``*_link_width`` attribute: lanes, or None for a number the spec gives no link
-    (63: the all-ones read of a function that no longer answers).
+    (63: the all-ones read of a function that no longer answers; 255: the kernel's
+    PCIE_LNK_WIDTH_UNKNOWN).
 
     Raises ValueError on anything but a small decimal integer.
     """

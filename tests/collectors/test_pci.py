@@ -707,3 +707,143 @@ class TestPcieLink:
         for readings in polls:
             assert _samples_of(readings)[GPU_17.address] == _link(8, 32e9, 16, 32e9)
             assert [i.error for i in readings.issues] == ["garbage"]
+
+
+class TestPcieLinkEdges:
+    """Rules a mutation review of the PCIe link reading found no test holding."""
+
+    def test_an_unknown_maximum_width_is_no_link_not_garbage(self) -> None:
+        """255: PCIE_LNK_WIDTH_UNKNOWN, what max_link_width says where the function's
+        Link Capabilities cannot be read (pcie_get_width_cap)."""
+        assert parse_link_width("255\n") is None
+
+    @pytest.mark.parametrize("text", ["8.0 GT/s PCIe x16", "8 GT/s!", "16.0 GT/s PCIe 3"])
+    def test_a_speed_with_more_after_it_is_garbage(self, text: str) -> None:
+        with pytest.raises(ValueError, match="not a PCIe link speed"):
+            parse_link_speed(text)
+
+    def test_a_link_that_is_down_reports_zero_lanes(self, tmp_path: Path) -> None:
+        """Width 0 and speed Unknown (the link did not train): 0 lanes now, no speed now,
+        and what it can run at."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        gpu_dir = pci_device_dir(tmp_path, GPU_17.address)
+        write_attribute(gpu_dir / "current_link_width", "0\n")
+        write_attribute(gpu_dir / "current_link_speed", "Unknown\n")
+
+        readings = _collect(tmp_path)
+
+        assert _samples_of(readings)[GPU_17.address] == (
+            Sample(PCIE_LINK_WIDTH, 0.0),
+            *_link(8, 32e9, 16, 32e9)[2:],
+        )
+        assert readings.issues == ()
+
+    def test_a_card_narrower_than_its_port_runs_at_its_own_most(self, tmp_path: Path) -> None:
+        """A x8 Gen4 card below a x16 Gen5 port: the card's 8 lanes at 16 GT/s."""
+        _gpu_below_port(
+            tmp_path, port=("16", "32.0 GT/s PCIe"), card=(4, 8, "8.0 GT/s PCIe", "16.0 GT/s PCIe")
+        )
+
+        assert _samples_of(_collect(tmp_path)) == {GPU_17.address: _link(4, 8e9, 8, 16e9)}
+
+    def test_an_unreadable_runtime_status_is_reported_and_the_link_read(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        fail_reads(
+            monkeypatch, path_suffix=f"{GPU_17.address}/power/runtime_status", code=errno.EIO
+        )
+
+        readings = _collect(tmp_path)
+
+        assert _samples_of(readings)[GPU_17.address] == _link(8, 32e9, 16, 32e9)
+        assert [i.error for i in readings.issues] == ["unreadable"]
+
+    def test_what_it_can_run_at_is_read_once_even_where_nothing_reads(self, tmp_path: Path) -> None:
+        """Every link file garbage: the maximum's two issues in the first poll only; the
+        current figures' in both."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        gpu_dir = pci_device_dir(tmp_path, GPU_17.address)
+        for name in ("current_link", "max_link"):
+            write_attribute(gpu_dir / f"{name}_width", "garbage\n")
+            write_attribute(gpu_dir / f"{name}_speed", "garbage\n")
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+
+        first = [i.detail.rsplit("/", 1)[-1].split(":")[0] for i in collector.collect().issues]
+        second = [i.detail.rsplit("/", 1)[-1].split(":")[0] for i in collector.collect().issues]
+
+        assert sorted(first) == [
+            "current_link_speed",
+            "current_link_width",
+            "max_link_speed",
+            "max_link_width",
+        ]
+        assert sorted(second) == ["current_link_speed", "current_link_width"]
+
+    def test_a_link_as_last_poll_keeps_last_polls_device(self, tmp_path: Path) -> None:
+        """Nothing changed: the same PciDevice object, so the join's cache holds."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+
+        first = {d.address: d for d in collector.collect().pci_devices}
+        second = {d.address: d for d in collector.collect().pci_devices}
+
+        assert second[GPU_17.address] is first[GPU_17.address]
+        assert second[GPU_17.address].samples == _link(8, 32e9, 16, 32e9)
+
+    def test_another_class_with_link_files_is_not_read(self, tmp_path: Path) -> None:
+        """A USB controller (0x0c03) with a PCIe link: not reported, nothing read."""
+        _tree(tmp_path)
+        usb = _add_function(tmp_path, "0000:02:00.0", class_id="0x0c0330")
+        for name, value in (
+            ("current_link_width", "1"),
+            ("max_link_width", "1"),
+            ("current_link_speed", "5.0 GT/s PCIe"),
+            ("max_link_speed", "5.0 GT/s PCIe"),
+        ):
+            write_attribute(usb / name, f"{value}\n")
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+
+        readings = [collector.collect(), collector.collect()]
+
+        assert all("0000:02:00.0" not in {d.address for d in r.pci_devices} for r in readings)
+        assert [r.issues for r in readings] == [(), ()]
+
+    def test_the_link_is_read_through_kept_files_and_its_maximum_is_not_kept(
+        self, tmp_path: Path
+    ) -> None:
+        """Read every poll: the current figures and the runtime status stay open between
+        polls; read once: what it can run at is closed after."""
+        pci_fixture.write(tmp_path, LINKED, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        gpu_dir = str(pci_device_dir(tmp_path, GPU_17.address))
+
+        collector.collect()
+        held = set(held_under(gpu_dir))
+        collector.close()
+
+        assert {
+            f"{gpu_dir}/current_link_width",
+            f"{gpu_dir}/current_link_speed",
+            f"{gpu_dir}/power/runtime_status",
+        } <= held
+        assert not {f"{gpu_dir}/max_link_width", f"{gpu_dir}/max_link_speed"} & held
+
+    def test_only_unknown_is_no_speed(self) -> None:
+        with pytest.raises(ValueError, match="not a PCIe link speed"):
+            parse_link_speed("Unk")
+
+    def test_a_function_without_link_files_is_not_watched(self, tmp_path: Path) -> None:
+        """A reported function with no link files (conventional PCI, a VM's bus): its
+        runtime status is not read, nor kept open, poll after poll."""
+        _tree(tmp_path)
+        gpu = _add_function(tmp_path, "0000:02:00.0", class_id="0x030000")
+        write_attribute(gpu / "power" / "runtime_status", "active\n")
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+
+        readings = [collector.collect(), collector.collect()]
+        held = held_under(str(gpu))
+        collector.close()
+
+        assert [r.issues for r in readings] == [(), ()]
+        assert held == []
