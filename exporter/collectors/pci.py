@@ -8,16 +8,16 @@ And the PCIe link of each such function that has one (not of SR-IOV VFs, whose l
 registers the spec reserves): the lanes and speed it trained at now
 (``current_link_width``, ``current_link_speed``) and at most, the lesser of the
 function's own ``max_link_*`` and its upstream port's (the parent directory in
-``/sys/devices``: a root or switch port, which may be narrower or slower than the
-card). A link below its width is a card badly seated, a riser or slot failing, or a
-link that retrained after errors; a GPU lowers its speed itself when idle (an AMD card
-its lanes too, PCIe DPM), and raises both under load. The kernel
-writes ``<n> GT/s PCIe`` (``<n> GT/s`` before 5.x, ``Unknown`` or ``Unknown speed``
-for no link; drivers/pci/pci-sysfs.c, pci_speed_string) and the width in lanes (a
-function that no longer answers reads all ones, 63 lanes, and a maximum the kernel
-cannot read 255: neither is a figure). A function that
-runtime power management has suspended is not woken to read its link (kernels since
-6.x resume it for these reads): its current figures are left out until it wakes.
+``/sys/devices``: a root or switch port, which may be narrower or slower than the card).
+A link below its width is a card badly seated, a riser or slot failing, or a link that
+retrained after errors; a GPU lowers its speed itself when idle (an AMD card its lanes
+too, PCIe DPM), and raises both under load. The kernel writes ``<n> GT/s PCIe``
+(``<n> GT/s`` before 5.x, ``Unknown`` or ``Unknown speed`` for no link;
+drivers/pci/pci-sysfs.c, pci_speed_string) and the width in lanes (a function that no
+longer answers reads all ones, 63 lanes, and a maximum the kernel cannot read 255:
+neither is a figure). A function that runtime power management has suspended is not
+woken to read its link (kernels since 6.x resume it for these reads): its current
+figures are left out until it wakes.
 
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
