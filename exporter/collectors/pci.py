@@ -427,6 +427,6 @@ class _Known:
 
 REGISTRATION = Registration(
     "pci",
-    "PCI functions of GPUs, accelerators and NICs: vendor, device, class, NUMA node",
+    "PCI functions of GPUs, accelerators and NICs: vendor, device, class, NUMA node, PCIe link",
     PciCollector,
 )
