@@ -12,12 +12,14 @@ function's own ``max_link_*`` and its upstream port's (the parent directory in
 A link below its width is a card badly seated, a riser or slot failing, or a link that
 retrained after errors; a GPU lowers its speed itself when idle (an AMD card its lanes
 too, PCIe DPM), and raises both under load. The kernel writes ``<n> GT/s PCIe``
-(``<n> GT/s`` before 5.x, ``Unknown`` or ``Unknown speed`` for no link;
+(``<n> GT/s`` before 5.7, ``Unknown`` or ``Unknown speed`` for no link;
 drivers/pci/pci-sysfs.c, pci_speed_string) and the width in lanes (a function that no
 longer answers reads all ones, 63 lanes, and a maximum the kernel cannot read 255:
 neither is a figure). A function that runtime power management has suspended is not
-woken to read its link (kernels since 6.x resume it for these reads): its current
-figures are left out until it wakes.
+woken to read its link (kernels with "PCI/sysfs: Ensure devices are powered for config
+reads", 2025, resume it for these reads; older ones read it asleep, all ones): its
+current figures are left out until it wakes. An AMD Radeon card carries a PCIe switch
+of its own: its GPU function's link is the one inside the card, not the slot's.
 
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad

@@ -170,8 +170,9 @@ def pods_from_list_response_reusing(
     it about twenty: in most polls every pod is one of the last reply, in a new order.
     Most pods come in order already: a list of one entry (one device, one exclusive
     CPU, none) has no other order. So a pod's bytes are looked up as received first;
-    bytes equal to those of a pod put in order are in order, and that pod's. Only a pod
-    the kubelet lists from its maps (several devices or CPUs) is put in order.
+    bytes equal to those of a pod put in order are in order, and that pod's. A pod they
+    miss (new, changed, or listed from the kubelet's maps in another order) is put in
+    order and looked up again.
     """
     keyed: list[tuple[str, str, bytes, PodResources]] = []
     by_bytes: dict[bytes, PodResources] = {}
