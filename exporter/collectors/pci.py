@@ -18,8 +18,9 @@ longer answers reads all ones, 63 lanes, and a maximum the kernel cannot read 25
 neither is a figure). A function that runtime power management has suspended is not
 woken to read its link (kernels with "PCI/sysfs: Ensure devices are powered for config
 reads", 2025, resume it for these reads; older ones read it asleep, all ones): its
-current figures are left out until it wakes. An AMD Radeon card carries a PCIe switch
-of its own: its GPU function's link is the one inside the card, not the slot's.
+current figures are left out until it wakes. AMD's and Intel's discrete GPUs carry a
+PCIe switch of their own, whose upstream port's link is the card's to its slot: that one
+is read for them (``_card_end``).
 
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
@@ -347,7 +348,7 @@ _ASLEEP = frozenset({"suspended", "suspending"})
 class _Link:
     """Where a function's PCIe link is read, and what it can run at once read."""
 
-    function_dir: Path
+    function_dir: Path  # the link's end below its upstream port, a real directory
     width_path: str  # <function>/current_link_width
     speed_path: str  # <function>/current_link_speed
     status_path: str  # <function>/power/runtime_status
@@ -361,26 +362,58 @@ class _Link:
 
 def _find_link(function_dir: Path) -> _Link | None:
     """The function's PCIe link, if it has one: not a VF (the spec reserves a VF's link
-    registers: they read 0), nor conventional PCI (no link files, as on a VM's bus)."""
+    registers: they read 0), nor conventional PCI (no link files, as on a VM's bus). For
+    a card with a PCIe switch of its own, the card's link to its slot (``_card_end``)."""
     if os.path.lexists(function_dir / "physfn"):
         return None
-    width_path = function_dir / "current_link_width"
-    if not os.path.exists(width_path):
+    if not os.path.exists(function_dir / "current_link_width"):
         return None
+    real = Path(os.path.realpath(function_dir))
+    end = _card_end(real)
+    files = function_dir if end == real else end  # issues name the bus path where they can
     return _Link(
-        function_dir,
-        str(width_path),
-        str(function_dir / "current_link_speed"),
-        str(function_dir / "power" / "runtime_status"),
+        end,
+        str(files / "current_link_width"),
+        str(files / "current_link_speed"),
+        str(files / "power" / "runtime_status"),
     )
 
 
+def _card_end(function: Path) -> Path:
+    """The function, or the upstream port of a PCIe switch on its own card, whose link
+    is the card's link to its slot.
+
+    AMD's and Intel's discrete GPUs (and BlueField DPUs) carry a switch of their own, of
+    the card's vendor: the GPU function's link ends inside the card. Going up from the
+    function through switch ports of its vendor stops below a root port (a function
+    whose parent is the host bridge, of whatever vendor: Intel's are Intel's) or at a
+    port of another vendor (a switch on the board, such as the Broadcom ones of GPU
+    servers). ``function`` is the real directory in ``/sys/devices``."""
+    vendor = _vendor_of(function)
+    here = function
+    while vendor is not None:
+        port = here.parent
+        if not (is_pci_address(port.name) and is_pci_address(port.parent.name)):
+            break  # the parent is a root port, or none: here's link is the slot's
+        if _vendor_of(port) != vendor or not os.path.exists(port / "current_link_width"):
+            break
+        here = port
+    return here
+
+
+def _vendor_of(function: Path) -> str | None:
+    try:
+        text = read_text(function / "vendor")
+        return None if text is None else parse_hex_id(text, digits=4)
+    except (FileError, ValueError):
+        return None  # unknown: the function's own link is read
+
+
 def _most_of_link(link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ...]:
-    """What the link can run at: the lesser of the function's own maximum and its
-    upstream port's, the parent directory of the function's real one where that is a
-    PCI function (a root or switch port); the function's alone where the port says
-    nothing."""
-    upstream = Path(os.path.realpath(link.function_dir)).parent
+    """What the link can run at: the lesser of its end's own maximum and its upstream
+    port's, the parent directory of the end's real one where that is a PCI function (a
+    root or switch port); the end's alone where the port says nothing."""
+    upstream = link.function_dir.parent
     sides = [link.function_dir]
     if is_pci_address(upstream.name):
         sides.append(upstream)

@@ -847,3 +847,102 @@ class TestPcieLinkEdges:
 
         assert [r.issues for r in readings] == [(), ()]
         assert held == []
+
+
+def _function(
+    directory: Path, *, vendor: str, class_id: str, link: tuple[str, str, str, str] | None
+) -> None:
+    """A PCI function's real directory: identity, and its link (now and most, lanes and
+    speed)."""
+    write_attribute(directory / "vendor", f"{vendor}\n")
+    write_attribute(directory / "device", "0x1234\n")
+    write_attribute(directory / "class", f"{class_id}\n")
+    write_attribute(directory / "numa_node", "0\n")
+    for name, value in zip(
+        ("current_link_width", "max_link_width", "current_link_speed", "max_link_speed"),
+        link or (),
+        strict=link is not None,
+    ):
+        write_attribute(directory / name, f"{value}\n")
+
+
+INTERNAL = ("16", "16", "32.0 GT/s PCIe", "32.0 GT/s PCIe")  # a link inside the card
+X8_GEN4_OF_GEN5 = ("8", "16", "16.0 GT/s PCIe", "32.0 GT/s PCIe")
+
+
+def _chain(sysfs: Path, *functions: tuple[str, str, str, tuple[str, str, str, str] | None]) -> str:
+    """Functions (address, vendor, class, link), each below the one before, the first
+    below the host bridge; the last on the bus. Returns its address."""
+    directory = sysfs / "devices" / "pci0000:00"
+    for address, vendor, class_id, link in functions:
+        directory = directory / address
+        _function(directory, vendor=vendor, class_id=class_id, link=link)
+    replace_symlink(_function_dir(sysfs, directory.name), directory)
+    return directory.name
+
+
+BRIDGE = "0x060400"
+
+
+class TestCardsWithTheirOwnSwitch:
+    """AMD's and Intel's discrete GPUs carry a PCIe switch of the card's vendor: the GPU
+    function's link ends inside the card; the card's link to its slot is the one of the
+    switch's upstream port, below the root port."""
+
+    @pytest.mark.parametrize(
+        ("root_vendor", "card_vendor"),
+        [("0x1022", "0x1002"), ("0x8086", "0x8086")],
+        ids=["radeon-on-an-amd-cpu", "intel-gpu-on-an-intel-cpu"],
+    )
+    def test_the_slot_link_is_the_cards_upstream_port(
+        self, tmp_path: Path, root_vendor: str, card_vendor: str
+    ) -> None:
+        """8 lanes at 16 GT/s in a x16 Gen5 slot, for a Gen4 x16 card: what its upstream
+        port says, not the x16 Gen5 link inside the card; the walk stops below the root
+        port whatever the root port's vendor."""
+        gpu = _chain(
+            tmp_path,
+            ("0000:00:01.1", root_vendor, BRIDGE, X8_GEN4_OF_GEN5),
+            ("0000:01:00.0", card_vendor, BRIDGE, ("8", "16", "16.0 GT/s PCIe", "16.0 GT/s PCIe")),
+            ("0000:02:00.0", card_vendor, BRIDGE, INTERNAL),
+            ("0000:03:00.0", card_vendor, "0x030000", INTERNAL),
+        )
+
+        assert _samples_of(_collect(tmp_path)) == {gpu: _link(8, 16e9, 16, 16e9)}
+
+    def test_a_gpu_on_a_root_port_of_its_own_vendor_reads_its_own_link(
+        self, tmp_path: Path
+    ) -> None:
+        """An NVIDIA GPU on a Grace CPU's root port (both 0x10de): its own link."""
+        gpu = _chain(
+            tmp_path,
+            ("0000:00:01.0", "0x10de", BRIDGE, INTERNAL),
+            ("0000:01:00.0", "0x10de", "0x030200", ("8", "16", "32.0 GT/s PCIe", "32.0 GT/s PCIe")),
+        )
+
+        assert _samples_of(_collect(tmp_path)) == {gpu: _link(8, 32e9, 16, 32e9)}
+
+    def test_a_switch_of_another_vendor_is_the_board_s(self, tmp_path: Path) -> None:
+        """An NVIDIA GPU behind a Broadcom switch on the board, as in GPU servers: the
+        GPU's own link to the switch."""
+        gpu = _chain(
+            tmp_path,
+            ("0000:00:01.0", "0x8086", BRIDGE, INTERNAL),
+            ("0000:01:00.0", "0x1000", BRIDGE, INTERNAL),
+            ("0000:02:00.0", "0x1000", BRIDGE, INTERNAL),
+            ("0000:03:00.0", "0x10de", "0x030200", ("4", "16", "32.0 GT/s PCIe", "32.0 GT/s PCIe")),
+        )
+
+        assert _samples_of(_collect(tmp_path)) == {gpu: _link(4, 32e9, 16, 32e9)}
+
+    def test_a_bridge_of_its_vendor_without_a_link_is_not_the_cards(self, tmp_path: Path) -> None:
+        """An Intel GPU below an Intel bridge that has no PCIe link (a conventional PCI
+        bridge, as a VM's emulated DMI-to-PCI bridge): the GPU's own link."""
+        gpu = _chain(
+            tmp_path,
+            ("0000:00:1e.0", "0x8086", BRIDGE, INTERNAL),
+            ("0000:01:00.0", "0x8086", BRIDGE, None),
+            ("0000:02:00.0", "0x8086", "0x030000", ("8", "16", "16.0 GT/s PCIe", "16.0 GT/s PCIe")),
+        )
+
+        assert _samples_of(_collect(tmp_path)) == {gpu: _link(8, 16e9, 16, 16e9)}
