@@ -36,6 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from exporter.collectors.base import (
     Collector,
@@ -207,18 +208,8 @@ def _read_hex(path: Path, *, digits: int, issues: list[CollectorIssue]) -> str |
 
 
 def _read_numa_node(path: Path, issues: list[CollectorIssue]) -> int | None:
-    try:
-        text = read_text(path)
-    except FileError as error:
-        issues.append(issue(error.label, str(error)))
-        return None
-    if text is None:
-        return None  # kernels built without NUMA have no numa_node file: same as -1
-    try:
-        return parse_numa_node(text)
-    except ValueError as error:
-        issues.append(issue(GARBAGE, f"{path}: {error}"))
-        return None
+    # Kernels built without NUMA have no numa_node file: None, the same as -1.
+    return _read_parsed(read_text, str(path), parse_numa_node, issues)
 
 
 # A NUMA node override is looked for every this many polls (a minute at the default
@@ -297,24 +288,22 @@ class PciCollector(Collector):
         link, device = known.link, known.device
         assert link is not None  # the caller reads functions with a link only
         assert device is not None  # and only reported ones have one
-        try:
-            status = self._files.read_text(link.status_path)
-        except FileError as error:
-            issues.append(issue(error.label, str(error)))
-            status = None
+        status = _read_parsed(self._files.read_text, link.status_path, str, issues)
         if status in _ASLEEP:
-            return replace(known, device=replace(device, samples=link.most))
-        if not link.most_read:
-            link = replace(link, most=_most_of_link(link, issues), most_read=True)
+            return replace(known, device=replace(device, samples=link.most or ()))
+        most = link.most
+        if most is None:
+            most = _most_of_link(link, issues)
+            link = replace(link, most=most)
         current: list[Sample] = []
         for spec, path, parse in (
             (PCIE_LINK_WIDTH, link.width_path, parse_link_width),
             (PCIE_LINK_SPEED, link.speed_path, parse_link_speed),
         ):
-            value = _link_figure(self._files.read_text, path, parse, issues)
+            value = _read_parsed(self._files.read_text, path, parse, issues)
             if value is not None:
                 current.append(Sample(spec, float(value)))
-        samples = (*current, *link.most)
+        samples = (*current, *most)
         if samples == device.samples and link is known.link:
             return known  # as last poll: no new objects
         return replace(known, device=replace(device, samples=samples), link=link)
@@ -323,16 +312,9 @@ class PciCollector(Collector):
         """``known`` with its function's NUMA node as sysfs says now; as it was where the
         read fails."""
         assert known.device is not None  # the caller re-reads reported functions only
-        try:
-            text = self._files.read_text(known.numa_path)
-            node = None if text is None else parse_numa_node(text)
-        except FileError as error:
-            issues.append(issue(error.label, str(error)))
-            return known
-        except ValueError as error:
-            issues.append(issue(GARBAGE, f"{known.numa_path}: {error}"))
-            return known
-        if node == known.device.numa_node:
+        reported = len(issues)
+        node = _read_parsed(self._files.read_text, known.numa_path, parse_numa_node, issues)
+        if len(issues) != reported or node == known.device.numa_node:
             return known
         return replace(known, device=replace(known.device, numa_node=node))
 
@@ -348,12 +330,13 @@ _ASLEEP = frozenset({"suspended", "suspending"})
 class _Link:
     """Where a function's PCIe link is read, and what it can run at once read."""
 
-    function_dir: Path  # the link's end below its upstream port, a real directory
-    width_path: str  # <function>/current_link_width
-    speed_path: str  # <function>/current_link_speed
-    status_path: str  # <function>/power/runtime_status
-    most: tuple[Sample, ...] = ()  # PCIE_LINK_MAX_WIDTH and _MAX_SPEED, where known
-    most_read: bool = False  # read while the function was awake (or failed then)
+    end: Path  # the link's end below its upstream port, a real directory
+    width_path: str  # <end>/current_link_width
+    speed_path: str  # <end>/current_link_speed
+    status_path: str  # <end>/power/runtime_status
+    # PCIE_LINK_MAX_WIDTH and _MAX_SPEED, where known; None until read, which is once,
+    # while the function is awake (what fails then is not read again)
+    most: tuple[Sample, ...] | None = None
 
     @property
     def paths(self) -> tuple[str, str, str]:
@@ -402,19 +385,17 @@ def _card_end(function: Path) -> Path:
 
 
 def _vendor_of(function: Path) -> str | None:
-    try:
-        text = read_text(function / "vendor")
-        return None if text is None else parse_hex_id(text, digits=4)
-    except (FileError, ValueError):
-        return None  # unknown: the function's own link is read
+    # Unknown (gone, unreadable, garbage: reported where the function itself is read):
+    # the walk stops, and the function's own link is read.
+    return _read_hex(function / "vendor", digits=4, issues=[])
 
 
 def _most_of_link(link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ...]:
     """What the link can run at: the lesser of its end's own maximum and its upstream
     port's, the parent directory of the end's real one where that is a PCI function (a
     root or switch port); the end's alone where the port says nothing."""
-    upstream = link.function_dir.parent
-    sides = [link.function_dir]
+    upstream = link.end.parent
+    sides = [link.end]
     if is_pci_address(upstream.name):
         sides.append(upstream)
     samples = []
@@ -424,7 +405,7 @@ def _most_of_link(link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ..
     ):
         values = []
         for side in sides:
-            value = _link_figure(read_text, str(side / name), parse, issues)
+            value = _read_parsed(read_text, str(side / name), parse, issues)
             if value:  # None or 0: that side does not say
                 values.append(value)
         if values:
@@ -432,14 +413,17 @@ def _most_of_link(link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ..
     return tuple(samples)
 
 
-def _link_figure(
+_T = TypeVar("_T")
+
+
+def _read_parsed(
     read: Callable[[str], str | None],
     path: str,
-    parse: Callable[[str], float | None],
+    parse: Callable[[str], _T | None],
     issues: list[CollectorIssue],
-) -> float | None:
-    """One link attribute, parsed; None where it is absent, says no link, or fails (the
-    failure added to ``issues``)."""
+) -> _T | None:
+    """One attribute, parsed; None where it is absent, ``parse`` says nothing, or it
+    fails (the failure added to ``issues``: unreadable, or garbage for ValueError)."""
     try:
         text = read(path)
         return None if text is None else parse(text)
