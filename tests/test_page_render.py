@@ -15,6 +15,7 @@ from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.exposition import Exposition, render
 from exporter.sim.node import SimulatedNode
+from exporter.store import Published
 
 
 class CountedRender:
@@ -98,16 +99,25 @@ async def test_a_render_after_unscraped_snapshots_is_what_a_fresh_render_makes(
     assert stale.families != fresh.families
 
 
+async def _scrape_held_in_render(
+    demo: Exporter, renders: CountedRender
+) -> tuple[Published, asyncio.Future[Exposition]]:
+    """A poll's snapshot, and its first scrape, held inside render() until
+    ``renders.held`` is set."""
+    published = await demo.poller.poll_once()
+    renders.held.clear()
+    scrape = asyncio.ensure_future(demo.store.exposition(published))
+    assert await asyncio.to_thread(renders.entered.wait, 10)  # in render(), held there
+    return published, scrape
+
+
 async def test_a_scraper_that_goes_away_leaves_the_render_to_the_next(
     demo: Exporter, renders: CountedRender
 ) -> None:
     """The scraper is cancelled while the render runs in its thread: the render goes on
     and its page is the next scraper's (without the shield it would be cancelled too and
     rendered again)."""
-    published = await demo.poller.poll_once()
-    renders.held.clear()
-    gone = asyncio.ensure_future(demo.store.exposition(published))
-    assert await asyncio.to_thread(renders.entered.wait, 10)  # in render(), held there
+    published, gone = await _scrape_held_in_render(demo, renders)
     gone.cancel()
     with pytest.raises(asyncio.CancelledError):
         await gone
@@ -124,10 +134,7 @@ async def test_a_cancelled_render_is_started_again_by_the_next_scrape(
     """A render task found cancelled (nothing here cancels it; a loop shutting down
     does) is no page and no error: the next caller renders anew, not raising the
     CancelledError of a render it never asked for."""
-    published = await demo.poller.poll_once()
-    renders.held.clear()
-    gone = asyncio.ensure_future(demo.store.exposition(published))
-    assert await asyncio.to_thread(renders.entered.wait, 10)  # in render(), held there
+    published, gone = await _scrape_held_in_render(demo, renders)
     assert published.page is not None
     published.page.cancel()
     with pytest.raises(asyncio.CancelledError):
