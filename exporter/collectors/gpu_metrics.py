@@ -15,6 +15,7 @@ __all__ = [
     "GPU_ENERGY",
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
+    "GPU_PCIE_REPLAYS",
     "GPU_POWER",
     "GPU_REMAPPED_ROWS",
     "GPU_RETIRED_PAGES",
@@ -69,6 +70,15 @@ GPU_ECC_ERRORS = MetricSpec(
     MetricKind.COUNTER,
     "GPU memory ECC errors since the driver loaded, by type (corrected, uncorrected).",
     labels=("type",),
+)
+# A replay is a packet the GPU's PCIe link layer sent again because its receiver
+# reported it bad or never acknowledged it: errors the link corrected, at the cost of
+# bandwidth. A count that keeps climbing is a failing riser, slot or card.
+GPU_PCIE_REPLAYS = MetricSpec(
+    "podresources_gpu_pcie_replays_total",
+    MetricKind.COUNTER,
+    "PCIe packets the GPU's link sent again after errors, since the driver loaded (NVML "
+    "PCIe replay counter; of whole GPUs, not MIG devices).",
 )
 # Row remapping (NVIDIA Ampere and later): a row of GPU memory that gave errors is
 # replaced by a spare one at the next GPU reset. NVIDIA's memory error management guide

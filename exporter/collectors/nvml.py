@@ -62,6 +62,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
+    GPU_PCIE_REPLAYS,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
     GPU_RETIRED_PAGES,
@@ -238,6 +239,7 @@ class NvmlSource(Protocol):
     def remapped_rows(self, handle: NvmlHandle) -> NvmlRemappedRows: ...
     # NOT_SUPPORTED where the GPU remaps rows instead (Ampere and later).
     def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages: ...
+    def pcie_replays(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     # Clients of an MPS server (its own process is among the compute processes).
@@ -496,6 +498,9 @@ class PynvmlSource(NvmlSource):
         pending = self._call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
         return NvmlRetiredPages(len(single), len(double), bool(pending))
 
+    def pcie_replays(self, handle: NvmlHandle) -> int:
+        return int(self._call(self._pynvml.nvmlDeviceGetPcieReplayCounter, handle))
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
 
@@ -660,6 +665,10 @@ def _retired_pages(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]
     )
 
 
+def _pcie_replays(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_PCIE_REPLAYS, float(source.pcie_replays(handle))),)
+
+
 # The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.
 _FIGURES: tuple[_Figure, ...] = (
     _utilization,
@@ -674,6 +683,8 @@ _FIGURES: tuple[_Figure, ...] = (
     _remapped_rows,
     _retired_pages,
 )
+# Whole GPUs only: a MIG device shares its GPU's link, whose series is the GPU's.
+_GPU_FIGURES: tuple[_Figure, ...] = (*_FIGURES, _pcie_replays)
 
 
 # --- Hardware keys -----------------------------------------------------------------------
@@ -1160,7 +1171,7 @@ class NvmlCollector(Collector):
         NO_PERMISSION is one issue, then that figure is not asked again (the exporter's
         privileges do not change while it runs; every poll would only repeat it)."""
         denied = self._mig_denied.setdefault(gpu.uuid, set()) if gpu is not None else None
-        for figure in _FIGURES:
+        for figure in _FIGURES if gpu is None else _GPU_FIGURES:
             name = figure.__name__.strip("_")
             if denied is not None and name in denied:
                 continue

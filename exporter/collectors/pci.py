@@ -22,6 +22,16 @@ current figures are left out until it wakes. AMD's and Intel's discrete GPUs car
 PCIe switch of their own, whose upstream port's link is the card's to its slot: that one
 is read for them (``_card_end``).
 
+And, for the same functions, the PCIe errors Advanced Error Reporting recorded: the
+``TOTAL_ERR_*`` line of ``aer_dev_correctable``, ``aer_dev_nonfatal`` and
+``aer_dev_fatal`` (drivers/pci/pcie/aer.c), of the function itself and of the port at
+the other end of its link. The kernel counts an error at the end that saw it, and the
+errors of a failing link are mostly seen by its receiver on the host side, so a card's
+own counters can read 0 while its port's climb (Documentation/ABI/testing/
+sysfs-bus-pci-devices-aer_stats). The files exist for a function with AER capability on
+a kernel built with it; a VM's passed-through GPU rarely has them. They are counts in
+the kernel's memory, read without waking a suspended function.
+
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
 ``numa_node`` loses only the node (None). A function listed on the bus whose identity
@@ -57,6 +67,7 @@ from exporter.sysfs import (
 )
 
 __all__ = [
+    "PCIE_AER_ERRORS",
     "PCIE_LINK_MAX_SPEED",
     "PCIE_LINK_MAX_WIDTH",
     "PCIE_LINK_SPEED",
@@ -65,6 +76,7 @@ __all__ = [
     "REPORTED_CLASS_PREFIXES",
     "PciCollector",
     "is_reported_class",
+    "parse_aer_total",
     "parse_hex_id",
     "parse_link_speed",
     "parse_link_width",
@@ -94,6 +106,15 @@ PCIE_LINK_MAX_SPEED = MetricSpec(
     MetricKind.GAUGE,
     "Transfers per second a lane of the PCIe link of the device can run at: the slower"
     " of the device's and its upstream port's.",
+)
+
+PCIE_AER_ERRORS = MetricSpec(
+    "podresources_pcie_aer_errors_total",
+    MetricKind.COUNTER,
+    "PCIe errors Advanced Error Reporting recorded for the device's link since the kernel"
+    " found it, by type (correctable, nonfatal, fatal) and by the end that reported them"
+    " (reported_by: device, or upstream_port, the root or switch port it is attached to).",
+    ("type", "reported_by"),
 )
 
 # Base class bytes: network (0x02, InfiniBand is 0x0207), display (0x03), processing
@@ -161,6 +182,22 @@ def parse_link_speed(text: str) -> float | None:
     if match is None:
         raise ValueError(f"not a PCIe link speed: {stripped[:40]!r}")
     return float(match[1]) * 1e9
+
+
+_AER_TOTAL = re.compile(r"TOTAL_ERR_(?:COR|NONFATAL|FATAL) ([0-9]{1,20})")
+
+
+def parse_aer_total(text: str) -> int:
+    """The ``TOTAL_ERR_*`` count of an ``aer_dev_*`` attribute, its last line (one line
+    per error bit comes before it).
+
+    Raises ValueError where that line is missing or not a 64-bit count.
+    """
+    _, _, last = text.rstrip("\n").rpartition("\n")
+    match = _AER_TOTAL.fullmatch(last)
+    if match is None or int(match[1]) >= 1 << 64:
+        raise ValueError(f"no TOTAL_ERR_* count at its end: {last[:40]!r}")
+    return int(match[1])
 
 
 def is_reported_class(class_id: str) -> bool:
@@ -288,9 +325,10 @@ class PciCollector(Collector):
         link, device = known.link, known.device
         assert link is not None  # the caller reads functions with a link only
         assert device is not None  # and only reported ones have one
+        errors = self._aer_samples(link, issues)
         status = _read_parsed(self._files.read_text, link.status_path, str, issues)
         if status in _ASLEEP:
-            return replace(known, device=replace(device, samples=link.most or ()))
+            return replace(known, device=replace(device, samples=(*(link.most or ()), *errors)))
         most = link.most
         if most is None:
             most = _most_of_link(link, issues)
@@ -303,10 +341,19 @@ class PciCollector(Collector):
             value = _read_parsed(self._files.read_text, path, parse, issues)
             if value is not None:
                 current.append(Sample(spec, float(value)))
-        samples = (*current, *most)
+        samples = (*current, *most, *errors)
         if samples == device.samples and link is known.link:
             return known  # as last poll: no new objects
         return replace(known, device=replace(device, samples=samples), link=link)
+
+    def _aer_samples(self, link: _Link, issues: list[CollectorIssue]) -> tuple[Sample, ...]:
+        """The link's AER counts, one sample a file; a read that fails loses its figure."""
+        samples = []
+        for path, labels in link.aer_files:
+            count = _read_parsed(self._files.read_text, path, parse_aer_total, issues)
+            if count is not None:
+                samples.append(Sample(PCIE_AER_ERRORS, float(count), labels))
+        return tuple(samples)
 
     def _with_numa_node(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
         """``known`` with its function's NUMA node as sysfs says now; as it was where the
@@ -337,10 +384,13 @@ class _Link:
     # PCIE_LINK_MAX_WIDTH and _MAX_SPEED, where known; None until read, which is once,
     # while the function is awake (what fails then is not read again)
     most: tuple[Sample, ...] | None = None
+    # The aer_dev_* files of the function and of its link's upstream port, each with
+    # its PCIE_AER_ERRORS labels: (type, reported_by)
+    aer_files: tuple[tuple[str, tuple[str, str]], ...] = ()
 
     @property
-    def paths(self) -> tuple[str, str, str]:
-        return (self.width_path, self.speed_path, self.status_path)
+    def paths(self) -> tuple[str, ...]:
+        return (self.width_path, self.speed_path, self.status_path, *(p for p, _ in self.aer_files))
 
 
 def _find_link(function_dir: Path) -> _Link | None:
@@ -354,11 +404,32 @@ def _find_link(function_dir: Path) -> _Link | None:
     real = Path(os.path.realpath(function_dir))
     end = _card_end(real)
     files = function_dir if end == real else end  # issues name the bus path where they can
+    aer_files = _aer_files(function_dir, "device")
+    if is_pci_address(end.parent.name):
+        aer_files += _aer_files(end.parent, "upstream_port")
     return _Link(
         end,
         str(files / "current_link_width"),
         str(files / "current_link_speed"),
         str(files / "power" / "runtime_status"),
+        aer_files=aer_files,
+    )
+
+
+# aer_dev_* attribute -> PCIE_AER_ERRORS' type
+_AER_ATTRIBUTES = (
+    ("aer_dev_correctable", "correctable"),
+    ("aer_dev_nonfatal", "nonfatal"),
+    ("aer_dev_fatal", "fatal"),
+)
+
+
+def _aer_files(function: Path, reported_by: str) -> tuple[tuple[str, tuple[str, str]], ...]:
+    """The ``aer_dev_*`` files a function has (none without AER), with their labels."""
+    return tuple(
+        (str(function / name), (error_type, reported_by))
+        for name, error_type in _AER_ATTRIBUTES
+        if os.path.exists(function / name)
     )
 
 
@@ -446,6 +517,7 @@ class _Known:
 
 REGISTRATION = Registration(
     "pci",
-    "PCI functions of GPUs, accelerators and NICs: vendor, device, class, NUMA node, PCIe link",
+    "PCI functions of GPUs, accelerators and NICs: vendor, device, class, NUMA node, PCIe link"
+    " and its errors",
     PciCollector,
 )

@@ -16,7 +16,10 @@ fixed clock gives a fixed exposition:
 Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization and
 its remapped rows (nvml.h: not with active instances), and its MIG devices answer only
 identity, memory and their process lists. GPU instances give their placement, as NVML
-does to a privileged caller. Memory is healthy: no ECC error, no remapped row.
+does to a privileged caller. Memory is healthy: no ECC error, no remapped row. A GPU
+whose PCIe link (``SimHardware.pcie_links``) trained at fewer lanes than it can run at
+replays ``REPLAYS_PER_S_NARROW_LINK`` packets a second since the driver loaded; the
+others none.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -63,6 +66,7 @@ SM_CLOCK_IDLE_MHZ = 345
 POWER_CAPPED_PERCENT = 90
 CLOCKS_EVENT_GPU_IDLE = 0x1  # nvml.h's nvmlClocksEventReasonGpuIdle
 CLOCKS_EVENT_SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
+REPLAYS_PER_S_NARROW_LINK = 0.05  # three a minute: a card to reseat
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,9 @@ class SimulatedNvmlSource(NvmlSource):
     def __init__(self, hardware: SimHardware, *, clock: Callable[[], float]) -> None:
         self._gpus = hardware.gpus
         self._processes = hardware.gpu_processes
+        self._narrow_links = frozenset(
+            address for address, link in hardware.pcie_links if link.width < link.max_width
+        )
         self._clock = clock
         self._initialized = False
         self._xids_raised: set[str] = set()
@@ -225,6 +232,13 @@ class SimulatedNvmlSource(NvmlSource):
     def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages:
         _whole(handle)
         raise NvmlError("NOT_SUPPORTED")  # H100s remap rows instead
+
+    def pcie_replays(self, handle: NvmlHandle) -> int:
+        gpu = _whole(handle)
+        if gpu.pci_address not in self._narrow_links:
+            return 0
+        uptime_s = DRIVER_UPTIME_AT_ZERO_S + max(self._clock(), 0.0)
+        return int(REPLAYS_PER_S_NARROW_LINK * uptime_s)
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)

@@ -116,6 +116,9 @@ class SimPcieLink:
     max_width: int
     speed: str = "32.0 GT/s PCIe"  # as the kernel writes it; a GPU idles at 2.5 GT/s
     max_speed: str = "32.0 GT/s PCIe"
+    # AER's counts of the function (aer_dev_correctable, _nonfatal, _fatal); None: no
+    # AER capability, no files
+    aer_errors: tuple[int, int, int] | None = (0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,8 +335,9 @@ def _demo_links(
     gpus: tuple[SimGpu, ...], drm: tuple[SimDrmGpu, ...], nics: list[SimNic]
 ) -> tuple[tuple[str, SimPcieLink], ...]:
     """Gen5 x16 for every GPU and physical NIC, but: GPU 0, busy training, trained at 8
-    lanes (a card or riser to reseat); GPU 1, idle, lowered its speed to 2.5 GT/s as
-    idle GPUs do. VFs (reserved link registers) and the virtio NIC (a VM's bus) have none."""
+    lanes (a card or riser to reseat) after a burst of corrected errors; GPU 1, idle,
+    lowered its speed to 2.5 GT/s as idle GPUs do. VFs (reserved link registers) and the
+    virtio NIC (a VM's bus) have none."""
     links = {gpu.pci_address: SimPcieLink(16, 16) for gpu in gpus}
     links.update((card.pci_address, SimPcieLink(16, 16)) for card in drm)
     links.update(
@@ -341,7 +345,7 @@ def _demo_links(
         for nic in nics
         if nic.physfn is None and nic.virtio_index is None
     )
-    links[gpus[0].pci_address] = SimPcieLink(8, 16)
+    links[gpus[0].pci_address] = SimPcieLink(8, 16, aer_errors=(27, 0, 0))
     links[gpus[1].pci_address] = SimPcieLink(16, 16, speed="2.5 GT/s PCIe")
     return tuple(sorted(links.items()))
 

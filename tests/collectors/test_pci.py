@@ -15,12 +15,14 @@ from oserrors import fail_reads
 from exporter.collectors.base import CollectorContext, CollectorUnavailable, issue
 from exporter.collectors.pci import (
     NUMA_RECHECK_POLLS,
+    PCIE_AER_ERRORS,
     PCIE_LINK_MAX_SPEED,
     PCIE_LINK_MAX_WIDTH,
     PCIE_LINK_SPEED,
     PCIE_LINK_WIDTH,
     REGISTRATION,
     PciCollector,
+    parse_aer_total,
     parse_hex_id,
     parse_link_speed,
     parse_link_width,
@@ -29,7 +31,12 @@ from exporter.collectors.pci import (
 )
 from exporter.model import CollectorIssue, PciDevice, Readings, Sample
 from exporter.sim.fixtures import pci as pci_fixture
-from exporter.sim.fixtures.pci import pci_device_dir, replace_symlink, write_attribute
+from exporter.sim.fixtures.pci import (
+    aer_attributes,
+    pci_device_dir,
+    replace_symlink,
+    write_attribute,
+)
 from exporter.sim.hardware import (
     GIB,
     SimDrmGpu,
@@ -522,14 +529,20 @@ class TestParseLink:
             parse_link_speed(text)
 
 
+# Without AER (TestAer has it): the link's own figures.
 LINKED = replace(
     HARDWARE,
     pcie_links=(
-        (GPU_17.address, SimPcieLink(8, 16)),
-        (PF.pci_address, SimPcieLink(16, 16, speed="16.0 GT/s PCIe", max_speed="16.0 GT/s PCIe")),
+        (GPU_17.address, SimPcieLink(8, 16, aer_errors=None)),
+        (
+            PF.pci_address,
+            SimPcieLink(
+                16, 16, speed="16.0 GT/s PCIe", max_speed="16.0 GT/s PCIe", aer_errors=None
+            ),
+        ),
         # The fixture writes no VF link (the spec reserves its registers); this one is
         # written anyway, as a kernel would show them: 0 lanes, Unknown.
-        (VF.pci_address, SimPcieLink(0, 0, speed="Unknown", max_speed="Unknown")),
+        (VF.pci_address, SimPcieLink(0, 0, speed="Unknown", max_speed="Unknown", aer_errors=None)),
     ),
 )
 
@@ -946,3 +959,194 @@ class TestCardsWithTheirOwnSwitch:
         )
 
         assert _samples_of(_collect(tmp_path)) == {gpu: _link(8, 16e9, 16, 16e9)}
+
+
+# Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats' sample, as kernels before
+# the short error names wrote it.
+ABI_SAMPLE_CORRECTABLE = """Receiver Error 2
+Bad TLP 0
+Bad DLLP 0
+RELAY_NUM Rollover 0
+Replay Timer Timeout 0
+Advisory Non-Fatal 0
+Corrected Internal Error 0
+Header Log Overflow 0
+TOTAL_ERR_COR 2
+"""
+
+
+class TestParseAerTotal:
+    def test_the_abi_documents_sample(self) -> None:
+        assert parse_aer_total(ABI_SAMPLE_CORRECTABLE) == 2
+
+    def test_the_total_not_the_sum_of_lines(self) -> None:
+        """One ERR_COR message may carry several errors: the total is the kernel's own
+        count of messages, and unnamed bits print as ``dev_cor_errs_bit[n]``."""
+        text = "RxErr 3\nBadTLP 4\ndev_cor_errs_bit[9] 1\nTOTAL_ERR_COR 5\n"
+        assert parse_aer_total(text) == 5
+
+    @pytest.mark.parametrize("kind", ["correctable", "nonfatal", "fatal"])
+    def test_every_file_the_fixture_writes(self, kind: str) -> None:
+        counts = {"correctable": (7, 0, 0), "nonfatal": (0, 7, 0), "fatal": (0, 0, 7)}[kind]
+        assert parse_aer_total(aer_attributes(*counts)[f"aer_dev_{kind}"]) == 7
+
+    def test_the_largest_count(self) -> None:
+        assert parse_aer_total(f"TOTAL_ERR_FATAL {2**64 - 1}\n") == 2**64 - 1
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "RxErr 2\n",  # no total
+            "TOTAL_ERR_COR 2\nRxErr 2\n",  # not at the end
+            "TOTAL_ERR_COR -1\n",
+            "TOTAL_ERR_COR 0x10\n",
+            f"TOTAL_ERR_COR {2**64}\n",
+            "TOTAL_ERR_OTHER 1\n",
+            "",
+        ],
+    )
+    def test_garbage_raises(self, text: str) -> None:
+        with pytest.raises(ValueError, match="no TOTAL_ERR_"):
+            parse_aer_total(text)
+
+
+# The GPU's link saw 27 corrected errors and one uncorrectable one the system recovered
+# from; the PF none; the VF's files (a VF may have AER) are not its link's.
+AER = replace(
+    HARDWARE,
+    pcie_links=(
+        (GPU_17.address, SimPcieLink(8, 16, aer_errors=(27, 1, 0))),
+        (PF.pci_address, SimPcieLink(16, 16, aer_errors=(0, 0, 0))),
+        (VF.pci_address, SimPcieLink(0, 0, aer_errors=(3, 0, 0))),
+    ),
+)
+
+
+def _aer(correctable: float, nonfatal: float, fatal: float, by: str) -> tuple[Sample, ...]:
+    return (
+        Sample(PCIE_AER_ERRORS, correctable, ("correctable", by)),
+        Sample(PCIE_AER_ERRORS, nonfatal, ("nonfatal", by)),
+        Sample(PCIE_AER_ERRORS, fatal, ("fatal", by)),
+    )
+
+
+def _aer_of(readings: Readings) -> dict[str, tuple[Sample, ...]]:
+    return {
+        d.address: tuple(s for s in d.samples if s.spec is PCIE_AER_ERRORS)
+        for d in readings.pci_devices
+        if d.samples
+    }
+
+
+def _write_aer(directory: Path, correctable: int, nonfatal: int, fatal: int) -> None:
+    for name, text in aer_attributes(correctable, nonfatal, fatal).items():
+        write_attribute(directory / name, text)
+
+
+class TestAer:
+    def test_each_function_with_a_link_reports_its_totals(self, tmp_path: Path) -> None:
+        """After the link's figures, the three totals of each function with a link; none
+        for the VF, whose link is its PF's."""
+        pci_fixture.write(tmp_path, AER, tick=0)
+
+        readings = _collect(tmp_path)
+
+        assert _samples_of(readings) == {
+            GPU_17.address: (*_link(8, 32e9, 16, 32e9), *_aer(27, 1, 0, "device")),
+            PF.pci_address: (*_link(16, 32e9, 16, 32e9), *_aer(0, 0, 0, "device")),
+        }
+        assert readings.issues == ()
+
+    def test_the_upstream_port_s_totals_beside_the_device_s(self, tmp_path: Path) -> None:
+        """The root port at the other end of the GPU's link saw the errors the GPU sent
+        (the card's own counts read 0): both ends are reported, each under its name."""
+        _gpu_below_port(
+            tmp_path,
+            port=("16", "32.0 GT/s PCIe"),
+            card=(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
+        )
+        port_dir = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0"
+        _write_aer(port_dir, 41, 2, 0)
+        _write_aer(port_dir / GPU_17.address, 0, 0, 0)
+
+        readings = _collect(tmp_path)
+
+        assert _aer_of(readings) == {
+            GPU_17.address: (*_aer(0, 0, 0, "device"), *_aer(41, 2, 0, "upstream_port"))
+        }
+
+    def test_a_port_without_aer_leaves_the_device_s(self, tmp_path: Path) -> None:
+        _gpu_below_port(
+            tmp_path,
+            port=("16", "32.0 GT/s PCIe"),
+            card=(16, 16, "32.0 GT/s PCIe", "32.0 GT/s PCIe"),
+        )
+        _write_aer(tmp_path / "devices" / "pci0000:16" / "0000:16:01.0" / GPU_17.address, 5, 0, 0)
+
+        assert _aer_of(_collect(tmp_path)) == {GPU_17.address: _aer(5, 0, 0, "device")}
+
+    def test_a_card_with_its_own_switch_reports_its_slot_s_port(self, tmp_path: Path) -> None:
+        """An AMD card: the GPU function's own totals, and the root port's above the card's
+        switch (its slot); not the switch's ports inside the card."""
+        root = tmp_path / "devices" / "pci0000:00" / "0000:00:01.1"
+        gpu = _chain(
+            tmp_path,
+            ("0000:00:01.1", "0x1022", BRIDGE, INTERNAL),
+            ("0000:01:00.0", "0x1002", BRIDGE, INTERNAL),
+            ("0000:02:00.0", "0x1002", BRIDGE, INTERNAL),
+            ("0000:03:00.0", "0x1002", "0x030000", INTERNAL),
+        )
+        card_upstream = root / "0000:01:00.0"
+        _write_aer(root, 9, 0, 0)
+        _write_aer(card_upstream, 8, 0, 0)
+        _write_aer(card_upstream / "0000:02:00.0", 7, 0, 0)
+        _write_aer(card_upstream / "0000:02:00.0" / gpu, 1, 0, 1)
+
+        assert _aer_of(_collect(tmp_path)) == {
+            gpu: (*_aer(1, 0, 1, "device"), *_aer(9, 0, 0, "upstream_port"))
+        }
+
+    def test_totals_are_read_every_poll(self, tmp_path: Path) -> None:
+        pci_fixture.write(tmp_path, AER, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        _write_aer(pci_device_dir(tmp_path, GPU_17.address), 30, 1, 1)
+
+        assert _aer_of(collector.collect())[GPU_17.address] == _aer(30, 1, 1, "device")
+
+    def test_a_suspended_function_s_totals_are_read(self, tmp_path: Path) -> None:
+        """The counts are the kernel's, in memory: reading them wakes nothing."""
+        pci_fixture.write(tmp_path, AER, tick=0)
+        status = pci_device_dir(tmp_path, GPU_17.address) / "power" / "runtime_status"
+        write_attribute(status, "suspended\n")
+
+        assert _samples_of(_collect(tmp_path))[GPU_17.address] == _aer(27, 1, 0, "device")
+
+    def test_garbage_loses_only_that_total(self, tmp_path: Path) -> None:
+        pci_fixture.write(tmp_path, AER, tick=0)
+        fatal = pci_device_dir(tmp_path, GPU_17.address) / "aer_dev_fatal"
+        write_attribute(fatal, "Undefined 0\nTOTAL_ERR_FATAL many\n")
+
+        readings = _collect(tmp_path)
+
+        assert _aer_of(readings)[GPU_17.address] == _aer(27, 1, 0, "device")[:2]
+        assert readings.issues == (
+            issue(
+                "garbage",
+                f"{_function_dir(tmp_path, GPU_17.address)}/aer_dev_fatal:"
+                " no TOTAL_ERR_* count at its end: 'TOTAL_ERR_FATAL many'",
+            ),
+        )
+
+    def test_the_files_are_kept_open(self, tmp_path: Path) -> None:
+        """Read every poll: through kept descriptors, like the link's current figures."""
+        pci_fixture.write(tmp_path, AER, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+
+        held = held_under(pci_device_dir(tmp_path, GPU_17.address))
+
+        assert {"aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"} <= {
+            Path(path).name for path in held
+        }
+        collector.close()

@@ -48,6 +48,8 @@
  *                            FUNCTION_NOT_FOUND for them (counted as "temperature_v" and
  *                            "memory_v2", then as "temperature" and "memory")
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
+ *   replays N                nvmlDeviceGetPcieReplayCounter (default 0); a MIG device
+ *                            answers NOT_SUPPORTED (a guess: nvml.h says nothing of MIG)
  *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
  *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
@@ -59,6 +61,7 @@
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
+ *                            replays
  *                            gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
@@ -200,13 +203,13 @@ enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
-    F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_COUNT
+    F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
-    "remap", "retired", "temperature_v", "memory_v2", "driver_version",
+    "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -277,6 +280,7 @@ typedef struct fake_dev {
     unsigned int remap_correctable, remap_uncorrectable, remap_pending, remap_failure;
     int retired_known; /* a "retired" line was given: the GPU retires pages */
     unsigned int retired_sbe, retired_dbe, retired_pending;
+    unsigned int pcie_replays;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -446,6 +450,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u %u %u", &current->retired_sbe, &current->retired_dbe,
                         &current->retired_pending) == 3;
             current->retired_known = ok;
+        } else if (strcmp(key, "replays") == 0) {
+            ok = sscanf(rest, "%u", &current->pcie_replays) == 1;
         } else if (strcmp(key, "ecc") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->ecc_corrected,
                         &current->ecc_uncorrected) == 2;
@@ -975,6 +981,15 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
     unsigned long long volatile_count = error_type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
     /* A distinct aggregate figure, so a test notices the wrong counter type. */
     *count = counter_type == 0 ? volatile_count : volatile_count * 10 + 7;
+    return NVML_SUCCESS;
+}
+
+/* PCIe replays of the GPU's link; asked of whole GPUs only. */
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    ENTER(device, F_REPLAYS);
+    if (value == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
+    *value = d->pcie_replays;
     return NVML_SUCCESS;
 }
 

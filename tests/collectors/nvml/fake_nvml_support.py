@@ -129,6 +129,7 @@ class FakeGpu:
     # A GPU before Ampere retires pages instead: for multiple single-bit and for
     # double-bit ECC errors, and whether some wait; None: NOT_SUPPORTED, as later GPUs.
     retired: tuple[int, int, int] | None = None
+    pcie_replays: int = 4  # nvmlDeviceGetPcieReplayCounter
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -194,6 +195,7 @@ def render_config(
             f"ecc {gpu.ecc[0]} {gpu.ecc[1]}",
             "remap " + " ".join(str(part) for part in gpu.remap),
             *(() if gpu.retired is None else ("retired " + " ".join(map(str, gpu.retired)),)),
+            f"replays {gpu.pcie_replays}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),

@@ -41,6 +41,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
+    GPU_PCIE_REPLAYS,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
     GPU_RETIRED_PAGES,
@@ -151,6 +152,7 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         ),
         "remap": remapped(*gpu.remap),
         "retired": () if gpu.retired is None else retired(*gpu.retired),
+        "replays": (Sample(GPU_PCIE_REPLAYS, float(gpu.pcie_replays)),),
         # Counted from events, not read: none raised unless a test raises one.
         "xid": NO_XIDS,
     }
@@ -271,6 +273,7 @@ class TestWholeGpus:
             Sample(GPU_REMAPPED_ROWS, 5.0, ("uncorrectable",)),
             Sample(GPU_ROW_REMAP_PENDING, 1.0),  # waits for a GPU reset
             Sample(GPU_ROW_REMAP_FAILED, 0.0),
+            Sample(GPU_PCIE_REPLAYS, 4.0),
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
@@ -724,6 +727,23 @@ class TestMig:
         )
         assert expected == readings
 
+    def test_pcie_replays_are_asked_of_the_gpu_not_its_mig_devices(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A MIG device shares its GPU's link: the replay count is the GPU's series only,
+        asked once a poll, whatever a MIG handle would answer."""
+        fake_nvml.configure(replace(MIG_GPU, pcie_replays=17))
+        before = fake_nvml.library.calls("replays")
+
+        readings = collector.collect()
+
+        by_device = {
+            d.name: [s.value for s in d.samples if s.spec is GPU_PCIE_REPLAYS]
+            for d in readings.devices
+        }
+        expected = {UUID_A: [17.0], MIG_1: [], MIG_3: [], MIG_2: []}
+        assert (expected, 1) == (by_device, fake_nvml.library.calls("replays") - before)
+
     def test_mig_uuid_ids(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """MIG-<uuid> IDs find their MIG device; the parent's UUID finds the whole GPU."""
         fake_nvml.configure(MIG_GPU)
@@ -810,8 +830,8 @@ class TestMig:
     ) -> None:
         """A GPU lost while its MIG devices are read: the ones read before stay, with
         their keys; the loss is one issue."""
-        # Call 41 is the second MIG device's name (after the GPU and the first MIG device).
-        fake_nvml.configure(replace(MIG_GPU, lost_after=40))
+        # Call 42 is the second MIG device's name (after the GPU and the first MIG device).
+        fake_nvml.configure(replace(MIG_GPU, lost_after=41))
         readings = collector.collect()
         mig_1 = mig_reading(MIG_GPU, MIG_GPU.migs[0], "0000:b1:00.0", answers_for_instance=True)
         assert ([mig_1], [issue("GPU_IS_LOST", MIG_2, "name")]) == (

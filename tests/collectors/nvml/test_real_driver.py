@@ -268,6 +268,9 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             assert len(pages) in (0, 3), sorted(pages)
             assert all(v >= 0 and v == int(v) for v in pages.values()), pages
             assert pages.get("podresources_gpu_retired_pages_pending", 0.0) in (0.0, 1.0)
+            # PCIe replays: a whole count, where the board answers one (Kepler and later).
+            replays = figures.get("podresources_gpu_pcie_replays_total")
+            assert replays is None or (replays >= 0 and replays == int(replays)), replays
 
 
 def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
+    GPU_PCIE_REPLAYS,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
     GPU_ROW_REMAP_FAILED,
@@ -110,6 +111,8 @@ class TestWholeGpus:
                 *NOT_THROTTLED,  # 85 %: below the power cap's 90 %
                 *NO_ECC_ERRORS,
                 *NO_REMAPPED_ROWS,
+                # Its link trained at 8 of 16 lanes: 3 replays a minute for a day.
+                Sample(GPU_PCIE_REPLAYS, 4320.0),
                 *NO_XID_ERRORS,
             ),
             standalone=True,
@@ -145,6 +148,7 @@ class TestWholeGpus:
             *NOT_THROTTLED,  # idle is no slowdown
             *NO_ECC_ERRORS,
             *NO_REMAPPED_ROWS,
+            Sample(GPU_PCIE_REPLAYS, 0.0),  # a link at its full width
             *NO_XID_ERRORS,
         )
         assert expected == device(readings, GPU_1.uuid).samples
@@ -221,6 +225,7 @@ class TestMig:
             GPU_SM_CLOCK.name,
             GPU_CLOCKS_THROTTLED.name,
             GPU_ECC_ERRORS.name,
+            GPU_PCIE_REPLAYS.name,
             GPU_XID_ERRORS.name,
         }
         assert expected == {s.spec.name for s in device(readings, GPU_2.uuid).samples}
