@@ -77,8 +77,8 @@ GPU_ECC_ERRORS = MetricSpec(
 GPU_PCIE_REPLAYS = MetricSpec(
     "podresources_gpu_pcie_replays_total",
     MetricKind.COUNTER,
-    "PCIe packets the GPU's link sent again after errors, since the driver loaded (NVML "
-    "PCIe replay counter; of whole GPUs, not MIG devices).",
+    "PCIe packets the GPU's link sent again after errors, since the GPU was last reset "
+    "(NVML's replay counter, nvidia-smi's Replays Since Reset; whole GPUs, not MIG devices).",
 )
 # Row remapping (NVIDIA Ampere and later): a row of GPU memory that gave errors is
 # replaced by a spare one at the next GPU reset. NVIDIA's memory error management guide

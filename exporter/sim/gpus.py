@@ -18,8 +18,8 @@ its remapped rows (nvml.h: not with active instances), and its MIG devices answe
 identity, memory and their process lists. GPU instances give their placement, as NVML
 does to a privileged caller. Memory is healthy: no ECC error, no remapped row. A GPU
 whose PCIe link (``SimHardware.pcie_links``) trained at fewer lanes than it can run at
-replays ``REPLAYS_PER_S_NARROW_LINK`` packets a second since the driver loaded; the
-others none.
+replays ``REPLAYS_PER_S_NARROW_LINK`` packets a second since its reset (when the driver
+loaded, a day before 0); the others none.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
