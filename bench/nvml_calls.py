@@ -56,6 +56,7 @@ def _calls(
         "ecc_errors uncorrected": lambda: source.ecc_errors(handle, "uncorrected"),
         "remapped_rows": lambda: source.remapped_rows(handle),
         "retired_pages": lambda: source.retired_pages(handle),
+        "pcie_replays": lambda: source.pcie_replays(handle),
         "compute_processes": lambda: source.compute_processes(handle),
         "graphics_processes": lambda: source.graphics_processes(handle),
         "mps_processes": lambda: source.mps_processes(handle),

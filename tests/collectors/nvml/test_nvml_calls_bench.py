@@ -39,6 +39,7 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "uuid",
         "compute_processes",
         "next_xid",
+        "pcie_replays",
     } <= timed
     assert "GPU-aaaa" in stdout
     assert lines[-1].startswith("sum of medians: wall ")
