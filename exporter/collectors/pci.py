@@ -22,15 +22,19 @@ current figures are left out until it wakes. AMD's and Intel's discrete GPUs car
 PCIe switch of their own, whose upstream port's link is the card's to its slot: that one
 is read for them (``_card_end``).
 
-And, for the same functions, the PCIe errors Advanced Error Reporting recorded: the
-``TOTAL_ERR_*`` line of ``aer_dev_correctable``, ``aer_dev_nonfatal`` and
-``aer_dev_fatal`` (drivers/pci/pcie/aer.c), of the function itself and of the port at
-the other end of its link. The kernel counts an error at the end that saw it, and the
-errors of a failing link are mostly seen by its receiver on the host side, so a card's
-own counters can read 0 while its port's climb (Documentation/ABI/testing/
-sysfs-bus-pci-devices-aer_stats). The files exist for a function with AER capability on
-a kernel built with it; a VM's passed-through GPU rarely has them. They are counts in
-the kernel's memory, read without waking a suspended function.
+And, for the same functions, the reports of PCIe errors Advanced Error Reporting counted
+(one report may carry several errors): the ``TOTAL_ERR_*`` line of
+``aer_dev_correctable``, ``aer_dev_nonfatal`` and ``aer_dev_fatal``
+(drivers/pci/pcie/aer.c), of the function itself and of the port above its link's end (a
+root or switch port; for a card with a switch of its own, the slot's port, while
+``device`` stays the GPU function, whose own link is inside the card). The kernel counts
+an error at the end that saw it: each direction's errors at its receiver, so a failing
+card's errors may show only at its port (Documentation/ABI/testing/
+sysfs-bus-pci-devices-aer_stats): both are read. The files exist wherever the function
+has the AER capability, but the counts rise only for errors reported to the kernel
+(native AER, or firmware-first through GHES): where firmware keeps them, or AER is off
+(``pci=noaer``), they stay 0. They are counts in the kernel's memory, read without
+waking a suspended function.
 
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
@@ -111,9 +115,10 @@ PCIE_LINK_MAX_SPEED = MetricSpec(
 PCIE_AER_ERRORS = MetricSpec(
     "podresources_pcie_aer_errors_total",
     MetricKind.COUNTER,
-    "PCIe errors Advanced Error Reporting recorded for the device's link since the kernel"
-    " found it, by type (correctable, nonfatal, fatal) and by the end that reported them"
-    " (reported_by: device, or upstream_port, the root or switch port it is attached to).",
+    "Reports of PCIe errors Advanced Error Reporting counted for the device's link since"
+    " the kernel found it, by type (correctable, nonfatal, fatal) and by the end that saw"
+    " them (reported_by: device, or upstream_port, the root or switch port it is attached"
+    " to).",
     ("type", "reported_by"),
 )
 
