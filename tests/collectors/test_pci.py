@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -1009,6 +1010,18 @@ class TestParseAerTotal:
         with pytest.raises(ValueError, match="no TOTAL_ERR_"):
             parse_aer_total(text)
 
+    def test_non_ascii_digits_are_garbage(self) -> None:
+        """The kernel prints %llu: ASCII digits only, though str.isdigit and int take
+        others."""
+        with pytest.raises(ValueError, match="no TOTAL_ERR_"):
+            parse_aer_total("TOTAL_ERR_COR \u0663\n")
+
+    def test_garbage_is_quoted_up_to_40_characters(self) -> None:
+        text = "TOTAL_ERR_NONFATAL " + "9" * 30 + "\n"
+        expected = f"no TOTAL_ERR_* count at its end: {text[:40]!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            parse_aer_total(text)
+
 
 # The GPU's link saw 27 corrected errors and one uncorrectable one the system recovered
 # from; the PF none; the VF's files (a VF may have AER) are not its link's.
@@ -1122,6 +1135,20 @@ class TestAer:
 
         assert _samples_of(_collect(tmp_path))[GPU_17.address] == _aer(27, 1, 0, "device")
 
+    def test_suspended_after_a_poll_keeps_its_maxima_then_its_totals(self, tmp_path: Path) -> None:
+        """Suspended after it was read awake: what the link can run at, then the totals,
+        in the order an awake poll gives them."""
+        pci_fixture.write(tmp_path, AER, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        status = pci_device_dir(tmp_path, GPU_17.address) / "power" / "runtime_status"
+        write_attribute(status, "suspended\n")
+
+        samples = _samples_of(collector.collect())[GPU_17.address]
+
+        assert samples == (*_link(8, 32e9, 16, 32e9)[2:], *_aer(27, 1, 0, "device"))
+        collector.close()
+
     def test_garbage_loses_only_that_total(self, tmp_path: Path) -> None:
         pci_fixture.write(tmp_path, AER, tick=0)
         fatal = pci_device_dir(tmp_path, GPU_17.address) / "aer_dev_fatal"
@@ -1149,4 +1176,21 @@ class TestAer:
         assert {"aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"} <= {
             Path(path).name for path in held
         }
+        collector.close()
+
+    def test_a_recreated_function_s_totals_are_its_own(self, tmp_path: Path) -> None:
+        """A GPU re-created at its address (a new bus entry, its counts from 0 again):
+        its totals are read from the new function's files, not through the descriptors
+        kept for the old one."""
+        pci_fixture.write(tmp_path, AER, tick=0)
+        collector = PciCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()  # the old function's aer_dev_* files are kept open
+        new_dir = tmp_path / "devices" / "pci0000:17" / "recreated" / GPU_17.address
+        shutil.copytree(pci_device_dir(tmp_path, GPU_17.address), new_dir, symlinks=True)
+        _write_aer(new_dir, 0, 0, 0)
+        replace_symlink(_function_dir(tmp_path, GPU_17.address), new_dir)
+
+        readings = collector.collect()
+
+        assert _aer_of(readings)[GPU_17.address] == _aer(0, 0, 0, "device")
         collector.close()

@@ -367,6 +367,14 @@ class TestSourceAsNvml:
             "NOT_SUPPORTED",
         )
 
+    def test_a_mig_device_has_no_replay_count(self, source: SimulatedNvmlSource) -> None:
+        """A MIG device shares its GPU's link: its handle answers NOT_SUPPORTED for the
+        replay counter, as for the GPU's other figures, while its GPU answers."""
+        gpu = source.device_handle(2)
+        with pytest.raises(NvmlError) as caught:
+            source.pcie_replays(source.mig_device_handle(gpu, 0))
+        assert (source.pcie_replays(gpu), caught.value.error_name) == (0, "NOT_SUPPORTED")
+
     def test_idle_gpu_says_idle(self, source: SimulatedNvmlSource) -> None:
         """An idle GPU's clock event reasons are nvmlClocksEventReasonGpuIdle alone."""
         assert source.clocks_event_reasons(source.device_handle(1)) == 0x1
