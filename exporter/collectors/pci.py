@@ -25,12 +25,12 @@ is read for them (``_card_end``).
 And, for the same functions, the reports of PCIe errors Advanced Error Reporting counted
 (one report may carry several errors): the ``TOTAL_ERR_*`` line of
 ``aer_dev_correctable``, ``aer_dev_nonfatal`` and ``aer_dev_fatal``
-(drivers/pci/pcie/aer.c), of the function itself and of the port above its link's end (a
-root or switch port; for a card with a switch of its own, the slot's port, while
-``device`` stays the GPU function, whose own link is inside the card). The kernel counts
-an error at the end that saw it: each direction's errors at its receiver, so a failing
-card's errors may show only at its port (Documentation/ABI/testing/
-sysfs-bus-pci-devices-aer_stats): both are read. The files exist wherever the function
+(drivers/pci/pcie/aer.c), of the function itself (``device``), of the port above its
+link's end (``upstream_port``: a root or switch port) and, for a card with a switch of
+its own, of that switch's upstream port (``card_switch``: the card's end of the link to
+its slot). The kernel counts an error at the end that saw it: each direction's errors at
+its receiver, so a failing card's errors may show only at its port (Documentation/ABI/
+testing/sysfs-bus-pci-devices-aer_stats): both ends are read. The files exist wherever the function
 has the AER capability, but the counts rise only for errors reported to the kernel
 (native AER, or firmware-first through GHES): where firmware keeps them, or AER is off
 (``pci=noaer``), they stay 0. They are counts in the kernel's memory, read without
@@ -117,8 +117,8 @@ PCIE_AER_ERRORS = MetricSpec(
     MetricKind.COUNTER,
     "Reports of PCIe errors Advanced Error Reporting counted for the device's link since"
     " the kernel found it, by type (correctable, nonfatal, fatal) and by the end that saw"
-    " them (reported_by: device, or upstream_port, the root or switch port it is attached"
-    " to).",
+    " them (reported_by: device; upstream_port, the root or switch port it is attached"
+    " to; card_switch, the card's own switch's port to its slot, on AMD and Intel GPUs).",
     ("type", "reported_by"),
 )
 
@@ -410,6 +410,8 @@ def _find_link(function_dir: Path) -> _Link | None:
     end = _card_end(real)
     files = function_dir if end == real else end  # issues name the bus path where they can
     aer_files = _aer_files(function_dir, "device")
+    if end != real:  # the card's end of its slot's link: its own switch's upstream port
+        aer_files += _aer_files(end, "card_switch")
     if is_pci_address(end.parent.name):
         aer_files += _aer_files(end.parent, "upstream_port")
     return _Link(

@@ -1099,8 +1099,9 @@ class TestAer:
         assert _aer_of(_collect(tmp_path)) == {GPU_17.address: _aer(5, 0, 0, "device")}
 
     def test_a_card_with_its_own_switch_reports_its_slot_s_port(self, tmp_path: Path) -> None:
-        """An AMD card: the GPU function's own totals, and the root port's above the card's
-        switch (its slot); not the switch's ports inside the card."""
+        """An AMD card: the GPU function's own totals, the card's switch's upstream port
+        (the card's end of the slot's link) and the root port above it (the slot's end);
+        not the switch's downstream port inside the card."""
         root = tmp_path / "devices" / "pci0000:00" / "0000:00:01.1"
         gpu = _chain(
             tmp_path,
@@ -1116,7 +1117,11 @@ class TestAer:
         _write_aer(card_upstream / "0000:02:00.0" / gpu, 1, 0, 1)
 
         assert _aer_of(_collect(tmp_path)) == {
-            gpu: (*_aer(1, 0, 1, "device"), *_aer(9, 0, 0, "upstream_port"))
+            gpu: (
+                *_aer(1, 0, 1, "device"),
+                *_aer(8, 0, 0, "card_switch"),
+                *_aer(9, 0, 0, "upstream_port"),
+            )
         }
 
     def test_totals_are_read_every_poll(self, tmp_path: Path) -> None:
