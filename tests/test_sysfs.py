@@ -251,6 +251,36 @@ class TestKeptFiles:
         with pytest.raises(GarbageFile, match=f"^{path}: not a 64-bit integer"):
             KeptFiles().read_int(str(path))
 
+    @pytest.mark.parametrize("check_replaced", [True, False], ids=["fixture", "sysfs"])
+    def test_a_counter_followed_by_more_is_garbage(
+        self, tmp_path: Path, check_replaced: bool
+    ) -> None:
+        """A kept counter re-read whose file now holds more after a run of newlines is
+        garbage, as read_int says, however short the counter at its head."""
+        path = tmp_path / "rx_bytes"
+        path.write_text("7\n")
+        files = KeptFiles(check_replaced=check_replaced)
+        files.read_int(str(path))
+        path.write_text("7" + "\n" * 21 + "8\n")
+
+        with pytest.raises(GarbageFile, match=f"^{path}: not a"):
+            files.read_int(str(path))
+
+    @pytest.mark.parametrize("check_replaced", [True, False], ids=["fixture", "sysfs"])
+    def test_a_failed_re_read_is_reported_whichever_the_tree(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check_replaced: bool
+    ) -> None:
+        """EIO on a kept counter's re-read is unreadable, and closes it, on sysfs too."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        files = KeptFiles(check_replaced=check_replaced)
+        files.read_int(str(path))
+        fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.EIO)
+
+        with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
+            files.read_int(str(path))
+        assert 0 == len(files)
+
     def test_hex_attributes_read_as_hex(self, tmp_path: Path) -> None:
         """``base=16`` holds through a kept descriptor: "10" is sixteen, not ten."""
         write_attribute(tmp_path / "device", "10\n")
