@@ -50,6 +50,7 @@ def _calls(
         "power_milliwatts": lambda: source.power_milliwatts(handle),
         "energy_millijoules": lambda: source.energy_millijoules(handle),
         "temperature_celsius": lambda: source.temperature_celsius(handle),
+        "memory_temperature_celsius": lambda: source.memory_temperature_celsius(handle),
         "sm_clock_mhz": lambda: source.sm_clock_mhz(handle),
         "clocks_event_reasons": lambda: source.clocks_event_reasons(handle),
         "ecc_errors corrected": lambda: source.ecc_errors(handle, "corrected"),

@@ -13,6 +13,7 @@ __all__ = [
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
+    "GPU_MEMORY_TEMPERATURE",
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
     "GPU_PCIE_REPLAYS",
@@ -50,6 +51,11 @@ GPU_ENERGY = MetricSpec(
 )
 GPU_TEMPERATURE = MetricSpec(
     "podresources_gpu_temperature_celsius", MetricKind.GAUGE, "GPU temperature, in degrees Celsius."
+)
+GPU_MEMORY_TEMPERATURE = MetricSpec(
+    "podresources_gpu_memory_temperature_celsius",
+    MetricKind.GAUGE,
+    "GPU memory (HBM) temperature, in degrees Celsius; GPUs with a memory sensor only.",
 )
 GPU_SM_CLOCK = MetricSpec(
     "podresources_gpu_sm_clock_hertz",

@@ -60,6 +60,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_PCIE_REPLAYS,
@@ -232,6 +233,8 @@ class NvmlSource(Protocol):
     def power_milliwatts(self, handle: NvmlHandle) -> int: ...
     def energy_millijoules(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
     def temperature_celsius(self, handle: NvmlHandle) -> int: ...
+    # NOT_SUPPORTED where the GPU has no memory sensor (GDDR boards, older GPUs).
+    def memory_temperature_celsius(self, handle: NvmlHandle) -> int: ...
     def sm_clock_mhz(self, handle: NvmlHandle) -> int: ...
     def clocks_event_reasons(self, handle: NvmlHandle) -> int: ...  # nvml.h's bit mask
     def ecc_errors(self, handle: NvmlHandle, error_type: EccErrorType) -> int: ...  # volatile
@@ -439,6 +442,18 @@ class PynvmlSource(NvmlSource):
             )
         )
 
+    def memory_temperature_celsius(self, handle: NvmlHandle) -> int:
+        # Only a field value (NVML_FI_DEV_MEMORY_TEMP): the call succeeds and says per
+        # field whether it could answer.
+        pynvml = self._pynvml
+        (field,) = self._call(
+            pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP]
+        )
+        code = int(field.nvmlReturn)
+        if code != pynvml.NVML_SUCCESS:
+            raise NvmlError(self._error_names.get(code, f"CODE_{code}"), code=code)
+        return int(_field_number(pynvml, field))
+
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:
         return int(
             self._call(self._pynvml.nvmlDeviceGetClockInfo, handle, self._pynvml.NVML_CLOCK_SM)
@@ -576,6 +591,23 @@ class PynvmlSource(NvmlSource):
         return ctypes.cast(pointer, ctypes.c_void_p).value
 
 
+def _field_number(pynvml: Any, field: Any) -> float:
+    """A field value's number, read from the union member its ``valueType`` names."""
+    members = {
+        pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+        pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+        pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+    }
+    member = members.get(int(field.valueType))
+    if member is None:  # a type newer than these bindings: not a number we can read
+        raise NvmlError(UNKNOWN)
+    return float(getattr(field.value, member))
+
+
 # --- Figures: one NVML reading, converted to base units ----------------------------------
 
 _Figure = Callable[[NvmlSource, NvmlHandle], tuple[Sample, ...]]
@@ -609,6 +641,10 @@ ENERGY_INTERVAL_SLACK_S = 0.5
 
 def _temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_TEMPERATURE, float(source.temperature_celsius(handle))),)
+
+
+def _memory_temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_MEMORY_TEMPERATURE, float(source.memory_temperature_celsius(handle))),)
 
 
 def _sm_clock(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
@@ -683,8 +719,9 @@ _FIGURES: tuple[_Figure, ...] = (
     _remapped_rows,
     _retired_pages,
 )
-# Whole GPUs only: a MIG device shares its GPU's link, whose series is the GPU's.
-_GPU_FIGURES: tuple[_Figure, ...] = (*_FIGURES, _pcie_replays)
+# Whole GPUs only: a MIG device shares its GPU's memory sensor and link, whose series
+# are the GPU's.
+_GPU_FIGURES: tuple[_Figure, ...] = (*_FIGURES, _memory_temperature, _pcie_replays)
 
 
 # --- Hardware keys -----------------------------------------------------------------------

@@ -10,8 +10,9 @@ fixed clock gives a fixed exposition:
 - power is ``limit * (0.2 + 0.7 * utilization)``, the limit itself from 90 % utilization
   (where the clocks are held at the power cap, below); energy grows linearly with the clock
   at the power of the base utilization, as if the driver had loaded a day before 0;
-- temperature is ``30 + utilization% / 2``; the SM clock 1980 MHz, 345 MHz when idle;
-  clocks are held at the power cap from 90 % utilization, and idle below 1 %.
+- temperature is ``30 + utilization% / 2``, the memory's (HBM) 5 °C above it; the SM
+  clock 1980 MHz, 345 MHz when idle; clocks are held at the power cap from 90 %
+  utilization, and idle below 1 %.
 
 Like a real MIG-enabled board, a MIG GPU answers NOT_SUPPORTED for its utilization and
 its remapped rows (nvml.h: not with active instances), and its MIG devices answer only
@@ -211,6 +212,9 @@ class SimulatedNvmlSource(NvmlSource):
 
     def temperature_celsius(self, handle: NvmlHandle) -> int:
         return 30 + self._percent(_whole(handle)) // 2
+
+    def memory_temperature_celsius(self, handle: NvmlHandle) -> int:
+        return 35 + self._percent(_whole(handle)) // 2
 
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:
         return SM_CLOCK_BUSY_MHZ if self._percent(_whole(handle)) else SM_CLOCK_IDLE_MHZ

@@ -50,6 +50,13 @@
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
  *   replays N                nvmlDeviceGetPcieReplayCounter (default 0); a MIG device
  *                            answers NOT_SUPPORTED (a guess: nvml.h says nothing of MIG)
+ *   memory_temperature CELSIUS
+ *                            NVML_FI_DEV_MEMORY_TEMP through nvmlDeviceGetFieldValues
+ *                            (an unsigned int); without it that field answers
+ *                            NOT_SUPPORTED, as a GPU without HBM does, and so does every
+ *                            other field ID. The call is counted as "fields"; "fail
+ *                            fields CODE" fails the whole call, "fail memory_temp CODE"
+ *                            only the field's own nvmlReturn
  *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
  *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
@@ -61,7 +68,7 @@
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
- *                            replays
+ *                            replays fields memory_temp
  *                            gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
@@ -203,13 +210,15 @@ enum figure {
     F_HANDLE, F_UUID, F_NAME, F_PCI, F_MINOR, F_MIG_MODE, F_UTIL, F_MEMORY, F_POWER,
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
-    F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS, F_COUNT
+    F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
+    F_FIELDS, F_MEMORY_TEMP, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
+    "fields", "memory_temp",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -220,6 +229,30 @@ typedef struct {
     unsigned int gpuInstanceId;
     unsigned int computeInstanceId;
 } nvmlEventData_t;
+
+/* nvml.h: nvmlFieldValue_t (pynvml: c_nvmlFieldValue_t) */
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType; /* nvmlValueType_t */
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+#define NVML_FI_DEV_MEMORY_TEMP 82
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
 
 typedef struct fake_event_set {
     int live;
@@ -281,6 +314,8 @@ typedef struct fake_dev {
     int retired_known; /* a "retired" line was given: the GPU retires pages */
     unsigned int retired_sbe, retired_dbe, retired_pending;
     unsigned int pcie_replays;
+    int memory_temperature_known; /* a "memory_temperature" line was given */
+    unsigned int memory_temperature;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -450,6 +485,9 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u %u %u", &current->retired_sbe, &current->retired_dbe,
                         &current->retired_pending) == 3;
             current->retired_known = ok;
+        } else if (strcmp(key, "memory_temperature") == 0) {
+            ok = sscanf(rest, "%u", &current->memory_temperature) == 1;
+            current->memory_temperature_known = ok;
         } else if (strcmp(key, "replays") == 0) {
             ok = sscanf(rest, "%u", &current->pcie_replays) == 1;
         } else if (strcmp(key, "ecc") == 0) {
@@ -742,6 +780,7 @@ long fakeNvmlStructSize(const char *name) {
     if (strcmp(name, "c_nvmlGpuInstanceInfo_t") == 0) return sizeof(nvmlGpuInstanceInfo_t);
     if (strcmp(name, "c_nvmlEventData_t") == 0) return sizeof(nvmlEventData_t);
     if (strcmp(name, "c_nvmlEventSet_t") == 0) return sizeof(nvmlEventSet_t);
+    if (strcmp(name, "c_nvmlFieldValue_t") == 0) return sizeof(nvmlFieldValue_t);
     return -1;
 }
 
@@ -981,6 +1020,28 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
     unsigned long long volatile_count = error_type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
     /* A distinct aggregate figure, so a test notices the wrong counter type. */
     *count = counter_type == 0 ? volatile_count : volatile_count * 10 + 7;
+    return NVML_SUCCESS;
+}
+
+/* Each asked field's own answer in its nvmlReturn; the call itself succeeds. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                      nvmlFieldValue_t *values) {
+    ENTER(device, F_FIELDS);
+    if (values == NULL || valuesCount < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = 1700000000000000LL;
+        v->latencyUsec = 0;
+        if (v->fieldId != NVML_FI_DEV_MEMORY_TEMP || !d->memory_temperature_known) {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        } else if (d->fail[F_MEMORY_TEMP] != 0 && flagged(d->fail_flag[F_MEMORY_TEMP])) {
+            v->nvmlReturn = d->fail[F_MEMORY_TEMP];
+        } else {
+            v->nvmlReturn = NVML_SUCCESS;
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = d->memory_temperature;
+        }
+    }
     return NVML_SUCCESS;
 }
 

@@ -130,6 +130,8 @@ class FakeGpu:
     # double-bit ECC errors, and whether some wait; None: NOT_SUPPORTED, as later GPUs.
     retired: tuple[int, int, int] | None = None
     pcie_replays: int = 4  # nvmlDeviceGetPcieReplayCounter
+    # NVML_FI_DEV_MEMORY_TEMP; None: NOT_SUPPORTED, as a GPU without a memory sensor
+    memory_temperature: int | None = 63
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -196,6 +198,11 @@ def render_config(
             "remap " + " ".join(str(part) for part in gpu.remap),
             *(() if gpu.retired is None else ("retired " + " ".join(map(str, gpu.retired)),)),
             f"replays {gpu.pcie_replays}",
+            *(
+                ()
+                if gpu.memory_temperature is None
+                else (f"memory_temperature {gpu.memory_temperature}",)
+            ),
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),

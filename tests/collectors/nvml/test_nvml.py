@@ -39,6 +39,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_PCIE_REPLAYS,
@@ -54,7 +55,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_XID_ERRORS,
     GPU_XID_ERRORS_BY_CODE,
 )
-from exporter.collectors.nvml import NvmlCollector
+from exporter.collectors.nvml import NvmlCollector, NvmlError, _field_number
 from exporter.collectors.runner import CollectorRunner
 from exporter.model import (
     CollectorIssue,
@@ -152,6 +153,9 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         ),
         "remap": remapped(*gpu.remap),
         "retired": () if gpu.retired is None else retired(*gpu.retired),
+        "memory_temperature": ()
+        if gpu.memory_temperature is None
+        else (Sample(GPU_MEMORY_TEMPERATURE, float(gpu.memory_temperature)),),
         "replays": (Sample(GPU_PCIE_REPLAYS, float(gpu.pcie_replays)),),
         # Counted from events, not read: none raised unless a test raises one.
         "xid": NO_XIDS,
@@ -273,6 +277,7 @@ class TestWholeGpus:
             Sample(GPU_REMAPPED_ROWS, 5.0, ("uncorrectable",)),
             Sample(GPU_ROW_REMAP_PENDING, 1.0),  # waits for a GPU reset
             Sample(GPU_ROW_REMAP_FAILED, 0.0),
+            Sample(GPU_MEMORY_TEMPERATURE, 63.0),  # a field value, its HBM sensor
             Sample(GPU_PCIE_REPLAYS, 4.0),
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
@@ -346,6 +351,57 @@ class TestWholeGpus:
         readings = collector.collect()
         expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("remap",)))
         assert ((expected,), ()) == (readings.devices, readings.issues)
+
+    def test_no_memory_sensor_is_no_series_and_no_error(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A board without a memory sensor (GDDR) answers the field NOT_SUPPORTED in the
+        field's own return, the call itself succeeding: no series, no issue."""
+        gpu = replace(GPU_A, memory_temperature=None)
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu))
+        assert ((expected,), ()) == (readings.devices, readings.issues)
+
+    def test_a_failed_memory_temperature_field_is_its_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A field whose own return is an error loses that figure only, named as nvml.h
+        names the error."""
+        gpu = replace(GPU_A, fail=(("memory_temp", UNKNOWN),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
+        assert ((expected,), (issue("UNKNOWN", UUID_A, "memory_temperature"),)) == (
+            readings.devices,
+            readings.issues,
+        )
+
+    @pytest.mark.parametrize(
+        ("value_type", "member", "value", "expected"),
+        [
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 71, 71.0),
+            (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 70.5, 70.5),
+            (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -3, -3.0),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65, 65.0),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**40, float(2**40)),
+        ],
+    )
+    def test_a_field_value_is_read_by_its_type(
+        self, value_type: int, member: str, value: float, expected: float
+    ) -> None:
+        """pynvml's own c_nvmlFieldValue_t: the union member its valueType names."""
+        field = pynvml.c_nvmlFieldValue_t()
+        field.valueType = value_type
+        setattr(field.value, member, value)
+        assert expected == _field_number(pynvml, field)
+
+    def test_a_field_value_of_an_unknown_type_is_unknown(self) -> None:
+        field = pynvml.c_nvmlFieldValue_t()
+        field.valueType = pynvml.NVML_VALUE_TYPE_COUNT
+        with pytest.raises(NvmlError) as raised:
+            _field_number(pynvml, field)
+        assert "UNKNOWN" == raised.value.error_name
 
     def test_a_driver_before_r535_answers_by_the_old_name(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -727,6 +783,22 @@ class TestMig:
         )
         assert expected == readings
 
+    def test_memory_temperature_is_asked_of_the_gpu_not_its_mig_devices(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A MIG device's memory is its GPU's: one field value call a poll, the GPU's."""
+        fake_nvml.configure(replace(MIG_GPU, memory_temperature=58))
+        before = fake_nvml.library.calls("fields")
+
+        readings = collector.collect()
+
+        by_device = {
+            d.name: [s.value for s in d.samples if s.spec is GPU_MEMORY_TEMPERATURE]
+            for d in readings.devices
+        }
+        expected = {UUID_A: [58.0], MIG_1: [], MIG_3: [], MIG_2: []}
+        assert (expected, 1) == (by_device, fake_nvml.library.calls("fields") - before)
+
     def test_pcie_replays_are_asked_of_the_gpu_not_its_mig_devices(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
@@ -830,8 +902,8 @@ class TestMig:
     ) -> None:
         """A GPU lost while its MIG devices are read: the ones read before stay, with
         their keys; the loss is one issue."""
-        # Call 42 is the second MIG device's name (after the GPU and the first MIG device).
-        fake_nvml.configure(replace(MIG_GPU, lost_after=41))
+        # Call 43 is the second MIG device's name (after the GPU and the first MIG device).
+        fake_nvml.configure(replace(MIG_GPU, lost_after=42))
         readings = collector.collect()
         mig_1 = mig_reading(MIG_GPU, MIG_GPU.migs[0], "0000:b1:00.0", answers_for_instance=True)
         assert ([mig_1], [issue("GPU_IS_LOST", MIG_2, "name")]) == (
@@ -2001,6 +2073,7 @@ class TestLibrary:
             "c_nvmlGpuInstanceInfo_t",
             "c_nvmlEventData_t",
             "c_nvmlEventSet_t",
+            "c_nvmlFieldValue_t",
         ],
     )
     def test_fake_structs_match_pynvml(
@@ -2018,7 +2091,7 @@ import ctypes, json
 """
             + _EXIT_WHERE_REAL_NVML
             + """from exporter.collectors.base import CollectorContext, CollectorUnavailable
-from exporter.collectors.nvml import NvmlCollector
+from exporter.collectors.nvml import NvmlCollector, NvmlError, _field_number
 try:
     NvmlCollector(CollectorContext()).collect()
 except CollectorUnavailable as error:
@@ -2043,7 +2116,7 @@ import ctypes, json, sys
 """
             + _EXIT_WHERE_REAL_NVML
             + """from exporter.collectors.base import CollectorContext, CollectorUnavailable
-from exporter.collectors.nvml import NvmlCollector
+from exporter.collectors.nvml import NvmlCollector, NvmlError, _field_number
 loaded = ["pynvml" in sys.modules]
 collector = NvmlCollector(CollectorContext())
 loaded.append("pynvml" in sys.modules)

@@ -40,6 +40,7 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "compute_processes",
         "next_xid",
         "pcie_replays",
+        "memory_temperature_celsius",
     } <= timed
     assert "GPU-aaaa" in stdout
     assert lines[-1].startswith("sum of medians: wall ")

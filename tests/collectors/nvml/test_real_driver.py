@@ -226,6 +226,9 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             assert (HELD_BYTES if uuid == cuda_holder.gpu_uuid else 0) <= used <= total
             assert 0 <= figures["podresources_gpu_utilization_ratio"] <= 1
             assert 10 < figures["podresources_gpu_temperature_celsius"] < 110
+            # HBM boards (an H100) have a memory sensor; GDDR boards answer NOT_SUPPORTED.
+            memory_temperature = figures.get("podresources_gpu_memory_temperature_celsius")
+            assert memory_temperature is None or 10 < memory_temperature < 120
             assert figures["podresources_gpu_sm_clock_hertz"] >= 100e6
             # Power needs power management, which boards without a power limit lack
             # (nvml.h); the energy counter needs Volta or newer.

@@ -17,6 +17,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_CLOCKS_THROTTLED,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_PCIE_REPLAYS,
@@ -111,6 +112,7 @@ class TestWholeGpus:
                 *NOT_THROTTLED,  # 85 %: below the power cap's 90 %
                 *NO_ECC_ERRORS,
                 *NO_REMAPPED_ROWS,
+                Sample(GPU_MEMORY_TEMPERATURE, 77.0),  # 5 °C above the GPU
                 # Its link trained at 8 of 16 lanes: 30 replays a minute for a day.
                 Sample(GPU_PCIE_REPLAYS, 43_200.0),
                 *NO_XID_ERRORS,
@@ -148,6 +150,7 @@ class TestWholeGpus:
             *NOT_THROTTLED,  # idle is no slowdown
             *NO_ECC_ERRORS,
             *NO_REMAPPED_ROWS,
+            Sample(GPU_MEMORY_TEMPERATURE, 35.0),
             Sample(GPU_PCIE_REPLAYS, 0.0),  # a link at its full width
             *NO_XID_ERRORS,
         )
@@ -225,6 +228,7 @@ class TestMig:
             GPU_SM_CLOCK.name,
             GPU_CLOCKS_THROTTLED.name,
             GPU_ECC_ERRORS.name,
+            GPU_MEMORY_TEMPERATURE.name,
             GPU_PCIE_REPLAYS.name,
             GPU_XID_ERRORS.name,
         }
