@@ -23,6 +23,8 @@ energy             ``hwmon/energy1_input``, else ``energy2_input`` (microjoules;
                    none, xe puts the package counter on channel 2)
 temperature        ``hwmon/temp1_input``, else ``temp2_input`` (millidegrees; amdgpu hides
                    the edge sensor on some Instinct parts, xe reports the package on 2)
+memory             ``hwmon/temp3_input``, the ``mem``               none
+temperature        sensor (millidegrees; not on APUs)
 clock              ``hwmon/freq1_input`` (sclk,    i915: ``card/gt_act_freq_mhz``, else
                    hertz)                          ``gt_cur_freq_mhz``; xe:
                                                    ``device/tile0/gt0/freq0/act_freq``, else
@@ -78,6 +80,7 @@ from exporter.collectors.base import (
 )
 from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
+    GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
@@ -175,6 +178,7 @@ class DrmCard:
     power_watts: float | None = None
     energy_joules: float | None = None
     temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
     clock_hertz: float | None = None
     # amdgpu's current_compute_partition ("spx", "dpx", "qpx", "cpx"); None where absent.
     compute_partition: str | None = None
@@ -207,6 +211,7 @@ def card_samples(card: DrmCard) -> tuple[Sample, ...]:
         (GPU_POWER, card.power_watts),
         (GPU_ENERGY, card.energy_joules),
         (GPU_TEMPERATURE, card.temperature_celsius),
+        (GPU_MEMORY_TEMPERATURE, card.memory_temperature_celsius),
         (GPU_SM_CLOCK, card.clock_hertz),
     )
     return tuple(Sample(spec, value) for spec, value in figures if value is not None)
@@ -293,6 +298,7 @@ def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) 
         temperature_celsius=_first(
             _under(hwmon, "temp1_input", "temp2_input"), issues, _MILLI, signed=True
         ),
+        memory_temperature_celsius=own.memory_temperature_celsius,
         clock_hertz=own.clock_hertz,
         compute_partition=partition,
     )
@@ -306,6 +312,7 @@ class _VendorFigures:
     memory_used_bytes: float | None
     memory_total_bytes: float | None
     clock_hertz: float | None
+    memory_temperature_celsius: float | None = None
 
 
 def _amd_figures(device: Path, hwmon: Path | None, issues: list[CollectorIssue]) -> _VendorFigures:
@@ -318,6 +325,10 @@ def _amd_figures(device: Path, hwmon: Path | None, issues: list[CollectorIssue])
         memory_used_bytes=_figure(device / "mem_info_vram_used", issues),
         memory_total_bytes=_figure(device / "mem_info_vram_total", issues),
         clock_hertz=_first(_under(hwmon, "freq1_input"), issues),
+        # amdgpu's hwmon channels are edge, junction and mem, in that order.
+        memory_temperature_celsius=_first(
+            _under(hwmon, "temp3_input"), issues, _MILLI, signed=True
+        ),
     )
 
 

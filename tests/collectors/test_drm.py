@@ -32,6 +32,7 @@ from exporter.collectors.drm import (
 )
 from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
+    GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
     GPU_POWER,
@@ -67,6 +68,7 @@ AMD_SAMPLES = (
     Sample(GPU_MEMORY_TOTAL, 206158430208.0),
     Sample(GPU_POWER, 312.5),
     Sample(GPU_TEMPERATURE, 45.0),
+    Sample(GPU_MEMORY_TEMPERATURE, 52.0),
     Sample(GPU_SM_CLOCK, 2100000000.0),
 )
 INTEL_SAMPLES = (
@@ -87,6 +89,7 @@ AMD_CARD = DrmCard(
     memory_total_bytes=206158430208.0,
     power_watts=312.5,
     temperature_celsius=45.0,
+    memory_temperature_celsius=52.0,
     clock_hertz=2100000000.0,
 )
 INTEL_CARD = DrmCard(
@@ -149,6 +152,7 @@ def _amd(sysfs: Path, card: int = 1, address: str = AMD_ADDRESS) -> Path:
     write_attribute(hwmon / "name", "amdgpu\n")
     write_attribute(hwmon / "power1_average", "312500000\n")
     write_attribute(hwmon / "temp1_input", "45000\n")
+    write_attribute(hwmon / "temp3_input", "52000\n")  # its HBM, the "mem" channel
     write_attribute(hwmon / "freq1_input", "2100000000\n")
     _card(sysfs, card, device_dir)
     return device_dir
@@ -449,6 +453,17 @@ class TestReadDrmCard:
 
         assert Readings(devices=(AMD_READING,)) == _collect(tmp_path)
 
+    def test_an_amd_gpu_without_a_memory_sensor_has_no_memory_temperature(
+        self, tmp_path: Path
+    ) -> None:
+        """An APU (no VRAM) has no temp3: no figure, and no issue."""
+        (_amd(tmp_path) / "hwmon" / "hwmon3" / "temp3_input").unlink()
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (replace(AMD_CARD, memory_temperature_celsius=None), []) == (actual, issues)
+
     def test_amd_edge_temperature_is_preferred(self, tmp_path: Path) -> None:
         """Where amdgpu gives temp1 (edge) and temp2 (junction), temp1 is read."""
         hwmon = _amd(tmp_path) / "hwmon" / "hwmon3"
@@ -550,6 +565,8 @@ class TestDrmCollector:
             Sample(GPU_MEMORY_TOTAL, float(a.vram_total_bytes)),
             Sample(GPU_POWER, a.power_microwatts / 1_000_000),
             Sample(GPU_TEMPERATURE, a.temperature_millicelsius / 1000),
+            # The fixture's mem sensor reads 4 degrees below the junction.
+            Sample(GPU_MEMORY_TEMPERATURE, a.temperature_millicelsius / 1000 - 4),
             Sample(GPU_SM_CLOCK, a.clock_mhz * 1_000_000.0),
         )
         intel_samples = (
@@ -691,7 +708,13 @@ class TestDrmCollector:
         netdev being unregistered is, not an unreadable file every poll. VRAM, read
         without waking the GPU, is still reported."""
         _amd(tmp_path)
-        for name in ("gpu_busy_percent", "power1_average", "temp1_input", "freq1_input"):
+        for name in (
+            "gpu_busy_percent",
+            "power1_average",
+            "temp1_input",
+            "temp3_input",
+            "freq1_input",
+        ):
             fail_reads(monkeypatch, path_suffix=name, code=errno.EPERM)
 
         asleep = replace(
@@ -699,6 +722,7 @@ class TestDrmCollector:
             utilization_ratio=None,
             power_watts=None,
             temperature_celsius=None,
+            memory_temperature_celsius=None,
             clock_hertz=None,
         )
         assert Readings(devices=(card_reading(asleep),)) == _collect(tmp_path)
