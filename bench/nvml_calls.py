@@ -45,7 +45,7 @@ def _calls(
         "pci_bus_id": lambda: source.pci_bus_id(handle),
         "minor_number": lambda: source.minor_number(handle),
         "mig_enabled": lambda: source.mig_enabled(handle),
-        "utilization_percent": lambda: source.utilization_percent(handle),
+        "utilization": lambda: source.utilization(handle),
         "memory": lambda: source.memory(handle),
         "power_milliwatts": lambda: source.power_milliwatts(handle),
         "energy_millijoules": lambda: source.energy_millijoules(handle),

@@ -11,6 +11,8 @@ family             amdgpu                                          i915 / xe
 =================  ==============================================  =====================
 utilization        ``device/gpu_busy_percent`` (% -> ratio)         none: Intel keeps
                                                                    busyness in fdinfo
+memory bandwidth   ``device/mem_busy_percent`` (% -> ratio; not     none
+utilization        on APUs)
 memory used        ``device/mem_info_vram_used``                    ``card/lmem_total_bytes``
                                                                    minus ``lmem_avail_bytes``
                                                                    (Intel's i915 backport)
@@ -80,6 +82,7 @@ from exporter.collectors.base import (
 )
 from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
+    GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
@@ -173,6 +176,7 @@ class DrmCard:
     vendor: str  # "amd" or "intel", as exporter.sysfs.vendor_name says
     model: str | None = None  # from device/vendor and device/device
     utilization_ratio: float | None = None
+    memory_bandwidth_utilization_ratio: float | None = None
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
     power_watts: float | None = None
@@ -206,6 +210,7 @@ def card_samples(card: DrmCard) -> tuple[Sample, ...]:
     """The ``podresources_gpu_*`` samples of one card, figures it lacks left out."""
     figures: tuple[tuple[MetricSpec, float | None], ...] = (
         (GPU_UTILIZATION, card.utilization_ratio),
+        (GPU_MEMORY_BANDWIDTH_UTILIZATION, card.memory_bandwidth_utilization_ratio),
         (GPU_MEMORY_USED, card.memory_used_bytes),
         (GPU_MEMORY_TOTAL, card.memory_total_bytes),
         (GPU_POWER, card.power_watts),
@@ -299,6 +304,7 @@ def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) 
             _under(hwmon, "temp1_input", "temp2_input"), issues, _MILLI, signed=True
         ),
         memory_temperature_celsius=own.memory_temperature_celsius,
+        memory_bandwidth_utilization_ratio=own.memory_bandwidth_utilization_ratio,
         clock_hertz=own.clock_hertz,
         compute_partition=partition,
     )
@@ -313,15 +319,13 @@ class _VendorFigures:
     memory_total_bytes: float | None
     clock_hertz: float | None
     memory_temperature_celsius: float | None = None
+    memory_bandwidth_utilization_ratio: float | None = None
 
 
 def _amd_figures(device: Path, hwmon: Path | None, issues: list[CollectorIssue]) -> _VendorFigures:
-    busy = _figure(device / "gpu_busy_percent", issues, _PERCENT)
-    if busy is not None and busy > 1:
-        issues.append(issue(GARBAGE, f"{device / 'gpu_busy_percent'}: above 100 percent"))
-        busy = None
     return _VendorFigures(
-        utilization_ratio=busy,
+        utilization_ratio=_busy_ratio(device / "gpu_busy_percent", issues),
+        memory_bandwidth_utilization_ratio=_busy_ratio(device / "mem_busy_percent", issues),
         memory_used_bytes=_figure(device / "mem_info_vram_used", issues),
         memory_total_bytes=_figure(device / "mem_info_vram_total", issues),
         clock_hertz=_first(_under(hwmon, "freq1_input"), issues),
@@ -330,6 +334,15 @@ def _amd_figures(device: Path, hwmon: Path | None, issues: list[CollectorIssue])
             _under(hwmon, "temp3_input"), issues, _MILLI, signed=True
         ),
     )
+
+
+def _busy_ratio(path: Path, issues: list[CollectorIssue]) -> float | None:
+    """amdgpu's busy percent as a ratio; above 100 is garbage."""
+    busy = _figure(path, issues, _PERCENT)
+    if busy is not None and busy > 1:
+        issues.append(issue(GARBAGE, f"{path}: above 100 percent"))
+        return None
+    return busy
 
 
 def _intel_figures(card_dir: Path, device: Path, issues: list[CollectorIssue]) -> _VendorFigures:

@@ -13,6 +13,7 @@ __all__ = [
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
+    "GPU_MEMORY_BANDWIDTH_UTILIZATION",
     "GPU_MEMORY_TEMPERATURE",
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
@@ -34,6 +35,11 @@ GPU_UTILIZATION = MetricSpec(
     "podresources_gpu_utilization_ratio",
     MetricKind.GAUGE,
     "Fraction of the last sample period the GPU was busy (0-1).",
+)
+GPU_MEMORY_BANDWIDTH_UTILIZATION = MetricSpec(
+    "podresources_gpu_memory_bandwidth_utilization_ratio",
+    MetricKind.GAUGE,
+    "Fraction of the last sample period the GPU's memory was being read or written (0-1).",
 )
 GPU_MEMORY_USED = MetricSpec(
     "podresources_gpu_memory_used_bytes", MetricKind.GAUGE, "GPU memory in use, in bytes."

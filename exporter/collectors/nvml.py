@@ -60,6 +60,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
@@ -102,6 +103,7 @@ __all__ = [
     "NvmlRetiredPages",
     "NvmlSession",
     "NvmlSource",
+    "NvmlUtilization",
     "PynvmlSource",
     "XidWatch",
 ]
@@ -150,6 +152,15 @@ class NvmlError(Exception):
         super().__init__(f"NVML error {error_name}")
         self.error_name = error_name
         self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlUtilization:
+    """nvmlDeviceGetUtilizationRates: percent of the last sample period (1/6 s to 1 s,
+    by product) the GPU ran a kernel, and its memory was read or written."""
+
+    gpu_percent: int
+    memory_percent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +239,7 @@ class NvmlSource(Protocol):
     def gpu_instance_placement(
         self, handle: NvmlHandle, gpu_instance_id: int
     ) -> NvmlGpuInstancePlacement: ...
-    def utilization_percent(self, handle: NvmlHandle) -> int: ...
+    def utilization(self, handle: NvmlHandle) -> NvmlUtilization: ...
     def memory(self, handle: NvmlHandle) -> NvmlMemory: ...
     def power_milliwatts(self, handle: NvmlHandle) -> int: ...
     def energy_millijoules(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
@@ -397,8 +408,9 @@ class PynvmlSource(NvmlSource):
             profile_id=int(info.profileId), start=int(info.placement.start)
         )
 
-    def utilization_percent(self, handle: NvmlHandle) -> int:
-        return int(self._call(self._pynvml.nvmlDeviceGetUtilizationRates, handle).gpu)
+    def utilization(self, handle: NvmlHandle) -> NvmlUtilization:
+        rates = self._call(self._pynvml.nvmlDeviceGetUtilizationRates, handle)
+        return NvmlUtilization(gpu_percent=int(rates.gpu), memory_percent=int(rates.memory))
 
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         # v2 reports driver-reserved memory apart from used, as nvidia-smi shows it.
@@ -614,7 +626,11 @@ _Figure = Callable[[NvmlSource, NvmlHandle], tuple[Sample, ...]]
 
 
 def _utilization(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
-    return (Sample(GPU_UTILIZATION, source.utilization_percent(handle) / 100),)
+    rates = source.utilization(handle)
+    return (
+        Sample(GPU_UTILIZATION, rates.gpu_percent / 100),
+        Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, rates.memory_percent / 100),
+    )
 
 
 def _memory(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:

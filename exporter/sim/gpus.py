@@ -6,6 +6,7 @@ fixed clock gives a fixed exposition:
 
 - utilization wobbles by +-10 % around ``SimGpu.utilization`` over a minute (an idle
   GPU stays at 0); NVML answers whole percent, and every other figure follows that;
+  its memory is busy two thirds of that;
 - memory used is that share of the total (of the instance's total for a MIG device);
 - power is ``limit * (0.2 + 0.7 * utilization)``, the limit itself from 90 % utilization
   (where the clocks are held at the power cap, below); energy grows linearly with the clock
@@ -45,6 +46,7 @@ from exporter.collectors.nvml import (
     NvmlRemappedRows,
     NvmlRetiredPages,
     NvmlSource,
+    NvmlUtilization,
 )
 from exporter.sim.hardware import SimGpu, SimHardware, SimMigDevice
 
@@ -187,11 +189,12 @@ class SimulatedNvmlSource(NvmlSource):
                 return NvmlGpuInstancePlacement(mig.profile_id, mig.placement_start)
         raise NvmlError("NOT_FOUND")
 
-    def utilization_percent(self, handle: NvmlHandle) -> int:
+    def utilization(self, handle: NvmlHandle) -> NvmlUtilization:
         gpu = _whole(handle)
         if gpu.mig_devices:
             raise NvmlError("NOT_SUPPORTED")  # as NVML on a MIG-enabled GPU
-        return self._percent(gpu)
+        percent = self._percent(gpu)
+        return NvmlUtilization(gpu_percent=percent, memory_percent=percent * 2 // 3)
 
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         sim = _unwrap(handle)

@@ -32,6 +32,7 @@ from exporter.collectors.drm import (
 )
 from exporter.collectors.gpu_metrics import (
     GPU_ENERGY,
+    GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
@@ -64,6 +65,7 @@ INTEL_IDENTITY = DeviceIdentity(
 # What the hand-written cards below hold, converted to base units.
 AMD_SAMPLES = (
     Sample(GPU_UTILIZATION, 0.55),
+    Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, 0.3),
     Sample(GPU_MEMORY_USED, 1073741824.0),
     Sample(GPU_MEMORY_TOTAL, 206158430208.0),
     Sample(GPU_POWER, 312.5),
@@ -85,6 +87,7 @@ AMD_CARD = DrmCard(
     vendor="amd",
     model="AMD Instinct MI300X",
     utilization_ratio=0.55,
+    memory_bandwidth_utilization_ratio=0.3,
     memory_used_bytes=1073741824.0,
     memory_total_bytes=206158430208.0,
     power_watts=312.5,
@@ -146,6 +149,7 @@ def _amd(sysfs: Path, card: int = 1, address: str = AMD_ADDRESS) -> Path:
     """An MI300X as amdgpu shows it; returns its PCI device directory."""
     device_dir = _pci_function(sysfs, address, "0x1002", "0x74a1")
     write_attribute(device_dir / "gpu_busy_percent", "55\n")
+    write_attribute(device_dir / "mem_busy_percent", "30\n")
     write_attribute(device_dir / "mem_info_vram_used", "1073741824\n")
     write_attribute(device_dir / "mem_info_vram_total", "206158430208\n")
     hwmon = device_dir / "hwmon" / "hwmon3"
@@ -561,6 +565,7 @@ class TestDrmCollector:
 
         amd_samples = (
             Sample(GPU_UTILIZATION, a.busy_percent / 100),
+            Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, a.busy_percent * 2 // 3 / 100),
             Sample(GPU_MEMORY_USED, float(a.vram_used_bytes)),
             Sample(GPU_MEMORY_TOTAL, float(a.vram_total_bytes)),
             Sample(GPU_POWER, a.power_microwatts / 1_000_000),
@@ -619,9 +624,11 @@ class TestDrmCollector:
         assert Readings(devices=(AMD_READING,)) == _collect(tmp_path)
 
     def test_missing_optional_files_leave_figures_absent(self, tmp_path: Path) -> None:
-        """An AMD card without busy percent or hwmon reports only its memory, silently."""
+        """An AMD card without busy percents or hwmon (an APU has no mem_busy_percent)
+        reports only its memory, silently."""
         device_dir = _amd(tmp_path)
         (device_dir / "gpu_busy_percent").unlink()
+        (device_dir / "mem_busy_percent").unlink()
         shutil.rmtree(device_dir / "hwmon")
 
         samples = (Sample(GPU_MEMORY_USED, 1073741824.0), Sample(GPU_MEMORY_TOTAL, 206158430208.0))
@@ -633,13 +640,16 @@ class TestDrmCollector:
         device_dir = _amd(tmp_path)
         write_attribute(device_dir / "mem_info_vram_used", "lots\n")
         write_attribute(device_dir / "gpu_busy_percent", "150\n")
+        write_attribute(device_dir / "mem_busy_percent", "101\n")
 
         card_device = _card_dir(tmp_path, 1) / "device"
-        samples = tuple(s for s in AMD_SAMPLES if s.spec not in (GPU_UTILIZATION, GPU_MEMORY_USED))
+        lost = (GPU_UTILIZATION, GPU_MEMORY_BANDWIDTH_UTILIZATION, GPU_MEMORY_USED)
+        samples = tuple(s for s in AMD_SAMPLES if s.spec not in lost)
         expected = Readings(
             devices=(replace(AMD_READING, samples=samples),),
             issues=(
                 issue("garbage", f"{card_device / 'gpu_busy_percent'}: above 100 percent"),
+                issue("garbage", f"{card_device / 'mem_busy_percent'}: above 100 percent"),
                 issue(
                     "garbage",
                     f"{card_device / 'mem_info_vram_used'}: not a 64-bit integer: 'lots'",
@@ -710,6 +720,7 @@ class TestDrmCollector:
         _amd(tmp_path)
         for name in (
             "gpu_busy_percent",
+            "mem_busy_percent",
             "power1_average",
             "temp1_input",
             "temp3_input",
@@ -720,6 +731,7 @@ class TestDrmCollector:
         asleep = replace(
             AMD_CARD,
             utilization_ratio=None,
+            memory_bandwidth_utilization_ratio=None,
             power_watts=None,
             temperature_celsius=None,
             memory_temperature_celsius=None,

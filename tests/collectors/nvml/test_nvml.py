@@ -39,6 +39,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
@@ -137,7 +138,10 @@ def retired(single_bit: int, double_bit: int, pending: int) -> tuple[Sample, ...
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
     """What the collector makes of a fake GPU's figures, less the ``without`` ones."""
     by_figure = {
-        "util": (Sample(GPU_UTILIZATION, gpu.util[0] / 100),),
+        "util": (
+            Sample(GPU_UTILIZATION, gpu.util[0] / 100),
+            Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, gpu.util[1] / 100),
+        ),
         "memory": (
             Sample(GPU_MEMORY_USED, float(gpu.memory[1])),
             Sample(GPU_MEMORY_TOTAL, float(gpu.memory[0])),
@@ -264,6 +268,7 @@ class TestWholeGpus:
 
         expected_samples = (
             Sample(GPU_UTILIZATION, 0.85),
+            Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, 0.40),  # the same call's memory rate
             Sample(GPU_MEMORY_USED, 20 * GIB),  # v2: reserved memory is not "used"
             Sample(GPU_MEMORY_TOTAL, 80 * GIB),
             Sample(GPU_POWER, 456.789),
@@ -1978,7 +1983,15 @@ class TestLostGpu:
         expected = Readings(
             node_samples=DRIVER,
             devices=(
-                gpu_reading(gpu_b, "0000:b1:00.0", (Sample(GPU_UTILIZATION, 0.85), *NO_XIDS)),
+                gpu_reading(
+                    gpu_b,
+                    "0000:b1:00.0",
+                    (
+                        Sample(GPU_UTILIZATION, 0.85),
+                        Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, 0.40),
+                        *NO_XIDS,
+                    ),
+                ),
                 gpu_reading(GPU_A, "0000:17:00.0"),
             ),
             issues=(issue("GPU_IS_LOST", UUID_B, "memory"),),

@@ -17,6 +17,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_CLOCKS_THROTTLED,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
@@ -103,6 +104,7 @@ class TestWholeGpus:
             DeviceIdentity(GPU_0.uuid, "0000:17:00.0", MODEL, "nvidia"),
             (
                 Sample(GPU_UTILIZATION, 0.85),
+                Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, 0.56),  # two thirds, whole percent
                 Sample(GPU_MEMORY_USED, 80 * GIB * 85 // 100),
                 Sample(GPU_MEMORY_TOTAL, 80 * GIB),
                 Sample(GPU_POWER, 556.5),  # 700 W * (0.2 + 0.7 * 0.85)
@@ -141,6 +143,7 @@ class TestWholeGpus:
 
         expected = (
             Sample(GPU_UTILIZATION, 0.0),
+            Sample(GPU_MEMORY_BANDWIDTH_UTILIZATION, 0.0),
             Sample(GPU_MEMORY_USED, 0.0),
             Sample(GPU_MEMORY_TOTAL, 80 * GIB),
             Sample(GPU_POWER, 140.0),
