@@ -46,6 +46,8 @@ def _calls(
         "minor_number": lambda: source.minor_number(handle),
         "mig_enabled": lambda: source.mig_enabled(handle),
         "utilization": lambda: source.utilization(handle),
+        "encoder_percent": lambda: source.encoder_percent(handle),
+        "decoder_percent": lambda: source.decoder_percent(handle),
         "memory": lambda: source.memory(handle),
         "power_milliwatts": lambda: source.power_milliwatts(handle),
         "energy_millijoules": lambda: source.energy_millijoules(handle),

@@ -27,6 +27,7 @@ __all__ = [
     "GPU_SM_CLOCK",
     "GPU_TEMPERATURE",
     "GPU_UTILIZATION",
+    "GPU_VIDEO_UTILIZATION",
     "GPU_XID_ERRORS",
     "GPU_XID_ERRORS_BY_CODE",
 ]
@@ -35,6 +36,13 @@ GPU_UTILIZATION = MetricSpec(
     "podresources_gpu_utilization_ratio",
     MetricKind.GAUGE,
     "Fraction of the last sample period the GPU was busy (0-1).",
+)
+GPU_VIDEO_UTILIZATION = MetricSpec(
+    "podresources_gpu_video_utilization_ratio",
+    MetricKind.GAUGE,
+    "Fraction of the last sample period the GPU's video engines were busy, by engine "
+    "(encoder, decoder).",
+    labels=("engine",),
 )
 GPU_MEMORY_BANDWIDTH_UTILIZATION = MetricSpec(
     "podresources_gpu_memory_bandwidth_utilization_ratio",

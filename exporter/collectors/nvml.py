@@ -74,6 +74,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    GPU_VIDEO_UTILIZATION,
     GPU_XID_ERRORS,
     GPU_XID_ERRORS_BY_CODE,
 )
@@ -240,6 +241,9 @@ class NvmlSource(Protocol):
         self, handle: NvmlHandle, gpu_instance_id: int
     ) -> NvmlGpuInstancePlacement: ...
     def utilization(self, handle: NvmlHandle) -> NvmlUtilization: ...
+    # Percent of the last sample period each video engine (NVENC, NVDEC) was busy.
+    def encoder_percent(self, handle: NvmlHandle) -> int: ...
+    def decoder_percent(self, handle: NvmlHandle) -> int: ...
     def memory(self, handle: NvmlHandle) -> NvmlMemory: ...
     def power_milliwatts(self, handle: NvmlHandle) -> int: ...
     def energy_millijoules(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
@@ -411,6 +415,14 @@ class PynvmlSource(NvmlSource):
     def utilization(self, handle: NvmlHandle) -> NvmlUtilization:
         rates = self._call(self._pynvml.nvmlDeviceGetUtilizationRates, handle)
         return NvmlUtilization(gpu_percent=int(rates.gpu), memory_percent=int(rates.memory))
+
+    def encoder_percent(self, handle: NvmlHandle) -> int:
+        percent, _period_us = self._call(self._pynvml.nvmlDeviceGetEncoderUtilization, handle)
+        return int(percent)
+
+    def decoder_percent(self, handle: NvmlHandle) -> int:
+        percent, _period_us = self._call(self._pynvml.nvmlDeviceGetDecoderUtilization, handle)
+        return int(percent)
 
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         # v2 reports driver-reserved memory apart from used, as nvidia-smi shows it.
@@ -659,6 +671,14 @@ def _temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_TEMPERATURE, float(source.temperature_celsius(handle))),)
 
 
+def _encoder(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_VIDEO_UTILIZATION, source.encoder_percent(handle) / 100, ("encoder",)),)
+
+
+def _decoder(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_VIDEO_UTILIZATION, source.decoder_percent(handle) / 100, ("decoder",)),)
+
+
 def _memory_temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_MEMORY_TEMPERATURE, float(source.memory_temperature_celsius(handle))),)
 
@@ -736,8 +756,14 @@ _FIGURES: tuple[_Figure, ...] = (
     _retired_pages,
 )
 # Whole GPUs only: a MIG device shares its GPU's memory sensor and link, whose series
-# are the GPU's.
-_GPU_FIGURES: tuple[_Figure, ...] = (*_FIGURES, _memory_temperature, _pcie_replays)
+# are the GPU's; what NVML answers for a MIG device's video engines nvml.h leaves unsaid.
+_GPU_FIGURES: tuple[_Figure, ...] = (
+    *_FIGURES,
+    _encoder,
+    _decoder,
+    _memory_temperature,
+    _pcie_replays,
+)
 
 
 # --- Hardware keys -----------------------------------------------------------------------

@@ -196,6 +196,14 @@ class SimulatedNvmlSource(NvmlSource):
         percent = self._percent(gpu)
         return NvmlUtilization(gpu_percent=percent, memory_percent=percent * 2 // 3)
 
+    def encoder_percent(self, handle: NvmlHandle) -> int:
+        _whole(handle)
+        return 0  # training and inference, no video
+
+    def decoder_percent(self, handle: NvmlHandle) -> int:
+        _whole(handle)
+        return 0
+
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         sim = _unwrap(handle)
         total = sim.gpu.memory_total_bytes if sim.mig is None else sim.mig.memory_total_bytes

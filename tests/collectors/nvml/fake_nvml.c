@@ -50,6 +50,10 @@
  *   ecc CORRECTED UNCORRECTED (volatile; the aggregate counter answers 10x+7)
  *   replays N                nvmlDeviceGetPcieReplayCounter (default 0); a MIG device
  *                            answers NOT_SUPPORTED (a guess: nvml.h says nothing of MIG)
+ *   video ENCODER_PCT DECODER_PCT
+ *                            nvmlDeviceGetEncoderUtilization and ...DecoderUtilization
+ *                            (default 0 0; a 167 ms sampling period); a MIG device answers
+ *                            NOT_SUPPORTED (a guess: nvml.h says nothing of MIG)
  *   memory_temperature CELSIUS
  *                            NVML_FI_DEV_MEMORY_TEMP through nvmlDeviceGetFieldValues
  *                            (an unsigned int); without it that field answers
@@ -68,7 +72,7 @@
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
- *                            replays fields memory_temp
+ *                            replays fields memory_temp encoder decoder
  *                            gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
@@ -211,14 +215,14 @@ enum figure {
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
-    F_FIELDS, F_MEMORY_TEMP, F_COUNT
+    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
-    "fields", "memory_temp",
+    "fields", "memory_temp", "encoder", "decoder",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -304,6 +308,7 @@ typedef struct fake_dev {
     char gone_flag[256];    /* ... only while this file does not exist; "" always */
     unsigned int gi_profile, placement_start, placement_size;
     unsigned int util_gpu, util_mem;
+    unsigned int encoder_pct, decoder_pct;
     unsigned long long mem_total, mem_used, mem_reserved;
     unsigned int power_mw;
     unsigned long long energy_mj;
@@ -485,6 +490,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%u %u %u", &current->retired_sbe, &current->retired_dbe,
                         &current->retired_pending) == 3;
             current->retired_known = ok;
+        } else if (strcmp(key, "video") == 0) {
+            ok = sscanf(rest, "%u %u", &current->encoder_pct, &current->decoder_pct) == 2;
         } else if (strcmp(key, "memory_temperature") == 0) {
             ok = sscanf(rest, "%u", &current->memory_temperature) == 1;
             current->memory_temperature_known = ok;
@@ -922,6 +929,27 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     util->gpu = d->util_gpu;
     util->memory = d->util_mem;
     return NVML_SUCCESS;
+}
+
+/* The video engines' busy percent over NVML's own sampling period. */
+static nvmlReturn_t video_utilization(nvmlDevice_t device, enum figure figure,
+                                      unsigned int *utilization, unsigned int *period_us) {
+    ENTER(device, figure);
+    if (utilization == NULL || period_us == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
+    *utilization = figure == F_ENCODER ? d->encoder_pct : d->decoder_pct;
+    *period_us = 167000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs) {
+    return video_utilization(device, F_ENCODER, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs) {
+    return video_utilization(device, F_DECODER, utilization, samplingPeriodUs);
 }
 
 /* v1 counts reserved memory as used; v2 reports it apart (what nvidia-smi shows). */

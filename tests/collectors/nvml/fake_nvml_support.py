@@ -130,6 +130,7 @@ class FakeGpu:
     # double-bit ECC errors, and whether some wait; None: NOT_SUPPORTED, as later GPUs.
     retired: tuple[int, int, int] | None = None
     pcie_replays: int = 4  # nvmlDeviceGetPcieReplayCounter
+    video: tuple[int, int] = (12, 30)  # encoder %, decoder %
     # NVML_FI_DEV_MEMORY_TEMP; None: NOT_SUPPORTED, as a GPU without a memory sensor
     memory_temperature: int | None = 63
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
@@ -198,6 +199,7 @@ def render_config(
             "remap " + " ".join(str(part) for part in gpu.remap),
             *(() if gpu.retired is None else ("retired " + " ".join(map(str, gpu.retired)),)),
             f"replays {gpu.pcie_replays}",
+            f"video {gpu.video[0]} {gpu.video[1]}",
             *(
                 ()
                 if gpu.memory_temperature is None

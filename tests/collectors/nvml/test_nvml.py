@@ -53,6 +53,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    GPU_VIDEO_UTILIZATION,
     GPU_XID_ERRORS,
     GPU_XID_ERRORS_BY_CODE,
 )
@@ -157,6 +158,10 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         ),
         "remap": remapped(*gpu.remap),
         "retired": () if gpu.retired is None else retired(*gpu.retired),
+        "video": (
+            Sample(GPU_VIDEO_UTILIZATION, gpu.video[0] / 100, ("encoder",)),
+            Sample(GPU_VIDEO_UTILIZATION, gpu.video[1] / 100, ("decoder",)),
+        ),
         "memory_temperature": ()
         if gpu.memory_temperature is None
         else (Sample(GPU_MEMORY_TEMPERATURE, float(gpu.memory_temperature)),),
@@ -282,6 +287,8 @@ class TestWholeGpus:
             Sample(GPU_REMAPPED_ROWS, 5.0, ("uncorrectable",)),
             Sample(GPU_ROW_REMAP_PENDING, 1.0),  # waits for a GPU reset
             Sample(GPU_ROW_REMAP_FAILED, 0.0),
+            Sample(GPU_VIDEO_UTILIZATION, 0.12, ("encoder",)),  # NVENC
+            Sample(GPU_VIDEO_UTILIZATION, 0.30, ("decoder",)),  # NVDEC
             Sample(GPU_MEMORY_TEMPERATURE, 63.0),  # a field value, its HBM sensor
             Sample(GPU_PCIE_REPLAYS, 4.0),
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
@@ -788,6 +795,33 @@ class TestMig:
         )
         assert expected == readings
 
+    def test_video_engines_are_asked_of_the_gpu_not_its_mig_devices(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Each video engine is asked once a poll, of the whole GPU only."""
+        fake_nvml.configure(replace(MIG_GPU, video=(5, 40)))
+        before = (fake_nvml.library.calls("encoder"), fake_nvml.library.calls("decoder"))
+
+        readings = collector.collect()
+
+        by_device = {
+            d.name: [
+                (s.label_values, s.value) for s in d.samples if s.spec is GPU_VIDEO_UTILIZATION
+            ]
+            for d in readings.devices
+        }
+        expected = {
+            UUID_A: [(("encoder",), 0.05), (("decoder",), 0.4)],
+            MIG_1: [],
+            MIG_3: [],
+            MIG_2: [],
+        }
+        asked = (
+            fake_nvml.library.calls("encoder") - before[0],
+            fake_nvml.library.calls("decoder") - before[1],
+        )
+        assert (expected, (1, 1)) == (by_device, asked)
+
     def test_memory_temperature_is_asked_of_the_gpu_not_its_mig_devices(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
@@ -907,8 +941,8 @@ class TestMig:
     ) -> None:
         """A GPU lost while its MIG devices are read: the ones read before stay, with
         their keys; the loss is one issue."""
-        # Call 43 is the second MIG device's name (after the GPU and the first MIG device).
-        fake_nvml.configure(replace(MIG_GPU, lost_after=42))
+        # Call 45 is the second MIG device's name (after the GPU and the first MIG device).
+        fake_nvml.configure(replace(MIG_GPU, lost_after=44))
         readings = collector.collect()
         mig_1 = mig_reading(MIG_GPU, MIG_GPU.migs[0], "0000:b1:00.0", answers_for_instance=True)
         assert ([mig_1], [issue("GPU_IS_LOST", MIG_2, "name")]) == (

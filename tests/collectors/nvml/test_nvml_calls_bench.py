@@ -41,6 +41,8 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "next_xid",
         "pcie_replays",
         "memory_temperature_celsius",
+        "encoder_percent",
+        "decoder_percent",
     } <= timed
     assert "GPU-aaaa" in stdout
     assert lines[-1].startswith("sum of medians: wall ")

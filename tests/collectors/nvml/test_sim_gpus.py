@@ -29,6 +29,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_SM_CLOCK,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
+    GPU_VIDEO_UTILIZATION,
     GPU_XID_ERRORS,
 )
 from exporter.collectors.nvml import NvmlCollector, NvmlError, NvmlGpuInstancePlacement, NvmlHandle
@@ -61,6 +62,10 @@ THROTTLE_REASONS = (
 NOT_THROTTLED = tuple(Sample(GPU_CLOCKS_THROTTLED, 0.0, (r,)) for r in THROTTLE_REASONS)
 # Watched for Xid events from the first poll; these simulated GPUs raise none.
 NO_XID_ERRORS = (Sample(GPU_XID_ERRORS, 0.0),)
+NO_VIDEO = (
+    Sample(GPU_VIDEO_UTILIZATION, 0.0, ("encoder",)),
+    Sample(GPU_VIDEO_UTILIZATION, 0.0, ("decoder",)),
+)
 
 
 @pytest.fixture
@@ -114,6 +119,7 @@ class TestWholeGpus:
                 *NOT_THROTTLED,  # 85 %: below the power cap's 90 %
                 *NO_ECC_ERRORS,
                 *NO_REMAPPED_ROWS,
+                *NO_VIDEO,
                 Sample(GPU_MEMORY_TEMPERATURE, 77.0),  # 5 °C above the GPU
                 # Its link trained at 8 of 16 lanes: 30 replays a minute for a day.
                 Sample(GPU_PCIE_REPLAYS, 43_200.0),
@@ -153,6 +159,7 @@ class TestWholeGpus:
             *NOT_THROTTLED,  # idle is no slowdown
             *NO_ECC_ERRORS,
             *NO_REMAPPED_ROWS,
+            *NO_VIDEO,
             Sample(GPU_MEMORY_TEMPERATURE, 35.0),
             Sample(GPU_PCIE_REPLAYS, 0.0),  # a link at its full width
             *NO_XID_ERRORS,
@@ -232,6 +239,7 @@ class TestMig:
             GPU_CLOCKS_THROTTLED.name,
             GPU_ECC_ERRORS.name,
             GPU_MEMORY_TEMPERATURE.name,
+            GPU_VIDEO_UTILIZATION.name,
             GPU_PCIE_REPLAYS.name,
             GPU_XID_ERRORS.name,
         }
