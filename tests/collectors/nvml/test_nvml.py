@@ -2138,7 +2138,7 @@ import ctypes, json
 """
             + _EXIT_WHERE_REAL_NVML
             + """from exporter.collectors.base import CollectorContext, CollectorUnavailable
-from exporter.collectors.nvml import NvmlCollector, NvmlError, _field_number
+from exporter.collectors.nvml import NvmlCollector
 try:
     NvmlCollector(CollectorContext()).collect()
 except CollectorUnavailable as error:
@@ -2163,7 +2163,7 @@ import ctypes, json, sys
 """
             + _EXIT_WHERE_REAL_NVML
             + """from exporter.collectors.base import CollectorContext, CollectorUnavailable
-from exporter.collectors.nvml import NvmlCollector, NvmlError, _field_number
+from exporter.collectors.nvml import NvmlCollector
 loaded = ["pynvml" in sys.modules]
 collector = NvmlCollector(CollectorContext())
 loaded.append("pynvml" in sys.modules)
