@@ -468,6 +468,28 @@ class TestReadDrmCard:
 
         assert (replace(AMD_CARD, memory_temperature_celsius=None), []) == (actual, issues)
 
+    def test_the_junction_never_stands_in_for_the_memory(self, tmp_path: Path) -> None:
+        """Without temp3 (mem), no memory temperature: temp2 is the junction's, a GPU
+        figure, whatever else is there."""
+        hwmon = _amd(tmp_path) / "hwmon" / "hwmon3"
+        (hwmon / "temp3_input").unlink()
+        write_attribute(hwmon / "temp2_input", "61000\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (replace(AMD_CARD, memory_temperature_celsius=None), []) == (actual, issues)
+
+    def test_amd_memory_temperature_below_zero_is_a_reading(self, tmp_path: Path) -> None:
+        """temp3_input is signed millidegrees, as temp1 and temp2 are: below 0 °C is a
+        figure, not garbage."""
+        write_attribute(_amd(tmp_path) / "hwmon" / "hwmon3" / "temp3_input", "-5500\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (replace(AMD_CARD, memory_temperature_celsius=-5.5), []) == (actual, issues)
+
     def test_amd_edge_temperature_is_preferred(self, tmp_path: Path) -> None:
         """Where amdgpu gives temp1 (edge) and temp2 (junction), temp1 is read."""
         hwmon = _amd(tmp_path) / "hwmon" / "hwmon3"

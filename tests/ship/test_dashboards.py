@@ -175,6 +175,32 @@ class TestDashboardJson:
             assert len(set(ref_ids)) == len(ref_ids), panel["title"]
             assert all(t["expr"].strip() for t in targets), panel["title"]
 
+    def test_a_panels_written_legends_are_distinct(self, dashboard: Dashboard) -> None:
+        """Two queries of one panel never draw series under one legend (a GPU's temperature
+        and its memory's, say), which a reader could not tell apart."""
+        for panel in _query_panels(dashboard):
+            legends = [
+                t["legendFormat"]
+                for t in panel["targets"]
+                if t.get("legendFormat", "__auto") != "__auto"
+            ]
+            assert len(set(legends)) == len(legends), panel["title"]
+
+    def test_workload_queries_leave_out_devices_no_pod_holds(self) -> None:
+        """A family that also has series with pod="" (a GPU no pod holds, in the demo) is
+        shown per workload only with pod!="", where its pod=~"$pod" alone would match them."""
+        demo = (REPO / "tests" / "golden" / "demo.prom").read_text()
+        unheld = set(re.findall(r'^(podresources_\w+)\{[^}]*\bpod=""', demo, re.MULTILINE))
+        assert unheld  # the demo has devices no pod holds
+        dashboard = _load(REPO / "dashboards" / "workloads.json")
+        unfiltered = [
+            f"{panel['title']} {target['refId']}"
+            for panel in _query_panels(dashboard)
+            for target in panel["targets"]
+            if set(METRIC.findall(target["expr"])) & unheld and 'pod!=""' not in target["expr"]
+        ]
+        assert unfiltered == []
+
     def test_every_panel_says_why_it_may_be_empty(self, dashboard: Dashboard) -> None:
         """A panel with nothing to show says so, and why (none misaligned, no exclusive
         CPUs, an opt-in collector off), instead of Grafana's bare "No data": a Grafana

@@ -390,6 +390,37 @@ class TestWholeGpus:
         )
 
     @pytest.mark.parametrize(
+        ("code", "name"), [(2, "INVALID_ARGUMENT"), (NO_PERMISSION, "NO_PERMISSION")]
+    )
+    def test_any_field_error_but_not_supported_is_its_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int, name: str
+    ) -> None:
+        """Every field return but SUCCESS is checked, those below NOT_SUPPORTED too: the
+        value of a failed field is undefined (nvml.h), never a reading."""
+        gpu = replace(GPU_A, fail=(("memory_temp", code),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
+        assert ((expected,), (issue(name, UUID_A, "memory_temperature"),)) == (
+            readings.devices,
+            readings.issues,
+        )
+
+    def test_a_failed_field_values_call_is_the_figures_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvmlDeviceGetFieldValues itself failing (not one field) loses that figure only,
+        named as nvml.h names the error, like any other call."""
+        gpu = replace(GPU_A, fail=(("fields", UNKNOWN),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
+        assert ((expected,), (issue("UNKNOWN", UUID_A, "memory_temperature"),)) == (
+            readings.devices,
+            readings.issues,
+        )
+
+    @pytest.mark.parametrize(
         ("value_type", "member", "value", "expected"),
         [
             (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 71, 71.0),
@@ -414,6 +445,45 @@ class TestWholeGpus:
         with pytest.raises(NvmlError) as raised:
             _field_number(pynvml, field)
         assert "UNKNOWN" == raised.value.error_name
+
+    @pytest.mark.parametrize(
+        ("value_type", "member", "value"),
+        [
+            (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", -0.25),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2**32 - 1),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**40),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 1),
+            (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -5),
+            (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -5),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65),
+        ],
+    )
+    def test_a_field_value_is_its_member_alone_at_its_width(
+        self, value_type: int, member: str, value: float
+    ) -> None:
+        """Every value type, read at its member's width and signedness only: the union's
+        other bytes are whatever the driver left there (all ones here), and a value past
+        the range of a narrower or differently signed member would read otherwise."""
+        field = pynvml.c_nvmlFieldValue_t()
+        field.value.ullVal = 2**64 - 1
+        field.valueType = value_type
+        setattr(field.value, member, value)
+        assert float(value) == _field_number(pynvml, field)
+
+    def test_the_fake_answers_each_field_in_its_own_return(self, fake_nvml: FakeNvml) -> None:
+        """The fake as nvml.h has it: the call succeeds and each field says whether it could
+        answer; "fail memory_temp" fails that field alone, and other field IDs are not
+        answered, so a collector that asked the wrong field would see NOT_SUPPORTED."""
+        fake_nvml.configure(replace(GPU_A, fail=(("memory_temp", UNKNOWN),)))
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            fields = pynvml.nvmlDeviceGetFieldValues(
+                handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP, pynvml.NVML_FI_DEV_MEMORY_TEMP + 1]
+            )
+        finally:
+            pynvml.nvmlShutdown()
+        assert [UNKNOWN, NOT_SUPPORTED] == [int(field.nvmlReturn) for field in fields]
 
     def test_a_driver_before_r535_answers_by_the_old_name(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
