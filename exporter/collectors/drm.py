@@ -26,7 +26,8 @@ energy             ``hwmon/energy1_input``, else ``energy2_input`` (microjoules;
 temperature        ``hwmon/temp1_input``, else ``temp2_input`` (millidegrees; amdgpu hides
                    the edge sensor on some Instinct parts, xe reports the package on 2)
 memory             ``hwmon/temp3_input``, the ``mem``               none
-temperature        sensor (millidegrees; not on APUs)
+temperature        sensor (millidegrees; Vega and later
+                   dGPUs and the MI300A, not other APUs)
 clock              ``hwmon/freq1_input`` (sclk,    i915: ``card/gt_act_freq_mhz``, else
                    hertz)                          ``gt_cur_freq_mhz``; xe:
                                                    ``device/tile0/gt0/freq0/act_freq``, else
@@ -61,7 +62,8 @@ and no partition has figures of its own in sysfs.
 Cards of other drivers (nvidia-drm, ast), cards of no PCI device (simpledrm, vkms, the
 partitions' platform devices) and connectors (``card0-DP-1``) are skipped. A missing
 optional file leaves its figure absent, silently, and so does a read amdgpu answers
-EPERM (the GPU runtime-suspended or in reset); an unreadable or garbage one loses
+EPERM (the GPU runtime-suspended or in reset) or EOPNOTSUPP (a sensor its firmware does
+not read); an unreadable or garbage one loses
 that figure with an issue (``unreadable``/``garbage``); a card whose ``device`` link
 is gone by the time it is read is left out as ``vanished``.
 """
@@ -416,7 +418,9 @@ def _figure(
     except FileError as error:
         # EPERM: amdgpu's answer to a sensor read while the GPU is runtime-suspended or
         # in reset (amdgpu_pm_get_access_if_active): no figure now, not a broken file.
-        if not failed_with(error, errno.EPERM):
+        # EOPNOTSUPP: a sensor the part's power firmware does not read (a hwmon
+        # channel shown for its family, such as the memory's): no figure, ever.
+        if not failed_with(error, errno.EPERM, errno.EOPNOTSUPP):
             issues.append(issue(error.label, str(error)))
         return None
     if value is None:

@@ -69,7 +69,8 @@ GPU_TEMPERATURE = MetricSpec(
 GPU_MEMORY_TEMPERATURE = MetricSpec(
     "podresources_gpu_memory_temperature_celsius",
     MetricKind.GAUGE,
-    "GPU memory (HBM) temperature, in degrees Celsius; GPUs with a memory sensor only.",
+    "GPU memory temperature (its HBM or VRAM sensor), in degrees Celsius; GPUs with a "
+    "memory sensor only.",
 )
 GPU_SM_CLOCK = MetricSpec(
     "podresources_gpu_sm_clock_hertz",

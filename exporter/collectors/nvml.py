@@ -248,7 +248,8 @@ class NvmlSource(Protocol):
     def power_milliwatts(self, handle: NvmlHandle) -> int: ...
     def energy_millijoules(self, handle: NvmlHandle) -> int: ...  # since the driver loaded
     def temperature_celsius(self, handle: NvmlHandle) -> int: ...
-    # NOT_SUPPORTED where the GPU has no memory sensor (GDDR boards, older GPUs).
+    # NOT_SUPPORTED where the GPU has no memory sensor (GDDR boards and older GPUs, it
+    # seems; nvml.h says only "Memory temperature for the device").
     def memory_temperature_celsius(self, handle: NvmlHandle) -> int: ...
     def sm_clock_mhz(self, handle: NvmlHandle) -> int: ...
     def clocks_event_reasons(self, handle: NvmlHandle) -> int: ...  # nvml.h's bit mask
@@ -467,8 +468,8 @@ class PynvmlSource(NvmlSource):
         )
 
     def memory_temperature_celsius(self, handle: NvmlHandle) -> int:
-        # Only a field value (NVML_FI_DEV_MEMORY_TEMP): the call succeeds and says per
-        # field whether it could answer.
+        # Only a field value (NVML_FI_DEV_MEMORY_TEMP): the call succeeds if any field
+        # was filled (nvml.h), and says per field whether it could answer.
         pynvml = self._pynvml
         (field,) = self._call(
             pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP]

@@ -732,6 +732,18 @@ class TestDrmCollector:
         )
         assert expected == _collect(tmp_path)
 
+    def test_a_sensor_the_firmware_does_not_read_is_no_figure_and_no_issue(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """amdgpu shows the mem channel for a whole family, and a part whose power
+        firmware has no such sensor answers its read EOPNOTSUPP, every poll: the figure
+        is absent, not an unreadable file reported each poll."""
+        _amd(tmp_path)
+        fail_reads(monkeypatch, path_suffix="temp3_input", code=errno.EOPNOTSUPP)
+
+        unsupported = replace(AMD_CARD, memory_temperature_celsius=None)
+        assert Readings(devices=(card_reading(unsupported),)) == _collect(tmp_path)
+
     def test_sleeping_amd_gpu_has_no_sensor_figures_and_no_issue(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
