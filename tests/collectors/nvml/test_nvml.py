@@ -14,6 +14,7 @@ import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pynvml
 import pytest
@@ -66,6 +67,7 @@ from exporter.model import (
     DeviceReading,
     HardwareKey,
     KeyKind,
+    MetricSpec,
     Readings,
     Sample,
 )
@@ -375,47 +377,27 @@ class TestWholeGpus:
         expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu))
         assert ((expected,), ()) == (readings.devices, readings.issues)
 
-    def test_a_failed_memory_temperature_field_is_its_issue(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
-    ) -> None:
-        """A field whose own return is an error loses that figure only, named as nvml.h
-        names the error."""
-        gpu = replace(GPU_A, fail=(("memory_temp", UNKNOWN),))
-        fake_nvml.configure(gpu)
-        readings = collector.collect()
-        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
-        assert ((expected,), (issue("UNKNOWN", UUID_A, "memory_temperature"),)) == (
-            readings.devices,
-            readings.issues,
-        )
-
     @pytest.mark.parametrize(
-        ("code", "name"), [(2, "INVALID_ARGUMENT"), (NO_PERMISSION, "NO_PERMISSION")]
+        ("failing", "code", "name"),
+        [
+            ("memory_temp", UNKNOWN, "UNKNOWN"),
+            ("memory_temp", 2, "INVALID_ARGUMENT"),
+            ("memory_temp", NO_PERMISSION, "NO_PERMISSION"),
+            ("fields", UNKNOWN, "UNKNOWN"),
+        ],
+        ids=["field-unknown", "field-invalid-argument", "field-no-permission", "whole-call"],
     )
-    def test_any_field_error_but_not_supported_is_its_issue(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int, name: str
+    def test_a_failed_memory_temperature_is_its_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, failing: str, code: int, name: str
     ) -> None:
-        """Every field return but SUCCESS is checked, those below NOT_SUPPORTED too: the
-        value of a failed field is undefined (nvml.h), never a reading."""
-        gpu = replace(GPU_A, fail=(("memory_temp", code),))
+        """A field whose own return is an error (any but NOT_SUPPORTED, those below it
+        too: a failed field's value is undefined, nvml.h), or the field values call
+        failing itself, loses that figure only, named as nvml.h names the error."""
+        gpu = replace(GPU_A, fail=((failing, code),))
         fake_nvml.configure(gpu)
         readings = collector.collect()
         expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
         assert ((expected,), (issue(name, UUID_A, "memory_temperature"),)) == (
-            readings.devices,
-            readings.issues,
-        )
-
-    def test_a_failed_field_values_call_is_the_figures_issue(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
-    ) -> None:
-        """nvmlDeviceGetFieldValues itself failing (not one field) loses that figure only,
-        named as nvml.h names the error, like any other call."""
-        gpu = replace(GPU_A, fail=(("fields", UNKNOWN),))
-        fake_nvml.configure(gpu)
-        readings = collector.collect()
-        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
-        assert ((expected,), (issue("UNKNOWN", UUID_A, "memory_temperature"),)) == (
             readings.devices,
             readings.issues,
         )
@@ -865,65 +847,47 @@ class TestMig:
         )
         assert expected == readings
 
-    def test_video_engines_are_asked_of_the_gpu_not_its_mig_devices(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    @pytest.mark.parametrize(
+        ("change", "calls", "spec", "expected"),
+        [
+            ({"pcie_replays": 17}, ("replays",), GPU_PCIE_REPLAYS, [((), 17.0)]),
+            ({"memory_temperature": 58}, ("fields",), GPU_MEMORY_TEMPERATURE, [((), 58.0)]),
+            (
+                {"video": (5, 40)},
+                ("encoder", "decoder"),
+                GPU_VIDEO_UTILIZATION,
+                [(("encoder",), 0.05), (("decoder",), 0.4)],
+            ),
+        ],
+        ids=["pcie-replays", "memory-temperature", "video-engines"],
+    )
+    def test_whole_gpu_figures_are_asked_of_the_gpu_not_its_mig_devices(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        change: dict[str, Any],
+        calls: tuple[str, ...],
+        spec: MetricSpec,
+        expected: list[tuple[tuple[str, ...], float]],
     ) -> None:
-        """Each video engine is asked once a poll, of the whole GPU only."""
-        fake_nvml.configure(replace(MIG_GPU, video=(5, 40)))
-        before = (fake_nvml.library.calls("encoder"), fake_nvml.library.calls("decoder"))
+        """A MIG device shares its GPU's link, memory sensor and video engines: each such
+        figure is the GPU's series only, its call made once a poll, whatever a MIG handle
+        would answer."""
+        fake_nvml.configure(replace(MIG_GPU, **change))
+        before = [fake_nvml.library.calls(call) for call in calls]
 
         readings = collector.collect()
 
         by_device = {
-            d.name: [
-                (s.label_values, s.value) for s in d.samples if s.spec is GPU_VIDEO_UTILIZATION
-            ]
+            d.name: [(s.label_values, s.value) for s in d.samples if s.spec is spec]
             for d in readings.devices
         }
-        expected = {
-            UUID_A: [(("encoder",), 0.05), (("decoder",), 0.4)],
-            MIG_1: [],
-            MIG_3: [],
-            MIG_2: [],
-        }
-        asked = (
-            fake_nvml.library.calls("encoder") - before[0],
-            fake_nvml.library.calls("decoder") - before[1],
+        asked = [fake_nvml.library.calls(c) - b for c, b in zip(calls, before, strict=True)]
+        once_each = [1] * len(calls)
+        assert ({UUID_A: expected, MIG_1: [], MIG_3: [], MIG_2: []}, once_each) == (
+            by_device,
+            asked,
         )
-        assert (expected, (1, 1)) == (by_device, asked)
-
-    def test_memory_temperature_is_asked_of_the_gpu_not_its_mig_devices(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
-    ) -> None:
-        """A MIG device's memory is its GPU's: one field value call a poll, the GPU's."""
-        fake_nvml.configure(replace(MIG_GPU, memory_temperature=58))
-        before = fake_nvml.library.calls("fields")
-
-        readings = collector.collect()
-
-        by_device = {
-            d.name: [s.value for s in d.samples if s.spec is GPU_MEMORY_TEMPERATURE]
-            for d in readings.devices
-        }
-        expected = {UUID_A: [58.0], MIG_1: [], MIG_3: [], MIG_2: []}
-        assert (expected, 1) == (by_device, fake_nvml.library.calls("fields") - before)
-
-    def test_pcie_replays_are_asked_of_the_gpu_not_its_mig_devices(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector
-    ) -> None:
-        """A MIG device shares its GPU's link: the replay count is the GPU's series only,
-        asked once a poll, whatever a MIG handle would answer."""
-        fake_nvml.configure(replace(MIG_GPU, pcie_replays=17))
-        before = fake_nvml.library.calls("replays")
-
-        readings = collector.collect()
-
-        by_device = {
-            d.name: [s.value for s in d.samples if s.spec is GPU_PCIE_REPLAYS]
-            for d in readings.devices
-        }
-        expected = {UUID_A: [17.0], MIG_1: [], MIG_3: [], MIG_2: []}
-        assert (expected, 1) == (by_device, fake_nvml.library.calls("replays") - before)
 
     def test_mig_uuid_ids(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """MIG-<uuid> IDs find their MIG device; the parent's UUID finds the whole GPU."""
