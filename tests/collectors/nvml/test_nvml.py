@@ -1362,6 +1362,36 @@ class TestFigureErrors:
         )
         assert (expected, expected) == (first, second)
 
+    @pytest.mark.parametrize("engine", ["encoder", "decoder"])
+    @pytest.mark.parametrize(("code", "reported"), [(NOT_SUPPORTED, None), (UNKNOWN, "UNKNOWN")])
+    def test_one_video_engines_failure_loses_only_its_own_series(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        engine: str,
+        code: int,
+        reported: str | None,
+    ) -> None:
+        """Each engine is its own figure: one NVML cannot read (a board without that
+        engine: NOT_SUPPORTED, silently; another error: an issue named by the engine)
+        leaves the other engine's series."""
+        gpu = FakeGpu(UUID_A, fail=((engine, code),))
+        fake_nvml.configure(gpu)
+
+        readings = collector.collect()
+
+        kept = tuple(
+            s
+            for s in samples(gpu)
+            if not (s.spec is GPU_VIDEO_UTILIZATION and s.label_values == (engine,))
+        )
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(gpu_reading(gpu, "0000:17:00.0", kept),),
+            issues=() if reported is None else (issue(reported, UUID_A, engine),),
+        )
+        assert expected == readings
+
     def test_issues_name_their_device(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """The same failure on two GPUs, or on a MIG device, gives distinct details, so the
         runner's log-each-detail-once logs every device that fails."""

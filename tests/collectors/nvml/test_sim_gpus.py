@@ -382,6 +382,17 @@ class TestSourceAsNvml:
             "NOT_SUPPORTED",
         )
 
+    @pytest.mark.parametrize("engine", ["encoder_percent", "decoder_percent"])
+    def test_a_mig_device_has_no_video_engines_of_its_own(
+        self, source: SimulatedNvmlSource, engine: str
+    ) -> None:
+        """A MIG device's handle answers NOT_SUPPORTED for the video engines, as the
+        fake libnvidia-ml's does; the collector asks only whole GPUs anyway."""
+        mig = source.mig_device_handle(source.device_handle(2), 0)
+        with pytest.raises(NvmlError) as caught:
+            getattr(source, engine)(mig)
+        assert caught.value.error_name == "NOT_SUPPORTED"
+
     def test_a_mig_device_has_no_replay_count(self, source: SimulatedNvmlSource) -> None:
         """A MIG device shares its GPU's link: its handle answers NOT_SUPPORTED for the
         replay counter, as for the GPU's other figures, while its GPU answers."""
