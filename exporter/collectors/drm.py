@@ -12,7 +12,7 @@ family             amdgpu                                          i915 / xe
 utilization        ``device/gpu_busy_percent`` (% -> ratio)         none: Intel keeps
                                                                    busyness in fdinfo
 memory bandwidth   ``device/mem_busy_percent`` (% -> ratio; not     none
-utilization        on APUs)
+utilization        on APUs but the MI300A, nor on Vega 10)
 memory used        ``device/mem_info_vram_used``                    ``card/lmem_total_bytes``
                                                                    minus ``lmem_avail_bytes``
                                                                    (Intel's i915 backport)

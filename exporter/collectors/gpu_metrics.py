@@ -40,7 +40,7 @@ GPU_UTILIZATION = MetricSpec(
 GPU_VIDEO_UTILIZATION = MetricSpec(
     "podresources_gpu_video_utilization_ratio",
     MetricKind.GAUGE,
-    "Fraction of the last sample period the GPU's video engines were busy, by engine "
+    "Fraction of the last sample period the GPU's video engines were busy (0-1), by engine "
     "(encoder, decoder).",
     labels=("engine",),
 )

@@ -241,7 +241,8 @@ class NvmlSource(Protocol):
         self, handle: NvmlHandle, gpu_instance_id: int
     ) -> NvmlGpuInstancePlacement: ...
     def utilization(self, handle: NvmlHandle) -> NvmlUtilization: ...
-    # Percent of the last sample period each video engine (NVENC, NVDEC) was busy.
+    # Percent of the last sample period each video engine (NVENC, NVDEC) was busy;
+    # NOT_SUPPORTED on a MIG-enabled GPU (nvml.h).
     def encoder_percent(self, handle: NvmlHandle) -> int: ...
     def decoder_percent(self, handle: NvmlHandle) -> int: ...
     def memory(self, handle: NvmlHandle) -> NvmlMemory: ...
@@ -757,7 +758,7 @@ _FIGURES: tuple[_Figure, ...] = (
     _retired_pages,
 )
 # Whole GPUs only: a MIG device shares its GPU's memory sensor and link, whose series
-# are the GPU's; what NVML answers for a MIG device's video engines nvml.h leaves unsaid.
+# are the GPU's; the video engines NVML does not read on a MIG-enabled GPU (nvml.h).
 _GPU_FIGURES: tuple[_Figure, ...] = (
     *_FIGURES,
     _encoder,

@@ -197,12 +197,10 @@ class SimulatedNvmlSource(NvmlSource):
         return NvmlUtilization(gpu_percent=percent, memory_percent=percent * 2 // 3)
 
     def encoder_percent(self, handle: NvmlHandle) -> int:
-        _whole(handle)
-        return 0  # training and inference, no video
+        return _video_percent(handle)
 
     def decoder_percent(self, handle: NvmlHandle) -> int:
-        _whole(handle)
-        return 0
+        return _video_percent(handle)
 
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         sim = _unwrap(handle)
@@ -304,6 +302,14 @@ def _unwrap(handle: NvmlHandle) -> _SimHandle:
     if not isinstance(handle, _SimHandle):
         raise NvmlError("INVALID_ARGUMENT")
     return handle
+
+
+def _video_percent(handle: NvmlHandle) -> int:
+    """A video engine's busy percent: 0, training and inference running no video; nvml.h:
+    not supported on a MIG-enabled GPU (nor on a MIG device)."""
+    if _whole(handle).mig_devices:
+        raise NvmlError("NOT_SUPPORTED")
+    return 0
 
 
 def _whole(handle: NvmlHandle) -> SimGpu:

@@ -52,8 +52,9 @@
  *                            answers NOT_SUPPORTED (a guess: nvml.h says nothing of MIG)
  *   video ENCODER_PCT DECODER_PCT
  *                            nvmlDeviceGetEncoderUtilization and ...DecoderUtilization
- *                            (default 0 0; a 167 ms sampling period); a MIG device answers
- *                            NOT_SUPPORTED (a guess: nvml.h says nothing of MIG)
+ *                            (default 0 0; a 167 ms sampling period); a MIG-enabled GPU
+ *                            and a MIG device answer NOT_SUPPORTED (nvml.h: "not currently
+ *                            supported" on MIG-enabled GPUs)
  *   memory_temperature CELSIUS
  *                            NVML_FI_DEV_MEMORY_TEMP through nvmlDeviceGetFieldValues
  *                            (an unsigned int); without it that field answers
@@ -936,7 +937,7 @@ static nvmlReturn_t video_utilization(nvmlDevice_t device, enum figure figure,
                                       unsigned int *utilization, unsigned int *period_us) {
     ENTER(device, figure);
     if (utilization == NULL || period_us == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
+    if (d->parent != NULL || mig_on(d)) return NVML_ERROR_NOT_SUPPORTED;
     *utilization = figure == F_ENCODER ? d->encoder_pct : d->decoder_pct;
     *period_us = 167000;
     return NVML_SUCCESS;

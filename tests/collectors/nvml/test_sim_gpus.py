@@ -226,7 +226,9 @@ class TestMig:
         assert expected == device(readings, mig.uuid)
 
     def test_mig_gpu_has_no_utilization(self, collector: NvmlCollector) -> None:
-        """Like NVML, a MIG-enabled GPU answers no utilization; its other figures remain."""
+        """Like NVML, a MIG-enabled GPU answers no utilization, of its cores, its memory or
+        its video engines (nvml.h: not supported on MIG-enabled GPUs); its other figures
+        remain."""
         readings = collector.collect()
 
         expected = {
@@ -239,7 +241,6 @@ class TestMig:
             GPU_CLOCKS_THROTTLED.name,
             GPU_ECC_ERRORS.name,
             GPU_MEMORY_TEMPERATURE.name,
-            GPU_VIDEO_UTILIZATION.name,
             GPU_PCIE_REPLAYS.name,
             GPU_XID_ERRORS.name,
         }
@@ -392,6 +393,19 @@ class TestSourceAsNvml:
         with pytest.raises(NvmlError) as caught:
             getattr(source, engine)(mig)
         assert caught.value.error_name == "NOT_SUPPORTED"
+
+    @pytest.mark.parametrize("engine", ["encoder_percent", "decoder_percent"])
+    def test_a_mig_enabled_gpu_answers_no_video_engine(
+        self, source: SimulatedNvmlSource, engine: str
+    ) -> None:
+        """nvml.h: querying encoder or decoder utilization is not supported on MIG-enabled
+        GPUs, as the utilization rates are not; a GPU with MIG off answers."""
+        with pytest.raises(NvmlError) as caught:
+            getattr(source, engine)(source.device_handle(2))
+        assert (caught.value.error_name, getattr(source, engine)(source.device_handle(0))) == (
+            "NOT_SUPPORTED",
+            0,
+        )
 
     def test_a_mig_device_has_no_replay_count(self, source: SimulatedNvmlSource) -> None:
         """A MIG device shares its GPU's link: its handle answers NOT_SUPPORTED for the
