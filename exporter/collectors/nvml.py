@@ -351,7 +351,11 @@ class PynvmlSource(NvmlSource):
             return function(*args, **kwargs)
         except self._pynvml.NVMLError as error:
             code = int(error.value)
-            raise NvmlError(self._error_names.get(code, f"CODE_{code}"), code=code) from error
+            raise self._error(code) from error
+
+    def _error(self, code: int) -> NvmlError:
+        """NVML's return code as NvmlError, named as in nvml.h."""
+        return NvmlError(self._error_names.get(code, f"CODE_{code}"), code=code)
 
     def init(self) -> None:
         if self._pynvml is None:
@@ -477,7 +481,7 @@ class PynvmlSource(NvmlSource):
         )
         code = int(field.nvmlReturn)
         if code != pynvml.NVML_SUCCESS:
-            raise NvmlError(self._error_names.get(code, f"CODE_{code}"), code=code)
+            raise self._error(code)
         return int(_field_number(pynvml, field))
 
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:

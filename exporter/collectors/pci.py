@@ -30,11 +30,11 @@ link's end (``upstream_port``: a root or switch port) and, for a card with a swi
 its own, of that switch's upstream port (``card_switch``: the card's end of the link to
 its slot). The kernel counts an error at the end that saw it: each direction's errors at
 its receiver, so a failing card's errors may show only at its port (Documentation/ABI/
-testing/sysfs-bus-pci-devices-aer_stats): both ends are read. The files exist wherever the function
-has the AER capability, but the counts rise only for errors reported to the kernel
-(native AER, or firmware-first through GHES): where firmware keeps them, or AER is off
-(``pci=noaer``), they stay 0. They are counts in the kernel's memory, read without
-waking a suspended function.
+testing/sysfs-bus-pci-devices-aer_stats): both ends are read. The files exist wherever
+the function has the AER capability, but the counts rise only for errors reported to
+the kernel (native AER, or firmware-first through GHES): where firmware keeps them, or
+AER is off (``pci=noaer``), they stay 0. They are counts in the kernel's memory, read
+without waking a suspended function.
 
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
@@ -389,8 +389,8 @@ class _Link:
     # PCIE_LINK_MAX_WIDTH and _MAX_SPEED, where known; None until read, which is once,
     # while the function is awake (what fails then is not read again)
     most: tuple[Sample, ...] | None = None
-    # The aer_dev_* files of the function and of its link's upstream port, each with
-    # its PCIE_AER_ERRORS labels: (type, reported_by)
+    # The aer_dev_* files of the function, of its link's upstream port and of its card's
+    # own switch, each with its PCIE_AER_ERRORS labels: (type, reported_by)
     aer_files: tuple[tuple[str, tuple[str, str]], ...] = ()
 
     @property
