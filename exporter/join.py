@@ -186,18 +186,22 @@ class _Matcher:
         if found is None:
             reading = self.reading_for(resolution)
             pci = self.pci_for(resolution, reading)
-            if pci is not None and pci.samples:
-                reading = _with_function_samples(reading, pci)
+            reading = _with_function_samples(reading, pci)
             found = NO_HARDWARE if reading is None and pci is None else DeviceHardware(reading, pci)
             self._found[resolution] = found
         return found
 
 
-def _with_function_samples(reading: DeviceReading | None, pci: PciDevice) -> DeviceReading:
-    """The device's reading with its PCI function's own figures (its PCIe link) added;
-    a reading of those alone where no collector read the device. A MIG device's are its
-    GPU's: they stay with the GPU (a device no owner holds, shown under its own name),
-    so that one link is one series, not one per slice."""
+def _with_function_samples(
+    reading: DeviceReading | None, pci: PciDevice | None
+) -> DeviceReading | None:
+    """The device's reading with its PCI function's own figures (its PCIe link and its
+    errors) added; a reading of those alone where no collector read the device; the
+    reading as it is where the function has none. A MIG device's are its GPU's: they
+    stay with the GPU (a device no owner holds, shown under its own name), so that one
+    link is one series, not one per slice."""
+    if pci is None or not pci.samples:
+        return reading
     if reading is None:
         return DeviceReading(
             name=pci.address, keys=(HardwareKey(KeyKind.PCI, pci.address),), samples=pci.samples
@@ -616,9 +620,7 @@ def _with_hardware(
             ),
         )
         pci = matcher.readings.pci.get(reading.identity.pci_address or "")
-        if pci is not None and pci.samples:
-            reading = _with_function_samples(reading, pci)
-        hardware[view.resolution] = DeviceHardware(reading, pci)
+        hardware[view.resolution] = DeviceHardware(_with_function_samples(reading, pci), pci)
         discovered.append(view)
     return (*known, *discovered), hardware
 
