@@ -61,6 +61,7 @@ from exporter.collectors.base import (
 from exporter.model import CollectorIssue, MetricKind, MetricSpec, PciDevice, Readings, Sample
 from exporter.sysfs import (
     GARBAGE,
+    MAX_COUNTER,
     UNREADABLE,
     VANISHED,
     FileError,
@@ -200,7 +201,7 @@ def parse_aer_total(text: str) -> int:
     """
     _, _, last = text.rstrip("\n").rpartition("\n")
     match = _AER_TOTAL.fullmatch(last)
-    if match is None or int(match[1]) >= 1 << 64:
+    if match is None or int(match[1]) > MAX_COUNTER:
         raise ValueError(f"no TOTAL_ERR_* count at its end: {last[:40]!r}")
     return int(match[1])
 
@@ -325,8 +326,9 @@ class PciCollector(Collector):
 
     def _with_link_read(self, known: _Known, issues: list[CollectorIssue]) -> _Known:
         """``known`` with its PCIe link's figures as sysfs says now: what it can run at
-        (read once, when the function is first awake) and what it runs at. A suspended
-        function keeps what it can run at only; a read that fails loses its figure."""
+        (read once, when the function is first awake), what it runs at, and its AER
+        counts. A suspended function keeps what it can run at and its counts (kernel
+        memory, read without waking it) only; a read that fails loses its figure."""
         link, device = known.link, known.device
         assert link is not None  # the caller reads functions with a link only
         assert device is not None  # and only reported ones have one
