@@ -928,18 +928,18 @@ class TestPciFunctionFigures:
         samples = (Sample(self.LINK, 8.0), Sample(self.MOST, 16.0))
         return PciDevice(address, "0x10de", "0x2330", "0x030200", 0, samples=samples)
 
+    def _holding(self, resource: str, device_id: str) -> tuple[PodResources, ...]:
+        """One pod whose one container holds ``device_id`` of ``resource``."""
+        group = DeviceGroup(resource, (device_id,), (0,))
+        return (_pod("p", ContainerResources("c", devices=(group,))),)
+
     def test_a_gpu_found_by_its_uuid_gets_its_functions_link(self) -> None:
         reading = _gpu("GPU-a", minor=0, pci="0000:17:00.0", power=100.0)
         runs = (
             CollectorRun("nvml", True, 0.0, Readings(devices=(reading,))),
             CollectorRun("pci", True, 0.0, Readings(pci_devices=(self._pci("0000:17:00.0"),))),
         )
-        pods = (
-            _pod(
-                "p",
-                ContainerResources("c", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-a",), (0,)),)),
-            ),
-        )
+        pods = self._holding("nvidia.com/gpu", "GPU-a")
 
         joined = _device(_join(pods, AllocatableResources(), runs), "GPU-a")
 
@@ -959,14 +959,7 @@ class TestPciFunctionFigures:
         """A NIC handed out by its PCI address, with no netdev or RDMA reading."""
         pci = self._pci("0000:4b:00.0")
         runs = (CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),)
-        pods = (
-            _pod(
-                "p",
-                ContainerResources(
-                    "c", devices=(DeviceGroup("example.com/nic", ("0000:4b:00.0",), (0,)),)
-                ),
-            ),
-        )
+        pods = self._holding("example.com/nic", "0000:4b:00.0")
 
         joined = _device(_join(pods, AllocatableResources(), runs), "0000:4b:00.0")
 
@@ -988,14 +981,7 @@ class TestPciFunctionFigures:
             CollectorRun("nvml", True, 0.0, Readings(devices=(parent, mig))),
             CollectorRun("pci", True, 0.0, Readings(pci_devices=(self._pci("0000:17:00.0"),))),
         )
-        pods = (
-            _pod(
-                "p",
-                ContainerResources(
-                    "c", devices=(DeviceGroup("nvidia.com/mig-1g.10gb", (MIG_M,), (0,)),)
-                ),
-            ),
-        )
+        pods = self._holding("nvidia.com/mig-1g.10gb", MIG_M)
 
         snapshot = _join(pods, AllocatableResources(), runs)
 
@@ -1013,14 +999,7 @@ class TestPciFunctionFigures:
         conventional PCI): its hardware is the function alone, no empty reading."""
         pci = PciDevice("0000:4b:00.2", "0x15b3", "0x101e", "0x020000", 0)
         runs = (CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),)
-        pods = (
-            _pod(
-                "p",
-                ContainerResources(
-                    "c", devices=(DeviceGroup("example.com/vf", ("0000:4b:00.2",), (0,)),)
-                ),
-            ),
-        )
+        pods = self._holding("example.com/vf", "0000:4b:00.2")
 
         snapshot = _join(pods, AllocatableResources(), runs)
 
