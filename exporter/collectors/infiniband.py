@@ -1,4 +1,4 @@
-"""Port traffic counters of RDMA devices (``<sysfs>/class/infiniband/<dev>/ports/<p>/``).
+"""Port traffic, state and errors of RDMA devices (``<sysfs>/class/infiniband/<dev>/ports/<p>/``).
 
 Every device is reported under ``RDMA <name>`` and, where its ``device`` link points
 at a PCI function (the HCA, or a VF's own RDMA device), ``PCI <address>``; software
@@ -16,6 +16,20 @@ are multiplied by 4 here. A port without a performance-management agent makes ol
 kernels print ``N/A (no PMA)`` and newer ones fail the read with EINVAL (or
 EOPNOTSUPP): both mean absent, as in procfs.
 
+Each port's health (``read_port_health``), every driver's: ``state`` and ``phys_state``
+as the kernel numbers them (``"4: ACTIVE"``, ``"5: LinkUp"``: ib core's ``state_show``
+and ``phys_state_show``; the numbers are the IBA's, so a new name changes nothing),
+``rate`` as bytes per second (``"400 Gb/sec (4X NDR)"``, the leading figure in Gb/s;
+the kernel answers EINVAL, no figure, where the port reports no valid width, as a port
+that is down may), and the PortCounters error fields in ``counters/``: ``link_downed``
+(the link failed its error recovery and went down), ``symbol_error``,
+``link_error_recovery``, ``local_link_integrity_errors``,
+``excessive_buffer_overrun_errors``, ``port_rcv_errors``,
+``port_rcv_remote_physical_errors`` and ``port_xmit_discards``. Those are 4 to 16 bits
+wide in the IBA's PortCounters and stop at their maximum (255 for ``link_downed``)
+until the subnet manager's performance manager or ``perfquery -R`` clears them; they
+are served as they are.
+
 A device whose driver has no MAD support gets no ``counters/`` at all (ib core's
 ``setup_port`` makes it only for drivers with ``process_mad``): AWS EFA, the RDMA
 device of GPU instances, is one. Its traffic is in the driver's own
@@ -30,8 +44,10 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from exporter.collectors.base import (
     Collector,
@@ -63,6 +79,11 @@ from exporter.sysfs import (
 )
 
 __all__ = [
+    "IB_PORT_ERRORS",
+    "IB_PORT_LINK_DOWNED",
+    "IB_PORT_PHYSICAL_STATE",
+    "IB_PORT_RATE",
+    "IB_PORT_STATE",
     "IB_RECEIVE_BYTES",
     "IB_RECEIVE_PACKETS",
     "IB_TRANSMIT_BYTES",
@@ -70,12 +91,16 @@ __all__ = [
     "REGISTRATION",
     "IbDevice",
     "IbPortCounters",
+    "IbPortHealth",
     "InfinibandCollector",
     "device_reading",
     "ib_samples",
     "parse_counter",
+    "parse_rate",
+    "parse_state",
     "read_ib_device",
     "read_port_counters",
+    "read_port_health",
 ]
 
 _LABELS = ("ib_device", "port")
@@ -104,6 +129,44 @@ IB_TRANSMIT_PACKETS = MetricSpec(
     _LABELS,
 )
 
+IB_PORT_STATE = MetricSpec(
+    "podresources_infiniband_port_state_id",
+    MetricKind.GAUGE,
+    "The port's logical state, as numbered in its state file: 1 DOWN, 2 INIT, 3 ARMED, "
+    "4 ACTIVE (passing traffic), 5 ACTIVE_DEFER.",
+    _LABELS,
+)
+IB_PORT_PHYSICAL_STATE = MetricSpec(
+    "podresources_infiniband_port_physical_state_id",
+    MetricKind.GAUGE,
+    "The port's physical link state, as numbered in its phys_state file: 1 Sleep, "
+    "2 Polling (no peer: no cable, or the far end down), 3 Disabled, "
+    "4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test.",
+    _LABELS,
+)
+IB_PORT_RATE = MetricSpec(
+    "podresources_infiniband_port_rate_bytes_per_second",
+    MetricKind.GAUGE,
+    "The data rate the port's link runs at (its lanes times their speed), in bytes per "
+    "second; a port that is not ACTIVE passes no traffic, whatever its rate reads.",
+    _LABELS,
+)
+IB_PORT_LINK_DOWNED = MetricSpec(
+    "podresources_infiniband_port_link_downed_total",
+    MetricKind.COUNTER,
+    "Times the port's link failed its error recovery and went down (PortCounters' "
+    "LinkDownedCounter; stops at 255 until cleared).",
+    _LABELS,
+)
+IB_PORT_ERRORS = MetricSpec(
+    "podresources_infiniband_port_errors_total",
+    MetricKind.COUNTER,
+    "Errors the port counted, by type (PortCounters' error fields; each stops at its "
+    "maximum until cleared).",
+    (*_LABELS, "type"),
+)
+
+_T = TypeVar("_T")
 _OCTETS_PER_DATA_UNIT = 4  # PortRcvData/PortXmitData count 32-bit words
 _SATURATED_32 = 2**32 - 1  # where a 32-bit PortCounters figure stops
 _MAX_DIGITS = len(str(MAX_COUNTER))
@@ -122,6 +185,31 @@ class IbPortCounters:
     transmit_packets: int | None  # counters{,_ext}/port_xmit_packets{,_64}
 
 
+# counters/<file> -> IB_PORT_ERRORS' type: PortCounters' error fields an HCA's port
+# counts (not the switch-only relay errors, nor partition-key constraint errors)
+_ERROR_COUNTERS = (
+    ("symbol_error", "symbol"),
+    ("link_error_recovery", "link_error_recovery"),
+    ("local_link_integrity_errors", "local_link_integrity"),
+    ("excessive_buffer_overrun_errors", "excessive_buffer_overrun"),
+    ("port_rcv_errors", "receive"),
+    ("port_rcv_remote_physical_errors", "receive_remote_physical"),
+    ("port_xmit_discards", "transmit_discards"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IbPortHealth:
+    """State, rate and error counts of one port; None (or no entry) where not read."""
+
+    port: int
+    state: int | None  # ports/<p>/state's number: 4 is ACTIVE
+    physical_state: int | None  # ports/<p>/phys_state's number: 5 is LinkUp
+    rate_bytes_per_second: float | None  # ports/<p>/rate
+    link_downed: int | None  # counters/link_downed
+    errors: tuple[tuple[str, int], ...]  # (IB_PORT_ERRORS' type, count), in _ERROR_COUNTERS' order
+
+
 @dataclass(frozen=True, slots=True)
 class IbDevice:
     """One RDMA device: its name, the PCI function behind it and its ports."""
@@ -130,6 +218,7 @@ class IbDevice:
     pci_address: str | None  # None for software devices (rxe, siw) without a PCI parent
     vendor: str | None  # from the PCI vendor ID: "mellanox"
     ports: tuple[IbPortCounters, ...]
+    health: tuple[IbPortHealth, ...] = ()  # one per port, in the order of ``ports``
 
 
 def parse_counter(text: str) -> int | None:
@@ -149,8 +238,31 @@ def parse_counter(text: str) -> int | None:
     return value
 
 
+def parse_state(text: str) -> int:
+    """The number of a ``state`` or ``phys_state`` file (``"4: ACTIVE"``).
+
+    Raises ValueError for anything else.
+    """
+    number, colon, _ = text.strip().partition(":")
+    if not (colon and number.isascii() and number.isdigit() and len(number) <= 3):
+        raise ValueError(f"not a numbered port state: {text.strip()[:40]!r}")
+    return int(number)
+
+
+_BYTES_PER_GIGABIT = 125_000_000
+
+
+def parse_rate(text: str) -> float:
+    """A ``rate`` file (``"400 Gb/sec (4X NDR)"``, ``"2.5 Gb/sec (1X SDR)"``) in bytes per
+    second. Raises ValueError for anything else."""
+    figure, _, unit = text.strip().partition(" ")
+    if not unit.startswith("Gb/sec") or not figure.replace(".", "", 1).isdigit():
+        raise ValueError(f"not a port rate: {text.strip()[:40]!r}")
+    return float(figure) * _BYTES_PER_GIGABIT
+
+
 def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
-    """The device's samples, port by port, for the counters it has."""
+    """The device's samples, port by port, for the figures it has."""
     samples: list[Sample] = []
     for port in device.ports:
         labels = (device.name, str(port.port))
@@ -162,6 +274,18 @@ def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
         ):
             if value is not None:
                 samples.append(Sample(spec, float(value), labels))
+    for health in device.health:
+        labels = (device.name, str(health.port))
+        for spec, figure in (
+            (IB_PORT_STATE, health.state),
+            (IB_PORT_PHYSICAL_STATE, health.physical_state),
+            (IB_PORT_RATE, health.rate_bytes_per_second),
+            (IB_PORT_LINK_DOWNED, health.link_downed),
+        ):
+            if figure is not None:
+                samples.append(Sample(spec, float(figure), labels))
+        for kind, count in health.errors:
+            samples.append(Sample(IB_PORT_ERRORS, float(count), (*labels, kind)))
     return tuple(samples)
 
 
@@ -236,6 +360,43 @@ def _driver_port_counters(
     )
 
 
+def _read_port_file(
+    path: Path, parse: Callable[[str], _T], *, issues: list[CollectorIssue]
+) -> _T | None:
+    """``parse`` of one port attribute; None where it is absent or the port answers it
+    EINVAL (no valid width for ``rate``), an issue where it is unreadable or garbage."""
+    try:
+        text = read_text(path)
+    except CollectorError as error:
+        if not failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
+            issues.append(file_issue(error))
+        return None
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except ValueError as error:
+        issues.append(issue(GARBAGE, f"{path}: {error}"))
+        return None
+
+
+def read_port_health(port_dir: Path, *, port: int, issues: list[CollectorIssue]) -> IbPortHealth:
+    """State, rate and error counters of one port directory; failures to ``issues``."""
+    errors: list[tuple[str, int]] = []
+    for name, kind in _ERROR_COUNTERS:
+        count = _read_counter((port_dir / "counters" / name,), issues=issues)[0]
+        if count is not None:
+            errors.append((kind, count))
+    return IbPortHealth(
+        port=port,
+        state=_read_port_file(port_dir / "state", parse_state, issues=issues),
+        physical_state=_read_port_file(port_dir / "phys_state", parse_state, issues=issues),
+        rate_bytes_per_second=_read_port_file(port_dir / "rate", parse_rate, issues=issues),
+        link_downed=_read_counter((port_dir / "counters" / "link_downed",), issues=issues)[0],
+        errors=tuple(errors),
+    )
+
+
 def _pci_parent(device_dir: Path, *, issues: list[CollectorIssue]) -> Path | None:
     """The PCI function the device's ``device`` link points at, or None."""
     link = device_dir / "device"
@@ -269,11 +430,13 @@ def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevic
     except OSError as error:
         issues.append(issue(UNREADABLE, f"cannot list {ports_dir}: {error.strerror or error}"))
         port_names = []
-    ports = tuple(
-        read_port_counters(ports_dir / name, port=int(name), issues=issues)
+    numbers = [
+        int(name)
         for name in sorted(port_names, key=lambda n: (len(n), n))
         if name.isascii() and name.isdigit()
-    )
+    ]
+    ports = tuple(read_port_counters(ports_dir / str(n), port=n, issues=issues) for n in numbers)
+    health = tuple(read_port_health(ports_dir / str(n), port=n, issues=issues) for n in numbers)
     function = _pci_parent(device_dir, issues=issues)
     vendor = None
     if function is not None:
@@ -286,6 +449,7 @@ def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevic
         pci_address=None if function is None else function.name,
         vendor=vendor,
         ports=ports,
+        health=health,
     )
 
 
@@ -303,7 +467,7 @@ def device_reading(device: IbDevice) -> DeviceReading:
 
 
 class InfinibandCollector(Collector):
-    """Port traffic of every RDMA device of the node."""
+    """Port traffic, state and errors of every RDMA device of the node."""
 
     name = "infiniband"
     # HCA resources have no fixed name prefix (nvidia.com/hca, rdma/..., SR-IOV pools):
@@ -320,6 +484,6 @@ class InfinibandCollector(Collector):
 
 REGISTRATION = Registration(
     "infiniband",
-    "InfiniBand/RoCE port traffic counters of RDMA devices",
+    "InfiniBand/RoCE port traffic, state and error counters of RDMA devices",
     InfinibandCollector,
 )

@@ -129,6 +129,10 @@ class SimRdmaDevice:
     pci_address: str
     numa_node: int
     ports: tuple[int, ...] = (1,)
+    rate: str = "400 Gb/sec (4X NDR)"  # as ib core's rate_show writes it
+    down_ports: tuple[int, ...] = ()  # DOWN and Polling: no cable, or the far end down
+    # PortCounters' error fields (counters/<name>) above 0, the same on every port
+    errors: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +313,14 @@ def demo_hardware() -> SimHardware:
     nics.append(SimNic(VIRTIO_NIC_ADDRESS, "eth1", 0, "0x1af4", "0x1041", virtio_index=3))
     rdma = (
         SimRdmaDevice("mlx5_0", "0000:4b:00.0", 0),
-        SimRdmaDevice("mlx5_1", "0000:d8:00.0", 1),
+        # Its link went down once and recovered, with symbol errors around it: a cable
+        # or transceiver going bad.
+        SimRdmaDevice(
+            "mlx5_1",
+            "0000:d8:00.0",
+            1,
+            errors=(("link_downed", 1), ("link_error_recovery", 3), ("symbol_error", 57)),
+        ),
     )
     drm = (
         SimDrmGpu(1, "amdgpu", "0000:e1:00.0", "0x1002", "0x74a1", 1, 192 * GIB, 0.55),

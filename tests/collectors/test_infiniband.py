@@ -13,15 +13,24 @@ from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.infiniband import (
+    IB_PORT_ERRORS,
+    IB_PORT_LINK_DOWNED,
+    IB_PORT_PHYSICAL_STATE,
+    IB_PORT_RATE,
+    IB_PORT_STATE,
     IB_RECEIVE_BYTES,
     IB_RECEIVE_PACKETS,
     IB_TRANSMIT_BYTES,
     IB_TRANSMIT_PACKETS,
     REGISTRATION,
     IbPortCounters,
+    IbPortHealth,
     InfinibandCollector,
     parse_counter,
+    parse_rate,
+    parse_state,
     read_port_counters,
+    read_port_health,
 )
 from exporter.model import (
     CollectorIssue,
@@ -65,6 +74,39 @@ def _samples(device: SimRdmaDevice, *, tick: int) -> tuple[Sample, ...]:
             Sample(IB_TRANSMIT_BYTES, float(raw["port_xmit_data"] * 4), labels),
             Sample(IB_RECEIVE_PACKETS, float(raw["port_rcv_packets"]), labels),
             Sample(IB_TRANSMIT_PACKETS, float(raw["port_xmit_packets"]), labels),
+        ]
+    return tuple(samples) + _health_samples(device)
+
+
+# The fixture's counters/ error files and the type each is served as, in the reader's order
+_ERROR_TYPES = (
+    ("symbol_error", "symbol"),
+    ("link_error_recovery", "link_error_recovery"),
+    ("local_link_integrity_errors", "local_link_integrity"),
+    ("excessive_buffer_overrun_errors", "excessive_buffer_overrun"),
+    ("port_rcv_errors", "receive"),
+    ("port_rcv_remote_physical_errors", "receive_remote_physical"),
+    ("port_xmit_discards", "transmit_discards"),
+)
+
+
+def _health_samples(device: SimRdmaDevice) -> tuple[Sample, ...]:
+    """What the fixture's state, phys_state, rate and error files of each port read as:
+    400 Gb/sec is 50e9 bytes a second."""
+    counts = dict(device.errors)
+    samples: list[Sample] = []
+    for port in device.ports:
+        labels = (device.name, str(port))
+        down = port in device.down_ports
+        samples += [
+            Sample(IB_PORT_STATE, 1.0 if down else 4.0, labels),
+            Sample(IB_PORT_PHYSICAL_STATE, 2.0 if down else 5.0, labels),
+            Sample(IB_PORT_RATE, 50e9, labels),
+            Sample(IB_PORT_LINK_DOWNED, float(counts.get("link_downed", 0)), labels),
+        ]
+        samples += [
+            Sample(IB_PORT_ERRORS, float(counts.get(name, 0)), (*labels, kind))
+            for name, kind in _ERROR_TYPES
         ]
     return tuple(samples)
 
@@ -416,8 +458,10 @@ class TestInfinibandCollector:
         before = _collect(_tree(tmp_path, tick=3))
         after = _collect(_tree(tmp_path, tick=4))
 
+        traffic = {IB_RECEIVE_BYTES, IB_TRANSMIT_BYTES, IB_RECEIVE_PACKETS, IB_TRANSMIT_PACKETS}
+
         def values(readings: Readings) -> list[float]:
-            return [s.value for r in readings.devices for s in r.samples]
+            return [s.value for r in readings.devices for s in r.samples if s.spec in traffic]
 
         assert values(before)  # all() of nothing would pass
         assert all(a > b for a, b in zip(values(after), values(before), strict=True))
@@ -614,10 +658,251 @@ class TestPartialFailures:
         shutil.rmtree(tmp_path / "class/infiniband/mlx5_1/ports/2/counters")
 
         mlx5_1 = _reading(MLX5_1, tick=0)
+        # port 1's traffic and health; port 2's state, physical state and rate alone
+        port_2_files = {IB_PORT_STATE, IB_PORT_PHYSICAL_STATE, IB_PORT_RATE}
+        left = tuple(
+            s for s in mlx5_1.samples if s.label_values[1] == "1" or s.spec in port_2_files
+        )
         expected = Readings(
             devices=(
                 _reading(MLX5_0, tick=0),
-                DeviceReading(mlx5_1.name, mlx5_1.keys, mlx5_1.identity, mlx5_1.samples[:4]),
+                DeviceReading(mlx5_1.name, mlx5_1.keys, mlx5_1.identity, left),
             )
         )
         assert expected == _collect(tmp_path)
+
+
+class TestParsePortState:
+    # Every string ib core's sysfs.c writes (state_show's state_name, phys_state_to_str)
+    @pytest.mark.parametrize(
+        ("text", "number"),
+        [
+            ("0: NOP\n", 0),
+            ("1: DOWN\n", 1),
+            ("2: INIT\n", 2),
+            ("3: ARMED\n", 3),
+            ("4: ACTIVE\n", 4),
+            ("5: ACTIVE_DEFER\n", 5),
+            ("1: Sleep\n", 1),
+            ("2: Polling\n", 2),
+            ("3: Disabled\n", 3),
+            ("4: PortConfigurationTraining\n", 4),
+            ("5: LinkUp\n", 5),
+            ("6: LinkErrorRecovery\n", 6),
+            ("7: Phy Test\n", 7),
+            ("9: <unknown>\n", 9),
+            ("12: UNKNOWN\n", 12),
+        ],
+    )
+    def test_the_kernels_strings(self, text: str, number: int) -> None:
+        """The number before the colon, whatever name follows it."""
+        assert number == parse_state(text)
+
+    @pytest.mark.parametrize(
+        "text", ["ACTIVE", "", ": ACTIVE", "-1: DOWN", "4 ACTIVE", "\u0661: X"]
+    )
+    def test_garbage_raises(self, text: str) -> None:
+        with pytest.raises(ValueError, match="not a numbered port state"):
+            parse_state(text)
+
+
+class TestParseRate:
+    @pytest.mark.parametrize(
+        ("text", "bytes_per_second"),
+        [
+            ("400 Gb/sec (4X NDR)\n", 50e9),
+            ("200 Gb/sec (4X HDR)\n", 25e9),
+            ("100 Gb/sec (2X HDR)\n", 12.5e9),
+            ("56 Gb/sec (4X FDR)\n", 7e9),
+            ("2.5 Gb/sec (1X SDR)\n", 312.5e6),
+            ("800 Gb/sec (4X XDR)\n", 100e9),  # a speed this code does not name
+            ("25.78125 Gb/sec\n", 25.78125 * 125e6),  # procfs's test of a rate without lanes
+        ],
+    )
+    def test_gigabits_become_bytes(self, text: str, bytes_per_second: float) -> None:
+        """The leading figure, in Gb/s as rate_show writes it (rate / 10, ".5"), as bytes."""
+        assert bytes_per_second == pytest.approx(parse_rate(text), rel=1e-12)
+
+    @pytest.mark.parametrize(
+        "text", ["", "fast", "400 Mb/sec", "Gb/sec", "4.0.0 Gb/sec", "x Gb/sec"]
+    )
+    def test_garbage_raises(self, text: str) -> None:
+        with pytest.raises(ValueError, match="not a port rate"):
+            parse_rate(text)
+
+
+_HEALTHY_PORT = {
+    "state": "4: ACTIVE\n",
+    "phys_state": "5: LinkUp\n",
+    "rate": "200 Gb/sec (4X HDR)\n",
+    "counters/link_downed": "2\n",
+    "counters/symbol_error": "65535\n",
+    "counters/port_rcv_errors": "7\n",
+    "counters/port_xmit_discards": "0\n",
+}
+
+
+class TestReadPortHealth:
+    def test_state_rate_and_the_error_counters_present(self, tmp_path: Path) -> None:
+        """Each figure from its file; a counter at its 16-bit maximum as it is; error
+        types whose file is absent have no entry."""
+        port_dir = _port(tmp_path, "mlx5_0", "1", _HEALTHY_PORT)
+        issues: list[CollectorIssue] = []
+
+        health = read_port_health(port_dir, port=1, issues=issues)
+        expected = IbPortHealth(
+            port=1,
+            state=4,
+            physical_state=5,
+            rate_bytes_per_second=25e9,
+            link_downed=2,
+            errors=(("symbol", 65535), ("receive", 7), ("transmit_discards", 0)),
+        )
+        assert (expected, []) == (health, issues)
+
+    def test_a_port_without_a_link(self, tmp_path: Path) -> None:
+        """DOWN and Polling are figures like any other; a rate the kernel refuses
+        (EINVAL: no valid width) is no figure and no issue."""
+        files = {**_HEALTHY_PORT, "state": "1: DOWN\n", "phys_state": "2: Polling\n"}
+        port_dir = _port(tmp_path, "mlx5_0", "1", files)
+
+        def read(monkeypatch: pytest.MonkeyPatch) -> tuple[IbPortHealth, list[CollectorIssue]]:
+            fail_reads(monkeypatch, path_suffix="/rate", code=errno.EINVAL)
+            issues: list[CollectorIssue] = []
+            return read_port_health(port_dir, port=1, issues=issues), issues
+
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            health, issues = read(monkeypatch)
+        assert ((1, 2, None), []) == (
+            (health.state, health.physical_state, health.rate_bytes_per_second),
+            issues,
+        )
+
+    def test_without_counters_state_and_rate_still(self, tmp_path: Path) -> None:
+        """A driver without MAD support (EFA) has no counters/: no error figures, its
+        state and rate all the same; ``N/A (no PMA)`` is no figure either."""
+        files = {k: v for k, v in _HEALTHY_PORT.items() if not k.startswith("counters/")}
+        files["counters/link_downed"] = "N/A (no PMA)\n"
+        port_dir = _port(tmp_path, "efa_0", "1", files)
+        issues: list[CollectorIssue] = []
+
+        health = read_port_health(port_dir, port=1, issues=issues)
+        assert (IbPortHealth(1, 4, 5, 25e9, None, ()), []) == (health, issues)
+
+    @pytest.mark.parametrize(
+        ("name", "text", "field"),
+        [
+            ("state", "ACTIVE\n", "state"),
+            ("phys_state", "LinkUp\n", "physical_state"),
+            ("rate", "fast\n", "rate_bytes_per_second"),
+            ("counters/link_downed", "-1\n", "link_downed"),
+        ],
+    )
+    def test_garbage_loses_that_figure_with_its_path(
+        self, tmp_path: Path, name: str, text: str, field: str
+    ) -> None:
+        port_dir = _port(tmp_path, "mlx5_0", "1", {**_HEALTHY_PORT, name: text})
+        issues: list[CollectorIssue] = []
+
+        health = read_port_health(port_dir, port=1, issues=issues)
+        healthy = read_port_health(
+            _port(tmp_path / "other", "mlx5_0", "1", _HEALTHY_PORT), port=1, issues=[]
+        )
+        assert (None, ["garbage"], True) == (
+            getattr(health, field),
+            [i.error for i in issues],
+            str(port_dir / name) in issues[0].detail,
+        )
+        # the other figures are read all the same
+        others = [f for f in ("state", "physical_state", "rate_bytes_per_second") if f != field]
+        assert [getattr(healthy, f) for f in others] == [getattr(health, f) for f in others]
+
+    @pytest.mark.parametrize("name", ["state", "rate", "counters/symbol_error"])
+    def test_an_unreadable_file_is_an_issue(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    ) -> None:
+        port_dir = _port(tmp_path, "mlx5_0", "1", _HEALTHY_PORT)
+        fail_reads(monkeypatch, path_suffix=f"/{name}", code=errno.EIO)
+        issues: list[CollectorIssue] = []
+
+        read_port_health(port_dir, port=1, issues=issues)
+        assert (["unreadable"], True) == (
+            [i.error for i in issues],
+            str(port_dir / name) in issues[0].detail,
+        )
+
+
+class TestPortHealthSamples:
+    def test_a_down_port_and_error_counts_reach_the_reading(self, tmp_path: Path) -> None:
+        """Through the collector: a port the fixture writes DOWN/Polling, and a
+        device's error counts under their types."""
+        device = SimRdmaDevice(
+            "mlx5_2",
+            "0000:4b:00.0",
+            0,
+            ports=(1, 2),
+            down_ports=(2,),
+            errors=(("link_downed", 3), ("port_rcv_remote_physical_errors", 11)),
+        )
+        hardware = SimHardware(numa_nodes=HARDWARE.numa_nodes, rdma_devices=(device,))
+        pci_fixture.write(tmp_path, hardware, tick=0)
+        ib_fixture.write(tmp_path, hardware, tick=0)
+
+        (reading,) = _collect(tmp_path).devices
+        figures = {
+            (s.spec.name, s.label_values): s.value
+            for s in reading.samples
+            if s.spec
+            in (IB_PORT_STATE, IB_PORT_PHYSICAL_STATE, IB_PORT_LINK_DOWNED, IB_PORT_ERRORS)
+            and s.value
+        }
+        assert {
+            ("podresources_infiniband_port_state_id", ("mlx5_2", "1")): 4.0,
+            ("podresources_infiniband_port_state_id", ("mlx5_2", "2")): 1.0,
+            ("podresources_infiniband_port_physical_state_id", ("mlx5_2", "1")): 5.0,
+            ("podresources_infiniband_port_physical_state_id", ("mlx5_2", "2")): 2.0,
+            ("podresources_infiniband_port_link_downed_total", ("mlx5_2", "1")): 3.0,
+            ("podresources_infiniband_port_link_downed_total", ("mlx5_2", "2")): 3.0,
+            (
+                "podresources_infiniband_port_errors_total",
+                ("mlx5_2", "1", "receive_remote_physical"),
+            ): 11.0,
+            (
+                "podresources_infiniband_port_errors_total",
+                ("mlx5_2", "2", "receive_remote_physical"),
+            ): 11.0,
+        } == figures
+
+    def test_health_families(self) -> None:
+        """Two gauges of numbered states, a rate in bytes, two counters, named as
+        node_exporter's infiniband collector names the same figures (with our prefix)."""
+        specs = (
+            IB_PORT_STATE,
+            IB_PORT_PHYSICAL_STATE,
+            IB_PORT_RATE,
+            IB_PORT_LINK_DOWNED,
+            IB_PORT_ERRORS,
+        )
+        assert [
+            ("podresources_infiniband_port_state_id", MetricKind.GAUGE, ("ib_device", "port")),
+            (
+                "podresources_infiniband_port_physical_state_id",
+                MetricKind.GAUGE,
+                ("ib_device", "port"),
+            ),
+            (
+                "podresources_infiniband_port_rate_bytes_per_second",
+                MetricKind.GAUGE,
+                ("ib_device", "port"),
+            ),
+            (
+                "podresources_infiniband_port_link_downed_total",
+                MetricKind.COUNTER,
+                ("ib_device", "port"),
+            ),
+            (
+                "podresources_infiniband_port_errors_total",
+                MetricKind.COUNTER,
+                ("ib_device", "port", "type"),
+            ),
+        ] == [(s.name, s.kind, s.labels) for s in specs]
