@@ -30,6 +30,12 @@ wide in the IBA's PortCounters and stop at their maximum (255 for ``link_downed`
 until the subnet manager's performance manager or ``perfquery -R`` clears them; they
 are served as they are.
 
+What does not change while a device exists (its PCI function and vendor, its ports and
+which counter folders they have) is found when it is first listed and kept by its class
+entry's name and inode, so a renamed or re-created device is found again; each port's
+files are kept open between polls and re-read (``KeptFiles``): a GPU node's eight HCAs
+cost ~15 reads a port a poll, not ~15 opens and a walk of their folders.
+
 A device whose driver has no MAD support gets no ``counters/`` at all (ib core's
 ``setup_port`` makes it only for drivers with ``process_mad``): AWS EFA, the RDMA
 device of GPU instances, is one. Its traffic is in the driver's own
@@ -51,6 +57,7 @@ from typing import TypeVar
 
 from exporter.collectors.base import (
     Collector,
+    CollectorContext,
     CollectorError,
     Registration,
     issue,
@@ -70,10 +77,11 @@ from exporter.sysfs import (
     GARBAGE,
     MAX_COUNTER,
     UNREADABLE,
+    KeptFiles,
     failed_with,
     file_issue,
     is_pci_address,
-    list_source,
+    list_source_inodes,
     read_text,
     vendor_name,
 )
@@ -167,6 +175,9 @@ IB_PORT_ERRORS = MetricSpec(
 )
 
 _T = TypeVar("_T")
+# How an attribute file is read: ``read_text`` opens it each time; the collector's
+# ``KeptFiles.read_text`` re-reads a descriptor kept open between polls.
+Reader = Callable[[str], str | None]
 _OCTETS_PER_DATA_UNIT = 4  # PortRcvData/PortXmitData count 32-bit words
 _SATURATED_32 = 2**32 - 1  # where a 32-bit PortCounters figure stops
 _MAX_DIGITS = len(str(MAX_COUNTER))
@@ -290,14 +301,14 @@ def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
 
 
 def _read_counter(
-    paths: tuple[Path, ...], *, issues: list[CollectorIssue]
-) -> tuple[int | None, Path | None]:
+    paths: tuple[str, ...], *, issues: list[CollectorIssue], read: Reader
+) -> tuple[int | None, str | None]:
     """The value of the first of ``paths`` that answers, and that path. The first file
     that exists decides: a garbage counters_ext/ value is not replaced by a counters/
     one that may be a saturated 32-bit figure."""
     for path in paths:
         try:
-            text = read_text(path)
+            text = read(path)
         except CollectorError as error:
             if failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
                 continue  # no PMA: show_pma_counter returns the MAD query's error
@@ -313,60 +324,104 @@ def _read_counter(
     return None, None
 
 
-def _times(value: int | None, factor: int) -> int | None:
-    return None if value is None else value * factor
+# PortCounters' traffic fields, in IbPortCounters' order: (counters/ name, the driver's
+# hw_counters/ name where a port has no PMA (EFA's), words of 4 octets in counters/)
+_TRAFFIC = (
+    ("port_rcv_data", "rx_bytes", True),
+    ("port_xmit_data", "tx_bytes", True),
+    ("port_rcv_packets", "rx_pkts", False),
+    ("port_xmit_packets", "tx_pkts", False),
+)
 
 
-def read_port_counters(
-    port_dir: Path, *, port: int, issues: list[CollectorIssue]
-) -> IbPortCounters:
-    """The traffic counters of one port directory (``ports/<port>``); failures to ``issues``."""
-    if not os.path.isdir(port_dir / "counters") and not os.path.isdir(port_dir / "counters_ext"):
-        return _driver_port_counters(port_dir, port=port, issues=issues)
+@dataclass(frozen=True, slots=True)
+class _PortLayout:
+    """Where one port's figures are, found once as its device is first listed: ib core
+    makes a port's folders as it registers the device, so which exist does not change
+    while the device does."""
 
-    def counter(name: str) -> int | None:
-        legacy = port_dir / "counters" / name
-        value, path = _read_counter(
-            (port_dir / "counters_ext" / f"{name}_64", legacy), issues=issues
+    number: int
+    pma: bool  # counters/ (or counters_ext/, kernels before 4.5); else hw_counters/
+    # per _TRAFFIC entry, the files to try in turn: counters_ext/*_64 before counters/
+    traffic: tuple[tuple[str, ...], ...]
+    state: str
+    physical_state: str
+    rate: str
+    link_downed: str | None  # counters/link_downed; None without counters/
+    errors: tuple[tuple[str, str], ...]  # (IB_PORT_ERRORS' type, its counters/ file)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file the port's figures are read from."""
+        return (
+            *(path for paths in self.traffic for path in paths),
+            self.state,
+            self.physical_state,
+            self.rate,
+            *((self.link_downed,) if self.link_downed else ()),
+            *(path for _, path in self.errors),
         )
-        if value == _SATURATED_32 and path == legacy:
-            return None  # a counters/ figure that may be a saturated 32-bit one
-        return value
 
-    return IbPortCounters(
-        port=port,
-        receive_bytes=_times(counter("port_rcv_data"), _OCTETS_PER_DATA_UNIT),
-        transmit_bytes=_times(counter("port_xmit_data"), _OCTETS_PER_DATA_UNIT),
-        receive_packets=counter("port_rcv_packets"),
-        transmit_packets=counter("port_xmit_packets"),
+
+def _port_layout(port_dir: Path, *, port: int) -> _PortLayout:
+    directory = str(port_dir)
+    extended = os.path.isdir(f"{directory}/counters_ext")
+    pma = extended or os.path.isdir(f"{directory}/counters")
+    counters = f"{directory}/counters"
+    traffic: tuple[tuple[str, ...], ...]
+    if not pma:
+        traffic = tuple((f"{directory}/hw_counters/{driver}",) for _, driver, _ in _TRAFFIC)
+    elif extended:
+        traffic = tuple(
+            (f"{directory}/counters_ext/{name}_64", f"{counters}/{name}") for name, _, _ in _TRAFFIC
+        )
+    else:
+        traffic = tuple((f"{counters}/{name}",) for name, _, _ in _TRAFFIC)
+    return _PortLayout(
+        number=port,
+        pma=pma,
+        traffic=traffic,
+        state=f"{directory}/state",
+        physical_state=f"{directory}/phys_state",
+        rate=f"{directory}/rate",
+        # the error counters are PortCounters': in counters/ alone
+        link_downed=f"{counters}/link_downed" if pma else None,
+        errors=tuple((kind, f"{counters}/{name}") for name, kind in _ERROR_COUNTERS) if pma else (),
     )
 
 
-def _driver_port_counters(
-    port_dir: Path, *, port: int, issues: list[CollectorIssue]
+def read_port_counters(
+    port_dir: Path, *, port: int, issues: list[CollectorIssue], read: Reader = read_text
 ) -> IbPortCounters:
-    """Traffic from the driver's ``hw_counters`` (EFA's names), for a port without PMA
-    counters; all None where the driver counts no traffic there."""
+    """The traffic counters of one port directory (``ports/<port>``); failures to ``issues``."""
+    return _port_counters(_port_layout(port_dir, port=port), issues=issues, read=read)
 
-    def counter(name: str) -> int | None:
-        return _read_counter((port_dir / "hw_counters" / name,), issues=issues)[0]
 
+def _port_counters(
+    layout: _PortLayout, *, issues: list[CollectorIssue], read: Reader
+) -> IbPortCounters:
+    values: list[int | None] = []
+    for paths, (_, _, in_words) in zip(layout.traffic, _TRAFFIC, strict=True):
+        value, path = _read_counter(paths, issues=issues, read=read)
+        if value is not None and layout.pma:
+            if value == _SATURATED_32 and path == paths[-1]:
+                value = None  # a counters/ figure that may be a saturated 32-bit one
+            elif in_words:
+                value *= _OCTETS_PER_DATA_UNIT
+        values.append(value)
+    receive_bytes, transmit_bytes, receive_packets, transmit_packets = values
     return IbPortCounters(
-        port=port,
-        receive_bytes=counter("rx_bytes"),
-        transmit_bytes=counter("tx_bytes"),
-        receive_packets=counter("rx_pkts"),
-        transmit_packets=counter("tx_pkts"),
+        layout.number, receive_bytes, transmit_bytes, receive_packets, transmit_packets
     )
 
 
 def _read_port_file(
-    path: Path, parse: Callable[[str], _T], *, issues: list[CollectorIssue]
+    path: str, parse: Callable[[str], _T], *, issues: list[CollectorIssue], read: Reader
 ) -> _T | None:
     """``parse`` of one port attribute; None where it is absent or the port answers it
     EINVAL (no valid width for ``rate``), an issue where it is unreadable or garbage."""
     try:
-        text = read_text(path)
+        text = read(path)
     except CollectorError as error:
         if not failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
             issues.append(file_issue(error))
@@ -380,19 +435,32 @@ def _read_port_file(
         return None
 
 
-def read_port_health(port_dir: Path, *, port: int, issues: list[CollectorIssue]) -> IbPortHealth:
+def read_port_health(
+    port_dir: Path, *, port: int, issues: list[CollectorIssue], read: Reader = read_text
+) -> IbPortHealth:
     """State, rate and error counters of one port directory; failures to ``issues``."""
+    return _port_health(_port_layout(port_dir, port=port), issues=issues, read=read)
+
+
+def _port_health(
+    layout: _PortLayout, *, issues: list[CollectorIssue], read: Reader
+) -> IbPortHealth:
     errors: list[tuple[str, int]] = []
-    for name, kind in _ERROR_COUNTERS:
-        count = _read_counter((port_dir / "counters" / name,), issues=issues)[0]
+    for kind, path in layout.errors:
+        count = _read_counter((path,), issues=issues, read=read)[0]
         if count is not None:
             errors.append((kind, count))
+    link_downed = None
+    if layout.link_downed is not None:
+        link_downed = _read_counter((layout.link_downed,), issues=issues, read=read)[0]
     return IbPortHealth(
-        port=port,
-        state=_read_port_file(port_dir / "state", parse_state, issues=issues),
-        physical_state=_read_port_file(port_dir / "phys_state", parse_state, issues=issues),
-        rate_bytes_per_second=_read_port_file(port_dir / "rate", parse_rate, issues=issues),
-        link_downed=_read_counter((port_dir / "counters" / "link_downed",), issues=issues)[0],
+        port=layout.number,
+        state=_read_port_file(layout.state, parse_state, issues=issues, read=read),
+        physical_state=_read_port_file(
+            layout.physical_state, parse_state, issues=issues, read=read
+        ),
+        rate_bytes_per_second=_read_port_file(layout.rate, parse_rate, issues=issues, read=read),
+        link_downed=link_downed,
         errors=tuple(errors),
     )
 
@@ -410,11 +478,40 @@ def _pci_parent(device_dir: Path, *, issues: list[CollectorIssue]) -> Path | Non
     return parent if is_pci_address(parent.name) else None
 
 
-def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevice | None:
+@dataclass(frozen=True, slots=True)
+class _DeviceLayout:
+    """What does not change while an RDMA device exists: its PCI function, vendor and
+    ports. Found once, as the device is first listed."""
+
+    name: str
+    pci_address: str | None
+    vendor: str | None
+    ports: tuple[_PortLayout, ...]
+
+
+def read_ib_device(
+    device_dir: Path, *, issues: list[CollectorIssue], read: Reader = read_text
+) -> IbDevice | None:
     """One RDMA device (``class/infiniband/<name>``), or None when it vanished.
 
     A figure that cannot be read is left out and its failure added to ``issues``.
     """
+    layout = _device_layout(device_dir, issues=issues)
+    return None if layout is None else _read_device(layout, issues=issues, read=read)
+
+
+def _read_device(layout: _DeviceLayout, *, issues: list[CollectorIssue], read: Reader) -> IbDevice:
+    return IbDevice(
+        name=layout.name,
+        pci_address=layout.pci_address,
+        vendor=layout.vendor,
+        ports=tuple(_port_counters(p, issues=issues, read=read) for p in layout.ports),
+        health=tuple(_port_health(p, issues=issues, read=read) for p in layout.ports),
+    )
+
+
+def _device_layout(device_dir: Path, *, issues: list[CollectorIssue]) -> _DeviceLayout | None:
+    """The device's layout, or None when it vanished; failures to ``issues``."""
     try:
         os.stat(device_dir)  # the class link itself: one issue for a broken one, not one per file
     except (FileNotFoundError, NotADirectoryError):
@@ -435,8 +532,6 @@ def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevic
         for name in sorted(port_names, key=lambda n: (len(n), n))
         if name.isascii() and name.isdigit()
     ]
-    ports = tuple(read_port_counters(ports_dir / str(n), port=n, issues=issues) for n in numbers)
-    health = tuple(read_port_health(ports_dir / str(n), port=n, issues=issues) for n in numbers)
     function = _pci_parent(device_dir, issues=issues)
     vendor = None
     if function is not None:
@@ -444,12 +539,11 @@ def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevic
             vendor = vendor_name(read_text(function / "vendor"))
         except CollectorError as error:
             issues.append(file_issue(error))
-    return IbDevice(
+    return _DeviceLayout(
         name=device_dir.name,
         pci_address=None if function is None else function.name,
         vendor=vendor,
-        ports=ports,
-        health=health,
+        ports=tuple(_port_layout(ports_dir / str(n), port=n) for n in numbers),
     )
 
 
@@ -474,12 +568,42 @@ class InfinibandCollector(Collector):
     # an absent class/infiniband is never judged a failure by the kubelet's resources.
     known_errors = (UNREADABLE, GARBAGE)
 
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        # class/infiniband entry name -> (inode, the device's layout)
+        self._layouts: dict[str, tuple[int, _DeviceLayout]] = {}
+        self._files = KeptFiles.under(context.sysfs)
+
     def collect(self) -> Readings:
         class_dir = self.context.sysfs / "class" / "infiniband"
-        names = list_source(class_dir, absent=f"no RDMA devices: {class_dir} does not exist")
+        listed = list_source_inodes(
+            str(class_dir), absent=f"no RDMA devices: {class_dir} does not exist"
+        )
         issues: list[CollectorIssue] = []
-        devices = [d for n in names if (d := read_ib_device(class_dir / n, issues=issues))]
+        kept: dict[str, tuple[int, _DeviceLayout]] = {}
+        devices: list[IbDevice] = []
+        for name, inode in listed:
+            cached = self._layouts.get(name)
+            if cached is not None and cached[0] == inode:
+                layout: _DeviceLayout | None = cached[1]
+                kept[name] = cached
+            else:
+                if cached is not None:
+                    # Another device has this name now (renamed, or re-created): the kept
+                    # files still read the one that had it.
+                    self._files.forget(p for port in cached[1].ports for p in port.files)
+                before = len(issues)
+                layout = _device_layout(class_dir / name, issues=issues)
+                if layout is not None and len(issues) == before:
+                    kept[name] = (inode, layout)  # a failed read is retried next poll
+            if layout is not None:
+                devices.append(_read_device(layout, issues=issues, read=self._files.read_text))
+        self._layouts = kept  # entries no longer listed are dropped here
+        self._files.sweep()
         return Readings(devices=tuple(device_reading(d) for d in devices), issues=tuple(issues))
+
+    def close(self) -> None:
+        self._files.close()
 
 
 REGISTRATION = Registration(

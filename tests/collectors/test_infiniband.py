@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from openfiles import held_under
 from oserrors import fail_reads
 
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
@@ -906,3 +907,102 @@ class TestPortHealthSamples:
                 ("ib_device", "port", "type"),
             ),
         ] == [(s.name, s.kind, s.labels) for s in specs]
+
+
+class TestPolledAgain:
+    """One collector polled again and again: what it keeps must follow the tree."""
+
+    def test_counters_advance_for_one_collector(self, tmp_path: Path) -> None:
+        """Files the fixture replaced between polls are read anew through kept files."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path, tick=1)))
+        collector.collect()
+        _tree(tmp_path, tick=2)
+
+        expected = Readings(devices=(_reading(MLX5_0, tick=2), _reading(MLX5_1, tick=2)))
+        assert expected == collector.collect()
+
+    def test_files_are_kept_open_between_polls(self, tmp_path: Path) -> None:
+        """A poll keeps each port's files open for the next one: ``N`` files read, ``N``
+        held, whatever number of polls."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        first = sorted(held_under(tmp_path))
+        collector.collect()
+
+        # per port: 4 traffic counters, state, phys_state, rate, link_downed, 7 errors
+        assert (15 * 3, first) == (len(first), sorted(held_under(tmp_path)))
+
+    def test_removed_device_is_dropped_and_its_files_closed(self, tmp_path: Path) -> None:
+        """A device gone between polls is gone from the next one, with its descriptors."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        device_dir = pci_fixture.pci_device_dir(tmp_path, MLX5_1.pci_address) / "infiniband"
+        shutil.rmtree(device_dir)
+        (tmp_path / "class" / "infiniband" / "mlx5_1").unlink()
+
+        readings = collector.collect()
+        assert (Readings(devices=(_reading(MLX5_0, tick=0),)), []) == (
+            readings,
+            held_under(device_dir),
+        )
+
+    def test_added_device_is_found(self, tmp_path: Path) -> None:
+        """A device that appears between polls is in the next poll."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        extra = SimRdmaDevice("mlx5_2", "0000:5b:00.0", 0)
+        hardware = SimHardware(HARDWARE.numa_nodes, rdma_devices=(MLX5_0, MLX5_1, extra))
+        pci_fixture.write(tmp_path, hardware, tick=0)
+        ib_fixture.write(tmp_path, hardware, tick=0)
+
+        expected = (_reading(MLX5_0, tick=0), _reading(MLX5_1, tick=0), _reading(extra, tick=0))
+        assert expected == collector.collect().devices
+
+    def test_name_taken_by_another_device_reads_that_device(self, tmp_path: Path) -> None:
+        """A renamed device (``rdma dev set mlx5_1 name mlx5_0`` once mlx5_0 is gone): a
+        new class entry for the name. Its files are the other device's, so without
+        forgetting the kept ones mlx5_0 would keep reading the old device's counters."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        class_dir = tmp_path / "class" / "infiniband"
+        (class_dir / "mlx5_0").unlink()
+        (class_dir / "mlx5_1").rename(class_dir / "mlx5_0")  # a new inode for the name
+
+        (mlx5_0,) = collector.collect().devices
+        # the renamed device's ports and address, its samples under the name it has now
+        renamed = _reading(MLX5_1, tick=0)
+        assert (
+            (HardwareKey(KeyKind.RDMA, "mlx5_0"), HardwareKey(KeyKind.PCI, MLX5_1.pci_address)),
+            [("mlx5_0", *s.label_values[1:]) for s in renamed.samples],
+            [s.value for s in renamed.samples],
+        ) == (
+            mlx5_0.keys,
+            [s.label_values for s in mlx5_0.samples],
+            [s.value for s in mlx5_0.samples],
+        )
+
+    def test_a_failed_vendor_read_is_tried_again(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """What was found with a failure is not kept: the next poll reads it again, and
+        finds the vendor once it answers."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        with pytest.MonkeyPatch.context() as failing:
+            fail_reads(failing, path_suffix=f"{MLX5_0.pci_address}/vendor", code=errno.EIO)
+            first = collector.collect()
+        second = collector.collect()
+
+        assert (None, ["unreadable"], "mellanox", []) == (
+            first.devices[0].identity.vendor,
+            [i.error for i in first.issues],
+            second.devices[0].identity.vendor,
+            list(second.issues),
+        )
+
+    def test_close_releases_every_file(self, tmp_path: Path) -> None:
+        """close() leaves no descriptor of the tree open."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        collector.close()
+
+        assert [] == held_under(tmp_path)
