@@ -38,6 +38,7 @@ from exporter.sim.hardware import (
     SimNic,
     SimNumaNode,
     SimPcieLink,
+    SimRdmaDevice,
     demo_hardware,
 )
 
@@ -381,10 +382,12 @@ class DemoScenario:
 
 
 def dense_hardware(
-    *, cpus: int = 256, gpus: int = 8, vfs: int = 56, numa_nodes: int = 2
+    *, cpus: int = 256, gpus: int = 8, vfs: int = 56, numa_nodes: int = 2, hcas: int = 8
 ) -> SimHardware:
     """A big node: ``numa_nodes`` NUMA nodes sharing ``cpus``, 2 TiB of memory and the
-    huge pages, ``gpus`` GPUs spread over the nodes and ``vfs`` VFs of two PFs."""
+    huge pages, ``gpus`` GPUs spread over the nodes, ``vfs`` VFs of two PFs and ``hcas``
+    InfiniBand HCAs, one a GPU as on a training node's compute fabric (read every poll,
+    though no pod is given one: the scenario's kubelet does not list them)."""
     per_node = cpus // numa_nodes
     nodes = tuple(
         SimNumaNode(
@@ -427,10 +430,16 @@ def dense_hardware(
                     vf_index=vf,
                 )
             )
-    # Every GPU and PF on a Gen5 x16 link, as on a real node: its link is read every poll.
+    hca_list = tuple(
+        SimRdmaDevice(f"mlx5_{i}", f"0000:{0x40 + i:02x}:00.0", i * numa_nodes // hcas)
+        for i in range(hcas)
+    )
+    # Every GPU, PF and HCA on a Gen5 x16 link, as on a real node: its link is read
+    # every poll.
     linked = [g.pci_address for g in gpu_list] + [n.pci_address for n in nics if n.physfn is None]
+    linked += [h.pci_address for h in hca_list]
     links = tuple((address, SimPcieLink(16, 16)) for address in sorted(linked))
-    return SimHardware(nodes, gpu_list, nics=tuple(nics), pcie_links=links)
+    return SimHardware(nodes, gpu_list, nics=tuple(nics), rdma_devices=hca_list, pcie_links=links)
 
 
 _SIDECARS = ("sidecar", "log-shipper", "metrics-agent")

@@ -55,3 +55,20 @@ def test_every_other_pod_holds_a_cpu_and_each_tick_renames_one_slot() -> None:
 
     assert (held[::2], held[1::2]) == ([1] * 125, [0] * 125)
     assert len(renamed) == 250 // CHURN_SLOTS
+
+
+def test_hcas_are_read_but_not_listed() -> None:
+    """Eight single-port HCAs, one a GPU, spread over the NUMA nodes with their own
+    PCIe links: the collectors pay for reading them, and the kubelet lists none."""
+    hardware = dense_hardware(numa_nodes=8, vfs=88)
+    state = DenseScenario(hardware, 250, sidecars=2).state_at(0)
+    listed = {i for g in state.allocatable.devices for i in g.device_ids}
+    linked = {address for address, _ in hardware.pcie_links}
+
+    assert (8, list(range(8)), {(1,)}, set()) == (
+        len(hardware.rdma_devices),
+        sorted(h.numa_node for h in hardware.rdma_devices),
+        {h.ports for h in hardware.rdma_devices},
+        {h.pci_address for h in hardware.rdma_devices} - linked,
+    )
+    assert not listed & {h.pci_address for h in hardware.rdma_devices}
