@@ -21,7 +21,11 @@ as the kernel numbers them (``"4: ACTIVE"``, ``"5: LinkUp"``: ib core's ``state_
 and ``phys_state_show``; the numbers are the IBA's, so a new name changes nothing),
 ``rate`` as bytes per second (``"400 Gb/sec (4X NDR)"``, the leading figure in Gb/s;
 the kernel answers EINVAL, no figure, where the port reports no valid width, as a port
-that is down may), and the PortCounters error fields in ``counters/``: ``link_downed``
+that is down may; mlx5 reports a default instead, so its down ports read a rate).
+RoCE drivers (mlx5, irdma, qedr, mana...) take the state from the netdev: ACTIVE and
+LinkUp with carrier, else DOWN and Disabled, never Polling. EFA's ``efa_query_port``
+reports ACTIVE, LinkUp and a fixed rate whatever the link: constants, not health. Then
+the PortCounters error fields in ``counters/``: ``link_downed``
 (the link failed its error recovery and went down), ``symbol_error``,
 ``link_error_recovery``, ``local_link_integrity_errors``,
 ``excessive_buffer_overrun_errors``, ``port_rcv_errors``,
@@ -148,15 +152,17 @@ IB_PORT_PHYSICAL_STATE = MetricSpec(
     "podresources_infiniband_port_physical_state_id",
     MetricKind.GAUGE,
     "The port's physical link state, as numbered in its phys_state file: 1 Sleep, "
-    "2 Polling (no peer: no cable, or the far end down), 3 Disabled, "
-    "4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test.",
+    "2 Polling (InfiniBand: no peer, no cable or the far end down), 3 Disabled (a RoCE "
+    "port without carrier), 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, "
+    "7 Phy Test.",
     _LABELS,
 )
 IB_PORT_RATE = MetricSpec(
     "podresources_infiniband_port_rate_bytes_per_second",
     MetricKind.GAUGE,
-    "The data rate the port's link runs at (its lanes times their speed), in bytes per "
-    "second; a port that is not ACTIVE passes no traffic, whatever its rate reads.",
+    "The port's link rate as the kernel reports it (its lanes times their nominal "
+    "speed; an SDR, DDR or QDR link carries 80% of it as data), in bytes per second; a "
+    "port that is not ACTIVE passes no traffic, whatever its rate reads.",
     _LABELS,
 )
 IB_PORT_LINK_DOWNED = MetricSpec(

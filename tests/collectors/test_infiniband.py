@@ -693,6 +693,7 @@ class TestParsePortState:
             ("7: Phy Test\n", 7),
             ("9: <unknown>\n", 9),
             ("12: UNKNOWN\n", 12),
+            ("255: <unknown>\n", 255),  # phys_state is a u8 printed with %u
         ],
     )
     def test_the_kernels_strings(self, text: str, number: int) -> None:
@@ -700,7 +701,7 @@ class TestParsePortState:
         assert number == parse_state(text)
 
     @pytest.mark.parametrize(
-        "text", ["ACTIVE", "", ": ACTIVE", "-1: DOWN", "4 ACTIVE", "\u0661: X"]
+        "text", ["ACTIVE", "", ": ACTIVE", "-1: DOWN", "4 ACTIVE", "\u0661: X", "4\n"]
     )
     def test_garbage_raises(self, text: str) -> None:
         with pytest.raises(ValueError, match="not a numbered port state"):
@@ -725,7 +726,7 @@ class TestParseRate:
         assert bytes_per_second == pytest.approx(parse_rate(text), rel=1e-12)
 
     @pytest.mark.parametrize(
-        "text", ["", "fast", "400 Mb/sec", "Gb/sec", "4.0.0 Gb/sec", "x Gb/sec"]
+        "text", ["", "fast", "400 Mb/sec", "Gb/sec", "4.0.0 Gb/sec", "x Gb/sec", "400 Gb/s"]
     )
     def test_garbage_raises(self, text: str) -> None:
         with pytest.raises(ValueError, match="not a port rate"):
@@ -776,6 +777,40 @@ class TestReadPortHealth:
             health, issues = read(monkeypatch)
         assert ((1, 2, None), []) == (
             (health.state, health.physical_state, health.rate_bytes_per_second),
+            issues,
+        )
+
+    def test_eopnotsupp_is_no_figure_and_no_issue(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A port attribute the driver refuses with EOPNOTSUPP is absent, as EINVAL is:
+        no figure, no issue; the other files are read all the same."""
+        port_dir = _port(tmp_path, "mlx5_0", "1", _HEALTHY_PORT)
+        fail_reads(monkeypatch, path_suffix="/state", code=errno.EOPNOTSUPP)
+        issues: list[CollectorIssue] = []
+
+        health = read_port_health(port_dir, port=1, issues=issues)
+        assert ((None, 5, 25e9), []) == (
+            (health.state, health.physical_state, health.rate_bytes_per_second),
+            issues,
+        )
+
+    def test_counters_at_their_maximum_are_served_as_they_are(self, tmp_path: Path) -> None:
+        """A PortCounters error field stops at its maximum (255 for the 8-bit
+        link_downed, 15 for the 4-bit local_link_integrity_errors): it is served as it
+        is, unlike a traffic figure at the 32-bit maximum, which gives no sample."""
+        files = {
+            **_HEALTHY_PORT,
+            "counters/link_downed": "255\n",
+            "counters/local_link_integrity_errors": "15\n",
+        }
+        port_dir = _port(tmp_path, "mlx5_0", "1", files)
+        issues: list[CollectorIssue] = []
+
+        health = read_port_health(port_dir, port=1, issues=issues)
+        assert (255, ("local_link_integrity", 15), []) == (
+            health.link_downed,
+            health.errors[1],
             issues,
         )
 
@@ -873,6 +908,17 @@ class TestPortHealthSamples:
                 ("mlx5_2", "2", "receive_remote_physical"),
             ): 11.0,
         } == figures
+
+    def test_the_devices_rate_is_what_the_fixture_writes(self, tmp_path: Path) -> None:
+        """A device at another rate than the default (4X HDR, 200 Gb/s) reads as that rate
+        in bytes a second: 25e9."""
+        device = SimRdmaDevice("mlx5_2", "0000:4b:00.0", 0, rate="200 Gb/sec (4X HDR)")
+        hardware = SimHardware(numa_nodes=HARDWARE.numa_nodes, rdma_devices=(device,))
+        pci_fixture.write(tmp_path, hardware, tick=0)
+        ib_fixture.write(tmp_path, hardware, tick=0)
+
+        (reading,) = _collect(tmp_path).devices
+        assert [25e9] == [s.value for s in reading.samples if s.spec == IB_PORT_RATE]
 
     def test_health_families(self) -> None:
         """Two gauges of numbered states, a rate in bytes, two counters, named as

@@ -329,6 +329,51 @@ class TestInfinibandWriter:
         actual = {name: int((counters / name).read_text()) for name in os.listdir(counters)}
         assert infiniband.port_counters(device, 2, tick=4) == actual
 
+    def test_port_files_as_ib_core_gives_them(self, tmp_path: Path) -> None:
+        """A port has the attributes ib core's sysfs.c reads from the driver (state,
+        phys_state, rate, link_layer) and the counters/ of a port with extended counters
+        (pma_attrs_ext): the PortCounters error fields, port_xmit_wait, the traffic
+        counters, 64 bits wide, and the packets by cast type."""
+        _write_all(tmp_path, SMALL, tick=0)
+
+        port_dir = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+        attributes = {
+            name: (port_dir / name).read_text()
+            for name in ("state", "phys_state", "rate", "link_layer")
+        }
+        pma_attrs_ext = {
+            "symbol_error",
+            "link_error_recovery",
+            "link_downed",
+            "port_rcv_errors",
+            "port_rcv_remote_physical_errors",
+            "port_rcv_switch_relay_errors",
+            "port_xmit_discards",
+            "port_xmit_constraint_errors",
+            "port_rcv_constraint_errors",
+            "local_link_integrity_errors",
+            "excessive_buffer_overrun_errors",
+            "VL15_dropped",
+            "port_xmit_data",
+            "port_rcv_data",
+            "port_xmit_packets",
+            "port_rcv_packets",
+            "port_xmit_wait",
+            "unicast_rcv_packets",
+            "unicast_xmit_packets",
+            "multicast_rcv_packets",
+            "multicast_xmit_packets",
+        }
+        assert (
+            {
+                "state": "4: ACTIVE\n",
+                "phys_state": "5: LinkUp\n",
+                "rate": "400 Gb/sec (4X NDR)\n",
+                "link_layer": "InfiniBand\n",
+            },
+            pma_attrs_ext,
+        ) == (attributes, set(os.listdir(port_dir / "counters")))
+
 
 class TestRewrite:
     def test_rewriting_with_a_later_tick_moves_counters_on(self, tmp_path: Path) -> None:
