@@ -58,7 +58,7 @@ def _thread_cpu_of_collect(collector: Any, times: int) -> list[float]:
     spent = []
     for _ in range(times):
         started = time.thread_time()
-        # Absent sources (InfiniBand, DRM here) raise: what they cost still counts.
+        # Absent sources (DRM here) raise: what they cost still counts.
         with contextlib.suppress(Exception):
             collector.collect()
         spent.append(time.thread_time() - started)

@@ -38,7 +38,13 @@ What does not change while a device exists (its PCI function and vendor, its por
 which counter folders they have) is found when it is first listed and kept by its class
 entry's name and inode, so a renamed or re-created device is found again; each port's
 files are kept open between polls and re-read (``KeptFiles``): a GPU node's eight HCAs
-cost ~15 reads a port a poll, not ~15 opens and a walk of their folders.
+cost ~15 reads a port a poll, not ~15 opens and a walk of their folders. ib core makes
+the class entry (``device_add``) before the device's ports and their counter folders
+(``ib_setup_port_attrs``), with its uevent held back until they exist (kernel commit
+e7a5b4aafd82): a device listed in between, with no port or a port with no counter
+folder, is walked again next poll rather than kept so. A port that never has one
+(siw) is walked every poll, as before layouts were kept. Where ``class/infiniband``
+itself goes (ib_core unloaded), what was kept is dropped and its files closed.
 
 A device whose driver has no MAD support gets no ``counters/`` at all (ib core's
 ``setup_port`` makes it only for drivers with ``process_mad``): AWS EFA, the RDMA
@@ -343,8 +349,8 @@ _TRAFFIC = (
 @dataclass(frozen=True, slots=True)
 class _PortLayout:
     """Where one port's figures are, found once as its device is first listed: ib core
-    makes a port's folders as it registers the device, so which exist does not change
-    while the device does."""
+    makes a port's folders as it registers the device, so once registered which exist
+    does not change while the device does (``counted`` tells a port listed before)."""
 
     number: int
     pma: bool  # counters/ (or counters_ext/, kernels before 4.5); else hw_counters/
@@ -355,6 +361,9 @@ class _PortLayout:
     rate: str
     link_downed: str | None  # counters/link_downed; None without counters/
     errors: tuple[tuple[str, str], ...]  # (IB_PORT_ERRORS' type, its counters/ file)
+    # counters/, counters_ext/ or hw_counters/ found: every registered port of a driver
+    # with MAD support or hw stats has one; a port without any may be mid-registration
+    counted: bool = True
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -386,6 +395,7 @@ def _port_layout(port_dir: Path, *, port: int) -> _PortLayout:
     return _PortLayout(
         number=port,
         pma=pma,
+        counted=pma or os.path.isdir(f"{directory}/hw_counters"),
         traffic=traffic,
         state=f"{directory}/state",
         physical_state=f"{directory}/phys_state",
@@ -494,6 +504,12 @@ class _DeviceLayout:
     vendor: str | None
     ports: tuple[_PortLayout, ...]
 
+    @property
+    def settled(self) -> bool:
+        """Whether ib core has made the device's ports and their counter folders: a
+        device listed while it registers them is walked again next poll."""
+        return bool(self.ports) and all(port.counted for port in self.ports)
+
 
 def read_ib_device(
     device_dir: Path, *, issues: list[CollectorIssue], read: Reader = read_text
@@ -582,9 +598,15 @@ class InfinibandCollector(Collector):
 
     def collect(self) -> Readings:
         class_dir = self.context.sysfs / "class" / "infiniband"
-        listed = list_source_inodes(
-            str(class_dir), absent=f"no RDMA devices: {class_dir} does not exist"
-        )
+        try:
+            listed = list_source_inodes(
+                str(class_dir), absent=f"no RDMA devices: {class_dir} does not exist"
+            )
+        except CollectorError:
+            # No device is read this poll (ib_core unloaded, say): none is kept open.
+            self._layouts = {}
+            self._files.close()
+            raise
         issues: list[CollectorIssue] = []
         kept: dict[str, tuple[int, _DeviceLayout]] = {}
         devices: list[IbDevice] = []
@@ -600,8 +622,9 @@ class InfinibandCollector(Collector):
                     self._files.forget(p for port in cached[1].ports for p in port.files)
                 before = len(issues)
                 layout = _device_layout(class_dir / name, issues=issues)
-                if layout is not None and len(issues) == before:
-                    kept[name] = (inode, layout)  # a failed read is retried next poll
+                if layout is not None and len(issues) == before and layout.settled:
+                    # a failed read, or a device still registering, is walked again next poll
+                    kept[name] = (inode, layout)
             if layout is not None:
                 devices.append(_read_device(layout, issues=issues, read=self._files.read_text))
         self._layouts = kept  # entries no longer listed are dropped here

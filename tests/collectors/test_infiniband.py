@@ -12,6 +12,7 @@ import pytest
 from openfiles import held_under
 from oserrors import fail_reads
 
+from exporter.collectors import infiniband
 from exporter.collectors.base import CollectorContext, CollectorUnavailable
 from exporter.collectors.infiniband import (
     IB_PORT_ERRORS,
@@ -1052,3 +1053,115 @@ class TestPolledAgain:
         collector.close()
 
         assert [] == held_under(tmp_path)
+
+    def test_a_device_listed_while_it_registers_is_walked_again(self, tmp_path: Path) -> None:
+        """ib core makes the class entry before the device's ports and their counter
+        folders (kernel e7a5b4aafd82): a device listed in between, its port without
+        ``counters/`` yet, or its ``ports/`` still empty, is not kept so; once ib core
+        has made them, its traffic and error counters are read."""
+        _tree(tmp_path)
+        port_dir = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+        ports_dir = tmp_path / "class" / "infiniband" / "mlx5_1" / "ports"
+        shutil.move(port_dir / "counters", tmp_path / "counters-later")
+        for port in ("1", "2"):
+            shutil.move(ports_dir / port, tmp_path / f"port-{port}-later")
+        collector = InfinibandCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        shutil.move(tmp_path / "counters-later", port_dir / "counters")
+        for port in ("1", "2"):
+            shutil.move(tmp_path / f"port-{port}-later", ports_dir / port)
+
+        expected = Readings(devices=(_reading(MLX5_0, tick=0), _reading(MLX5_1, tick=0)))
+        assert expected == collector.collect()
+
+    def test_files_are_closed_when_the_class_folder_goes(self, tmp_path: Path) -> None:
+        """A poll that finds no ``class/infiniband`` (ib_core unloaded) reads no device
+        and keeps none of their files open, as the collector before kept files did."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        shutil.rmtree(tmp_path / "class" / "infiniband")
+
+        with pytest.raises(CollectorUnavailable):
+            collector.collect()
+        assert [] == held_under(tmp_path)
+
+    def test_a_device_layout_is_found_once(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Each device's folders are walked as it is first listed, not again while its
+        class entry stands: three polls of two devices walk them twice in all."""
+        walked: list[str] = []
+        find = infiniband._device_layout
+
+        def counting(device_dir: Path, *, issues: list[CollectorIssue]) -> object:
+            walked.append(device_dir.name)
+            return find(device_dir, issues=issues)
+
+        monkeypatch.setattr(infiniband, "_device_layout", counting)
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        readings = [collector.collect() for _ in range(3)]
+
+        assert (["mlx5_0", "mlx5_1"], [readings[0]] * 3) == (walked, readings)
+
+    def test_a_removed_device_leaves_no_layout_behind(self, tmp_path: Path) -> None:
+        """What is kept of a device goes with its class entry: names that come and go
+        (VFs' RDMA devices) do not pile up for the exporter's lifetime."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        (tmp_path / "class" / "infiniband" / "mlx5_1").unlink()
+        collector.collect()
+
+        assert ["mlx5_0"] == sorted(collector._layouts)
+
+    def test_a_renamed_device_reads_its_own_rate_and_errors(self, tmp_path: Path) -> None:
+        """Every kept file of a name taken by another device is forgotten, its rate and
+        error counters too: the new holder of the name reads 200 Gb/s and 7 symbol
+        errors where the old one read 400 and none."""
+        collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
+        collector.collect()
+        class_dir = tmp_path / "class" / "infiniband"
+        port_dir = class_dir / "mlx5_1" / "ports" / "1"
+        write_attribute(port_dir / "rate", "200 Gb/sec (4X HDR)\n")
+        write_attribute(port_dir / "counters" / "symbol_error", "7\n")
+        (class_dir / "mlx5_0").unlink()
+        (class_dir / "mlx5_1").rename(class_dir / "mlx5_0")
+
+        (mlx5_0,) = collector.collect().devices
+        figures = {
+            (s.spec.name, s.label_values[2:]): s.value
+            for s in mlx5_0.samples
+            if s.label_values[1] == "1"
+        }
+        assert (25e9, 7.0) == (
+            figures[(IB_PORT_RATE.name, ())],
+            figures[(IB_PORT_ERRORS.name, ("symbol",))],
+        )
+
+    def test_a_port_is_read_only_from_files_it_has(self, tmp_path: Path) -> None:
+        """A port's layout names the files its folders hold: an EFA port (no
+        ``counters/``) is not asked for PortCounters' error files every poll, nor an
+        mlx5 port for ``counters_ext/`` or ``hw_counters/``."""
+        _tree(tmp_path)
+        efa_dir = _port(
+            tmp_path,
+            "efa_0",
+            "1",
+            {
+                "state": "4: ACTIVE\n",
+                "phys_state": "5: LinkUp\n",
+                "rate": "100 Gb/sec (4X EDR)\n",
+                **{
+                    f"hw_counters/{n}": "1\n"
+                    for n in ("rx_bytes", "tx_bytes", "rx_pkts", "tx_pkts")
+                },
+            },
+        )
+        mlx5_dir = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+
+        named = [
+            infiniband._port_layout(port_dir, port=1).files for port_dir in (efa_dir, mlx5_dir)
+        ]
+        assert ([7, 15], []) == (
+            [len(files) for files in named],
+            [f for files in named for f in files if not os.path.isfile(f)],
+        )
