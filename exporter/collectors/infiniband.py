@@ -41,9 +41,9 @@ files are kept open between polls and re-read (``KeptFiles``): a GPU node's eigh
 cost ~15 reads a port a poll, not ~15 opens and a walk of their folders. ib core makes
 the class entry (``device_add``) before the device's ports and their counter folders
 (``ib_setup_port_attrs``), with its uevent held back until they exist (kernel commit
-e7a5b4aafd82): a device listed in between, with no port or a port with no counter
-folder, is walked again next poll rather than kept so. A port that never has one
-(siw) is walked every poll, as before layouts were kept. Where ``class/infiniband``
+e7a5b4aafd82): a device listed in between would show fewer ports or folders than it
+has. So a layout is kept for good only once two walks, a poll apart, found the same
+one: a device is walked in the first two polls that list it. Where ``class/infiniband``
 itself goes (ib_core unloaded), what was kept is dropped and its files closed.
 
 A device whose driver has no MAD support gets no ``counters/`` at all (ib core's
@@ -348,9 +348,8 @@ _TRAFFIC = (
 
 @dataclass(frozen=True, slots=True)
 class _PortLayout:
-    """Where one port's figures are, found once as its device is first listed: ib core
-    makes a port's folders as it registers the device, so once registered which exist
-    does not change while the device does (``counted`` tells a port listed before)."""
+    """Where one port's figures are: ib core makes a port's folders as it registers the
+    device, so once registered which exist does not change while the device does."""
 
     number: int
     pma: bool  # counters/ (or counters_ext/, kernels before 4.5); else hw_counters/
@@ -361,9 +360,6 @@ class _PortLayout:
     rate: str
     link_downed: str | None  # counters/link_downed; None without counters/
     errors: tuple[tuple[str, str], ...]  # (IB_PORT_ERRORS' type, its counters/ file)
-    # counters/, counters_ext/ or hw_counters/ found: every registered port of a driver
-    # with MAD support or hw stats has one; a port without any may be mid-registration
-    counted: bool = True
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -395,7 +391,6 @@ def _port_layout(port_dir: Path, *, port: int) -> _PortLayout:
     return _PortLayout(
         number=port,
         pma=pma,
-        counted=pma or os.path.isdir(f"{directory}/hw_counters"),
         traffic=traffic,
         state=f"{directory}/state",
         physical_state=f"{directory}/phys_state",
@@ -504,12 +499,6 @@ class _DeviceLayout:
     vendor: str | None
     ports: tuple[_PortLayout, ...]
 
-    @property
-    def settled(self) -> bool:
-        """Whether ib core has made the device's ports and their counter folders: a
-        device listed while it registers them is walked again next poll."""
-        return bool(self.ports) and all(port.counted for port in self.ports)
-
 
 def read_ib_device(
     device_dir: Path, *, issues: list[CollectorIssue], read: Reader = read_text
@@ -592,8 +581,9 @@ class InfinibandCollector(Collector):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        # class/infiniband entry name -> (inode, the device's layout)
-        self._layouts: dict[str, tuple[int, _DeviceLayout]] = {}
+        # class/infiniband entry name -> (inode, the device's layout, whether a second
+        # walk found the same: until then it may be a device still registering)
+        self._layouts: dict[str, tuple[int, _DeviceLayout, bool]] = {}
         self._files = KeptFiles.under(context.sysfs)
 
     def collect(self) -> Readings:
@@ -608,23 +598,25 @@ class InfinibandCollector(Collector):
             self._files.close()
             raise
         issues: list[CollectorIssue] = []
-        kept: dict[str, tuple[int, _DeviceLayout]] = {}
+        kept: dict[str, tuple[int, _DeviceLayout, bool]] = {}
         devices: list[IbDevice] = []
         for name, inode in listed:
             cached = self._layouts.get(name)
-            if cached is not None and cached[0] == inode:
+            same_device = cached is not None and cached[0] == inode
+            if cached is not None and same_device and cached[2]:
                 layout: _DeviceLayout | None = cached[1]
                 kept[name] = cached
             else:
-                if cached is not None:
+                if cached is not None and not same_device:
                     # Another device has this name now (renamed, or re-created): the kept
                     # files still read the one that had it.
                     self._files.forget(p for port in cached[1].ports for p in port.files)
                 before = len(issues)
                 layout = _device_layout(class_dir / name, issues=issues)
-                if layout is not None and len(issues) == before and layout.settled:
-                    # a failed read, or a device still registering, is walked again next poll
-                    kept[name] = (inode, layout)
+                if layout is not None and len(issues) == before:
+                    # a failed read is walked again next poll, unkept
+                    confirmed = same_device and cached is not None and cached[1] == layout
+                    kept[name] = (inode, layout, confirmed)
             if layout is not None:
                 devices.append(_read_device(layout, issues=issues, read=self._files.read_text))
         self._layouts = kept  # entries no longer listed are dropped here

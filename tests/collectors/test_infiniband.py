@@ -1074,6 +1074,20 @@ class TestPolledAgain:
         expected = Readings(devices=(_reading(MLX5_0, tick=0), _reading(MLX5_1, tick=0)))
         assert expected == collector.collect()
 
+    def test_a_port_made_after_the_first_walks_is_read(self, tmp_path: Path) -> None:
+        """A two-port device listed while ib core has made its first port alone: the
+        layout of one port is not kept for good, so its second port, made by the next
+        poll, is read from then on (a third walk finds what the second did)."""
+        _tree(tmp_path)
+        ports_dir = tmp_path / "class" / "infiniband" / "mlx5_1" / "ports"
+        shutil.move(ports_dir / "2", tmp_path / "port-2-later")
+        collector = InfinibandCollector(CollectorContext(sysfs=tmp_path))
+        collector.collect()
+        shutil.move(tmp_path / "port-2-later", ports_dir / "2")
+
+        expected = Readings(devices=(_reading(MLX5_0, tick=0), _reading(MLX5_1, tick=0)))
+        assert [expected] * 3 == [collector.collect() for _ in range(3)]
+
     def test_files_are_closed_when_the_class_folder_goes(self, tmp_path: Path) -> None:
         """A poll that finds no ``class/infiniband`` (ib_core unloaded) reads no device
         and keeps none of their files open, as the collector before kept files did."""
@@ -1088,8 +1102,9 @@ class TestPolledAgain:
     def test_a_device_layout_is_found_once(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Each device's folders are walked as it is first listed, not again while its
-        class entry stands: three polls of two devices walk them twice in all."""
+        """Each device's folders are walked in the first two polls that list it (the
+        second confirms the first found it whole), not again while its class entry
+        stands: four polls of two devices walk them four times in all."""
         walked: list[str] = []
         find = infiniband._device_layout
 
@@ -1099,9 +1114,9 @@ class TestPolledAgain:
 
         monkeypatch.setattr(infiniband, "_device_layout", counting)
         collector = InfinibandCollector(CollectorContext(sysfs=_tree(tmp_path)))
-        readings = [collector.collect() for _ in range(3)]
+        readings = [collector.collect() for _ in range(4)]
 
-        assert (["mlx5_0", "mlx5_1"], [readings[0]] * 3) == (walked, readings)
+        assert (["mlx5_0", "mlx5_1"] * 2, [readings[0]] * 4) == (walked, readings)
 
     def test_a_removed_device_leaves_no_layout_behind(self, tmp_path: Path) -> None:
         """What is kept of a device goes with its class entry: names that come and go
