@@ -158,8 +158,9 @@ IB_PORT_PHYSICAL_STATE = MetricSpec(
     "podresources_infiniband_port_physical_state_id",
     MetricKind.GAUGE,
     "The port's physical link state, as numbered in its phys_state file: 1 Sleep, "
-    "2 Polling (InfiniBand: no peer, no cable or the far end down), 3 Disabled (a RoCE "
-    "port without carrier), 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, "
+    "2 Polling (InfiniBand: no peer, no cable or the far end down), 3 Disabled "
+    "(InfiniBand: turned off by the subnet manager or an administrator; RoCE: no carrier), "
+    "4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, "
     "7 Phy Test.",
     _LABELS,
 )
