@@ -21,6 +21,7 @@ from exporter.model import (
     DeviceReading,
     DeviceView,
     GpuDeviceProcesses,
+    KeyKind,
     MemoryBlock,
     PodView,
     Snapshot,
@@ -400,13 +401,18 @@ def _keeps_processes(device: GpuDeviceProcesses, filters: Filters) -> bool:
     ) or (filters.namespace is None and filters.pod is None and filters.container is None)
 
 
+_NAMED_KEYS = (KeyKind.NETDEV, KeyKind.RDMA)
+
+
 def _hardware_cell(device: DeviceView | None, snapshot: Snapshot) -> str:
     """What the device resolved to: the telemetry's device, else the first key, else why not."""
     if device is None:
         return "-"
     reading = snapshot.hardware_of(device).reading
     if reading is not None:
-        return reading.name
+        # A NIC's netdev and RDMA device are one reading: name both, as alerts name either.
+        names = (k.value for k in reading.keys if k.kind in _NAMED_KEYS)
+        return ", ".join(dict.fromkeys((reading.name, *names)))
     if device.resolution.unresolved:
         return f"unresolved: {device.resolution.unresolved}"
     if device.resolution.keys:

@@ -109,6 +109,14 @@ def test_openmetrics_output_parses_strictly(demo_url: str) -> None:
     assert {"podresources_kubelet_requests", "podresources_container_device_info"} <= names
 
 
+def test_the_text_view_names_a_nics_netdev_and_rdma_device(demo_url: str) -> None:
+    """The HCA trainer-0 holds is one device to the exporter, its netdev's and its RDMA
+    device's figures together: the table names both, as alerts name either."""
+    status, table = _get(f"{demo_url}/debug/allocations?format=text")
+    rows = [line for line in table.decode().splitlines() if "nvidia.com/hca" in line]
+    assert (200, ["ens1f0np0, mlx5_0"]) == (status, [row.split("  ")[-1] for row in rows])
+
+
 def test_demo_shows_pods_with_owner_labels(demo_url: str) -> None:
     """The README's curl session: the table lists the simulated pods; metrics carry owners."""
     status, table = _get(f"{demo_url}/debug/allocations?format=text")
