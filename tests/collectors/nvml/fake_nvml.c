@@ -80,7 +80,9 @@
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
  *   mig_off_flag PATH        the GPU's MIG mode reads off while PATH exists (as after
  *                            nvidia-smi -mig 0 and a reset), on otherwise
- *   lost_after N             the GPU is lost after N calls naming it
+ *   lost_at FIGURE [N]       the GPU (and its MIG devices) is lost from the Nth call
+ *                            (default 1) of FIGURE naming it or one of its MIG devices
+ *                            (FIGURE as for fail), whatever was called before
  *   mig_pending 0|1          the GPU's pending MIG mode (nvmlDeviceGetMigMode's second
  *                            answer, in effect after the next GPU reset); default: the
  *                            current one
@@ -326,8 +328,10 @@ typedef struct fake_dev {
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
     char mig_off_flag[512];
-    long lost_after; /* -1: never */
-    long calls;
+    int lost_at;        /* a figure; -1: never */
+    long lost_at_call;  /* ... from this call of it on */
+    long lost_at_seen;  /* calls of it so far */
+    int lost;           /* lost_at reached: lost for good */
     fake_proc procs[MAX_PROCS];
     unsigned int proc_count;
     fake_sample samples[MAX_PROCS];
@@ -364,7 +368,7 @@ static void reset_device(fake_dev *d, fake_dev *parent) {
     memset(d, 0, sizeof *d);
     d->present = 1;
     d->parent = parent;
-    d->lost_after = -1;
+    d->lost_at = -1;
     d->mig_pending = -1;
 }
 
@@ -558,8 +562,16 @@ static nvmlReturn_t load_config(void) {
             ok = current->parent != NULL && sscanf(rest, "%255s", current->present_flag) == 1;
         } else if (strcmp(key, "gone_flag") == 0) {
             ok = current->parent != NULL && sscanf(rest, "%255s", current->gone_flag) == 1;
-        } else if (strcmp(key, "lost_after") == 0) {
-            ok = sscanf(rest, "%ld", &current->lost_after) == 1;
+        } else if (strcmp(key, "lost_at") == 0) {
+            char name[64] = "";
+            long nth = 1;
+            ok = sscanf(rest, "%63s %ld", name, &nth) >= 1 && nth >= 1;
+            int figure = ok ? parse_figure(name) : -1;
+            ok = figure >= 0;
+            if (ok) {
+                current->lost_at = figure;
+                current->lost_at_call = nth;
+            }
         } else {
             ok = 0;
         }
@@ -588,11 +600,11 @@ static int exists(const fake_dev *d) {
     return 1;
 }
 
-/* Counts the call against the physical GPU; true when that GPU is lost. */
-static int lost(fake_dev *d) {
+/* True when the physical GPU is lost, counting this call of ``figure`` for lost_at. */
+static int lost(fake_dev *d, enum figure figure) {
     fake_dev *gpu = d->parent != NULL ? d->parent : d;
-    gpu->calls++;
-    if (gpu->lost_after >= 0 && gpu->calls > gpu->lost_after) return 1;
+    if ((int)figure == gpu->lost_at && ++gpu->lost_at_seen >= gpu->lost_at_call) gpu->lost = 1;
+    if (gpu->lost) return 1;
     return gpu->lost_flag[0] != '\0' && access(gpu->lost_flag, F_OK) == 0;
 }
 
@@ -605,7 +617,7 @@ static nvmlReturn_t enter(nvmlDevice_t handle, enum figure figure, fake_dev **ou
     if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
     fake_dev *d = lookup(handle);
     if (d == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    if (lost(d)) return NVML_ERROR_GPU_IS_LOST;
+    if (lost(d, figure)) return NVML_ERROR_GPU_IS_LOST;
     if (d->fail[figure] != 0 && flagged(d->fail_flag[figure])) return d->fail[figure];
     *out = d;
     return NVML_SUCCESS;
@@ -913,7 +925,7 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t instance, nvmlGpuInstanceI
     int known = entry >= &gpu_instances[0][0] && entry < &gpu_instances[MAX_GPUS - 1][MAX_MIGS];
     if (!known || *entry == NULL || info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     fake_dev *mig = *entry;
-    if (lost(mig)) return NVML_ERROR_GPU_IS_LOST;
+    if (lost(mig, F_GI)) return NVML_ERROR_GPU_IS_LOST;
     info->device = (nvmlDevice_t)mig->parent;
     info->id = mig->gi;
     info->profileId = mig->gi_profile;

@@ -141,7 +141,8 @@ class FakeGpu:
     mig_pending: int | None = None  # the pending MIG mode; None: the current one
     # Xids the driver raises for it: (code, raised once this file exists; None: at once).
     xids: tuple[tuple[int, Path | None], ...] = ()
-    lost_after: int | None = None  # lost after this many calls naming it
+    # lost from the Nth call (figure, N) of a figure naming it or its MIG devices
+    lost_at: tuple[str, int] | None = None
     processes: tuple[FakeProcess, ...] = ()
     samples: tuple[FakeSample, ...] = ()
 
@@ -216,8 +217,8 @@ def render_config(
         if gpu.mig_pending is not None:
             lines.append(f"mig_pending {gpu.mig_pending}")
         lines += [f"xid {code}" + ("" if flag is None else f" {flag}") for code, flag in gpu.xids]
-        if gpu.lost_after is not None:
-            lines.append(f"lost_after {gpu.lost_after}")
+        if gpu.lost_at is not None:
+            lines.append(f"lost_at {gpu.lost_at[0]} {gpu.lost_at[1]}")
         if gpu.migs:
             lines += ["mig_mode 1", "max_mig 7"]
         for mig in gpu.migs:

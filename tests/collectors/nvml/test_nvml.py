@@ -971,8 +971,8 @@ class TestMig:
     ) -> None:
         """A GPU lost while its MIG devices are read: the ones read before stay, with
         their keys; the loss is one issue."""
-        # Call 45 is the second MIG device's name (after the GPU and the first MIG device).
-        fake_nvml.configure(replace(MIG_GPU, lost_after=44))
+        # The third name asked: the GPU's, the first MIG device's, the second's.
+        fake_nvml.configure(replace(MIG_GPU, lost_at=("name", 3)))
         readings = collector.collect()
         mig_1 = mig_reading(MIG_GPU, MIG_GPU.migs[0], "0000:b1:00.0", answers_for_instance=True)
         assert ([mig_1], [issue("GPU_IS_LOST", MIG_2, "name")]) == (
@@ -2014,8 +2014,8 @@ class TestXidErrors:
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
         """A GPU lost just as it is registered is one GPU_IS_LOST, from its read."""
-        # Calls 1-5 succeed: handle, uuid, name, pci, minor; registration fails.
-        fake_nvml.configure(replace(GPU_A, lost_after=5))
+        # Lost as its Xid events are registered: handle, uuid, name, pci, minor answered.
+        fake_nvml.configure(replace(GPU_A, lost_at=("events", 1)))
         readings = collector.collect()
 
         assert [issue("GPU_IS_LOST", UUID_A, "mig_enabled")] == list(readings.issues)
@@ -2069,9 +2069,8 @@ class TestLostGpu:
 
     def test_gpu_lost_mid_poll(self, fake_nvml: FakeNvml, collector: NvmlCollector) -> None:
         """A GPU lost halfway through its figures keeps what it answered before."""
-        # Calls 1-8 succeed: handle, uuid, name, pci, minor, Xid events, MIG mode,
-        # utilization; memory fails.
-        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_after=8)
+        # Lost as its memory is asked, after its utilization was answered.
+        gpu_b = FakeGpu(UUID_B, minor=1, pci="00000000:B1:00.0", lost_at=("memory", 1))
         fake_nvml.configure(gpu_b, GPU_A)
 
         readings = collector.collect()
