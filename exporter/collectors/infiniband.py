@@ -190,7 +190,7 @@ IB_PORT_ERRORS = MetricSpec(
 _T = TypeVar("_T")
 # How an attribute file is read: ``read_text`` opens it each time; the collector's
 # ``KeptFiles.read_text`` re-reads a descriptor kept open between polls.
-Reader = Callable[[str], str | None]
+_Reader = Callable[[str], str | None]
 _OCTETS_PER_DATA_UNIT = 4  # PortRcvData/PortXmitData count 32-bit words
 _SATURATED_32 = 2**32 - 1  # where a 32-bit PortCounters figure stops
 _MAX_DIGITS = len(str(MAX_COUNTER))
@@ -236,13 +236,13 @@ class IbPortHealth:
 
 @dataclass(frozen=True, slots=True)
 class IbDevice:
-    """One RDMA device: its name, the PCI function behind it and its ports."""
+    """One RDMA device: its name, the PCI function behind it and its ports (each one's
+    traffic and health)."""
 
     name: str
     pci_address: str | None  # None for software devices (rxe, siw) without a PCI parent
     vendor: str | None  # from the PCI vendor ID: "mellanox"
-    ports: tuple[IbPortCounters, ...]
-    health: tuple[IbPortHealth, ...] = ()  # one per port, in the order of ``ports``
+    ports: tuple[tuple[IbPortCounters, IbPortHealth], ...]
 
 
 def parse_counter(text: str) -> int | None:
@@ -288,52 +288,56 @@ def parse_rate(text: str) -> float:
 def ib_samples(device: IbDevice) -> tuple[Sample, ...]:
     """The device's samples, port by port, for the figures it has."""
     samples: list[Sample] = []
-    for port in device.ports:
-        labels = (device.name, str(port.port))
-        for spec, value in (
-            (IB_RECEIVE_BYTES, port.receive_bytes),
-            (IB_TRANSMIT_BYTES, port.transmit_bytes),
-            (IB_RECEIVE_PACKETS, port.receive_packets),
-            (IB_TRANSMIT_PACKETS, port.transmit_packets),
-        ):
-            if value is not None:
-                samples.append(Sample(spec, float(value), labels))
-    for health in device.health:
-        labels = (device.name, str(health.port))
-        for spec, figure in (
+    for traffic, health in device.ports:
+        labels = (device.name, str(traffic.port))
+        figures: tuple[tuple[MetricSpec, float | None], ...] = (
+            (IB_RECEIVE_BYTES, traffic.receive_bytes),
+            (IB_TRANSMIT_BYTES, traffic.transmit_bytes),
+            (IB_RECEIVE_PACKETS, traffic.receive_packets),
+            (IB_TRANSMIT_PACKETS, traffic.transmit_packets),
             (IB_PORT_STATE, health.state),
             (IB_PORT_PHYSICAL_STATE, health.physical_state),
             (IB_PORT_RATE, health.rate_bytes_per_second),
             (IB_PORT_LINK_DOWNED, health.link_downed),
-        ):
-            if figure is not None:
-                samples.append(Sample(spec, float(figure), labels))
-        for kind, count in health.errors:
-            samples.append(Sample(IB_PORT_ERRORS, float(count), (*labels, kind)))
+        )
+        samples += [Sample(spec, float(v), labels) for spec, v in figures if v is not None]
+        samples += [Sample(IB_PORT_ERRORS, float(n), (*labels, t)) for t, n in health.errors]
     return tuple(samples)
 
 
+def _read_attribute(
+    path: str, parse: Callable[[str], _T | None], *, issues: list[CollectorIssue], read: _Reader
+) -> tuple[bool, _T | None]:
+    """Whether one port attribute answered, and ``parse`` of it. Absent, or refused with
+    EINVAL or EOPNOTSUPP (no PMA: ``show_pma_counter`` returns the MAD query's error; no
+    valid width for ``rate``), it did not; unreadable or garbage, it did, with no value
+    and an issue naming it."""
+    try:
+        text = read(path)
+    except CollectorError as error:
+        if failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
+            return False, None
+        issues.append(file_issue(error))
+        return True, None
+    if text is None:
+        return False, None
+    try:
+        return True, parse(text)
+    except ValueError as error:
+        issues.append(issue(GARBAGE, f"{path}: {error}"))
+        return True, None
+
+
 def _read_counter(
-    paths: tuple[str, ...], *, issues: list[CollectorIssue], read: Reader
+    paths: tuple[str, ...], *, issues: list[CollectorIssue], read: _Reader
 ) -> tuple[int | None, str | None]:
     """The value of the first of ``paths`` that answers, and that path. The first file
-    that exists decides: a garbage counters_ext/ value is not replaced by a counters/
+    that answers decides: a garbage counters_ext/ value is not replaced by a counters/
     one that may be a saturated 32-bit figure."""
     for path in paths:
-        try:
-            text = read(path)
-        except CollectorError as error:
-            if failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
-                continue  # no PMA: show_pma_counter returns the MAD query's error
-            issues.append(file_issue(error))
-            return None, path
-        if text is None:
-            continue
-        try:
-            return parse_counter(text), path
-        except ValueError as error:
-            issues.append(issue(GARBAGE, f"{path}: {error}"))
-            return None, path
+        answered, value = _read_attribute(path, parse_counter, issues=issues, read=read)
+        if answered:
+            return value, path
     return None, None
 
 
@@ -403,14 +407,14 @@ def _port_layout(port_dir: Path, *, port: int) -> _PortLayout:
 
 
 def read_port_counters(
-    port_dir: Path, *, port: int, issues: list[CollectorIssue], read: Reader = read_text
+    port_dir: Path, *, port: int, issues: list[CollectorIssue]
 ) -> IbPortCounters:
     """The traffic counters of one port directory (``ports/<port>``); failures to ``issues``."""
-    return _port_counters(_port_layout(port_dir, port=port), issues=issues, read=read)
+    return _port_counters(_port_layout(port_dir, port=port), issues=issues, read=read_text)
 
 
 def _port_counters(
-    layout: _PortLayout, *, issues: list[CollectorIssue], read: Reader
+    layout: _PortLayout, *, issues: list[CollectorIssue], read: _Reader
 ) -> IbPortCounters:
     values: list[int | None] = []
     for paths, (_, _, in_words) in zip(layout.traffic, _TRAFFIC, strict=True):
@@ -427,53 +431,27 @@ def _port_counters(
     )
 
 
-def _read_port_file(
-    path: str, parse: Callable[[str], _T], *, issues: list[CollectorIssue], read: Reader
-) -> _T | None:
-    """``parse`` of one port attribute; None where it is absent or the port answers it
-    EINVAL (no valid width for ``rate``), an issue where it is unreadable or garbage."""
-    try:
-        text = read(path)
-    except CollectorError as error:
-        if not failed_with(error, errno.EINVAL, errno.EOPNOTSUPP):
-            issues.append(file_issue(error))
-        return None
-    if text is None:
-        return None
-    try:
-        return parse(text)
-    except ValueError as error:
-        issues.append(issue(GARBAGE, f"{path}: {error}"))
-        return None
-
-
-def read_port_health(
-    port_dir: Path, *, port: int, issues: list[CollectorIssue], read: Reader = read_text
-) -> IbPortHealth:
+def read_port_health(port_dir: Path, *, port: int, issues: list[CollectorIssue]) -> IbPortHealth:
     """State, rate and error counters of one port directory; failures to ``issues``."""
-    return _port_health(_port_layout(port_dir, port=port), issues=issues, read=read)
+    return _port_health(_port_layout(port_dir, port=port), issues=issues, read=read_text)
 
 
 def _port_health(
-    layout: _PortLayout, *, issues: list[CollectorIssue], read: Reader
+    layout: _PortLayout, *, issues: list[CollectorIssue], read: _Reader
 ) -> IbPortHealth:
-    errors: list[tuple[str, int]] = []
-    for kind, path in layout.errors:
-        count = _read_counter((path,), issues=issues, read=read)[0]
-        if count is not None:
-            errors.append((kind, count))
-    link_downed = None
-    if layout.link_downed is not None:
-        link_downed = _read_counter((layout.link_downed,), issues=issues, read=read)[0]
+    def figure(path: str, parse: Callable[[str], _T | None]) -> _T | None:
+        return _read_attribute(path, parse, issues=issues, read=read)[1]
+
+    counts = ((kind, figure(path, parse_counter)) for kind, path in layout.errors)
     return IbPortHealth(
         port=layout.number,
-        state=_read_port_file(layout.state, parse_state, issues=issues, read=read),
-        physical_state=_read_port_file(
-            layout.physical_state, parse_state, issues=issues, read=read
-        ),
-        rate_bytes_per_second=_read_port_file(layout.rate, parse_rate, issues=issues, read=read),
-        link_downed=link_downed,
-        errors=tuple(errors),
+        state=figure(layout.state, parse_state),
+        physical_state=figure(layout.physical_state, parse_state),
+        rate_bytes_per_second=figure(layout.rate, parse_rate),
+        link_downed=None
+        if layout.link_downed is None
+        else figure(layout.link_downed, parse_counter),
+        errors=tuple((kind, count) for kind, count in counts if count is not None),
     )
 
 
@@ -501,24 +479,24 @@ class _DeviceLayout:
     ports: tuple[_PortLayout, ...]
 
 
-def read_ib_device(
-    device_dir: Path, *, issues: list[CollectorIssue], read: Reader = read_text
-) -> IbDevice | None:
+def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevice | None:
     """One RDMA device (``class/infiniband/<name>``), or None when it vanished.
 
     A figure that cannot be read is left out and its failure added to ``issues``.
     """
     layout = _device_layout(device_dir, issues=issues)
-    return None if layout is None else _read_device(layout, issues=issues, read=read)
+    return None if layout is None else _read_device(layout, issues=issues, read=read_text)
 
 
-def _read_device(layout: _DeviceLayout, *, issues: list[CollectorIssue], read: Reader) -> IbDevice:
+def _read_device(layout: _DeviceLayout, *, issues: list[CollectorIssue], read: _Reader) -> IbDevice:
     return IbDevice(
         name=layout.name,
         pci_address=layout.pci_address,
         vendor=layout.vendor,
-        ports=tuple(_port_counters(p, issues=issues, read=read) for p in layout.ports),
-        health=tuple(_port_health(p, issues=issues, read=read) for p in layout.ports),
+        ports=tuple(
+            (_port_counters(p, issues=issues, read=read), _port_health(p, issues=issues, read=read))
+            for p in layout.ports
+        ),
     )
 
 

@@ -67,6 +67,7 @@ def _collect(sysfs: Path) -> Readings:
 
 
 def _samples(device: SimRdmaDevice, *, tick: int) -> tuple[Sample, ...]:
+    """Port by port: its traffic, then its health."""
     samples: list[Sample] = []
     for port in device.ports:
         raw = ib_fixture.port_counters(device, port, tick=tick)
@@ -76,8 +77,9 @@ def _samples(device: SimRdmaDevice, *, tick: int) -> tuple[Sample, ...]:
             Sample(IB_TRANSMIT_BYTES, float(raw["port_xmit_data"] * 4), labels),
             Sample(IB_RECEIVE_PACKETS, float(raw["port_rcv_packets"]), labels),
             Sample(IB_TRANSMIT_PACKETS, float(raw["port_xmit_packets"]), labels),
+            *_health_samples(device, port),
         ]
-    return tuple(samples) + _health_samples(device)
+    return tuple(samples)
 
 
 # The fixture's counters/ error files and the type each is served as, in the reader's order
@@ -92,25 +94,22 @@ _ERROR_TYPES = (
 )
 
 
-def _health_samples(device: SimRdmaDevice) -> tuple[Sample, ...]:
-    """What the fixture's state, phys_state, rate and error files of each port read as:
+def _health_samples(device: SimRdmaDevice, port: int) -> tuple[Sample, ...]:
+    """What the fixture's state, phys_state, rate and error files of a port read as:
     400 Gb/sec is 50e9 bytes a second."""
     counts = dict(device.errors)
-    samples: list[Sample] = []
-    for port in device.ports:
-        labels = (device.name, str(port))
-        down = port in device.down_ports
-        samples += [
-            Sample(IB_PORT_STATE, 1.0 if down else 4.0, labels),
-            Sample(IB_PORT_PHYSICAL_STATE, 2.0 if down else 5.0, labels),
-            Sample(IB_PORT_RATE, 50e9, labels),
-            Sample(IB_PORT_LINK_DOWNED, float(counts.get("link_downed", 0)), labels),
-        ]
-        samples += [
+    labels = (device.name, str(port))
+    down = port in device.down_ports
+    return (
+        Sample(IB_PORT_STATE, 1.0 if down else 4.0, labels),
+        Sample(IB_PORT_PHYSICAL_STATE, 2.0 if down else 5.0, labels),
+        Sample(IB_PORT_RATE, 50e9, labels),
+        Sample(IB_PORT_LINK_DOWNED, float(counts.get("link_downed", 0)), labels),
+        *(
             Sample(IB_PORT_ERRORS, float(counts.get(name, 0)), (*labels, kind))
             for name, kind in _ERROR_TYPES
-        ]
-    return tuple(samples)
+        ),
+    )
 
 
 def _reading(device: SimRdmaDevice, *, tick: int) -> DeviceReading:
