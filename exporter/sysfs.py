@@ -194,10 +194,25 @@ def _open_attribute(path: Path | str) -> int | None:
         raise
 
 
+def _is_gone(error: OSError) -> bool:
+    """Whether a failed read says the file's device is gone (ENODEV; ENOENT once sysfs
+    drained it)."""
+    return error.errno in (errno.ENODEV, errno.ENOENT)
+
+
+def _linked(fd: int) -> bool:
+    """Whether the file open at ``fd`` still has a name (fixture trees replace files by
+    rename; sysfs never does)."""
+    try:
+        return os.fstat(fd).st_nlink > 0
+    except OSError:
+        return False
+
+
 def _raise_unless_gone(error: OSError, path: Path | str) -> None:
     """After a failed read: UnreadableFile naming ``path``, unless the file's device is
-    gone (ENODEV; ENOENT once sysfs drained it), which reads as absent."""
-    if error.errno not in (errno.ENODEV, errno.ENOENT):
+    gone (``_is_gone``), which reads as absent."""
+    if not _is_gone(error):
         raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
 
 
@@ -303,7 +318,8 @@ class KeptFiles:
     file that was unlinked or replaced (``st_nlink`` 0: fixture trees replace files) is
     reopened; sysfs never replaces a file (its node goes with its device), so on a sysfs
     mount (``is_sysfs_mount``) that ``fstat``, half the cost of a kept read, is left out.
-    A file whose device is gone (sysfs answers ENODEV) reads as absent. Files not read
+    A file whose device is gone (sysfs answers ENODEV) reads as absent and is closed; one
+    whose attribute fails to read (EIO, EINVAL) is reported and stays kept. Files not read
     since the last ``sweep()`` are closed then, so a device that disappears takes its
     descriptors with it. At most ``max_open`` files are kept (``kept_files_budget()``
     by default); files past it are opened per read. Not thread-safe: one collector owns
@@ -347,28 +363,29 @@ class KeptFiles:
     def _read(self, path: str) -> bytes | None:
         self._read_paths.add(path)
         fd = self._fds.get(path)
-        if fd is not None:
-            try:
-                if not self._check_replaced or os.fstat(fd).st_nlink > 0:
-                    return _read_whole(fd)
-                self._forget(path)  # replaced or unlinked: reopen below
-            except OSError as error:
-                self._forget(path)
-                _raise_unless_gone(error, path)
-                return None
-        fd = _open_attribute(path)
+        if fd is not None and self._check_replaced and not _linked(fd):
+            self._forget(path)  # replaced or unlinked (fixture trees): reopen below
+            fd = None
         if fd is None:
-            return None
+            fd = _open_attribute(path)
+            if fd is None:
+                return None
+            if len(self._fds) < self._max_open:
+                self._fds[path] = fd
         try:
             data = _read_whole(fd)
         except OSError as error:
-            os.close(fd)
+            # A descriptor is closed with its device. Where only the attribute's show()
+            # failed (EIO, EINVAL from a down port's rate), a kept one stays for the
+            # next poll's read: reopening would only fail the same way, at ten times
+            # the cost.
+            if _is_gone(error) or path not in self._fds:
+                self._fds.pop(path, None)
+                os.close(fd)
             _raise_unless_gone(error, path)
             return None
-        if len(self._fds) < self._max_open:
-            self._fds[path] = fd
-        else:
-            os.close(fd)
+        if path not in self._fds:
+            os.close(fd)  # past max_open: opened for this read only
         return data
 
     def forget(self, paths: Iterable[str]) -> None:

@@ -6,7 +6,9 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["held_under"]
+import pytest
+
+__all__ = ["count_opens", "held_under"]
 
 
 def held_under(root: Path | str) -> list[str]:
@@ -18,3 +20,16 @@ def held_under(root: Path | str) -> list[str]:
             if target.startswith(f"{root}/"):
                 held.append(target)
     return held
+
+
+def count_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``os.open`` opens from now on, in order (the list fills as they open)."""
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording(path: str, flags: int, *args: int, **kwargs: int) -> int:
+        opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording)
+    return opened

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fifo import error_reading_fifo
-from openfiles import held_under
+from openfiles import count_opens, held_under
 from oserrors import fail_reads, page_reads
 
 from exporter.errors import CollectorError
@@ -270,16 +270,20 @@ class TestKeptFiles:
     def test_a_failed_re_read_is_reported_whichever_the_tree(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check_replaced: bool
     ) -> None:
-        """EIO on a kept counter's re-read is unreadable, and closes it, on sysfs too."""
+        """EIO on a kept counter's re-read is unreadable, on sysfs too; the descriptor is
+        kept, and once the attribute answers again the same descriptor reads it."""
         path = tmp_path / "rx_bytes"
         write_attribute(path, "1\n")
         files = KeptFiles(check_replaced=check_replaced)
         files.read_int(str(path))
-        fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.EIO)
+        descriptor = held_under(tmp_path)
+        with monkeypatch.context() as failing:
+            fail_reads(failing, path_suffix="/rx_bytes", code=errno.EIO)
+            with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
+                files.read_int(str(path))
+        path.write_text("2\n")  # in place: the kept descriptor sees it
 
-        with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
-            files.read_int(str(path))
-        assert 0 == len(files)
+        assert (2, 1, descriptor) == (files.read_int(str(path)), len(files), held_under(tmp_path))
 
     def test_hex_attributes_read_as_hex(self, tmp_path: Path) -> None:
         """``base=16`` holds through a kept descriptor: "10" is sixteen, not ten."""
@@ -292,21 +296,40 @@ class TestKeptFiles:
             files.read_int(str(tmp_path / "vendor"), base=16),
         )
 
-    def test_a_failed_read_closes_its_file(
+    def test_a_failed_read_keeps_its_file_within_the_budget(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A kept file whose read fails (EIO), and a file whose first read fails, are
-        unreadable and leave no descriptor open or kept."""
+        unreadable; both stay kept (only the attribute failed, as a down port's rate
+        answers EINVAL every poll), and are opened once however often they fail."""
         kept, fresh = tmp_path / "kept", tmp_path / "fresh"
         write_attribute(kept, "1\n")
         write_attribute(fresh, "2\n")
         files = KeptFiles()
         files.read_int(str(kept))
         fail_reads(monkeypatch, path_suffix="/kept", code=errno.EIO)
-        fail_reads(monkeypatch, path_suffix="/fresh", code=errno.EIO)
-        for path in (kept, fresh):
-            with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
+        fail_reads(monkeypatch, path_suffix="/fresh", code=errno.EINVAL)
+        opened = count_opens(monkeypatch)
+        for path in (kept, fresh, kept, fresh):
+            with pytest.raises(UnreadableFile, match=f"^cannot read {path}: "):
                 files.read_int(str(path))
+
+        assert (2, [str(fresh)], sorted(map(str, (kept, fresh)))) == (
+            len(files),
+            opened,
+            sorted(held_under(tmp_path)),
+        )
+
+    def test_a_failed_read_past_the_budget_leaves_nothing_open(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past ``max_open`` a file whose read fails is unreadable and closed at once."""
+        path = tmp_path / "rx_bytes"
+        write_attribute(path, "1\n")
+        fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.EIO)
+        files = KeptFiles(max_open=0)
+        with pytest.raises(UnreadableFile, match=f"^cannot read {path}: Input/output"):
+            files.read_int(str(path))
 
         assert (0, []) == (len(files), held_under(tmp_path))
 
