@@ -17,6 +17,10 @@ __all__ = [
     "GPU_MEMORY_TEMPERATURE",
     "GPU_MEMORY_TOTAL",
     "GPU_MEMORY_USED",
+    "GPU_NVLINK_ERRORS",
+    "GPU_NVLINK_LINKS",
+    "GPU_NVLINK_RECEIVE",
+    "GPU_NVLINK_TRANSMIT",
     "GPU_PCIE_REPLAYS",
     "GPU_POWER",
     "GPU_REMAPPED_ROWS",
@@ -100,6 +104,36 @@ GPU_PCIE_REPLAYS = MetricSpec(
     MetricKind.COUNTER,
     "PCIe packets the GPU's link sent again after errors, since the GPU was last reset "
     "(NVML's replay counter, nvidia-smi's Replays Since Reset; whole GPUs, not MIG devices).",
+)
+# NVLink: the GPU-to-GPU links of an SXM board (18 on an H100, through NVSwitches) or a
+# bridge between PCIe cards. A link that drops out leaves collective operations
+# (NCCL) to the remaining links, or to PCIe: a job spread over the GPUs slows or hangs.
+GPU_NVLINK_LINKS = MetricSpec(
+    "podresources_gpu_nvlink_links",
+    MetricKind.GAUGE,
+    "NVLinks of the GPU by state (active, inactive), as NVML reports each link it has; "
+    "whole GPUs with NVLink and MIG off (NVML misreports a MIG-enabled GPU's links).",
+    labels=("state",),
+)
+GPU_NVLINK_ERRORS = MetricSpec(
+    "podresources_gpu_nvlink_errors_total",
+    MetricKind.COUNTER,
+    "NVLink errors of the GPU, all links together, by type (crc_flit, crc_data: CRC "
+    "errors of flow-control and data flits; replay: flits sent again; recovery: link "
+    "retrainings; ecc_data: data ECC errors), since the counters were last reset.",
+    labels=("type",),
+)
+GPU_NVLINK_TRANSMIT = MetricSpec(
+    "podresources_gpu_nvlink_transmit_bytes_total",
+    MetricKind.COUNTER,
+    "Data the GPU sent over its NVLinks, all links together, in bytes (NVML's data "
+    "throughput counter, without protocol overhead).",
+)
+GPU_NVLINK_RECEIVE = MetricSpec(
+    "podresources_gpu_nvlink_receive_bytes_total",
+    MetricKind.COUNTER,
+    "Data the GPU received over its NVLinks, all links together, in bytes (NVML's data "
+    "throughput counter, without protocol overhead).",
 )
 # Row remapping (NVIDIA Ampere and later): a row of GPU memory that gave errors is
 # replaced by a spare one at the next GPU reset. NVIDIA's memory error management guide

@@ -64,6 +64,10 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
+    GPU_NVLINK_ERRORS,
+    GPU_NVLINK_LINKS,
+    GPU_NVLINK_RECEIVE,
+    GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
@@ -90,6 +94,8 @@ from exporter.model import (
 
 __all__ = [
     "MAX_EVENTS_PER_POLL",
+    "NVLINK_ERROR_TYPES",
+    "NVLINK_MAX_LINKS",
     "REGISTRATION",
     "EccErrorType",
     "NvmlCollector",
@@ -98,6 +104,7 @@ __all__ = [
     "NvmlGpuInstancePlacement",
     "NvmlHandle",
     "NvmlMemory",
+    "NvmlNvLinkFields",
     "NvmlProcess",
     "NvmlProcessSample",
     "NvmlRemappedRows",
@@ -113,6 +120,7 @@ __all__ = [
 # NVML return codes by their nvml.h name without the NVML_ERROR_ prefix.
 NOT_SUPPORTED = "NOT_SUPPORTED"
 NOT_FOUND = "NOT_FOUND"
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
 GPU_IS_LOST = "GPU_IS_LOST"
 UNKNOWN = "UNKNOWN"
 TIMEOUT = "TIMEOUT"
@@ -199,6 +207,23 @@ class NvmlRetiredPages:
     pending: bool
 
 
+# NVLink error counters, all links together (nvml.h's *_TOTAL fields; DCGM reads them so,
+# scope 0), by the type label each is served under.
+NVLINK_ERROR_TYPES = ("crc_flit", "crc_data", "replay", "recovery", "ecc_data")
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlNvLinkFields:
+    """A GPU's NVLink field values, None where NVML could not answer that field: the
+    links it has (NVML_FI_DEV_NVLINK_LINK_COUNT), its error counters by type (those it
+    answered, in ``NVLINK_ERROR_TYPES`` order) and its data traffic in KiB."""
+
+    link_count: int | None
+    errors: tuple[tuple[str, int], ...]
+    transmit_kib: int | None
+    receive_kib: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class NvmlProcess:
     """A running process as NVML lists it; memory None where NVML cannot say."""
@@ -260,6 +285,8 @@ class NvmlSource(Protocol):
     # NOT_SUPPORTED where the GPU remaps rows instead (Ampere and later).
     def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages: ...
     def pcie_replays(self, handle: NvmlHandle) -> int: ...  # since the GPU's last reset
+    def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields: ...
+    def nvlink_active(self, handle: NvmlHandle, link: int) -> bool: ...
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     # Clients of an MPS server (its own process is among the compute processes).
@@ -546,6 +573,48 @@ class PynvmlSource(NvmlSource):
     def pcie_replays(self, handle: NvmlHandle) -> int:
         return int(self._call(self._pynvml.nvmlDeviceGetPcieReplayCounter, handle))
 
+    def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields:
+        # One call for all: the link count and error totals at scope 0, as DCGM reads
+        # them; the traffic at scope UINT_MAX, nvml.h's "aggregate value summed up across
+        # all links". A field this driver or GPU cannot answer (NOT_SUPPORTED, or
+        # INVALID_ARGUMENT for an ID older drivers do not know) is left out.
+        pynvml = self._pynvml
+        all_links = 0xFFFFFFFF
+        requested = (
+            (pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0),
+            (pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0),
+            (pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0),
+            (pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0),
+            (pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 0),
+            (pynvml.NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL, 0),
+            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, all_links),
+            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, all_links),
+        )
+        answered: list[int | None] = []
+        for field in self._call(pynvml.nvmlDeviceGetFieldValues, handle, requested):
+            code = int(field.nvmlReturn)
+            if code == pynvml.NVML_SUCCESS:
+                answered.append(int(_field_number(pynvml, field)))
+            elif code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                answered.append(None)
+            else:
+                raise self._error(code)
+        link_count, *errors, transmit, receive = answered
+        return NvmlNvLinkFields(
+            link_count=link_count,
+            errors=tuple(
+                (kind, count)
+                for kind, count in zip(NVLINK_ERROR_TYPES, errors, strict=True)
+                if count is not None
+            ),
+            transmit_kib=transmit,
+            receive_kib=receive,
+        )
+
+    def nvlink_active(self, handle: NvmlHandle, link: int) -> bool:
+        state = self._call(self._pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        return bool(state == self._pynvml.NVML_FEATURE_ENABLED)
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
 
@@ -747,6 +816,45 @@ def _pcie_replays(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_PCIE_REPLAYS, float(source.pcie_replays(handle))),)
 
 
+# nvml.h's NVML_NVLINK_MAX_LINKS: 36 since CUDA 13.3's header, 18 before; a driver
+# answers INVALID_ARGUMENT for a link past its GPU's.
+NVLINK_MAX_LINKS = 36
+
+
+def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    """A GPU's NVLink figures. The links are those NVML_FI_DEV_NVLINK_LINK_COUNT gives,
+    each asked for its state, as DCGM asks them (a link answering an error is skipped);
+    where the count is not answered (older drivers), links from 0 until the first that
+    answers NOT_SUPPORTED (no NVLink) or INVALID_ARGUMENT (past the GPU's last). A GPU
+    whose links all answer so has no link series. SUCCESS with the link disabled is an
+    inactive link: a PCIe card without its bridge has its links so, by design."""
+    fields = source.nvlink_fields(handle)
+    samples = [Sample(GPU_NVLINK_ERRORS, float(count), (kind,)) for kind, count in fields.errors]
+    if fields.transmit_kib is not None:
+        samples.append(Sample(GPU_NVLINK_TRANSMIT, fields.transmit_kib * 1024.0))
+    if fields.receive_kib is not None:
+        samples.append(Sample(GPU_NVLINK_RECEIVE, fields.receive_kib * 1024.0))
+    counted = fields.link_count is not None
+    active = inactive = 0
+    for link in range(NVLINK_MAX_LINKS if fields.link_count is None else fields.link_count):
+        try:
+            up = source.nvlink_active(handle, link)
+        except NvmlError as error:
+            if error.error_name not in (NOT_SUPPORTED, INVALID_ARGUMENT):
+                raise
+            if counted:
+                continue
+            break
+        if up:
+            active += 1
+        else:
+            inactive += 1
+    if active or inactive:
+        samples.append(Sample(GPU_NVLINK_LINKS, float(active), ("active",)))
+        samples.append(Sample(GPU_NVLINK_LINKS, float(inactive), ("inactive",)))
+    return tuple(samples)
+
+
 # The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.
 _FIGURES: tuple[_Figure, ...] = (
     _utilization,
@@ -761,7 +869,7 @@ _FIGURES: tuple[_Figure, ...] = (
     _remapped_rows,
     _retired_pages,
 )
-# Whole GPUs only: a MIG device shares its GPU's memory sensor and link, whose series
+# Whole GPUs only: a MIG device shares its GPU's memory sensor and links, whose series
 # are the GPU's; the video engines NVML does not read on a MIG-enabled GPU (nvml.h).
 _GPU_FIGURES: tuple[_Figure, ...] = (
     *_FIGURES,
@@ -769,7 +877,11 @@ _GPU_FIGURES: tuple[_Figure, ...] = (
     _decoder,
     _memory_temperature,
     _pcie_replays,
+    _nvlink,
 )
+# Not asked of a MIG-enabled GPU: NVML reports its NVLinks as down (DCGM works around
+# that bug, 200682374, by not asking), and MIG leaves NVLink unused.
+_NOT_WITH_MIG: frozenset[_Figure] = frozenset({_nvlink})
 
 
 # --- Hardware keys -----------------------------------------------------------------------
@@ -1259,6 +1371,8 @@ class NvmlCollector(Collector):
         for figure in _FIGURES if gpu is None else _GPU_FIGURES:
             name = figure.__name__.strip("_")
             if denied is not None and name in denied:
+                continue
+            if mig_enabled and figure in _NOT_WITH_MIG:
                 continue
             try:
                 if figure is _energy:

@@ -21,7 +21,11 @@ identity, memory and their process lists. GPU instances give their placement, as
 does to a privileged caller. Memory is healthy: no ECC error, no remapped row. A GPU
 whose PCIe link (``SimHardware.pcie_links``) trained at fewer lanes than it can run at
 replays ``REPLAYS_PER_S_NARROW_LINK`` packets a second since its reset (when the driver
-loaded, a day before 0); the others none.
+loaded, a day before 0); the others none. A GPU with NVLinks (``SimGpu.nvlinks``) sends
+and receives ``NVLINK_BYTES_PER_S_BUSY`` times its base utilization a second each way
+since the driver loaded, its links active but ``SimGpu.nvlinks_down``, its error
+counters fixed; a MIG-enabled one reports every link inactive, as NVML does (the bug
+DCGM works around), and a GPU without NVLinks NOT_SUPPORTED.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -35,12 +39,14 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from exporter.collectors.nvml import (
+    NVLINK_ERROR_TYPES,
     EccErrorType,
     NvmlError,
     NvmlEventSet,
     NvmlGpuInstancePlacement,
     NvmlHandle,
     NvmlMemory,
+    NvmlNvLinkFields,
     NvmlProcess,
     NvmlProcessSample,
     NvmlRemappedRows,
@@ -72,6 +78,8 @@ CLOCKS_EVENT_SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 # 30 a minute: above the 15.4 the spec's error rate allows 8 lanes at 32 GT/s, so
 # PodresourcesGPUPCIeReplays would fire for it: a card to reseat
 REPLAYS_PER_S_NARROW_LINK = 0.5
+# An all-reduce heavy job's share of an H100's 450 GB/s each way
+NVLINK_BYTES_PER_S_BUSY = 150e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +263,25 @@ class SimulatedNvmlSource(NvmlSource):
         uptime_s = DRIVER_UPTIME_AT_ZERO_S + max(self._clock(), 0.0)
         return int(REPLAYS_PER_S_NARROW_LINK * uptime_s)
 
+    def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields:
+        gpu = _with_nvlinks(handle)
+        uptime_s = DRIVER_UPTIME_AT_ZERO_S + max(self._clock(), 0.0)
+        kib = int(NVLINK_BYTES_PER_S_BUSY * gpu.utilization * uptime_s) // 1024
+        return NvmlNvLinkFields(
+            link_count=gpu.nvlinks,
+            errors=tuple(
+                (kind, dict(gpu.nvlink_errors).get(kind, 0)) for kind in NVLINK_ERROR_TYPES
+            ),
+            transmit_kib=kib,
+            receive_kib=kib,
+        )
+
+    def nvlink_active(self, handle: NvmlHandle, link: int) -> bool:
+        gpu = _with_nvlinks(handle)
+        if not 0 <= link < gpu.nvlinks:
+            raise NvmlError("INVALID_ARGUMENT")
+        return not gpu.mig_devices and link not in gpu.nvlinks_down
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)
         return tuple(
@@ -318,6 +345,14 @@ def _whole(handle: NvmlHandle) -> SimGpu:
     if sim.mig is not None:
         raise NvmlError("NOT_SUPPORTED")
     return sim.gpu
+
+
+def _with_nvlinks(handle: NvmlHandle) -> SimGpu:
+    """The GPU of a whole-GPU handle that has NVLinks; NOT_SUPPORTED otherwise."""
+    gpu = _whole(handle)
+    if not gpu.nvlinks:
+        raise NvmlError("NOT_SUPPORTED")
+    return gpu
 
 
 def _mig(handle: NvmlHandle) -> SimMigDevice:

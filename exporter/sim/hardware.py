@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "GIB",
+    "H100_SXM_NVLINKS",
     "MIB",
     "VIRTIO_NIC_ADDRESS",
     "SimDrmGpu",
@@ -30,6 +31,7 @@ __all__ = [
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 VIRTIO_NIC_ADDRESS = "0000:00:05.0"  # the demo's virtio NIC
+H100_SXM_NVLINKS = 18  # an H100 SXM5 board's NVLinks (fourth generation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,9 @@ class SimGpu:
     utilization: float  # base utilization ratio 0-1 the simulation wobbles around
     mig_devices: tuple[SimMigDevice, ...] = ()
     xids: tuple[int, ...] = ()  # Xid errors the driver raises for it, once registered
+    nvlinks: int = 0  # NVLinks it has: 18 on an H100 SXM board, none on a PCIe card
+    nvlinks_down: tuple[int, ...] = ()  # links that are inactive
+    nvlink_errors: tuple[tuple[str, int], ...] = ()  # (type, count), all links together
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +291,7 @@ def demo_hardware() -> SimHardware:
             power_limit_watts=700.0,
             utilization=utilization[i],
             mig_devices=mig if i == 2 else (),
+            nvlinks=H100_SXM_NVLINKS,
         )
         for i in range(4)
     )
@@ -374,6 +380,7 @@ def _free_gpu() -> SimGpu:
         power_limit_watts=700.0,
         utilization=0.3,
         xids=(31,),
+        nvlinks=H100_SXM_NVLINKS,
     )
 
 
@@ -381,7 +388,9 @@ def _dra_gpus() -> tuple[SimGpu, ...]:
     """GPUs 4 and 5, handed out by the NVIDIA DRA driver (``exporter.sim.dra``): 4 whole,
     5 MIG-enabled with the one MIG device the driver created for a claim. Its GPU
     instance ID (5) and UUID are not in its DRA name (profile 19, placement 3): the
-    driver's checkpoint links them, and so does NVML's placement of GPU instance 5."""
+    driver's checkpoint links them, and so does NVML's placement of GPU instance 5.
+    GPU 4 has lost one of its 18 NVLinks (link 7) after replays and recoveries on it: a
+    board or NVSwitch tray to look at."""
     mig = SimMigDevice(_uuid("MIG", 0x501), 5, 0, "1g.10gb", 10 * GIB, 19, 3)
     return tuple(
         SimGpu(
@@ -394,6 +403,11 @@ def _dra_gpus() -> tuple[SimGpu, ...]:
             power_limit_watts=700.0,
             utilization=utilization,
             mig_devices=migs,
+            nvlinks=H100_SXM_NVLINKS,
+            nvlinks_down=(7,) if index == 4 else (),
+            nvlink_errors=(
+                (("crc_flit", 1180), ("replay", 42), ("recovery", 3)) if index == 4 else ()
+            ),
         )
         for index, pci_address, numa_node, utilization, migs in (
             (4, "0000:5d:00.0", 0, 0.7, ()),

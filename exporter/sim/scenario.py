@@ -31,6 +31,7 @@ from exporter.sim.dra import (
 )
 from exporter.sim.hardware import (
     GIB,
+    H100_SXM_NVLINKS,
     MIB,
     VIRTIO_NIC_ADDRESS,
     SimGpu,
@@ -409,6 +410,7 @@ def dense_hardware(
             memory_total_bytes=80 * GIB,
             power_limit_watts=700.0,
             utilization=(i % 4) / 4,
+            nvlinks=H100_SXM_NVLINKS,
         )
         for i in range(gpus)
     )

@@ -62,6 +62,25 @@
  *                            other field ID. The call is counted as "fields"; "fail
  *                            fields CODE" fails the whole call, "fail memory_temp CODE"
  *                            only the field's own nvmlReturn
+ *   nvlinks N [uncounted]    the GPU has N NVLinks (default 0: none). nvmlDeviceGetNvLinkState
+ *                            answers NVML_FEATURE_ENABLED for each but those of
+ *                            nvlink_down, INVALID_ARGUMENT past N, NOT_SUPPORTED for a GPU
+ *                            without NVLinks or a MIG device, and every link disabled on a
+ *                            MIG-enabled GPU (the NVML bug DCGM works around: 200682374).
+ *                            Field NVML_FI_DEV_NVLINK_LINK_COUNT (91, an unsigned int)
+ *                            answers N; "uncounted": NOT_SUPPORTED, as a driver that does
+ *                            not know the field. Counted as "nvlink_state" and "fields"
+ *   nvlink_down LINK         that link is inactive (one line per link)
+ *   nvlink_absent LINK       that link answers INVALID_ARGUMENT though below N (one line
+ *                            per link): links numbered with gaps
+ *   nvlink_errors CRC_FLIT CRC_DATA REPLAY RECOVERY ECC_DATA
+ *                            the *_ERROR_COUNT_TOTAL fields (38, 45, 52, 59, 160; unsigned
+ *                            long long); -1: that field answers NOT_SUPPORTED; without the
+ *                            line all five do
+ *   nvlink_traffic TX_KIB RX_KIB
+ *                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138, 139) at
+ *                            scopeId UINT_MAX (all links; another scope answers
+ *                            INVALID_ARGUMENT here); without the line NOT_SUPPORTED
  *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
  *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
@@ -74,7 +93,7 @@
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
- *                            gi ci;
+ *                            nvlink_state gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -218,14 +237,14 @@ enum figure {
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
-    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_COUNT
+    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
-    "fields", "memory_temp", "encoder", "decoder",
+    "fields", "memory_temp", "encoder", "decoder", "nvlink_state",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -259,7 +278,16 @@ typedef struct {
 } nvmlFieldValue_t;
 
 #define NVML_FI_DEV_MEMORY_TEMP 82
+#define NVML_FI_DEV_NVLINK_LINK_COUNT 91
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_VALUE_TYPE_UNSIGNED_LONG_LONG 3
+#define NVML_NVLINK_ERROR_FIELDS 5
+/* nvml.h's *_ERROR_COUNT_TOTAL: CRC flit, CRC data, replay, recovery, ECC data */
+static const unsigned int nvlink_error_fields[NVML_NVLINK_ERROR_FIELDS] = {38, 45, 52, 59, 160};
+#define NVML_FEATURE_DISABLED 0
+#define NVML_FEATURE_ENABLED 1
 
 typedef struct fake_event_set {
     int live;
@@ -324,6 +352,13 @@ typedef struct fake_dev {
     unsigned int pcie_replays;
     int memory_temperature_known; /* a "memory_temperature" line was given */
     unsigned int memory_temperature;
+    unsigned int nvlinks;
+    int nvlinks_uncounted;              /* field 91 answers NOT_SUPPORTED */
+    unsigned long long nvlinks_down;    /* a bit per inactive link */
+    unsigned long long nvlinks_absent;  /* a bit per link that answers INVALID_ARGUMENT */
+    long long nvlink_errors[NVML_NVLINK_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
+    int nvlink_traffic_known;
+    unsigned long long nvlink_tx_kib, nvlink_rx_kib;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -370,6 +405,7 @@ static void reset_device(fake_dev *d, fake_dev *parent) {
     d->parent = parent;
     d->lost_at = -1;
     d->mig_pending = -1;
+    for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) d->nvlink_errors[i] = -1;
 }
 
 static int parse_figure(const char *text) {
@@ -502,6 +538,25 @@ static nvmlReturn_t load_config(void) {
             current->memory_temperature_known = ok;
         } else if (strcmp(key, "replays") == 0) {
             ok = sscanf(rest, "%u", &current->pcie_replays) == 1;
+        } else if (strcmp(key, "nvlinks") == 0) {
+            char mode[16] = "";
+            int n = sscanf(rest, "%u %15s", &current->nvlinks, mode);
+            ok = n == 1 || (n == 2 && strcmp(mode, "uncounted") == 0);
+            current->nvlinks_uncounted = n == 2;
+        } else if (strcmp(key, "nvlink_down") == 0) {
+            unsigned int link = 0;
+            ok = sscanf(rest, "%u", &link) == 1 && link < 64;
+            if (ok) current->nvlinks_down |= 1ULL << link;
+        } else if (strcmp(key, "nvlink_absent") == 0) {
+            unsigned int link = 0;
+            ok = sscanf(rest, "%u", &link) == 1 && link < 64;
+            if (ok) current->nvlinks_absent |= 1ULL << link;
+        } else if (strcmp(key, "nvlink_errors") == 0) {
+            long long *e = current->nvlink_errors;
+            ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "nvlink_traffic") == 0) {
+            ok = sscanf(rest, "%llu %llu", &current->nvlink_tx_kib, &current->nvlink_rx_kib) == 2;
+            current->nvlink_traffic_known = ok;
         } else if (strcmp(key, "ecc") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->ecc_corrected,
                         &current->ecc_uncorrected) == 2;
@@ -1065,6 +1120,36 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
 }
 
 /* Each asked field's own answer in its nvmlReturn; the call itself succeeds. */
+/* Answers an NVLink field of a whole GPU with NVLinks (true), or leaves it (false). */
+static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
+    if (d->parent != NULL || d->nvlinks == 0) return 0;
+    v->nvmlReturn = NVML_SUCCESS;
+    v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+    if (v->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) {
+        if (d->nvlinks_uncounted) return 0;
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->value.uiVal = d->nvlinks;
+        return 1;
+    }
+    for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) {
+        if (v->fieldId != nvlink_error_fields[i]) continue;
+        if (d->nvlink_errors[i] < 0) return 0;
+        v->value.ullVal = (unsigned long long)d->nvlink_errors[i];
+        return 1;
+    }
+    if (v->fieldId != NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX &&
+        v->fieldId != NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+        return 0;
+    if (!d->nvlink_traffic_known) return 0;
+    if (v->scopeId != 0xFFFFFFFFu) {
+        v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* a link's own: not kept here */
+        return 1;
+    }
+    v->value.ullVal = v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? d->nvlink_tx_kib
+                                                                         : d->nvlink_rx_kib;
+    return 1;
+}
+
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values) {
     ENTER(device, F_FIELDS);
@@ -1073,6 +1158,7 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         nvmlFieldValue_t *v = &values[i];
         v->timestamp = 1700000000000000LL;
         v->latencyUsec = 0;
+        if (nvlink_field(d, v)) continue;
         if (v->fieldId != NVML_FI_DEV_MEMORY_TEMP || !d->memory_temperature_known) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         } else if (d->fail[F_MEMORY_TEMP] != 0 && flagged(d->fail_flag[F_MEMORY_TEMP])) {
@@ -1083,6 +1169,19 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
             v->value.uiVal = d->memory_temperature;
         }
     }
+    return NVML_SUCCESS;
+}
+
+/* A link's state (nvml.h: "For Pascal or newer"). */
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                      unsigned int *isActive) {
+    ENTER(device, F_NVLINK_STATE);
+    if (isActive == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->parent != NULL || d->nvlinks == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= d->nvlinks) return NVML_ERROR_INVALID_ARGUMENT;
+    if (link < 64 && (d->nvlinks_absent >> link) & 1ULL) return NVML_ERROR_INVALID_ARGUMENT;
+    int down = mig_on(d) || (link < 64 && (d->nvlinks_down >> link) & 1ULL);
+    *isActive = down ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
     return NVML_SUCCESS;
 }
 

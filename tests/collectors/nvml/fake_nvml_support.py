@@ -93,6 +93,18 @@ def _process_lines(
     return lines
 
 
+def _nvlink_lines(gpu: FakeGpu) -> list[str]:
+    lines = [f"nvlinks {gpu.nvlinks}" + ("" if gpu.nvlinks_counted else " uncounted")]
+    lines += [f"nvlink_down {link}" for link in gpu.nvlinks_down]
+    lines += [f"nvlink_absent {link}" for link in gpu.nvlinks_absent]
+    lines.append(
+        "nvlink_errors " + " ".join("-1" if n is None else str(n) for n in gpu.nvlink_errors)
+    )
+    if gpu.nvlink_traffic_kib is not None:
+        lines.append("nvlink_traffic {} {}".format(*gpu.nvlink_traffic_kib))
+    return lines
+
+
 @dataclass(frozen=True, slots=True)
 class FakeMig:
     slot: int
@@ -133,6 +145,22 @@ class FakeGpu:
     video: tuple[int, int] = (12, 30)  # encoder %, decoder %
     # NVML_FI_DEV_MEMORY_TEMP; None: NOT_SUPPORTED, as a GPU without a memory sensor
     memory_temperature: int | None = 63
+    # NVLinks (18: an H100 SXM board; 0: none, as a PCIe card), whether field 91 counts
+    # them (False: NOT_SUPPORTED, as older drivers), the inactive ones, the error totals
+    # (crc_flit, crc_data, replay, recovery, ecc_data; None: NOT_SUPPORTED) and the data
+    # sent and received in KiB (None: NOT_SUPPORTED)
+    nvlinks: int = 18
+    nvlinks_counted: bool = True
+    nvlinks_down: tuple[int, ...] = (5,)
+    nvlinks_absent: tuple[int, ...] = ()  # below the count, yet INVALID_ARGUMENT
+    nvlink_errors: tuple[int | None, int | None, int | None, int | None, int | None] = (
+        14,
+        2,
+        3,
+        1,
+        None,
+    )
+    nvlink_traffic_kib: tuple[int, int] | None = (7_340_032, 9_437_184)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -206,6 +234,7 @@ def render_config(
                 if gpu.memory_temperature is None
                 else (f"memory_temperature {gpu.memory_temperature}",)
             ),
+            *_nvlink_lines(gpu),
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),

@@ -44,6 +44,10 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
+    GPU_NVLINK_ERRORS,
+    GPU_NVLINK_LINKS,
+    GPU_NVLINK_RECEIVE,
+    GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
@@ -58,7 +62,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_XID_ERRORS,
     GPU_XID_ERRORS_BY_CODE,
 )
-from exporter.collectors.nvml import NvmlCollector, NvmlError, _field_number
+from exporter.collectors.nvml import NVLINK_ERROR_TYPES, NvmlCollector, NvmlError, _field_number
 from exporter.collectors.runner import CollectorRunner
 from exporter.model import (
     CollectorIssue,
@@ -138,6 +142,35 @@ def retired(single_bit: int, double_bit: int, pending: int) -> tuple[Sample, ...
     )
 
 
+def nvlink_samples(gpu: FakeGpu) -> tuple[Sample, ...]:
+    """The NVLink samples of a fake GPU (MIG off): its error totals NVML answers, its
+    traffic in bytes, and its links by state."""
+    errors = tuple(
+        Sample(GPU_NVLINK_ERRORS, float(count), (kind,))
+        for kind, count in zip(NVLINK_ERROR_TYPES, gpu.nvlink_errors, strict=True)
+        if count is not None
+    )
+    traffic = (
+        ()
+        if gpu.nvlink_traffic_kib is None
+        else (
+            Sample(GPU_NVLINK_TRANSMIT, gpu.nvlink_traffic_kib[0] * 1024.0),
+            Sample(GPU_NVLINK_RECEIVE, gpu.nvlink_traffic_kib[1] * 1024.0),
+        )
+    )
+    down = len(set(gpu.nvlinks_down) & set(range(gpu.nvlinks)))
+    links = (
+        (
+            Sample(GPU_NVLINK_LINKS, float(gpu.nvlinks - down), ("active",)),
+            Sample(GPU_NVLINK_LINKS, float(down), ("inactive",)),
+        )
+        if gpu.nvlinks
+        else ()
+    )
+    # Not asked of a MIG-enabled GPU: NVML reports its links down.
+    return () if not gpu.nvlinks or gpu.migs else errors + traffic + links
+
+
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
     """What the collector makes of a fake GPU's figures, less the ``without`` ones."""
     by_figure = {
@@ -168,6 +201,7 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         if gpu.memory_temperature is None
         else (Sample(GPU_MEMORY_TEMPERATURE, float(gpu.memory_temperature)),),
         "replays": (Sample(GPU_PCIE_REPLAYS, float(gpu.pcie_replays)),),
+        "nvlink": nvlink_samples(gpu),
         # Counted from events, not read: none raised unless a test raises one.
         "xid": NO_XIDS,
     }
@@ -293,6 +327,14 @@ class TestWholeGpus:
             Sample(GPU_VIDEO_UTILIZATION, 0.30, ("decoder",)),  # NVDEC
             Sample(GPU_MEMORY_TEMPERATURE, 63.0),  # a field value, its HBM sensor
             Sample(GPU_PCIE_REPLAYS, 4.0),
+            Sample(GPU_NVLINK_ERRORS, 14.0, ("crc_flit",)),  # all links together
+            Sample(GPU_NVLINK_ERRORS, 2.0, ("crc_data",)),
+            Sample(GPU_NVLINK_ERRORS, 3.0, ("replay",)),
+            Sample(GPU_NVLINK_ERRORS, 1.0, ("recovery",)),  # ecc_data: NOT_SUPPORTED
+            Sample(GPU_NVLINK_TRANSMIT, 7 * GIB),  # KiB, all links (scope UINT_MAX)
+            Sample(GPU_NVLINK_RECEIVE, 9 * GIB),
+            Sample(GPU_NVLINK_LINKS, 17.0, ("active",)),  # 18, link 5 down
+            Sample(GPU_NVLINK_LINKS, 1.0, ("inactive",)),
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
@@ -392,12 +434,14 @@ class TestWholeGpus:
     ) -> None:
         """A field whose own return is an error (any but NOT_SUPPORTED, those below it
         too: a failed field's value is undefined, nvml.h), or the field values call
-        failing itself, loses that figure only, named as nvml.h names the error."""
+        failing itself, loses that figure only (the call fails the NVLink figures too),
+        named as nvml.h names the error."""
         gpu = replace(GPU_A, fail=((failing, code),))
         fake_nvml.configure(gpu)
         readings = collector.collect()
-        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("memory_temperature",)))
-        assert ((expected,), (issue(name, UUID_A, "memory_temperature"),)) == (
+        lost = ("memory_temperature",) + (("nvlink",) if failing == "fields" else ())
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=lost))
+        assert ((expected,), tuple(issue(name, UUID_A, figure) for figure in lost)) == (
             readings.devices,
             readings.issues,
         )
@@ -760,6 +804,148 @@ class TestWholeGpus:
         still in MIG mode and its MIG devices are read."""
         fake_nvml.configure(replace(MIG_GPU, mig_pending=0))
         assert [UUID_A, MIG_1, MIG_3, MIG_2] == [d.name for d in collector.collect().devices]
+
+
+def device(readings: Readings, name: str) -> DeviceReading:
+    return next(d for d in readings.devices if d.name == name)
+
+
+def nvlink_figures(readings: Readings, uuid: str) -> list[tuple[str, tuple[str, ...], float]]:
+    """The NVLink samples of one device: (family, labels, value)."""
+    families = (GPU_NVLINK_LINKS, GPU_NVLINK_ERRORS, GPU_NVLINK_TRANSMIT, GPU_NVLINK_RECEIVE)
+    return [
+        (s.spec.name, s.label_values, s.value)
+        for s in device(readings, uuid).samples
+        if s.spec in families
+    ]
+
+
+def links(active: int, inactive: int) -> list[tuple[str, tuple[str, ...], float]]:
+    return [
+        (GPU_NVLINK_LINKS.name, ("active",), float(active)),
+        (GPU_NVLINK_LINKS.name, ("inactive",), float(inactive)),
+    ]
+
+
+class TestNvLink:
+    def test_counted_links_are_each_asked_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Where the driver counts the links (field 91), exactly those are asked their
+        state, in one field values call with the error totals and the traffic."""
+        fake_nvml.configure(replace(GPU_A, nvlink_errors=(None,) * 5, nvlink_traffic_kib=None))
+        before = fake_nvml.library.calls("nvlink_state"), fake_nvml.library.calls("fields")
+        readings = collector.collect()
+        asked = (
+            fake_nvml.library.calls("nvlink_state") - before[0],
+            fake_nvml.library.calls("fields") - before[1],
+        )
+
+        # two field values calls: the memory's temperature, and NVLink's
+        assert (links(17, 1), (18, 2), ()) == (
+            nvlink_figures(readings, UUID_A),
+            asked,
+            readings.issues,
+        )
+
+    def test_uncounted_links_are_probed_to_the_first_past_the_last(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A driver that does not know field 91 (NOT_SUPPORTED) has its links asked from 0
+        until one answers INVALID_ARGUMENT (past the GPU's last), which is no error."""
+        gpu = replace(GPU_A, nvlinks=12, nvlinks_counted=False, nvlinks_down=(0, 11))
+        fake_nvml.configure(gpu)
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+        asked = fake_nvml.library.calls("nvlink_state") - before
+
+        assert (links(10, 2), 13, ()) == (
+            nvlink_figures(readings, UUID_A)[-2:],
+            asked,
+            readings.issues,
+        )
+
+    def test_a_counted_link_that_answers_an_error_is_skipped(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Below the count, a link answering INVALID_ARGUMENT is skipped, as DCGM skips
+        it, and the links after it are still asked: numbering may have gaps."""
+        gpu = replace(GPU_A, nvlinks=18, nvlinks_absent=(2, 3), nvlinks_down=(17,))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+
+        assert (links(15, 1), ()) == (nvlink_figures(readings, UUID_A)[-2:], readings.issues)
+
+    def test_no_nvlink_is_no_series_and_no_error(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A PCIe card without NVLinks answers the fields and the first link's state
+        NOT_SUPPORTED: no NVLink series, no issue, one state call a poll."""
+        fake_nvml.configure(replace(GPU_A, nvlinks=0))
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+
+        assert ([], 1, ()) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("nvlink_state") - before,
+            readings.issues,
+        )
+
+    def test_all_links_inactive_is_reported_not_dropped(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Links that answer SUCCESS but disabled (a PCIe card without its bridge) are
+        inactive links, counted: 0 active of 12."""
+        gpu = replace(GPU_A, nvlinks=12, nvlinks_down=tuple(range(12)))
+        fake_nvml.configure(gpu)
+
+        assert links(0, 12) == nvlink_figures(collector.collect(), UUID_A)[-2:]
+
+    def test_a_mig_enabled_gpu_is_not_asked(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """NVML reports a MIG-enabled GPU's links down (DCGM's bug 200682374): neither its
+        link states nor its NVLink fields are asked, and it has no NVLink series; with
+        MIG turned off it has them again."""
+        mig_off = fake_nvml.config_path.parent / "mig-off"
+        fake_nvml.configure(replace(MIG_GPU, mig_off_flag=mig_off))
+        before = fake_nvml.library.calls("nvlink_state")
+        with_mig = collector.collect()
+        asked_with_mig = fake_nvml.library.calls("nvlink_state") - before
+        mig_off.touch()
+        without_mig = collector.collect()
+
+        assert ([], 0, links(17, 1)) == (
+            nvlink_figures(with_mig, UUID_A),
+            asked_with_mig,
+            nvlink_figures(without_mig, UUID_A)[-2:],
+        )
+
+    def test_a_failed_link_state_is_the_figures_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A link state call failing otherwise (UNKNOWN) loses the NVLink figures of that
+        poll, reported once under the figure, and the GPU's other figures stay."""
+        fake_nvml.configure(replace(GPU_A, fail=(("nvlink_state", UNKNOWN),)))
+        readings = collector.collect()
+
+        assert ([], (issue("UNKNOWN", UUID_A, "nvlink"),), 0.85) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+            next(s.value for s in device(readings, UUID_A).samples if s.spec is GPU_UTILIZATION),
+        )
+
+    def test_a_gpu_lost_at_a_link_is_abandoned(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """GPU_IS_LOST on a link's state abandons the GPU for the poll, as any figure's."""
+        fake_nvml.configure(replace(GPU_A, lost_at=("nvlink_state", 3)))
+        readings = collector.collect()
+
+        assert ([], (issue("GPU_IS_LOST", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
 
 
 class TestOldDrivers:

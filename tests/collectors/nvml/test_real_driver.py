@@ -276,6 +276,42 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
             assert replays is None or (replays >= 0 and replays == int(replays)), replays
 
 
+def _smi_nvlinks(pci_address: str) -> tuple[int, int]:
+    """(active, inactive) links of a GPU as ``nvidia-smi nvlink --status`` lists them
+    ("Link 0: 26.562 GB/s", "Link 3: <inactive>"); (0, 0) where it lists none."""
+    listing = subprocess.run(
+        ["nvidia-smi", "nvlink", "--status", "-i", pci_address],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    ).stdout
+    states = re.findall(r"^\s*Link \d+: (.*)$", listing, flags=re.MULTILINE)
+    inactive = sum("inactive" in state for state in states)
+    return len(states) - inactive, inactive
+
+
+def test_nvlinks_match_nvidia_smi(probe: dict[str, Any]) -> None:
+    """Each GPU's NVLinks by state as nvidia-smi lists them (none on a board without
+    NVLink; none served for a MIG-enabled GPU), and its NVLink counters whole."""
+    smi = {gpu.uuid: gpu for gpu in _smi_gpus()}
+    for poll in probe["nvml"]:
+        for uuid, gpu in _gpus(poll).items():
+            figures = gpu["figures"]
+            served = (
+                int(figures.get("podresources_gpu_nvlink_links{active}", 0)),
+                int(figures.get("podresources_gpu_nvlink_links{inactive}", 0)),
+            )
+            expected = (0, 0) if smi[uuid].mig_enabled else _smi_nvlinks(smi[uuid].pci_address)
+            assert served == expected, (uuid, served, expected)
+            counters = {
+                name: value
+                for name, value in figures.items()
+                if name.startswith("podresources_gpu_nvlink_") and "_links" not in name
+            }
+            assert all(v >= 0 and v == int(v) for v in counters.values()), counters
+
+
 def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:
     """The collector registered each GPU for Xid events: its total is served, from 0
     (a board that cannot register has none; the probe's own try says why)."""

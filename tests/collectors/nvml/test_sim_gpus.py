@@ -21,6 +21,10 @@ from exporter.collectors.gpu_metrics import (
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
     GPU_MEMORY_USED,
+    GPU_NVLINK_ERRORS,
+    GPU_NVLINK_LINKS,
+    GPU_NVLINK_RECEIVE,
+    GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
     GPU_POWER,
     GPU_REMAPPED_ROWS,
@@ -62,6 +66,14 @@ THROTTLE_REASONS = (
 NOT_THROTTLED = tuple(Sample(GPU_CLOCKS_THROTTLED, 0.0, (r,)) for r in THROTTLE_REASONS)
 # Watched for Xid events from the first poll; these simulated GPUs raise none.
 NO_XID_ERRORS = (Sample(GPU_XID_ERRORS, 0.0),)
+NO_NVLINK_ERRORS = tuple(
+    Sample(GPU_NVLINK_ERRORS, 0.0, (kind,))
+    for kind in ("crc_flit", "crc_data", "replay", "recovery", "ecc_data")
+)
+ALL_NVLINKS_UP = (  # an H100 SXM board's 18
+    Sample(GPU_NVLINK_LINKS, 18.0, ("active",)),
+    Sample(GPU_NVLINK_LINKS, 0.0, ("inactive",)),
+)
 NO_VIDEO = (
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("encoder",)),
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("decoder",)),
@@ -123,6 +135,11 @@ class TestWholeGpus:
                 Sample(GPU_MEMORY_TEMPERATURE, 77.0),  # 5 °C above the GPU
                 # Its link trained at 8 of 16 lanes: 30 replays a minute for a day.
                 Sample(GPU_PCIE_REPLAYS, 43_200.0),
+                *NO_NVLINK_ERRORS,
+                # 150 GB/s at 85 % each way for a day
+                Sample(GPU_NVLINK_TRANSMIT, 1.1016e16),
+                Sample(GPU_NVLINK_RECEIVE, 1.1016e16),
+                *ALL_NVLINKS_UP,
                 *NO_XID_ERRORS,
             ),
             standalone=True,
@@ -162,9 +179,40 @@ class TestWholeGpus:
             *NO_VIDEO,
             Sample(GPU_MEMORY_TEMPERATURE, 35.0),
             Sample(GPU_PCIE_REPLAYS, 0.0),  # a link at its full width
+            *NO_NVLINK_ERRORS,
+            Sample(GPU_NVLINK_TRANSMIT, 0.0),  # idle since the driver loaded
+            Sample(GPU_NVLINK_RECEIVE, 0.0),
+            *ALL_NVLINKS_UP,
             *NO_XID_ERRORS,
         )
         assert expected == device(readings, GPU_1.uuid).samples
+
+    def test_nvlinks_of_a_gpu_that_lost_one(self, collector: NvmlCollector) -> None:
+        """DRA GPU 4 lost link 7 after replays and recoveries; MIG-enabled GPU 2 has no
+        NVLink series at all (NVML would report its links down)."""
+        readings = collector.collect()
+        families = (GPU_NVLINK_LINKS, GPU_NVLINK_ERRORS)
+
+        def nvlink(uuid: str) -> list[tuple[str, tuple[str, ...], float]]:
+            return [
+                (s.spec.name, s.label_values, s.value)
+                for s in device(readings, uuid).samples
+                if s.spec in families
+            ]
+
+        errors = GPU_NVLINK_ERRORS.name
+        assert (
+            [
+                (errors, ("crc_flit",), 1180.0),
+                (errors, ("crc_data",), 0.0),
+                (errors, ("replay",), 42.0),
+                (errors, ("recovery",), 3.0),
+                (errors, ("ecc_data",), 0.0),
+                (GPU_NVLINK_LINKS.name, ("active",), 17.0),
+                (GPU_NVLINK_LINKS.name, ("inactive",), 1.0),
+            ],
+            [],
+        ) == (nvlink(DRA_GPU_4.uuid), nvlink(GPU_2.uuid))
 
     def test_every_gpu_reported(self, collector: NvmlCollector) -> None:
         """Every GPU and MIG device comes under its own UUID, all standalone, no issues."""
