@@ -8,7 +8,8 @@ for a whole GPU (not the MIG calls, nor the driver's version and the event set's
 registration, made once), ``--runs`` times each on one GPU, and prints the median wall
 and thread-CPU time of one call, with the last answer; then the sum of the medians (an
 upper bound of one poll of both collectors for that GPU: the identity calls are made
-once, process utilization only for a GPU running a process). Figures only.
+once, process utilization only for a GPU running a process), with ``nvlink_active``
+counted once for each link ``nvlink_fields`` counts. Figures only.
 Run it with the GPU idle and again under load: some answers cost what they report.
 """
 
@@ -60,6 +61,9 @@ def _calls(
         "remapped_rows": lambda: source.remapped_rows(handle),
         "retired_pages": lambda: source.retired_pages(handle),
         "pcie_replays": lambda: source.pcie_replays(handle),
+        "nvlink_fields": lambda: source.nvlink_fields(handle),
+        # One link's state; a poll asks each link the fields count (18 on an H100 SXM).
+        "nvlink_active": lambda: source.nvlink_active(handle, 0),
         "compute_processes": lambda: source.compute_processes(handle),
         "graphics_processes": lambda: source.graphics_processes(handle),
         "mps_processes": lambda: source.mps_processes(handle),
@@ -89,6 +93,8 @@ def main(argv: list[str]) -> int:
         sys.exit(f"nvmlInit failed: {error.error_name} (no NVIDIA driver here?)")
     print(f"nvmlInit: {(time.perf_counter() - started) * 1000:.1f} ms")
     wall_sum = cpu_sum = 0.0
+    medians: dict[str, tuple[float, float]] = {}
+    answers: dict[str, object] = {}
     try:
         events: NvmlEventSet | None = source.xid_event_set()
     except NvmlError as error:
@@ -104,6 +110,7 @@ def main(argv: list[str]) -> int:
                 cpus.append(time.thread_time() - cpu)
                 walls.append(time.perf_counter() - wall)
             wall_us, cpu_us = statistics.median(walls) * 1e6, statistics.median(cpus) * 1e6
+            medians[name], answers[name] = (wall_us, cpu_us), answer
             wall_sum += wall_us
             cpu_sum += cpu_us
             print(f"{name:24s} wall {wall_us:8.1f} us  cpu {cpu_us:8.1f} us  {str(answer)[:60]}")
@@ -111,6 +118,12 @@ def main(argv: list[str]) -> int:
         if events is not None:
             source.free_event_set(events)
         source.shutdown()
+    fields = answers.get("nvlink_fields")
+    links = getattr(fields, "link_count", None) or 0
+    if links > 1 and "nvlink_active" in medians:  # the other links' state calls
+        wall_sum += (links - 1) * medians["nvlink_active"][0]
+        cpu_sum += (links - 1) * medians["nvlink_active"][1]
+        print(f"{'nvlink_active x ' + str(links):24s} (each link's state, in the sum)")
     print(f"sum of medians: wall {wall_sum / 1000:.2f} ms, cpu {cpu_sum / 1000:.2f} ms")
     return 0
 

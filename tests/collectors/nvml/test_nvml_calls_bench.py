@@ -43,10 +43,14 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "memory_temperature_celsius",
         "encoder_percent",
         "decoder_percent",
+        "nvlink_fields",
+        "nvlink_active",
     } <= timed
     assert "GPU-aaaa" in stdout
     assert lines[-1].startswith("sum of medians: wall ")
-    assert all(" us  cpu " in line for line in lines[1:-1]), stdout
+    # The fake GPU's 18 links: 17 more state calls in the sum.
+    assert "nvlink_active x 18" == lines[-2].split("  ")[0].strip(), stdout
+    assert all(" us  cpu " in line for line in lines[1:-2]), stdout
 
 
 def test_energy_interval_bench_runs_both_intervals(fake_nvml: FakeNvml) -> None:
