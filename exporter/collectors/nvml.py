@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib
 import re
 import threading
@@ -692,7 +693,17 @@ class PynvmlSource(NvmlSource):
 
 def _field_number(pynvml: Any, field: Any) -> float:
     """A field value's number, read from the union member its ``valueType`` names."""
-    members = {
+    member = _value_members(pynvml).get(int(field.valueType))
+    if member is None:  # a type newer than these bindings: not a number we can read
+        raise NvmlError(UNKNOWN)
+    return float(getattr(field.value, member))
+
+
+@functools.cache
+def _value_members(pynvml: Any) -> dict[int, str]:
+    """nvmlValue_t's union member for each nvmlValueType_t, built once (a poll reads
+    several field values a GPU)."""
+    return {
         pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
         pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
         pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
@@ -701,10 +712,6 @@ def _field_number(pynvml: Any, field: Any) -> float:
         pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
         pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
     }
-    member = members.get(int(field.valueType))
-    if member is None:  # a type newer than these bindings: not a number we can read
-        raise NvmlError(UNKNOWN)
-    return float(getattr(field.value, member))
 
 
 # --- Figures: one NVML reading, converted to base units ----------------------------------
