@@ -111,8 +111,9 @@ GPU_PCIE_REPLAYS = MetricSpec(
 GPU_NVLINK_LINKS = MetricSpec(
     "podresources_gpu_nvlink_links",
     MetricKind.GAUGE,
-    "NVLinks of the GPU by state (active, inactive), as NVML reports each link it has; "
-    "whole GPUs with NVLink and MIG off (NVML misreports a MIG-enabled GPU's links).",
+    "NVLinks of the GPU by state (active, inactive; unknown, only while NVML fails to "
+    "give a link's state), as NVML reports each link it has; whole GPUs with NVLink and "
+    "MIG off (NVML misreports a MIG-enabled GPU's links).",
     labels=("state",),
 )
 GPU_NVLINK_ERRORS = MetricSpec(

@@ -828,13 +828,26 @@ def _pcie_replays(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
 NVLINK_MAX_LINKS = 36
 
 
+class _PartialFigure(Exception):
+    """A figure that read some of its samples and failed for the rest: the samples are
+    kept and the error is reported, as a whole figure's would be."""
+
+    def __init__(self, samples: tuple[Sample, ...], error: NvmlError) -> None:
+        super().__init__(error.error_name)
+        self.samples = samples
+        self.error = error
+
+
 def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     """A GPU's NVLink figures. The links are those NVML_FI_DEV_NVLINK_LINK_COUNT gives,
-    each asked for its state, as DCGM asks them (a link answering an error is skipped);
-    where the count is not answered (older drivers), links from 0 until the first that
-    answers NOT_SUPPORTED (no NVLink) or INVALID_ARGUMENT (past the GPU's last). A GPU
+    each asked for its state, as DCGM asks them (a link answering NOT_SUPPORTED or
+    INVALID_ARGUMENT is skipped); where the count is not answered (older drivers), links
+    from 0 until the first that answers so (no NVLink, or past the GPU's last). A GPU
     whose links all answer so has no link series. SUCCESS with the link disabled is an
-    inactive link: a PCIe card without its bridge has its links so, by design."""
+    inactive link: a PCIe card without its bridge has its links so, by design. A link
+    whose state fails otherwise is ``unknown`` (that sample only while there is one),
+    reported once a poll through ``_PartialFigure``: it is not active as far as anyone
+    can tell, and the GPU's other NVLink figures stay. GPU_IS_LOST is raised at once."""
     fields = source.nvlink_fields(handle)
     samples = [Sample(GPU_NVLINK_ERRORS, float(count), (kind,)) for kind, count in fields.errors]
     if fields.transmit_kib is not None:
@@ -842,23 +855,32 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     if fields.receive_kib is not None:
         samples.append(Sample(GPU_NVLINK_RECEIVE, fields.receive_kib * 1024.0))
     counted = fields.link_count is not None
-    active = inactive = 0
+    active = inactive = unknown = 0
+    failure: NvmlError | None = None
     for link in range(NVLINK_MAX_LINKS if fields.link_count is None else fields.link_count):
         try:
             up = source.nvlink_active(handle, link)
         except NvmlError as error:
-            if error.error_name not in (NOT_SUPPORTED, INVALID_ARGUMENT):
+            if error.error_name in (NOT_SUPPORTED, INVALID_ARGUMENT):
+                if counted:
+                    continue
+                break
+            if error.error_name == GPU_IS_LOST:
                 raise
-            if counted:
-                continue
-            break
+            unknown += 1
+            failure = failure or error
+            continue
         if up:
             active += 1
         else:
             inactive += 1
-    if active or inactive:
+    if active or inactive or unknown:
         samples.append(Sample(GPU_NVLINK_LINKS, float(active), ("active",)))
         samples.append(Sample(GPU_NVLINK_LINKS, float(inactive), ("inactive",)))
+    if unknown:
+        samples.append(Sample(GPU_NVLINK_LINKS, float(unknown), ("unknown",)))
+    if failure is not None:
+        raise _PartialFigure(tuple(samples), failure)
     return tuple(samples)
 
 
@@ -1386,6 +1408,9 @@ class NvmlCollector(Collector):
                     samples.extend(self._energy_samples(handle))
                 else:
                     samples.extend(figure(self._source, handle))
+            except _PartialFigure as partial:
+                samples.extend(partial.samples)
+                self._count(partial.error, figure.__name__)
             except NvmlError as error:
                 if error.error_name == NOT_SUPPORTED:
                     continue

@@ -73,6 +73,7 @@
  *   nvlink_down LINK         that link is inactive (one line per link)
  *   nvlink_absent LINK       that link answers INVALID_ARGUMENT though below N (one line
  *                            per link): links numbered with gaps
+ *   nvlink_error LINK CODE   that link's state answers CODE (up to 4 lines)
  *   nvlink_errors CRC_FLIT CRC_DATA REPLAY RECOVERY ECC_DATA
  *                            the *_ERROR_COUNT_TOTAL fields (38, 45, 52, 59, 160; unsigned
  *                            long long); -1: that field answers NOT_SUPPORTED; without the
@@ -356,6 +357,9 @@ typedef struct fake_dev {
     int nvlinks_uncounted;              /* field 91 answers NOT_SUPPORTED */
     unsigned long long nvlinks_down;    /* a bit per inactive link */
     unsigned long long nvlinks_absent;  /* a bit per link that answers INVALID_ARGUMENT */
+    unsigned int nvlink_error_links[4]; /* nvlink_error: these links answer ... */
+    int nvlink_error_codes[4];          /* ... these codes */
+    unsigned int nvlink_error_count;
     long long nvlink_errors[NVML_NVLINK_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
     int nvlink_traffic_known;
     unsigned long long nvlink_tx_kib, nvlink_rx_kib;
@@ -551,6 +555,11 @@ static nvmlReturn_t load_config(void) {
             unsigned int link = 0;
             ok = sscanf(rest, "%u", &link) == 1 && link < 64;
             if (ok) current->nvlinks_absent |= 1ULL << link;
+        } else if (strcmp(key, "nvlink_error") == 0) {
+            unsigned int n = current->nvlink_error_count;
+            ok = n < 4 && sscanf(rest, "%u %d", &current->nvlink_error_links[n],
+                                 &current->nvlink_error_codes[n]) == 2;
+            if (ok) current->nvlink_error_count++;
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
@@ -1180,6 +1189,8 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
     if (d->parent != NULL || d->nvlinks == 0) return NVML_ERROR_NOT_SUPPORTED;
     if (link >= d->nvlinks) return NVML_ERROR_INVALID_ARGUMENT;
     if (link < 64 && (d->nvlinks_absent >> link) & 1ULL) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < d->nvlink_error_count; i++)
+        if (d->nvlink_error_links[i] == link) return d->nvlink_error_codes[i];
     int down = mig_on(d) || (link < 64 && (d->nvlinks_down >> link) & 1ULL);
     *isActive = down ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
     return NVML_SUCCESS;

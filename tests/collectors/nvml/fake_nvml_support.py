@@ -97,6 +97,7 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
     lines = [f"nvlinks {gpu.nvlinks}" + ("" if gpu.nvlinks_counted else " uncounted")]
     lines += [f"nvlink_down {link}" for link in gpu.nvlinks_down]
     lines += [f"nvlink_absent {link}" for link in gpu.nvlinks_absent]
+    lines += [f"nvlink_error {link} {code}" for link, code in gpu.nvlink_state_errors]
     lines.append(
         "nvlink_errors " + " ".join("-1" if n is None else str(n) for n in gpu.nvlink_errors)
     )
@@ -153,6 +154,7 @@ class FakeGpu:
     nvlinks_counted: bool = True
     nvlinks_down: tuple[int, ...] = (5,)
     nvlinks_absent: tuple[int, ...] = ()  # below the count, yet INVALID_ARGUMENT
+    nvlink_state_errors: tuple[tuple[int, int], ...] = ()  # (link, NVML code its state answers)
     nvlink_errors: tuple[int | None, int | None, int | None, int | None, int | None] = (
         14,
         2,

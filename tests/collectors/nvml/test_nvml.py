@@ -921,16 +921,46 @@ class TestNvLink:
             nvlink_figures(without_mig, UUID_A)[-2:],
         )
 
-    def test_a_failed_link_state_is_the_figures_issue(
+    def test_a_link_whose_state_fails_is_unknown_and_the_rest_stays(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A link state call failing otherwise (UNKNOWN) loses the NVLink figures of that
-        poll, reported once under the figure, and the GPU's other figures stay."""
+        """A link whose state answers another error (UNKNOWN) is counted unknown and the
+        error reported once a poll, however many links fail; the other links, the error
+        totals and the traffic stay (a failing link must not take the GPU's NVLink series
+        with it, nor end an alert on them)."""
+        gpu = replace(GPU_A, nvlink_state_errors=((3, UNKNOWN), (9, UNKNOWN)))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+
+        totals_and_traffic = [  # the four error totals, then the bytes each way
+            (s.spec.name, s.label_values, s.value)
+            for s in nvlink_samples(gpu)
+            if s.spec is not GPU_NVLINK_LINKS
+        ]
+        expected = [
+            *totals_and_traffic,
+            *links(15, 1),  # link 5 inactive, 3 and 9 unknown
+            (GPU_NVLINK_LINKS.name, ("unknown",), 2.0),
+        ]
+        assert (expected, (issue("UNKNOWN", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
+
+    def test_every_link_failing_is_every_link_unknown(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Every link's state failing (the figure's own fail line): 0 active, 18 unknown,
+        one issue, and the GPU's other figures stay."""
         fake_nvml.configure(replace(GPU_A, fail=(("nvlink_state", UNKNOWN),)))
         readings = collector.collect()
 
-        assert ([], (issue("UNKNOWN", UUID_A, "nvlink"),), 0.85) == (
-            nvlink_figures(readings, UUID_A),
+        assert (
+            [*links(0, 0), (GPU_NVLINK_LINKS.name, ("unknown",), 18.0)],
+            (issue("UNKNOWN", UUID_A, "nvlink"),),
+            0.85,
+        ) == (
+            nvlink_figures(readings, UUID_A)[-3:],
             readings.issues,
             next(s.value for s in device(readings, UUID_A).samples if s.spec is GPU_UTILIZATION),
         )
