@@ -13,6 +13,8 @@ __all__ = [
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
+    "GPU_FABRIC_STATE",
+    "GPU_FABRIC_STATUS",
     "GPU_MEMORY_BANDWIDTH_UTILIZATION",
     "GPU_MEMORY_TEMPERATURE",
     "GPU_MEMORY_TOTAL",
@@ -123,6 +125,22 @@ GPU_NVLINK_ERRORS = MetricSpec(
     "errors of flow-control and data flits; replay: flits sent again; recovery: link "
     "retrainings; ecc_data: data ECC errors), since the counters were last reset.",
     labels=("type",),
+)
+# On an NVSwitch system (HGX), Fabric Manager registers each GPU with the NVLink fabric
+# after boot or a reset; until that completes, successfully, CUDA does not start on the
+# GPU (cudaErrorSystemNotReady).
+GPU_FABRIC_STATE = MetricSpec(
+    "podresources_gpu_fabric_state_id",
+    MetricKind.GAUGE,
+    "The GPU's registration with the NVLink fabric of an NVSwitch system, as NVML gives "
+    "it: 1 not started, 2 in progress, 3 completed; GPUs in such a fabric, MIG off.",
+)
+GPU_FABRIC_STATUS = MetricSpec(
+    "podresources_gpu_fabric_status_code",
+    MetricKind.GAUGE,
+    "The outcome of the GPU's completed fabric registration, nvml.h's nvmlReturn_t: 0 "
+    "success, any other an error (nvidia-smi -q's Fabric Status names it); none before "
+    "the registration completes.",
 )
 GPU_NVLINK_TRANSMIT = MetricSpec(
     "podresources_gpu_nvlink_transmit_bytes_total",

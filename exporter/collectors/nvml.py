@@ -61,6 +61,8 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_FABRIC_STATE,
+    GPU_FABRIC_STATUS,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
@@ -102,6 +104,7 @@ __all__ = [
     "NvmlCollector",
     "NvmlError",
     "NvmlEventSet",
+    "NvmlFabric",
     "NvmlGpuInstancePlacement",
     "NvmlHandle",
     "NvmlMemory",
@@ -226,6 +229,16 @@ class NvmlNvLinkFields:
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlFabric:
+    """nvmlDeviceGetGpuFabricInfo: the GPU's fabric registration state (nvml.h's
+    NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed)
+    and its status, an nvmlReturn_t that counts only once the state is completed."""
+
+    state: int
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlProcess:
     """A running process as NVML lists it; memory None where NVML cannot say."""
 
@@ -288,6 +301,7 @@ class NvmlSource(Protocol):
     def pcie_replays(self, handle: NvmlHandle) -> int: ...  # since the GPU's last reset
     def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields: ...
     def nvlink_active(self, handle: NvmlHandle, link: int) -> bool: ...
+    def fabric(self, handle: NvmlHandle) -> NvmlFabric: ...
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     # Clients of an MPS server (its own process is among the compute processes).
@@ -324,6 +338,7 @@ class PynvmlSource(NvmlSource):
         self._temperature_v = False
         self._memory_v2 = False
         self._clocks_events = False
+        self._fabric_v = False
         self._process_versions: dict[str, list[str]] = {}
 
     def _bind(self) -> None:
@@ -344,6 +359,7 @@ class PynvmlSource(NvmlSource):
         self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
         self._memory_v2 = hasattr(pynvml, "nvmlMemory_v2")
         self._clocks_events = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        self._fabric_v = hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV")
 
     def _choose_process_versions(self) -> None:
         """Running-process list versions, newest first, for the driver now loaded; older
@@ -616,6 +632,24 @@ class PynvmlSource(NvmlSource):
         state = self._call(self._pynvml.nvmlDeviceGetNvLinkState, handle, link)
         return bool(state == self._pynvml.NVML_FEATURE_ENABLED)
 
+    def fabric(self, handle: NvmlHandle) -> NvmlFabric:
+        # nvmlDeviceGetGpuFabricInfoV (R550 on) with its v2 struct; R535 has only the
+        # first, deprecated call (gone in CUDA 14). A fresh, zeroed struct each time:
+        # pynvml declares the one-byte state as an unsigned int.
+        pynvml = self._pynvml
+        if self._fabric_v:
+            info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+            try:
+                self._call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+                return NvmlFabric(state=int(info.state), status=int(info.status))
+            except NvmlError as error:
+                if error.error_name not in (FUNCTION_NOT_FOUND, "ARGUMENT_VERSION_MISMATCH"):
+                    raise
+                self._fabric_v = False
+        old = pynvml.c_nvmlGpuFabricInfo_t()
+        self._call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(old))
+        return NvmlFabric(state=int(old.state), status=int(old.status))
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
 
@@ -884,6 +918,24 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
+# nvml.h's NVML_GPU_FABRIC_STATE_NOT_SUPPORTED and _COMPLETED
+_FABRIC_NOT_SUPPORTED = 0
+_FABRIC_COMPLETED = 3
+
+
+def _fabric(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    """A GPU's NVLink fabric registration: none for a GPU in no such fabric (its state
+    NOT_SUPPORTED, or the call NOT_SUPPORTED); the status only once the state is
+    completed (nvml.h: "Must be checked only if state returns complete")."""
+    fabric = source.fabric(handle)
+    if fabric.state == _FABRIC_NOT_SUPPORTED:
+        return ()
+    state = Sample(GPU_FABRIC_STATE, float(fabric.state))
+    if fabric.state != _FABRIC_COMPLETED:
+        return (state,)
+    return (state, Sample(GPU_FABRIC_STATUS, float(fabric.status)))
+
+
 # The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.
 _FIGURES: tuple[_Figure, ...] = (
     _utilization,
@@ -907,10 +959,11 @@ _GPU_FIGURES: tuple[_Figure, ...] = (
     _memory_temperature,
     _pcie_replays,
     _nvlink,
+    _fabric,
 )
 # Not asked of a MIG-enabled GPU: NVML reports its NVLinks as down (DCGM works around
-# that bug, 200682374, by not asking), and MIG leaves NVLink unused.
-_NOT_WITH_MIG: frozenset[_Figure] = frozenset({_nvlink})
+# that bug, 200682374, by not asking), and MIG leaves NVLink, and its fabric, unused.
+_NOT_WITH_MIG: frozenset[_Figure] = frozenset({_nvlink, _fabric})
 
 
 # --- Hardware keys -----------------------------------------------------------------------

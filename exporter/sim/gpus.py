@@ -25,7 +25,8 @@ loaded, a day before 0); the others none. A GPU with NVLinks (``SimGpu.nvlinks``
 and receives ``NVLINK_BYTES_PER_S_BUSY`` times its base utilization a second each way
 since the driver loaded, its links active but ``SimGpu.nvlinks_down``, its error
 counters fixed; a MIG-enabled one reports every link inactive, as NVML does (the bug
-DCGM works around), and a GPU without NVLinks NOT_SUPPORTED.
+DCGM works around), and a GPU without NVLinks NOT_SUPPORTED. A GPU with NVLinks sits on
+an NVSwitch board, its fabric registration completed; one without is in no fabric.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -43,6 +44,7 @@ from exporter.collectors.nvml import (
     EccErrorType,
     NvmlError,
     NvmlEventSet,
+    NvmlFabric,
     NvmlGpuInstancePlacement,
     NvmlHandle,
     NvmlMemory,
@@ -80,6 +82,7 @@ CLOCKS_EVENT_SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 REPLAYS_PER_S_NARROW_LINK = 0.5
 # An all-reduce heavy job's share of an H100's 450 GB/s each way
 NVLINK_BYTES_PER_S_BUSY = 150e9
+FABRIC_COMPLETED = 3  # nvml.h's NVML_GPU_FABRIC_STATE_COMPLETED
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +284,10 @@ class SimulatedNvmlSource(NvmlSource):
         if not 0 <= link < gpu.nvlinks:
             raise NvmlError("INVALID_ARGUMENT")
         return not gpu.mig_devices and link not in gpu.nvlinks_down
+
+    def fabric(self, handle: NvmlHandle) -> NvmlFabric:
+        gpu = _whole(handle)
+        return NvmlFabric(state=FABRIC_COMPLETED if gpu.nvlinks else 0, status=0)
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)

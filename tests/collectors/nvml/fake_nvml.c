@@ -82,6 +82,12 @@
  *                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138, 139) at
  *                            scopeId UINT_MAX (all links; another scope answers
  *                            INVALID_ARGUMENT here); without the line NOT_SUPPORTED
+ *   fabric STATE STATUS [v1] nvmlDeviceGetGpuFabricInfoV (the v2 struct) and the older
+ *                            nvmlDeviceGetGpuFabricInfo answer this state (nvml.h's
+ *                            NVML_GPU_FABRIC_STATE_*) and status; "v1": a driver before
+ *                            R550, without the V call (FUNCTION_NOT_FOUND). Without the
+ *                            line, state NOT_SUPPORTED (no fabric); a MIG device answers
+ *                            NOT_SUPPORTED. Counted as "fabric"
  *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
  *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
@@ -94,7 +100,7 @@
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
- *                            nvlink_state gi ci;
+ *                            nvlink_state fabric gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -238,14 +244,14 @@ enum figure {
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
-    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_COUNT
+    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_FABRIC, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
-    "fields", "memory_temp", "encoder", "decoder", "nvlink_state",
+    "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "fabric",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -289,6 +295,26 @@ typedef struct {
 static const unsigned int nvlink_error_fields[NVML_NVLINK_ERROR_FIELDS] = {38, 45, 52, 59, 160};
 #define NVML_FEATURE_DISABLED 0
 #define NVML_FEATURE_ENABLED 1
+
+/* nvml.h's nvmlGpuFabricInfo_t and nvmlGpuFabricInfo_v2_t; the state is one byte. */
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+
+#define NVML_GPU_FABRIC_INFO_V2 (unsigned int)(sizeof(nvmlGpuFabricInfo_v2_t) | (2 << 24U))
+
 
 typedef struct fake_event_set {
     int live;
@@ -362,6 +388,9 @@ typedef struct fake_dev {
     unsigned int nvlink_error_count;
     long long nvlink_errors[NVML_NVLINK_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
     int nvlink_traffic_known;
+    unsigned int fabric_state;
+    int fabric_status;
+    int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
     unsigned long long nvlink_tx_kib, nvlink_rx_kib;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
@@ -563,6 +592,12 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "fabric") == 0) {
+            char mode[8] = "";
+            int n = sscanf(rest, "%u %d %7s", &current->fabric_state, &current->fabric_status,
+                           mode);
+            ok = n == 2 || (n == 3 && strcmp(mode, "v1") == 0);
+            current->fabric_v1_only = n == 3;
         } else if (strcmp(key, "nvlink_traffic") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->nvlink_tx_kib, &current->nvlink_rx_kib) == 2;
             current->nvlink_traffic_known = ok;
@@ -864,6 +899,8 @@ long fakeNvmlStructSize(const char *name) {
     if (strcmp(name, "c_nvmlGpuInstanceInfo_t") == 0) return sizeof(nvmlGpuInstanceInfo_t);
     if (strcmp(name, "c_nvmlEventData_t") == 0) return sizeof(nvmlEventData_t);
     if (strcmp(name, "c_nvmlEventSet_t") == 0) return sizeof(nvmlEventSet_t);
+    if (strcmp(name, "c_nvmlGpuFabricInfo_t") == 0) return sizeof(nvmlGpuFabricInfo_t);
+    if (strcmp(name, "c_nvmlGpuFabricInfo_v2_t") == 0) return sizeof(nvmlGpuFabricInfo_v2_t);
     if (strcmp(name, "c_nvmlFieldValue_t") == 0) return sizeof(nvmlFieldValue_t);
     return -1;
 }
@@ -1178,6 +1215,31 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
             v->value.uiVal = d->memory_temperature;
         }
     }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info) {
+    ENTER(device, F_FABRIC);
+    if (info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    info->status = d->fabric_status;
+    info->cliqueId = 1;
+    info->state = (unsigned char)d->fabric_state;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t *info) {
+    ENTER(device, F_FABRIC);
+    if (d->fabric_v1_only) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != NVML_GPU_FABRIC_INFO_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    info->status = d->fabric_status;
+    info->cliqueId = 1;
+    info->state = (unsigned char)d->fabric_state;
+    info->healthMask = 0;
     return NVML_SUCCESS;
 }
 

@@ -103,6 +103,8 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
     )
     if gpu.nvlink_traffic_kib is not None:
         lines.append("nvlink_traffic {} {}".format(*gpu.nvlink_traffic_kib))
+    if gpu.fabric is not None:
+        lines.append("fabric {} {}".format(*gpu.fabric) + (" v1" if gpu.fabric_v1_only else ""))
     return lines
 
 
@@ -163,6 +165,10 @@ class FakeGpu:
         None,
     )
     nvlink_traffic_kib: tuple[int, int] | None = (7_340_032, 9_437_184)
+    # NVLink fabric registration (state, status; None: state NOT_SUPPORTED, no fabric),
+    # and whether the driver predates nvmlDeviceGetGpuFabricInfoV (R535)
+    fabric: tuple[int, int] | None = (3, 0)
+    fabric_v1_only: bool = False
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())

@@ -40,6 +40,8 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_FABRIC_STATE,
+    GPU_FABRIC_STATUS,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
@@ -171,6 +173,17 @@ def nvlink_samples(gpu: FakeGpu) -> tuple[Sample, ...]:
     return () if not gpu.nvlinks or gpu.migs else errors + traffic + links
 
 
+def fabric_samples(gpu: FakeGpu) -> tuple[Sample, ...]:
+    """A fake GPU's fabric registration samples (MIG off): the state in a fabric, the
+    status once it is completed (3)."""
+    if gpu.fabric is None or gpu.migs or gpu.fabric[0] == 0:
+        return ()
+    state, status = gpu.fabric
+    if state != 3:
+        return (Sample(GPU_FABRIC_STATE, float(state)),)
+    return (Sample(GPU_FABRIC_STATE, float(state)), Sample(GPU_FABRIC_STATUS, float(status)))
+
+
 def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...]:
     """What the collector makes of a fake GPU's figures, less the ``without`` ones."""
     by_figure = {
@@ -202,6 +215,7 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         else (Sample(GPU_MEMORY_TEMPERATURE, float(gpu.memory_temperature)),),
         "replays": (Sample(GPU_PCIE_REPLAYS, float(gpu.pcie_replays)),),
         "nvlink": nvlink_samples(gpu),
+        "fabric": fabric_samples(gpu),
         # Counted from events, not read: none raised unless a test raises one.
         "xid": NO_XIDS,
     }
@@ -335,6 +349,8 @@ class TestWholeGpus:
             Sample(GPU_NVLINK_RECEIVE, 9 * GIB),
             Sample(GPU_NVLINK_LINKS, 17.0, ("active",)),  # 18, link 5 down
             Sample(GPU_NVLINK_LINKS, 1.0, ("inactive",)),
+            Sample(GPU_FABRIC_STATE, 3.0),  # registered with the NVLink fabric
+            Sample(GPU_FABRIC_STATUS, 0.0),  # successfully
             Sample(GPU_XID_ERRORS, 0.0),  # watched from this poll on; none raised
         )
         expected = DeviceReading(
@@ -975,6 +991,68 @@ class TestNvLink:
         assert ([], (issue("GPU_IS_LOST", UUID_A, "nvlink"),)) == (
             nvlink_figures(readings, UUID_A),
             readings.issues,
+        )
+
+
+class TestFabric:
+    @pytest.mark.parametrize(
+        ("fabric", "v1_only", "expected"),
+        [
+            ((3, 0), False, [(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 0.0)]),
+            # Registered, but Fabric Manager answered an error: its code.
+            ((3, 999), False, [(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 999.0)]),
+            # Not started (Fabric Manager down) or in progress: no status yet.
+            ((1, 999), False, [(GPU_FABRIC_STATE.name, 1.0)]),
+            ((2, 0), False, [(GPU_FABRIC_STATE.name, 2.0)]),
+            # An R535 driver, without the V call: the older one answers the same.
+            ((1, 0), True, [(GPU_FABRIC_STATE.name, 1.0)]),
+            ((3, 0), True, [(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 0.0)]),
+            # No fabric (a PCIe card, an NVLink bridge): nothing.
+            (None, False, []),
+        ],
+        ids=["ok", "failed", "not-started", "in-progress", "r535", "r535-ok", "none"],
+    )
+    def test_registration_state_and_status(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        fabric: tuple[int, int] | None,
+        v1_only: bool,
+        expected: list[tuple[str, float]],
+    ) -> None:
+        """The state as NVML gives it, the status only once the state is completed
+        (nvml.h: "Must be checked only if state returns complete"), through either call,
+        and no issue."""
+        fake_nvml.configure(replace(GPU_A, fabric=fabric, fabric_v1_only=v1_only))
+        readings = collector.collect()
+        served = [
+            (s.spec.name, s.value)
+            for s in device(readings, UUID_A).samples
+            if s.spec in (GPU_FABRIC_STATE, GPU_FABRIC_STATUS)
+        ]
+        assert (expected, ()) == (served, readings.issues)
+
+    def test_the_older_call_is_chosen_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A driver without the V call answers FUNCTION_NOT_FOUND once; later polls ask
+        the older call alone: one call a poll."""
+        fake_nvml.configure(replace(GPU_A, fabric_v1_only=True))
+        collector.collect()
+        before = fake_nvml.library.calls("fabric")
+        collector.collect()
+        assert 1 == fake_nvml.library.calls("fabric") - before
+
+    def test_a_mig_enabled_gpu_is_not_asked(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """As its NVLinks: a MIG-enabled GPU is not asked its fabric registration."""
+        fake_nvml.configure(MIG_GPU)
+        before = fake_nvml.library.calls("fabric")
+        readings = collector.collect()
+        assert (0, False) == (
+            fake_nvml.library.calls("fabric") - before,
+            any(s.spec is GPU_FABRIC_STATE for s in device(readings, UUID_A).samples),
         )
 
 
@@ -2398,6 +2476,8 @@ class TestLibrary:
             "c_nvmlEventData_t",
             "c_nvmlEventSet_t",
             "c_nvmlFieldValue_t",
+            "c_nvmlGpuFabricInfo_t",
+            "c_nvmlGpuFabricInfo_v2_t",
         ],
     )
     def test_fake_structs_match_pynvml(

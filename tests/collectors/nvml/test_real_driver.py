@@ -312,6 +312,35 @@ def test_nvlinks_match_nvidia_smi(probe: dict[str, Any]) -> None:
             assert all(v >= 0 and v == int(v) for v in counters.values()), counters
 
 
+def _smi_fabric_state(pci_address: str) -> str:
+    """The Fabric section's State of ``nvidia-smi -q`` ("Completed", "N/A"...), lower
+    case without spaces; "" where it prints no such section (older drivers)."""
+    listing = subprocess.run(
+        ["nvidia-smi", "-q", "-i", pci_address],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    ).stdout
+    match = re.search(r"^\s*Fabric\s*\n\s*State\s*:\s*(.+)$", listing, flags=re.MULTILINE)
+    return "" if match is None else match.group(1).strip().lower().replace(" ", "")
+
+
+def test_fabric_state_matches_nvidia_smi(probe: dict[str, Any]) -> None:
+    """A GPU in an NVSwitch fabric serves the state nvidia-smi prints; one in none (N/A),
+    or a MIG-enabled GPU, serves none."""
+    names = {1.0: "notstarted", 2.0: "inprogress", 3.0: "completed"}
+    smi = {gpu.uuid: gpu for gpu in _smi_gpus()}
+    for poll in probe["nvml"]:
+        for uuid, gpu in _gpus(poll).items():
+            served = gpu["figures"].get("podresources_gpu_fabric_state_id")
+            printed = _smi_fabric_state(smi[uuid].pci_address)
+            if smi[uuid].mig_enabled or printed in ("", "n/a"):
+                assert served is None, (uuid, served, printed)
+            else:
+                assert names.get(served) == printed, (uuid, served, printed)
+
+
 def test_every_gpu_is_watched_for_xids(probe: dict[str, Any]) -> None:
     """The collector registered each GPU for Xid events: its total is served, from 0
     (a board that cannot register has none; the probe's own try says why)."""

@@ -17,6 +17,8 @@ from exporter.collectors.gpu_metrics import (
     GPU_CLOCKS_THROTTLED,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_FABRIC_STATE,
+    GPU_FABRIC_STATUS,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
@@ -70,9 +72,11 @@ NO_NVLINK_ERRORS = tuple(
     Sample(GPU_NVLINK_ERRORS, 0.0, (kind,))
     for kind in ("crc_flit", "crc_data", "replay", "recovery", "ecc_data")
 )
-ALL_NVLINKS_UP = (  # an H100 SXM board's 18
+ALL_NVLINKS_UP = (  # an H100 SXM board's 18, and its fabric registration done
     Sample(GPU_NVLINK_LINKS, 18.0, ("active",)),
     Sample(GPU_NVLINK_LINKS, 0.0, ("inactive",)),
+    Sample(GPU_FABRIC_STATE, 3.0),
+    Sample(GPU_FABRIC_STATUS, 0.0),
 )
 NO_VIDEO = (
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("encoder",)),
