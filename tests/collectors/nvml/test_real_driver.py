@@ -279,13 +279,7 @@ def test_figures_are_in_the_drivers_units(probe: dict[str, Any], cuda_holder: Cu
 def _smi_nvlinks(pci_address: str) -> tuple[int, int]:
     """(active, inactive) links of a GPU as ``nvidia-smi nvlink --status`` lists them
     ("Link 0: 26.562 GB/s", "Link 3: <inactive>"); (0, 0) where it lists none."""
-    listing = subprocess.run(
-        ["nvidia-smi", "nvlink", "--status", "-i", pci_address],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    ).stdout
+    listing = _smi("nvlink", "--status", "-i", pci_address) or ""
     states = re.findall(r"^\s*Link \d+: (.*)$", listing, flags=re.MULTILINE)
     inactive = sum("inactive" in state for state in states)
     return len(states) - inactive, inactive
@@ -315,13 +309,7 @@ def test_nvlinks_match_nvidia_smi(probe: dict[str, Any]) -> None:
 def _smi_fabric_state(pci_address: str) -> str:
     """The Fabric section's State of ``nvidia-smi -q`` ("Completed", "N/A"...), lower
     case without spaces; "" where it prints no such section (older drivers)."""
-    listing = subprocess.run(
-        ["nvidia-smi", "-q", "-i", pci_address],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    ).stdout
+    listing = _smi("-q", "-i", pci_address) or ""
     match = re.search(r"^\s*Fabric\s*\n\s*State\s*:\s*(.+)$", listing, flags=re.MULTILINE)
     return "" if match is None else match.group(1).strip().lower().replace(" ", "")
 
