@@ -69,7 +69,14 @@
  *                            MIG-enabled GPU (the NVML bug DCGM works around: 200682374).
  *                            Field NVML_FI_DEV_NVLINK_LINK_COUNT (91, an unsigned int)
  *                            answers N; "uncounted": NOT_SUPPORTED, as a driver that does
- *                            not know the field. Counted as "nvlink_state" and "fields"
+ *                            not know the field. Counted as "nvlink_state" and "fields".
+ *                            Field 91 and the error totals answer a scopeId past the
+ *                            GPU's links INVALID_ARGUMENT (nvml.h has the totals' scopeId
+ *                            a link ID, UINT_MAX only for the throughput; DCGM asks 0).
+ *                            "fail nvlink_fields CODE": each NVLink field the GPU answers
+ *                            has CODE as its own nvmlReturn (the call itself succeeds)
+ *   nvlink_count C           field 91 answers C, not N: a driver counting other links than
+ *                            it answers the state of (0: none, yet the links answer)
  *   nvlink_down LINK         that link is inactive (one line per link)
  *   nvlink_absent LINK       that link answers INVALID_ARGUMENT though below N (one line
  *                            per link): links numbered with gaps
@@ -81,7 +88,7 @@
  *   nvlink_traffic TX_KIB RX_KIB
  *                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138, 139) at
  *                            scopeId UINT_MAX (all links; another scope answers
- *                            INVALID_ARGUMENT here); without the line NOT_SUPPORTED
+ *                            INVALID_ARGUMENT here); -1 or without the line NOT_SUPPORTED
  *   fabric STATE STATUS [v1] nvmlDeviceGetGpuFabricInfoV (the v2 struct) and the older
  *                            nvmlDeviceGetGpuFabricInfo answer this state (nvml.h's
  *                            NVML_GPU_FABRIC_STATE_*) and status; "v1": a driver before
@@ -100,7 +107,7 @@
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
- *                            nvlink_state fabric gi ci;
+ *                            nvlink_state nvlink_fields fabric gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -244,14 +251,16 @@ enum figure {
     F_ENERGY, F_TEMPERATURE, F_CLOCK, F_ECC, F_GI, F_CI, F_PROCS, F_PROCS_V3, F_PROC_UTIL,
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
-    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_FABRIC, F_COUNT
+    F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
+    F_FABRIC, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
     "energy", "temperature", "clock", "ecc", "gi", "ci", "procs", "procs_v3", "proc_util",
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
-    "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "fabric",
+    "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
+    "fabric",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -381,17 +390,17 @@ typedef struct fake_dev {
     unsigned int memory_temperature;
     unsigned int nvlinks;
     int nvlinks_uncounted;              /* field 91 answers NOT_SUPPORTED */
+    long long nvlink_count;             /* field 91's answer; -1: nvlinks */
     unsigned long long nvlinks_down;    /* a bit per inactive link */
     unsigned long long nvlinks_absent;  /* a bit per link that answers INVALID_ARGUMENT */
     unsigned int nvlink_error_links[4]; /* nvlink_error: these links answer ... */
     int nvlink_error_codes[4];          /* ... these codes */
     unsigned int nvlink_error_count;
     long long nvlink_errors[NVML_NVLINK_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
-    int nvlink_traffic_known;
+    long long nvlink_tx_kib, nvlink_rx_kib; /* -1: NOT_SUPPORTED */
     unsigned int fabric_state;
     int fabric_status;
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
-    unsigned long long nvlink_tx_kib, nvlink_rx_kib;
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -439,6 +448,8 @@ static void reset_device(fake_dev *d, fake_dev *parent) {
     d->lost_at = -1;
     d->mig_pending = -1;
     for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) d->nvlink_errors[i] = -1;
+    d->nvlink_tx_kib = d->nvlink_rx_kib = -1;
+    d->nvlink_count = -1;
 }
 
 static int parse_figure(const char *text) {
@@ -576,6 +587,8 @@ static nvmlReturn_t load_config(void) {
             int n = sscanf(rest, "%u %15s", &current->nvlinks, mode);
             ok = n == 1 || (n == 2 && strcmp(mode, "uncounted") == 0);
             current->nvlinks_uncounted = n == 2;
+        } else if (strcmp(key, "nvlink_count") == 0) {
+            ok = sscanf(rest, "%lld", &current->nvlink_count) == 1 && current->nvlink_count >= 0;
         } else if (strcmp(key, "nvlink_down") == 0) {
             unsigned int link = 0;
             ok = sscanf(rest, "%u", &link) == 1 && link < 64;
@@ -599,8 +612,7 @@ static nvmlReturn_t load_config(void) {
             ok = n == 2 || (n == 3 && strcmp(mode, "v1") == 0);
             current->fabric_v1_only = n == 3;
         } else if (strcmp(key, "nvlink_traffic") == 0) {
-            ok = sscanf(rest, "%llu %llu", &current->nvlink_tx_kib, &current->nvlink_rx_kib) == 2;
-            current->nvlink_traffic_known = ok;
+            ok = sscanf(rest, "%lld %lld", &current->nvlink_tx_kib, &current->nvlink_rx_kib) == 2;
         } else if (strcmp(key, "ecc") == 0) {
             ok = sscanf(rest, "%llu %llu", &current->ecc_corrected,
                         &current->ecc_uncorrected) == 2;
@@ -1169,30 +1181,39 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int error
 /* Answers an NVLink field of a whole GPU with NVLinks (true), or leaves it (false). */
 static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
     if (d->parent != NULL || d->nvlinks == 0) return 0;
-    v->nvmlReturn = NVML_SUCCESS;
-    v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+    long long value = -1;
+    int traffic = v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ||
+                  v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
     if (v->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) {
-        if (d->nvlinks_uncounted) return 0;
-        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
-        v->value.uiVal = d->nvlinks;
-        return 1;
+        if (!d->nvlinks_uncounted) value = d->nvlink_count < 0 ? d->nvlinks : d->nvlink_count;
+    } else if (traffic) {
+        value = v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? d->nvlink_tx_kib
+                                                                   : d->nvlink_rx_kib;
+    } else {
+        int known = 0;
+        for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) {
+            if (v->fieldId != nvlink_error_fields[i]) continue;
+            known = 1;
+            value = d->nvlink_errors[i];
+        }
+        if (!known) return 0;
     }
-    for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) {
-        if (v->fieldId != nvlink_error_fields[i]) continue;
-        if (d->nvlink_errors[i] < 0) return 0;
-        v->value.ullVal = (unsigned long long)d->nvlink_errors[i];
-        return 1;
+    if (value < 0) return 0; /* NOT_SUPPORTED, by the caller */
+    v->valueType = v->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT
+                       ? NVML_VALUE_TYPE_UNSIGNED_INT
+                       : NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+    if (v->valueType == NVML_VALUE_TYPE_UNSIGNED_INT)
+        v->value.uiVal = (unsigned int)value;
+    else
+        v->value.ullVal = (unsigned long long)value;
+    if (d->fail[F_NVLINK_FIELDS] != 0 && flagged(d->fail_flag[F_NVLINK_FIELDS])) {
+        v->nvmlReturn = d->fail[F_NVLINK_FIELDS]; /* a value is left, yet undefined */
+    } else if (traffic ? v->scopeId != 0xFFFFFFFFu : v->scopeId >= d->nvlinks) {
+        /* traffic: a link's own is not kept here; the others: not a link of the GPU */
+        v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        v->nvmlReturn = NVML_SUCCESS;
     }
-    if (v->fieldId != NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX &&
-        v->fieldId != NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
-        return 0;
-    if (!d->nvlink_traffic_known) return 0;
-    if (v->scopeId != 0xFFFFFFFFu) {
-        v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* a link's own: not kept here */
-        return 1;
-    }
-    v->value.ullVal = v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? d->nvlink_tx_kib
-                                                                         : d->nvlink_rx_kib;
     return 1;
 }
 

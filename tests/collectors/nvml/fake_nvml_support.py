@@ -95,6 +95,8 @@ def _process_lines(
 
 def _nvlink_lines(gpu: FakeGpu) -> list[str]:
     lines = [f"nvlinks {gpu.nvlinks}" + ("" if gpu.nvlinks_counted else " uncounted")]
+    if gpu.nvlink_count is not None:
+        lines.append(f"nvlink_count {gpu.nvlink_count}")
     lines += [f"nvlink_down {link}" for link in gpu.nvlinks_down]
     lines += [f"nvlink_absent {link}" for link in gpu.nvlinks_absent]
     lines += [f"nvlink_error {link} {code}" for link, code in gpu.nvlink_state_errors]
@@ -102,7 +104,8 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
         "nvlink_errors " + " ".join("-1" if n is None else str(n) for n in gpu.nvlink_errors)
     )
     if gpu.nvlink_traffic_kib is not None:
-        lines.append("nvlink_traffic {} {}".format(*gpu.nvlink_traffic_kib))
+        tx, rx = ("-1" if kib is None else str(kib) for kib in gpu.nvlink_traffic_kib)
+        lines.append(f"nvlink_traffic {tx} {rx}")
     if gpu.fabric is not None:
         lines.append("fabric {} {}".format(*gpu.fabric) + (" v1" if gpu.fabric_v1_only else ""))
     return lines
@@ -151,9 +154,10 @@ class FakeGpu:
     # NVLinks (18: an H100 SXM board; 0: none, as a PCIe card), whether field 91 counts
     # them (False: NOT_SUPPORTED, as older drivers), the inactive ones, the error totals
     # (crc_flit, crc_data, replay, recovery, ecc_data; None: NOT_SUPPORTED) and the data
-    # sent and received in KiB (None: NOT_SUPPORTED)
+    # sent and received in KiB (None, either or both: NOT_SUPPORTED)
     nvlinks: int = 18
     nvlinks_counted: bool = True
+    nvlink_count: int | None = None  # field 91's answer where not nvlinks (0: none counted)
     nvlinks_down: tuple[int, ...] = (5,)
     nvlinks_absent: tuple[int, ...] = ()  # below the count, yet INVALID_ARGUMENT
     nvlink_state_errors: tuple[tuple[int, int], ...] = ()  # (link, NVML code its state answers)
@@ -164,7 +168,7 @@ class FakeGpu:
         1,
         None,
     )
-    nvlink_traffic_kib: tuple[int, int] | None = (7_340_032, 9_437_184)
+    nvlink_traffic_kib: tuple[int | None, int | None] | None = (7_340_032, 9_437_184)
     # NVLink fabric registration (state, status; None: state NOT_SUPPORTED, no fabric),
     # and whether the driver predates nvmlDeviceGetGpuFabricInfoV (R535)
     fabric: tuple[int, int] | None = (3, 0)

@@ -152,13 +152,14 @@ def nvlink_samples(gpu: FakeGpu) -> tuple[Sample, ...]:
         for kind, count in zip(NVLINK_ERROR_TYPES, gpu.nvlink_errors, strict=True)
         if count is not None
     )
-    traffic = (
-        ()
-        if gpu.nvlink_traffic_kib is None
-        else (
-            Sample(GPU_NVLINK_TRANSMIT, gpu.nvlink_traffic_kib[0] * 1024.0),
-            Sample(GPU_NVLINK_RECEIVE, gpu.nvlink_traffic_kib[1] * 1024.0),
+    traffic = tuple(
+        Sample(spec, kib * 1024.0)
+        for spec, kib in zip(
+            (GPU_NVLINK_TRANSMIT, GPU_NVLINK_RECEIVE),
+            gpu.nvlink_traffic_kib or (None, None),
+            strict=True,
         )
+        if kib is not None
     )
     down = len(set(gpu.nvlinks_down) & set(range(gpu.nvlinks)))
     links = (
@@ -843,6 +844,11 @@ def links(active: int, inactive: int) -> list[tuple[str, tuple[str, ...], float]
     ]
 
 
+# nvml.h return codes the NVLink tests have a field or link answer
+INVALID_ARGUMENT_CODE = 2  # NVML_ERROR_INVALID_ARGUMENT
+TIMEOUT_CODE = 10  # NVML_ERROR_TIMEOUT
+
+
 class TestNvLink:
     def test_counted_links_are_each_asked_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -878,6 +884,24 @@ class TestNvLink:
         assert (links(10, 2), 13, ()) == (
             nvlink_figures(readings, UUID_A)[-2:],
             asked,
+            readings.issues,
+        )
+
+    def test_a_count_of_none_is_trusted(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Field 91 answering 0 is no NVLink, as DCGM takes it: no link is asked (not
+        probed as where the field is unknown), no link series; the counters stay."""
+        fake_nvml.configure(replace(GPU_A, nvlink_count=0))
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+        counters = [  # GPU_A's error totals and traffic, without its links
+            (s.spec.name, s.label_values, s.value) for s in nvlink_samples(GPU_A)[:-2]
+        ]
+
+        assert (counters, 0, ()) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("nvlink_state") - before,
             readings.issues,
         )
 
@@ -979,6 +1003,129 @@ class TestNvLink:
             nvlink_figures(readings, UUID_A)[-3:],
             readings.issues,
             next(s.value for s in device(readings, UUID_A).samples if s.spec is GPU_UTILIZATION),
+        )
+
+    def test_every_error_total_under_its_own_type(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Each of the five *_ERROR_COUNT_TOTAL fields, all answered, is served under its
+        own type, ecc_data (field 160) too: none dropped, none under another's label."""
+        fake_nvml.configure(replace(GPU_A, nvlink_errors=(11, 22, 33, 44, 55)))
+        errors = GPU_NVLINK_ERRORS.name
+
+        assert [
+            (errors, ("crc_flit",), 11.0),
+            (errors, ("crc_data",), 22.0),
+            (errors, ("replay",), 33.0),
+            (errors, ("recovery",), 44.0),
+            (errors, ("ecc_data",), 55.0),
+            (GPU_NVLINK_TRANSMIT.name, (), 7 * GIB),
+            (GPU_NVLINK_RECEIVE.name, (), 9 * GIB),
+            *links(17, 1),
+        ] == nvlink_figures(collector.collect(), UUID_A)
+
+    def test_traffic_one_way_only_is_served_that_way(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Where the driver answers the received data but not the sent (NOT_SUPPORTED),
+        only the receive counter is served, and the other way round."""
+        fake_nvml.configure(
+            replace(GPU_A, nvlink_traffic_kib=(None, 1024)),
+            replace(GPU_B, nvlink_traffic_kib=(2048, None)),
+        )
+        readings = collector.collect()
+        families = (GPU_NVLINK_TRANSMIT.name, GPU_NVLINK_RECEIVE.name)
+
+        def traffic(uuid: str) -> list[tuple[str, tuple[str, ...], float]]:
+            return [f for f in nvlink_figures(readings, uuid) if f[0] in families]
+
+        assert (
+            [(GPU_NVLINK_RECEIVE.name, (), 1024.0 * 1024)],
+            [(GPU_NVLINK_TRANSMIT.name, (), 2048.0 * 1024)],
+        ) == (traffic(UUID_A), traffic(UUID_B))
+
+    def test_fields_the_driver_does_not_know_are_left_out(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A driver that does not know the NVLink field IDs answers each INVALID_ARGUMENT:
+        no counters, no issue, and the links are probed as where field 91 is unknown."""
+        fake_nvml.configure(replace(GPU_A, fail=(("nvlink_fields", INVALID_ARGUMENT_CODE),)))
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+
+        assert (links(17, 1), 19, ()) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("nvlink_state") - before,
+            readings.issues,
+        )
+
+    @pytest.mark.parametrize(("code", "name"), [(UNKNOWN, "UNKNOWN"), (TIMEOUT_CODE, "TIMEOUT")])
+    def test_a_field_answering_another_error_is_the_figures_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int, name: str
+    ) -> None:
+        """An NVLink field answering any error but NOT_SUPPORTED and INVALID_ARGUMENT
+        (its value undefined, nvml.h) loses the NVLink figures of that poll, reported
+        under the figure by that error's own name; no link is asked."""
+        fake_nvml.configure(replace(GPU_A, fail=(("nvlink_fields", code),)))
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+
+        assert ([], 0, (issue(name, UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("nvlink_state") - before,
+            readings.issues,
+        )
+
+    def test_a_gpu_lost_in_a_field_is_abandoned(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """GPU_IS_LOST as an NVLink field's own answer abandons the GPU, as any figure's:
+        it is not taken for a field the driver does not know."""
+        fake_nvml.configure(replace(GPU_A, fail=(("nvlink_fields", GPU_IS_LOST_CODE),)))
+        readings = collector.collect()
+
+        assert ([], (issue("GPU_IS_LOST", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
+
+    def test_counted_links_answering_not_supported_keep_the_counters(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Counted links that all answer NOT_SUPPORTED are each skipped: the error totals
+        and traffic stay, there is no link series (not even 0 and 0), and no issue."""
+        fake_nvml.configure(replace(GPU_A, fail=(("nvlink_state", NOT_SUPPORTED),)))
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+        errors = GPU_NVLINK_ERRORS.name
+        counters = [
+            (errors, ("crc_flit",), 14.0),
+            (errors, ("crc_data",), 2.0),
+            (errors, ("replay",), 3.0),
+            (errors, ("recovery",), 1.0),
+            (GPU_NVLINK_TRANSMIT.name, (), 7 * GIB),
+            (GPU_NVLINK_RECEIVE.name, (), 9 * GIB),
+        ]
+
+        assert (counters, 18, ()) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("nvlink_state") - before,
+            readings.issues,
+        )
+
+    def test_uncounted_links_are_probed_up_to_nvmls_maximum(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Probing stops at NVML_NVLINK_MAX_LINKS (36, CUDA 13.3's nvml.h) even where
+        every link answers: no link past nvml.h's maximum is asked."""
+        gpu = replace(GPU_A, nvlinks=40, nvlinks_counted=False, nvlinks_down=())
+        fake_nvml.configure(gpu)
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+
+        assert (links(36, 0), 36) == (
+            nvlink_figures(readings, UUID_A)[-2:],
+            fake_nvml.library.calls("nvlink_state") - before,
         )
 
     def test_a_gpu_lost_at_a_link_is_abandoned(

@@ -7,6 +7,7 @@ checked through the resolver and the join (``attribution_support``), as the expo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from attribution_support import attributed_names
@@ -72,12 +73,11 @@ NO_NVLINK_ERRORS = tuple(
     Sample(GPU_NVLINK_ERRORS, 0.0, (kind,))
     for kind in ("crc_flit", "crc_data", "replay", "recovery", "ecc_data")
 )
-ALL_NVLINKS_UP = (  # an H100 SXM board's 18, and its fabric registration done
+ALL_NVLINKS_UP = (  # an H100 SXM board's 18
     Sample(GPU_NVLINK_LINKS, 18.0, ("active",)),
     Sample(GPU_NVLINK_LINKS, 0.0, ("inactive",)),
-    Sample(GPU_FABRIC_STATE, 3.0),
-    Sample(GPU_FABRIC_STATUS, 0.0),
 )
+FABRIC_REGISTERED = (Sample(GPU_FABRIC_STATE, 3.0), Sample(GPU_FABRIC_STATUS, 0.0))
 NO_VIDEO = (
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("encoder",)),
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("decoder",)),
@@ -144,6 +144,7 @@ class TestWholeGpus:
                 Sample(GPU_NVLINK_TRANSMIT, 1.1016e16),
                 Sample(GPU_NVLINK_RECEIVE, 1.1016e16),
                 *ALL_NVLINKS_UP,
+                *FABRIC_REGISTERED,
                 *NO_XID_ERRORS,
             ),
             standalone=True,
@@ -187,6 +188,7 @@ class TestWholeGpus:
             Sample(GPU_NVLINK_TRANSMIT, 0.0),  # idle since the driver loaded
             Sample(GPU_NVLINK_RECEIVE, 0.0),
             *ALL_NVLINKS_UP,
+            *FABRIC_REGISTERED,
             *NO_XID_ERRORS,
         )
         assert expected == device(readings, GPU_1.uuid).samples
@@ -217,6 +219,29 @@ class TestWholeGpus:
             ],
             [],
         ) == (nvlink(DRA_GPU_4.uuid), nvlink(GPU_2.uuid))
+
+    def test_a_gpu_without_nvlinks_has_no_nvlink_series(self, clock: ManualClock) -> None:
+        """A GPU without NVLinks (a PCIe card) answers NOT_SUPPORTED, as NVML does: no
+        NVLink series of it, and no issue; the other GPUs keep theirs."""
+        pcie = replace(GPU_1, nvlinks=0)
+        hardware = replace(HARDWARE, gpus=tuple(pcie if g is GPU_1 else g for g in HARDWARE.gpus))
+        nvml = NvmlCollector(
+            CollectorContext(), source=SimulatedNvmlSource(hardware, clock=clock), clock=clock
+        )
+        try:
+            readings = nvml.collect()
+        finally:
+            nvml.close()
+        families = (GPU_NVLINK_LINKS, GPU_NVLINK_ERRORS, GPU_NVLINK_TRANSMIT, GPU_NVLINK_RECEIVE)
+
+        def nvlink(uuid: str) -> list[Sample]:
+            return [s for s in device(readings, uuid).samples if s.spec in families]
+
+        assert ([], list(ALL_NVLINKS_UP), ()) == (
+            nvlink(GPU_1.uuid),
+            nvlink(GPU_0.uuid)[-2:],
+            readings.issues,
+        )
 
     def test_every_gpu_reported(self, collector: NvmlCollector) -> None:
         """Every GPU and MIG device comes under its own UUID, all standalone, no issues."""
@@ -403,6 +428,19 @@ class TestOverTime:
         expected = (48_081_600.0, 48_137_250.0)
         assert expected == (before, after)
 
+    def test_nvlink_traffic_grows_with_the_clock_from_the_drivers_load(
+        self, collector: NvmlCollector, clock: ManualClock
+    ) -> None:
+        """NVLink traffic is a counter since the driver loaded (a day before 0): 100 s
+        on, GPU 0 has sent 100 s more at 150 GB/s times 85 %; before 0 (a clock set
+        back) it stays at its value at 0, never below."""
+        sent = []
+        for now in (-60.0, 0.0, 100.0):
+            clock.now = now
+            sent.append(figure(collector.collect(), GPU_0.uuid, GPU_NVLINK_TRANSMIT.name))
+
+        assert [1.1016e16, 1.1016e16, 1.102875e16] == sent
+
 
 class TestSourceAsNvml:
     """SimulatedNvmlSource answers as NVML's own calls do."""
@@ -466,6 +504,38 @@ class TestSourceAsNvml:
         with pytest.raises(NvmlError) as caught:
             source.pcie_replays(source.mig_device_handle(gpu, 0))
         assert (source.pcie_replays(gpu), caught.value.error_name) == (0, "NOT_SUPPORTED")
+
+    def test_links_counted_and_asked_as_nvml_answers(self, source: SimulatedNvmlSource) -> None:
+        """DRA GPU 4's field 91 counts its 18 links, link 7 down, the others up; a link
+        past its last (or below 0) answers INVALID_ARGUMENT, as a driver's does."""
+        gpu = source.device_handle(4)
+        states = [source.nvlink_active(gpu, link) for link in range(18)]
+        refused = []
+        for link in (18, -1):
+            with pytest.raises(NvmlError) as caught:
+                source.nvlink_active(gpu, link)
+            refused.append(caught.value.error_name)
+
+        assert (18, [link != 7 for link in range(18)], ["INVALID_ARGUMENT"] * 2) == (
+            source.nvlink_fields(gpu).link_count,
+            states,
+            refused,
+        )
+
+    def test_a_mig_enabled_gpu_reports_every_link_inactive(
+        self, source: SimulatedNvmlSource
+    ) -> None:
+        """NVML reports a MIG-enabled GPU's links down (the bug DCGM works around,
+        200682374), and so does the simulator (the collector does not ask them); its MIG
+        device's handle answers NOT_SUPPORTED."""
+        gpu = source.device_handle(2)
+        with pytest.raises(NvmlError) as caught:
+            source.nvlink_active(source.mig_device_handle(gpu, 0), 0)
+
+        assert ([False] * 18, "NOT_SUPPORTED") == (
+            [source.nvlink_active(gpu, link) for link in range(18)],
+            caught.value.error_name,
+        )
 
     def test_idle_gpu_says_idle(self, source: SimulatedNvmlSource) -> None:
         """An idle GPU's clock event reasons are nvmlClocksEventReasonGpuIdle alone."""
