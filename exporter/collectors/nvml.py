@@ -1397,7 +1397,9 @@ class NvmlCollector(Collector):
                 # MIG off (or no MIG at all: NOT_SUPPORTED), as NVML said, not as a failed
                 # read would have it: the whole GPU answers its aggregate figures again.
                 self._mig_denied.pop(gpu.uuid, None)
-            self._read_figures(gpu.handle, samples, gpu=gpu, mig_enabled=mig_enabled)
+            self._read_figures(
+                gpu.handle, samples, gpu=gpu, mig_enabled=mig_enabled, mig_known=settled
+            )
             if mig_enabled:
                 self._read_migs(gpu, migs)
         except _GpuLostError:
@@ -1444,6 +1446,7 @@ class NvmlCollector(Collector):
         *,
         gpu: _Gpu | None = None,
         mig_enabled: bool = False,
+        mig_known: bool = True,
     ) -> None:
         """A device's figures. A whole GPU (``gpu``) with MIG enabled gives its aggregate
         memory only to a privileged caller (nvml.h, nvmlDeviceGetMemoryInfo): its
@@ -1454,7 +1457,8 @@ class NvmlCollector(Collector):
             name = figure.__name__.strip("_")
             if denied is not None and name in denied:
                 continue
-            if mig_enabled and figure in _NOT_WITH_MIG:
+            # MIG mode unread (its read failed): maybe enabled, so not asked this poll
+            if (mig_enabled or not mig_known) and figure in _NOT_WITH_MIG:
                 continue
             try:
                 if figure is _energy:

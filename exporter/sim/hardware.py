@@ -72,7 +72,7 @@ class SimGpu:
     utilization: float  # base utilization ratio 0-1 the simulation wobbles around
     mig_devices: tuple[SimMigDevice, ...] = ()
     xids: tuple[int, ...] = ()  # Xid errors the driver raises for it, once registered
-    nvlinks: int = 0  # NVLinks it has: 18 on an H100 SXM board, none on a PCIe card
+    nvlinks: int = 0  # NVLinks it has: 18 on an H100 SXM board, 12 on a PCIe one (for its bridge)
     nvlinks_down: tuple[int, ...] = ()  # links that are inactive
     nvlink_errors: tuple[tuple[str, int], ...] = ()  # (type, count), all links together
 

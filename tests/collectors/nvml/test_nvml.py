@@ -961,6 +961,22 @@ class TestNvLink:
             nvlink_figures(without_mig, UUID_A)[-2:],
         )
 
+    def test_a_gpu_whose_mig_mode_is_unknown_is_not_asked(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Where the MIG-mode read fails, the GPU may be MIG-enabled, whose links NVML
+        reports down: its NVLink figures are not asked that poll (a gap, not every link
+        inactive), and the failed read is the one issue."""
+        fake_nvml.configure(replace(MIG_GPU, fail=(("mig_mode", UNKNOWN),)))
+        before = fake_nvml.library.calls("nvlink_state")
+        readings = collector.collect()
+
+        assert ([], 0, (issue("UNKNOWN", UUID_A, "mig_enabled"),)) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("nvlink_state") - before,
+            readings.issues,
+        )
+
     def test_a_link_whose_state_fails_is_unknown_and_the_rest_stays(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
