@@ -837,6 +837,15 @@ def nvlink_figures(readings: Readings, uuid: str) -> list[tuple[str, tuple[str, 
     ]
 
 
+def fabric_figures(readings: Readings, uuid: str) -> list[tuple[str, float]]:
+    """The fabric registration samples of one device: (family, value)."""
+    return [
+        (s.spec.name, s.value)
+        for s in device(readings, uuid).samples
+        if s.spec in (GPU_FABRIC_STATE, GPU_FABRIC_STATUS)
+    ]
+
+
 def links(active: int, inactive: int) -> list[tuple[str, tuple[str, ...], float]]:
     return [
         (GPU_NVLINK_LINKS.name, ("active",), float(active)),
@@ -1002,6 +1011,18 @@ class TestNvLink:
             nvlink_figures(readings, UUID_A),
             readings.issues,
         )
+
+    def test_links_failing_differently_report_the_first_error(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Links whose states fail with different errors are each unknown; the poll's one
+        issue is the first link's error."""
+        fake_nvml.configure(replace(GPU_A, nvlink_state_errors=((3, UNKNOWN), (9, NOT_FOUND))))
+        readings = collector.collect()
+        assert (
+            [*links(15, 1), (GPU_NVLINK_LINKS.name, ("unknown",), 2.0)],
+            (issue("UNKNOWN", UUID_A, "nvlink"),),
+        ) == (nvlink_figures(readings, UUID_A)[-3:], readings.issues)
 
     def test_every_link_failing_is_every_link_unknown(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -1170,10 +1191,20 @@ class TestFabric:
             # An R535 driver, without the V call: the older one answers the same.
             ((1, 0), True, [(GPU_FABRIC_STATE.name, 1.0)]),
             ((3, 0), True, [(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 0.0)]),
+            ((3, 999), True, [(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 999.0)]),
             # No fabric (a PCIe card, an NVLink bridge): nothing.
             (None, False, []),
         ],
-        ids=["ok", "failed", "not-started", "in-progress", "r535", "r535-ok", "none"],
+        ids=[
+            "ok",
+            "failed",
+            "not-started",
+            "in-progress",
+            "r535",
+            "r535-ok",
+            "r535-failed",
+            "none",
+        ],
     )
     def test_registration_state_and_status(
         self,
@@ -1216,6 +1247,78 @@ class TestFabric:
         assert (0, False) == (
             fake_nvml.library.calls("fabric") - before,
             any(s.spec is GPU_FABRIC_STATE for s in device(readings, UUID_A).samples),
+        )
+
+    @pytest.mark.parametrize(
+        ("fail", "expected_issues"),
+        [((), ()), ((("fabric", UNKNOWN),), (issue("UNKNOWN", UUID_A, "fabric"),))],
+        ids=["answered", "failing"],
+    )
+    def test_a_driver_with_the_v_call_is_asked_it_alone(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        fail: tuple[tuple[str, int], ...],
+        expected_issues: tuple[CollectorIssue, ...],
+    ) -> None:
+        """R550 on: one call a poll from the first, answered or failing; an error other
+        than FUNCTION_NOT_FOUND or ARGUMENT_VERSION_MISMATCH is that poll's issue, not a
+        reason to ask the older call too, or from then on."""
+        fake_nvml.configure(replace(GPU_A, fail=fail))
+        asked = []
+        for _ in range(2):
+            before = fake_nvml.library.calls("fabric")
+            readings = collector.collect()
+            asked.append((fake_nvml.library.calls("fabric") - before, readings.issues))
+        assert [(1, expected_issues)] * 2 == asked
+
+    def test_a_driver_without_the_older_call_is_read_by_the_v_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """nvmlDeviceGetGpuFabricInfo is deprecated, gone in CUDA 14: a driver without it
+        is read by the V call alone, and that is no issue."""
+
+        def gone(*_: object) -> None:
+            raise pynvml.NVMLError(FUNCTION_NOT_FOUND)
+
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuFabricInfo", gone)
+        fake_nvml.configure(replace(GPU_A, fabric=(3, 999)))
+        readings = [collector.collect() for _ in range(2)]
+        assert [([(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 999.0)], ())] * 2 == [
+            (fabric_figures(r, UUID_A), r.issues) for r in readings
+        ]
+
+    def test_a_driver_refusing_the_v2_struct_is_read_by_the_older_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A V call answering ARGUMENT_VERSION_MISMATCH to pynvml's v2 struct: the older
+        call answers, chosen once, and that is no issue."""
+        refused = []
+
+        def mismatch(*_: object) -> None:
+            refused.append(True)
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuFabricInfoV", mismatch)
+        fake_nvml.configure(replace(GPU_A, fabric=(2, 0)))
+        readings = [collector.collect() for _ in range(2)]
+        assert ([([(GPU_FABRIC_STATE.name, 2.0)], ())] * 2, 1) == (
+            [(fabric_figures(r, UUID_A), r.issues) for r in readings],
+            len(refused),
+        )
+
+    def test_a_pynvml_without_the_v_call_asks_the_older_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A pynvml before nvmlDeviceGetGpuFabricInfoV (before 12.550) has only the older
+        call: it is the one asked, and that is no issue."""
+        monkeypatch.delattr(pynvml, "nvmlDeviceGetGpuFabricInfoV")
+        monkeypatch.delattr(pynvml, "c_nvmlGpuFabricInfo_v2_t")
+        fake_nvml.configure(GPU_A)
+        readings = collector.collect()
+        assert ([(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 0.0)], ()) == (
+            fabric_figures(readings, UUID_A),
+            readings.issues,
         )
 
 

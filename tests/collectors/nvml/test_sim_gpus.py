@@ -39,7 +39,13 @@ from exporter.collectors.gpu_metrics import (
     GPU_VIDEO_UTILIZATION,
     GPU_XID_ERRORS,
 )
-from exporter.collectors.nvml import NvmlCollector, NvmlError, NvmlGpuInstancePlacement, NvmlHandle
+from exporter.collectors.nvml import (
+    NvmlCollector,
+    NvmlError,
+    NvmlFabric,
+    NvmlGpuInstancePlacement,
+    NvmlHandle,
+)
 from exporter.model import DeviceIdentity, DeviceReading, HardwareKey, KeyKind, Readings, Sample
 from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import GIB, demo_hardware
@@ -456,6 +462,16 @@ class TestSourceAsNvml:
         with pytest.raises(NvmlError) as caught:
             SimulatedNvmlSource(HARDWARE, clock=clock).device_count()
         assert caught.value.error_name == "UNINITIALIZED"
+
+    def test_a_gpu_without_nvlinks_is_in_no_fabric(self, clock: ManualClock) -> None:
+        """A PCIe card (no NVLinks) sits on no NVSwitch board: fabric state NOT_SUPPORTED
+        (0); an HGX GPU's registration is completed (3), successfully."""
+        hardware = replace(HARDWARE, gpus=(replace(GPU_0, nvlinks=0), GPU_1))
+        source = SimulatedNvmlSource(hardware, clock=clock)
+        source.init()
+        assert [NvmlFabric(state=0, status=0), NvmlFabric(state=3, status=0)] == [
+            source.fabric(source.device_handle(index)) for index in range(2)
+        ]
 
     def test_pci_bus_id_as_nvml_writes_it(self, source: SimulatedNvmlSource) -> None:
         """nvmlPciInfo_t.busId: an 8-digit domain, upper-case hex."""
