@@ -324,6 +324,17 @@ class NvmlSource(Protocol):
 # --- The real library -----------------------------------------------------------------
 
 
+# nvml.h's NVML_GPU_FABRIC_STATE_NOT_SUPPORTED and _COMPLETED
+_FABRIC_NOT_SUPPORTED = 0
+_FABRIC_COMPLETED = 3
+
+
+def _fabric_state(raw: int) -> int:
+    """nvmlGpuFabricState_t is an unsigned char; pynvml reads it with the three padding
+    bytes after it (little-endian: above it), which nvml.h leaves undefined."""
+    return int(raw) & 0xFF
+
+
 class PynvmlSource(NvmlSource):
     """``NvmlSource`` calling libnvidia-ml.so.1 through pynvml.
 
@@ -634,21 +645,22 @@ class PynvmlSource(NvmlSource):
 
     def fabric(self, handle: NvmlHandle) -> NvmlFabric:
         # nvmlDeviceGetGpuFabricInfoV (R550 on) with its v2 struct; R535 has only the
-        # first, deprecated call (gone in CUDA 14). A fresh, zeroed struct each time:
-        # pynvml declares the one-byte state as an unsigned int.
+        # first, deprecated call (gone in CUDA 14). pynvml declares the state, one byte
+        # in nvml.h (nvmlGpuFabricState_t), as an unsigned int whose other three bytes
+        # are padding the driver may fill: its low byte alone is the state.
         pynvml = self._pynvml
         if self._fabric_v:
             info = pynvml.c_nvmlGpuFabricInfo_v2_t()
             try:
                 self._call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
-                return NvmlFabric(state=int(info.state), status=int(info.status))
+                return NvmlFabric(state=_fabric_state(info.state), status=int(info.status))
             except NvmlError as error:
                 if error.error_name not in (FUNCTION_NOT_FOUND, "ARGUMENT_VERSION_MISMATCH"):
                     raise
                 self._fabric_v = False
         old = pynvml.c_nvmlGpuFabricInfo_t()
         self._call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(old))
-        return NvmlFabric(state=int(old.state), status=int(old.status))
+        return NvmlFabric(state=_fabric_state(old.state), status=int(old.status))
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
@@ -916,11 +928,6 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     if failure is not None:
         raise _PartialFigure(tuple(samples), failure)
     return tuple(samples)
-
-
-# nvml.h's NVML_GPU_FABRIC_STATE_NOT_SUPPORTED and _COMPLETED
-_FABRIC_NOT_SUPPORTED = 0
-_FABRIC_COMPLETED = 3
 
 
 def _fabric(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:

@@ -1243,7 +1243,9 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
     ENTER(device, F_FABRIC);
     if (info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
-    memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    /* As a driver that copies its own struct whole: the padding after the one-byte
+     * state is not zero (pynvml reads it as part of an unsigned int). */
+    memset(info, 0xab, sizeof *info);
     info->status = d->fabric_status;
     info->cliqueId = 1;
     info->state = (unsigned char)d->fabric_state;
@@ -1256,7 +1258,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     if (info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (info->version != NVML_GPU_FABRIC_INFO_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (d->parent != NULL) return NVML_ERROR_NOT_SUPPORTED;
-    memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+    memset(info, 0xab, sizeof *info); /* the padding too, as above */
+    info->version = NVML_GPU_FABRIC_INFO_V2;
     info->status = d->fabric_status;
     info->cliqueId = 1;
     info->state = (unsigned char)d->fabric_state;
