@@ -127,8 +127,8 @@ GPU_NVLINK_ERRORS = MetricSpec(
     labels=("type",),
 )
 # On an NVSwitch system (HGX), Fabric Manager registers each GPU with the NVLink fabric
-# after boot or a reset; until that completes, successfully, CUDA does not start on the
-# GPU (cudaErrorSystemNotReady).
+# after boot or a reset; until it has initialised the system CUDA does not start
+# (cudaErrorSystemNotReady), and a GPU whose registration fails loses its NVLink peers.
 GPU_FABRIC_STATE = MetricSpec(
     "podresources_gpu_fabric_state_id",
     MetricKind.GAUGE,
