@@ -220,12 +220,15 @@ NVLINK_ERROR_TYPES = ("crc_flit", "crc_data", "replay", "recovery", "ecc_data")
 class NvmlNvLinkFields:
     """A GPU's NVLink field values, None where NVML could not answer that field: the
     links it has (NVML_FI_DEV_NVLINK_LINK_COUNT), its error counters by type (those it
-    answered, in ``NVLINK_ERROR_TYPES`` order) and its data traffic in KiB."""
+    answered, in ``NVLINK_ERROR_TYPES`` order) and its data traffic in KiB; ``failure``,
+    the first error a field answered that is not the driver's or the GPU's nature (its
+    value undefined, so left out like the others)."""
 
     link_count: int | None
     errors: tuple[tuple[str, int], ...]
     transmit_kib: int | None
     receive_kib: int | None
+    failure: NvmlError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -619,14 +622,19 @@ class PynvmlSource(NvmlSource):
             (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, all_links),
         )
         answered: list[int | None] = []
+        failure: NvmlError | None = None
         for field in self._call(pynvml.nvmlDeviceGetFieldValues, handle, requested):
             code = int(field.nvmlReturn)
             if code == pynvml.NVML_SUCCESS:
                 answered.append(int(_field_number(pynvml, field)))
-            elif code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
-                answered.append(None)
-            else:
-                raise self._error(code)
+                continue
+            answered.append(None)
+            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                continue
+            error = self._error(code)
+            if error.error_name == GPU_IS_LOST:
+                raise error
+            failure = failure or error
         link_count, *errors, transmit, receive = answered
         return NvmlNvLinkFields(
             link_count=link_count,
@@ -637,6 +645,7 @@ class PynvmlSource(NvmlSource):
             ),
             transmit_kib=transmit,
             receive_kib=receive,
+            failure=failure,
         )
 
     def nvlink_active(self, handle: NvmlHandle, link: int) -> bool:
@@ -893,7 +902,9 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     inactive link: a PCIe card without its bridge has its links so, by design. A link
     whose state fails otherwise is ``unknown`` (that sample only while there is one),
     reported once a poll through ``_PartialFigure``: it is not active as far as anyone
-    can tell, and the GPU's other NVLink figures stay. GPU_IS_LOST is raised at once."""
+    can tell, and the GPU's other NVLink figures stay; so does a field that answered
+    such an error (the links are probed where it was the count). GPU_IS_LOST is raised
+    at once."""
     fields = source.nvlink_fields(handle)
     samples = [Sample(GPU_NVLINK_ERRORS, float(count), (kind,)) for kind, count in fields.errors]
     if fields.transmit_kib is not None:
@@ -902,7 +913,7 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
         samples.append(Sample(GPU_NVLINK_RECEIVE, fields.receive_kib * 1024.0))
     counted = fields.link_count is not None
     active = inactive = unknown = 0
-    failure: NvmlError | None = None
+    failure = fields.failure
     for link in range(NVLINK_MAX_LINKS if fields.link_count is None else fields.link_count):
         try:
             up = source.nvlink_active(handle, link)

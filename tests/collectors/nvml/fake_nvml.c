@@ -88,7 +88,8 @@
  *   nvlink_traffic TX_KIB RX_KIB
  *                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138, 139) at
  *                            scopeId UINT_MAX (all links; another scope answers
- *                            INVALID_ARGUMENT here); -1 or without the line NOT_SUPPORTED
+ *                            INVALID_ARGUMENT here); -1 or without the line NOT_SUPPORTED,
+ *                            -2 UNKNOWN (that field alone)
  *   fabric STATE STATUS [v1] nvmlDeviceGetGpuFabricInfoV (the v2 struct) and the older
  *                            nvmlDeviceGetGpuFabricInfo answer this state (nvml.h's
  *                            NVML_GPU_FABRIC_STATE_*) and status; "v1": a driver before
@@ -1197,6 +1198,10 @@ static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
             value = d->nvlink_errors[i];
         }
         if (!known) return 0;
+    }
+    if (traffic && value == -2) { /* that field's own error */
+        v->nvmlReturn = NVML_ERROR_UNKNOWN;
+        return 1;
     }
     if (value < 0) return 0; /* NOT_SUPPORTED, by the caller */
     v->valueType = v->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT

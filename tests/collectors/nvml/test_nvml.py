@@ -1101,15 +1101,34 @@ class TestNvLink:
         self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int, name: str
     ) -> None:
         """An NVLink field answering any error but NOT_SUPPORTED and INVALID_ARGUMENT
-        (its value undefined, nvml.h) loses the NVLink figures of that poll, reported
-        under the figure by that error's own name; no link is asked."""
+        (its value undefined, nvml.h) is left out and reported once, under the figure by
+        that error's own name; the links are still asked (probed, the count failing too),
+        so a failing field does not end the GPU's link series."""
         fake_nvml.configure(replace(GPU_A, fail=(("nvlink_fields", code),)))
         before = fake_nvml.library.calls("nvlink_state")
         readings = collector.collect()
 
-        assert ([], 0, (issue(name, UUID_A, "nvlink"),)) == (
+        assert (links(17, 1), 19, (issue(name, UUID_A, "nvlink"),)) == (
             nvlink_figures(readings, UUID_A),
             fake_nvml.library.calls("nvlink_state") - before,
+            readings.issues,
+        )
+
+    def test_one_field_failing_leaves_the_others(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """One NVLink field answering UNKNOWN (the receive traffic) loses that field only:
+        the error totals, the transmit traffic and the links stay; one issue."""
+        gpu = replace(GPU_A, nvlink_traffic_kib=(7_340_032, -2))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+
+        kept = [
+            (s.spec.name, s.label_values, s.value)
+            for s in nvlink_samples(replace(GPU_A, nvlink_traffic_kib=(7_340_032, None)))
+        ]
+        assert (kept, (issue("UNKNOWN", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
             readings.issues,
         )
 
