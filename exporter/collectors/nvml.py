@@ -17,7 +17,8 @@ libnvidia-ml.so.1, so a node that never enables this collector, or has no NVIDIA
 never loads it.
 
 Errors: no library or no driver -> ``CollectorUnavailable``; any other failed nvmlInit
-or device count -> ``CollectorError``. A failed figure loses that figure only, and is
+or device count -> ``CollectorError``. A failed figure loses that figure only (the
+NVLink figure, one link or field that fails: that link or field only), and is
 reported as an issue, counted in
 ``podresources_collector_errors_total{collector="nvml",error=<NVML name>}``
 -- except ``NOT_SUPPORTED``, which many boards answer for many figures (and MIG devices
