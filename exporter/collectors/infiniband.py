@@ -357,7 +357,6 @@ class _PortLayout:
     device, so once registered which exist does not change while the device does."""
 
     number: int
-    pma: bool  # counters/ (or counters_ext/, kernels before 4.5); else hw_counters/
     # per _TRAFFIC entry, the files to try in turn: counters_ext/*_64 before counters/
     traffic: tuple[tuple[str, ...], ...]
     state: str
@@ -365,6 +364,11 @@ class _PortLayout:
     rate: str
     link_downed: str | None  # counters/link_downed; None without counters/
     errors: tuple[tuple[str, str], ...]  # (IB_PORT_ERRORS' type, its counters/ file)
+
+    @property
+    def pma(self) -> bool:
+        """counters/ (or counters_ext/, kernels before 4.5) exist; else hw_counters/."""
+        return self.link_downed is not None
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -395,7 +399,6 @@ def _port_layout(port_dir: Path, *, port: int) -> _PortLayout:
         traffic = tuple((f"{counters}/{name}",) for name, _, _ in _TRAFFIC)
     return _PortLayout(
         number=port,
-        pma=pma,
         traffic=traffic,
         state=f"{directory}/state",
         physical_state=f"{directory}/phys_state",
@@ -479,6 +482,16 @@ class _DeviceLayout:
     ports: tuple[_PortLayout, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _KeptLayout:
+    """A listed device's layout, by its class entry's inode; ``confirmed`` once a second
+    walk, a poll later, found the same (until then it may be a device still registering)."""
+
+    inode: int
+    layout: _DeviceLayout
+    confirmed: bool
+
+
 def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevice | None:
     """One RDMA device (``class/infiniband/<name>``), or None when it vanished.
 
@@ -560,9 +573,7 @@ class InfinibandCollector(Collector):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        # class/infiniband entry name -> (inode, the device's layout, whether a second
-        # walk found the same: until then it may be a device still registering)
-        self._layouts: dict[str, tuple[int, _DeviceLayout, bool]] = {}
+        self._layouts: dict[str, _KeptLayout] = {}  # by class/infiniband entry name
         self._files = KeptFiles.under(context.sysfs)
 
     def collect(self) -> Readings:
@@ -577,25 +588,25 @@ class InfinibandCollector(Collector):
             self._files.close()
             raise
         issues: list[CollectorIssue] = []
-        kept: dict[str, tuple[int, _DeviceLayout, bool]] = {}
+        kept: dict[str, _KeptLayout] = {}
         devices: list[IbDevice] = []
         for name, inode in listed:
             cached = self._layouts.get(name)
-            same_device = cached is not None and cached[0] == inode
-            if cached is not None and same_device and cached[2]:
-                layout: _DeviceLayout | None = cached[1]
-                kept[name] = cached
+            same = cached if cached is not None and cached.inode == inode else None
+            if same is not None and same.confirmed:
+                layout: _DeviceLayout | None = same.layout
+                kept[name] = same
             else:
-                if cached is not None and not same_device:
+                if cached is not None and same is None:
                     # Another device has this name now (renamed, or re-created): the kept
                     # files still read the one that had it.
-                    self._files.forget(p for port in cached[1].ports for p in port.files)
+                    self._files.forget(p for port in cached.layout.ports for p in port.files)
                 before = len(issues)
                 layout = _device_layout(class_dir / name, issues=issues)
                 if layout is not None and len(issues) == before:
                     # a failed read is walked again next poll, unkept
-                    confirmed = same_device and cached is not None and cached[1] == layout
-                    kept[name] = (inode, layout, confirmed)
+                    confirmed = same is not None and same.layout == layout
+                    kept[name] = _KeptLayout(inode, layout, confirmed)
             if layout is not None:
                 devices.append(_read_device(layout, issues=issues, read=self._files.read_text))
         self._layouts = kept  # entries no longer listed are dropped here

@@ -131,6 +131,7 @@ UNKNOWN = "UNKNOWN"
 TIMEOUT = "TIMEOUT"
 NO_PERMISSION = "NO_PERMISSION"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+ARGUMENT_VERSION_MISMATCH = "ARGUMENT_VERSION_MISMATCH"
 _ABSENT = {
     "LIBRARY_NOT_FOUND": "libnvidia-ml.so.1 not found: no NVIDIA driver on this node",
     "DRIVER_NOT_LOADED": "the NVIDIA kernel driver is not loaded",
@@ -665,7 +666,7 @@ class PynvmlSource(NvmlSource):
                 self._call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
                 return NvmlFabric(state=_fabric_state(info.state), status=int(info.status))
             except NvmlError as error:
-                if error.error_name not in (FUNCTION_NOT_FOUND, "ARGUMENT_VERSION_MISMATCH"):
+                if error.error_name not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
                     raise
                 self._fabric_v = False
         old = pynvml.c_nvmlGpuFabricInfo_t()
