@@ -200,15 +200,6 @@ def _is_gone(error: OSError) -> bool:
     return error.errno in (errno.ENODEV, errno.ENOENT)
 
 
-def _linked(fd: int) -> bool:
-    """Whether the file open at ``fd`` still has a name (fixture trees replace files by
-    rename; sysfs never does)."""
-    try:
-        return os.fstat(fd).st_nlink > 0
-    except OSError:
-        return False
-
-
 def _raise_unless_gone(error: OSError, path: Path | str) -> None:
     """After a failed read: UnreadableFile naming ``path``, unless the file's device is
     gone (``_is_gone``), which reads as absent."""
@@ -363,28 +354,37 @@ class KeptFiles:
     def _read(self, path: str) -> bytes | None:
         self._read_paths.add(path)
         fd = self._fds.get(path)
-        if fd is not None and self._check_replaced and not _linked(fd):
-            self._forget(path)  # replaced or unlinked (fixture trees): reopen below
-            fd = None
-        if fd is None:
-            fd = _open_attribute(path)
-            if fd is None:
+        if fd is not None:
+            # The hot path: one pread (and, on fixture trees, one fstat) a kept file.
+            try:
+                if not self._check_replaced or os.fstat(fd).st_nlink > 0:
+                    return _read_whole(fd)
+            except OSError as error:
+                # A descriptor is closed with its device. Where only the attribute's
+                # show() failed (EIO, EINVAL from a down port's rate), it stays for the
+                # next poll's read: reopening would only fail the same way, at ten
+                # times the cost.
+                if _is_gone(error):
+                    self._forget(path)
+                _raise_unless_gone(error, path)
                 return None
-            if len(self._fds) < self._max_open:
-                self._fds[path] = fd
+            self._forget(path)  # replaced or unlinked (fixture trees): reopen below
+        fd = _open_attribute(path)
+        if fd is None:
+            return None
+        keep = len(self._fds) < self._max_open
         try:
             data = _read_whole(fd)
         except OSError as error:
-            # A descriptor is closed with its device. Where only the attribute's show()
-            # failed (EIO, EINVAL from a down port's rate), a kept one stays for the
-            # next poll's read: reopening would only fail the same way, at ten times
-            # the cost.
-            if _is_gone(error) or path not in self._fds:
-                self._fds.pop(path, None)
+            if keep and not _is_gone(error):
+                self._fds[path] = fd  # as above: kept for the next poll's read
+            else:
                 os.close(fd)
             _raise_unless_gone(error, path)
             return None
-        if path not in self._fds:
+        if keep:
+            self._fds[path] = fd
+        else:
             os.close(fd)  # past max_open: opened for this read only
         return data
 
