@@ -121,9 +121,13 @@ GPU_NVLINK_LINKS = MetricSpec(
 GPU_NVLINK_ERRORS = MetricSpec(
     "podresources_gpu_nvlink_errors_total",
     MetricKind.COUNTER,
-    "NVLink errors of the GPU, all links together, by type (crc_flit, crc_data: CRC "
-    "errors of flow-control and data flits; replay: flits sent again; recovery: link "
-    "retrainings; ecc_data: data ECC errors), since the counters were last reset.",
+    "NVLink errors of the GPU, all links together, by type, since the counters were last "
+    "reset. Before Blackwell: crc_flit, crc_data (CRC errors of flow-control and data "
+    "flits), replay (flits sent again), recovery (link retrainings), ecc_data (data ECC "
+    "errors). From Blackwell (NVLink 5): recovery, recovery_failed (the link went down), "
+    "symbol, effective (errors FEC did not correct, in symbols and in packets), "
+    "malformed_packet, buffer_overrun, receive, receive_remote, receive_general, "
+    "local_link_integrity, transmit_discard, ecc_data.",
     labels=("type",),
 )
 # On an NVSwitch system (HGX), Fabric Manager registers each GPU with the NVLink fabric

@@ -213,16 +213,50 @@ class NvmlRetiredPages:
     pending: bool
 
 
-# NVLink error counters, all links together (nvml.h's *_TOTAL fields; DCGM reads them so,
-# scope 0), by the type label each is served under.
-NVLINK_ERROR_TYPES = ("crc_flit", "crc_data", "replay", "recovery", "ecc_data")
+# NVLink error counters by the type label each is served under: (type, nvml.h field ID,
+# scopeId), all links together. Before Blackwell the *_ERROR_COUNT_TOTAL fields at scope
+# 0, as DCGM reads them.
+NVLINK_ERROR_FIELDS = (
+    ("crc_flit", 38, 0),  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+    ("crc_data", 45, 0),  # ..._CRC_DATA_ERROR_COUNT_TOTAL
+    ("replay", 52, 0),  # ..._REPLAY_ERROR_COUNT_TOTAL
+    ("recovery", 59, 0),  # ..._RECOVERY_ERROR_COUNT_TOTAL
+    ("ecc_data", 160, 0),  # NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL
+)
+NVLINK_ERROR_TYPES = tuple(kind for kind, _, _ in NVLINK_ERROR_FIELDS)
+# nvml.h's scopeId for "all links" (it documents it for the throughput fields; DCGM asks
+# NVLink 5's counters so too: "NVLink5+ requires scopeId = UINT_MAX for aggregate data").
+ALL_NVLINKS = 0xFFFFFFFF
+# From Blackwell (NVLink 5) the NVML_FI_DEV_NVLINK_COUNT_* counters, which NVML answers
+# for NVLink 5 only; the totals above are left out there, as nvidia-smi nvlink -e and
+# DCGM's CLI leave them (NVLink 5 drivers do not show them). "recovery" is the link going
+# from up to recovery, the older GPUs' recovery count; NVLink 5 has no CRC or replay
+# count (FEC corrects, and "symbol" and "effective" count what it did not).
+NVLINK5_ERROR_FIELDS = (
+    ("malformed_packet", 206, ALL_NVLINKS),  # ..._COUNT_MALFORMED_PACKET_ERRORS
+    ("buffer_overrun", 207, ALL_NVLINKS),  # ..._COUNT_BUFFER_OVERRUN_ERRORS
+    ("receive", 208, ALL_NVLINKS),  # ..._COUNT_RCV_ERRORS
+    ("receive_remote", 209, ALL_NVLINKS),  # ..._COUNT_RCV_REMOTE_ERRORS
+    ("receive_general", 210, ALL_NVLINKS),  # ..._COUNT_RCV_GENERAL_ERRORS
+    ("local_link_integrity", 211, ALL_NVLINKS),  # ..._COUNT_LOCAL_LINK_INTEGRITY_ERRORS
+    ("transmit_discard", 212, ALL_NVLINKS),  # ..._COUNT_XMIT_DISCARDS
+    ("recovery", 215, ALL_NVLINKS),  # ..._COUNT_LINK_RECOVERY_EVENTS
+    ("recovery_failed", 214, ALL_NVLINKS),  # ..._COUNT_LINK_RECOVERY_FAILED_EVENTS
+    ("effective", 219, ALL_NVLINKS),  # ..._COUNT_EFFECTIVE_ERRORS
+    ("symbol", 221, ALL_NVLINKS),  # ..._COUNT_SYMBOL_ERRORS
+    ("ecc_data", 160, 0),  # as before Blackwell (DCGM reads it so there too)
+)
+# nvml.h's nvmlDeviceArchitecture_t: Blackwell and later have NVLink 5 or newer.
+_ARCH_BLACKWELL = 10
+_ARCH_UNKNOWN = 0xFFFFFFFF
 
 
 @dataclass(frozen=True, slots=True)
 class NvmlNvLinkFields:
     """A GPU's NVLink field values, None where NVML could not answer that field: the
     links it has (NVML_FI_DEV_NVLINK_LINK_COUNT), its error counters by type (those it
-    answered, in ``NVLINK_ERROR_TYPES`` order) and its data traffic in KiB; ``failure``,
+    answered, of ``NVLINK_ERROR_FIELDS`` or, from Blackwell, ``NVLINK5_ERROR_FIELDS``, in
+    that order) and its data traffic in KiB; ``failure``,
     the first error a field answered that is not the driver's or the GPU's nature (its
     value undefined, so left out like the others)."""
 
@@ -356,6 +390,8 @@ class PynvmlSource(NvmlSource):
         self._clocks_events = False
         self._fabric_v = False
         self._process_versions: dict[str, list[str]] = {}
+        # device_key -> whether the GPU has NVLink 5 or newer (its architecture, read once)
+        self._nvlink5: dict[Hashable, bool] = {}
 
     def _bind(self) -> None:
         """Import pynvml once the library loads; LIBRARY_NOT_FOUND, as pynvml says it, if
@@ -422,6 +458,7 @@ class PynvmlSource(NvmlSource):
             self._bind()
         self._call(self._pynvml.nvmlInit)
         self._choose_process_versions()  # again at each init: the driver may be new
+        self._nvlink5.clear()  # handles may name other GPUs after a new init
 
     def shutdown(self) -> None:
         self._call(self._pynvml.nvmlShutdown)
@@ -607,21 +644,18 @@ class PynvmlSource(NvmlSource):
         return int(self._call(self._pynvml.nvmlDeviceGetPcieReplayCounter, handle))
 
     def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields:
-        # One call for all: the link count and error totals at scope 0, as DCGM reads
-        # them; the traffic at scope UINT_MAX, nvml.h's "aggregate value summed up across
-        # all links". A field this driver or GPU cannot answer (NOT_SUPPORTED, or
+        # One call for all: the link count at scope 0, the error counters as DCGM reads
+        # them (``NVLINK_ERROR_FIELDS``, or ``NVLINK5_ERROR_FIELDS`` from Blackwell), the
+        # traffic at scope UINT_MAX, nvml.h's "aggregate value summed up across all
+        # links". A field this driver or GPU cannot answer (NOT_SUPPORTED, or
         # INVALID_ARGUMENT for an ID older drivers do not know) is left out.
         pynvml = self._pynvml
-        all_links = 0xFFFFFFFF
+        error_fields = NVLINK5_ERROR_FIELDS if self._has_nvlink5(handle) else NVLINK_ERROR_FIELDS
         requested = (
             (pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT, 0),
-            (pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0),
-            (pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0),
-            (pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0),
-            (pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 0),
-            (pynvml.NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL, 0),
-            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, all_links),
-            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, all_links),
+            *((field, scope) for _, field, scope in error_fields),
+            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_NVLINKS),
+            (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_NVLINKS),
         )
         answered: list[int | None] = []
         failure: NvmlError | None = None
@@ -642,13 +676,31 @@ class PynvmlSource(NvmlSource):
             link_count=link_count,
             errors=tuple(
                 (kind, count)
-                for kind, count in zip(NVLINK_ERROR_TYPES, errors, strict=True)
+                for (kind, _, _), count in zip(error_fields, errors, strict=True)
                 if count is not None
             ),
             transmit_kib=transmit,
             receive_kib=receive,
             failure=failure,
         )
+
+    def _has_nvlink5(self, handle: NvmlHandle) -> bool:
+        """Whether the GPU is a Blackwell or later (NVLink 5 or newer), by its
+        architecture, read once: not by its NVLink version, which nvml.h numbers 7 for
+        NVLink 5.0. A driver without the call (FUNCTION_NOT_FOUND) predates Blackwell;
+        another failure raises, and the GPU's NVLink figures are asked again next poll."""
+        key = self.device_key(handle)
+        known = self._nvlink5.get(key)
+        if known is None:
+            try:
+                architecture = int(self._call(self._pynvml.nvmlDeviceGetArchitecture, handle))
+            except NvmlError as error:
+                if error.error_name not in (FUNCTION_NOT_FOUND, NOT_SUPPORTED):
+                    raise
+                architecture = 0
+            known = _ARCH_BLACKWELL <= architecture < _ARCH_UNKNOWN
+            self._nvlink5[key] = known
+        return known
 
     def nvlink_active(self, handle: NvmlHandle, link: int) -> bool:
         state = self._call(self._pynvml.nvmlDeviceGetNvLinkState, handle, link)

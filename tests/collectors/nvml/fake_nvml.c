@@ -85,6 +85,20 @@
  *                            the *_ERROR_COUNT_TOTAL fields (38, 45, 52, 59, 160; unsigned
  *                            long long); -1: that field answers NOT_SUPPORTED; without the
  *                            line all five do
+ *   arch N                   nvmlDeviceGetArchitecture answers N (nvml.h's
+ *                            nvmlDeviceArchitecture_t; default 9, Hopper); "arch missing":
+ *                            a driver without the call (FUNCTION_NOT_FOUND). Counted as
+ *                            "architecture"
+ *   nvlink5_errors MALFORMED OVERRUN RX RX_REMOTE RX_GENERAL INTEGRITY TX_DISCARD
+ *                  RECOVERY RECOVERY_FAILED EFFECTIVE SYMBOL
+ *                            NVLink 5's NVML_FI_DEV_NVLINK_COUNT_* fields (206-212, 215,
+ *                            214, 219, 221; unsigned long long), answered by a GPU whose
+ *                            arch is Blackwell (10) or later only, NOT_SUPPORTED by
+ *                            others, as NVML does: at scopeId UINT_MAX the total given
+ *                            here, at a link's scopeId that total over the link count
+ *                            (a test can tell which was asked), past the links
+ *                            INVALID_ARGUMENT; -1 or without the line NOT_SUPPORTED. The
+ *                            older totals (nvlink_errors) answer there too, if given
  *   nvlink_traffic TX_KIB RX_KIB
  *                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138, 139) at
  *                            scopeId UINT_MAX (all links; another scope answers
@@ -108,7 +122,7 @@
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
- *                            nvlink_state nvlink_fields fabric gi ci;
+ *                            nvlink_state nvlink_fields fabric architecture gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -253,7 +267,7 @@ enum figure {
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
     F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
-    F_FABRIC, F_COUNT
+    F_FABRIC, F_ARCHITECTURE, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
@@ -261,7 +275,7 @@ static const char *const figure_names[F_COUNT] = {
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
     "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
-    "fabric",
+    "fabric", "architecture",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -303,6 +317,15 @@ typedef struct {
 #define NVML_NVLINK_ERROR_FIELDS 5
 /* nvml.h's *_ERROR_COUNT_TOTAL: CRC flit, CRC data, replay, recovery, ECC data */
 static const unsigned int nvlink_error_fields[NVML_NVLINK_ERROR_FIELDS] = {38, 45, 52, 59, 160};
+#define NVML_NVLINK5_ERROR_FIELDS 11
+/* nvml.h's NVML_FI_DEV_NVLINK_COUNT_*: malformed packet, buffer overrun, Rx, Rx remote,
+ * Rx general, local link integrity errors, Tx discards, link recovery events, link
+ * recovery failed events, effective errors, symbol errors */
+static const unsigned int nvlink5_error_fields[NVML_NVLINK5_ERROR_FIELDS] = {
+    206, 207, 208, 209, 210, 211, 212, 215, 214, 219, 221};
+#define NVML_DEVICE_ARCH_HOPPER 9
+#define NVML_DEVICE_ARCH_BLACKWELL 10
+#define NVML_DEVICE_ARCH_UNKNOWN 0xffffffffu
 #define NVML_FEATURE_DISABLED 0
 #define NVML_FEATURE_ENABLED 1
 
@@ -398,7 +421,10 @@ typedef struct fake_dev {
     int nvlink_error_codes[4];          /* ... these codes */
     unsigned int nvlink_error_count;
     long long nvlink_errors[NVML_NVLINK_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
+    long long nvlink5_errors[NVML_NVLINK5_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
     long long nvlink_tx_kib, nvlink_rx_kib; /* -1: NOT_SUPPORTED */
+    unsigned int arch;
+    int arch_missing; /* no nvmlDeviceGetArchitecture: FUNCTION_NOT_FOUND */
     unsigned int fabric_state;
     int fabric_status;
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
@@ -449,6 +475,8 @@ static void reset_device(fake_dev *d, fake_dev *parent) {
     d->lost_at = -1;
     d->mig_pending = -1;
     for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) d->nvlink_errors[i] = -1;
+    for (int i = 0; i < NVML_NVLINK5_ERROR_FIELDS; i++) d->nvlink5_errors[i] = -1;
+    d->arch = NVML_DEVICE_ARCH_HOPPER;
     d->nvlink_tx_kib = d->nvlink_rx_kib = -1;
     d->nvlink_count = -1;
 }
@@ -606,6 +634,16 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "nvlink5_errors") == 0) {
+            long long *e = current->nvlink5_errors;
+            ok = sscanf(rest, "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &e[0],
+                        &e[1], &e[2], &e[3], &e[4], &e[5], &e[6], &e[7], &e[8], &e[9],
+                        &e[10]) == NVML_NVLINK5_ERROR_FIELDS;
+        } else if (strcmp(key, "arch") == 0) {
+            char word[16] = "";
+            ok = sscanf(rest, "%15s", word) == 1;
+            current->arch_missing = ok && strcmp(word, "missing") == 0;
+            if (ok && !current->arch_missing) ok = sscanf(word, "%u", &current->arch) == 1;
         } else if (strcmp(key, "fabric") == 0) {
             char mode[8] = "";
             int n = sscanf(rest, "%u %d %7s", &current->fabric_state, &current->fabric_status,
@@ -1185,6 +1223,10 @@ static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
     long long value = -1;
     int traffic = v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ||
                   v->fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
+    int nvlink5 = d->arch >= NVML_DEVICE_ARCH_BLACKWELL && d->arch != NVML_DEVICE_ARCH_UNKNOWN;
+    int all_links = traffic;
+    for (int i = 0; i < NVML_NVLINK5_ERROR_FIELDS && nvlink5; i++)
+        if (v->fieldId == nvlink5_error_fields[i] && v->scopeId == 0xFFFFFFFFu) all_links = 1;
     if (v->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) {
         if (!d->nvlinks_uncounted) value = d->nvlink_count < 0 ? d->nvlinks : d->nvlink_count;
     } else if (traffic) {
@@ -1196,6 +1238,13 @@ static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
             if (v->fieldId != nvlink_error_fields[i]) continue;
             known = 1;
             value = d->nvlink_errors[i];
+        }
+        for (int i = 0; i < NVML_NVLINK5_ERROR_FIELDS && nvlink5; i++) {
+            if (v->fieldId != nvlink5_error_fields[i]) continue;
+            known = 1;
+            value = d->nvlink5_errors[i];
+            /* a link's own share where a link is asked; the total for all of them */
+            if (value > 0 && v->scopeId != 0xFFFFFFFFu) value /= d->nvlinks;
         }
         if (!known) return 0;
     }
@@ -1213,7 +1262,7 @@ static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
         v->value.ullVal = (unsigned long long)value;
     if (d->fail[F_NVLINK_FIELDS] != 0 && flagged(d->fail_flag[F_NVLINK_FIELDS])) {
         v->nvmlReturn = d->fail[F_NVLINK_FIELDS]; /* a value is left, yet undefined */
-    } else if (traffic ? v->scopeId != 0xFFFFFFFFu : v->scopeId >= d->nvlinks) {
+    } else if (traffic ? v->scopeId != 0xFFFFFFFFu : !all_links && v->scopeId >= d->nvlinks) {
         /* traffic: a link's own is not kept here; the others: not a link of the GPU */
         v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
     } else {
@@ -1269,6 +1318,17 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     info->cliqueId = 1;
     info->state = (unsigned char)d->fabric_state;
     info->healthMask = 0;
+    return NVML_SUCCESS;
+}
+
+/* The GPU's architecture (nvml.h's nvmlDeviceArchitecture_t); MIG devices answer their
+ * GPU's, as NVML does for the calls it allows them. */
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch) {
+    ENTER(device, F_ARCHITECTURE);
+    const fake_dev *gpu = d->parent != NULL ? d->parent : d;
+    if (gpu->arch_missing) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (arch == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *arch = gpu->arch;
     return NVML_SUCCESS;
 }
 

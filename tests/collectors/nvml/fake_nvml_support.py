@@ -103,6 +103,12 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
     lines.append(
         "nvlink_errors " + " ".join("-1" if n is None else str(n) for n in gpu.nvlink_errors)
     )
+    if gpu.nvlink5_errors is not None:
+        lines.append(
+            "nvlink5_errors " + " ".join("-1" if n is None else str(n) for n in gpu.nvlink5_errors)
+        )
+    if gpu.arch is not None:
+        lines.append(f"arch {gpu.arch}")
     if gpu.nvlink_traffic_kib is not None:
         tx, rx = ("-1" if kib is None else str(kib) for kib in gpu.nvlink_traffic_kib)
         lines.append(f"nvlink_traffic {tx} {rx}")
@@ -169,6 +175,13 @@ class FakeGpu:
         None,
     )
     nvlink_traffic_kib: tuple[int | None, int | None] | None = (7_340_032, 9_437_184)
+    # nvmlDeviceGetArchitecture's answer (None: the fake's default, 9, Hopper; "missing":
+    # a driver without the call), and NVLink 5's counters, answered from Blackwell (10)
+    # on: malformed packet, buffer overrun, Rx, Rx remote, Rx general, local link
+    # integrity, Tx discards, recovery events, failed recoveries, effective and symbol
+    # errors, all links together (None there: NOT_SUPPORTED; None: all of them)
+    arch: int | str | None = None
+    nvlink5_errors: tuple[int | None, ...] | None = None
     # NVLink fabric registration (state, status; None: state NOT_SUPPORTED, no fabric),
     # and whether the driver predates nvmlDeviceGetGpuFabricInfoV (R535)
     fabric: tuple[int, int] | None = (3, 0)

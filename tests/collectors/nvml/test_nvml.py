@@ -1197,6 +1197,153 @@ class TestNvLink:
         )
 
 
+# NVLink 5's counters by type as the fake answers them for BLACKWELL (all links
+# together; each a multiple of 18 or above it, so one link's share would differ).
+NVLINK5_COUNTS = (
+    ("malformed_packet", 36),
+    ("buffer_overrun", None),  # NOT_SUPPORTED: left out
+    ("receive", 72),
+    ("receive_remote", 90),
+    ("receive_general", 108),
+    ("local_link_integrity", 126),
+    ("transmit_discard", 144),
+    ("recovery", 505),
+    ("recovery_failed", 18),
+    ("effective", 162),
+    ("symbol", 180),
+)
+BLACKWELL = replace(
+    GPU_A,
+    name="NVIDIA B200",
+    arch=10,  # nvml.h's NVML_DEVICE_ARCH_BLACKWELL
+    nvlink5_errors=tuple(count for _, count in NVLINK5_COUNTS),
+    # The older totals, answered as a driver might answer them there: only the ECC one,
+    # which DCGM reads on NVLink 5 too, is asked.
+    nvlink_errors=(14, 2, 3, 1, 0),
+)
+# BLACKWELL's older totals, as a GPU before Blackwell gives them.
+OLDER_TOTALS = [
+    (GPU_NVLINK_ERRORS.name, (kind,), float(n))
+    for kind, n in zip(NVLINK_ERROR_TYPES, (14, 2, 3, 1, 0), strict=True)
+]
+
+
+def nvlink5_figures(gpu: FakeGpu = BLACKWELL) -> list[tuple[str, tuple[str, ...], float]]:
+    """A Blackwell fake GPU's NVLink samples: NVLink 5's counters, the ECC total, the
+    traffic, the links."""
+    errors = GPU_NVLINK_ERRORS.name
+    counted = [(errors, (kind,), float(n)) for kind, n in NVLINK5_COUNTS if n is not None]
+    return [
+        *counted,
+        (errors, ("ecc_data",), 0.0),
+        (GPU_NVLINK_TRANSMIT.name, (), 7 * GIB),
+        (GPU_NVLINK_RECEIVE.name, (), 9 * GIB),
+        *links(17, 1),
+    ]
+
+
+class TestNvLink5:
+    def test_a_blackwell_gpu_gives_nvlink5_counters_not_the_older_totals(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """From Blackwell, NVLink 5's counters are asked for all links together (scopeId
+        UINT_MAX, as DCGM asks them), one that answers NOT_SUPPORTED left out; the older
+        CRC, replay and recovery totals are not asked, even where the driver answers
+        them; the ECC total, the traffic and the links are as before, in the same one
+        field values call."""
+        fake_nvml.configure(BLACKWELL)
+        before = fake_nvml.library.calls("fields")
+        readings = collector.collect()
+
+        # two field values calls: the memory's temperature, and NVLink's
+        assert (nvlink5_figures(), 2, ()) == (
+            nvlink_figures(readings, UUID_A),
+            fake_nvml.library.calls("fields") - before,
+            readings.issues,
+        )
+
+    @pytest.mark.parametrize(
+        ("arch", "nvlink5"),
+        [
+            (9, False),  # Hopper: the older totals
+            (10, True),  # Blackwell
+            (13, True),  # Rubin, and what comes after
+            (0xFFFFFFFF, False),  # NVML_DEVICE_ARCH_UNKNOWN
+            ("missing", False),  # a driver without the call: before Blackwell
+        ],
+    )
+    def test_the_architecture_chooses_the_counters(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, arch: int | str, nvlink5: bool
+    ) -> None:
+        """The GPU's architecture, not its NVLink version, says which counters it has;
+        an architecture NVML cannot name, or no call to ask it, is taken for an older
+        GPU. No issue either way."""
+        fake_nvml.configure(replace(BLACKWELL, arch=arch))
+        readings = collector.collect()
+        expected = nvlink5_figures() if nvlink5 else [*OLDER_TOTALS, *nvlink5_figures()[-4:]]
+
+        assert (expected, ()) == (nvlink_figures(readings, UUID_A), readings.issues)
+
+    def test_the_architecture_is_read_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Read once per GPU while NVML stays initialised, not every poll."""
+        fake_nvml.configure(BLACKWELL, replace(GPU_B, arch=9))
+        before = fake_nvml.library.calls("architecture")
+        polls = [collector.collect() for _ in range(3)]
+
+        assert (2, nvlink5_figures()) == (
+            fake_nvml.library.calls("architecture") - before,
+            nvlink_figures(polls[-1], UUID_A),
+        )
+
+    def test_the_architecture_is_read_again_after_nvml_is_initialised_afresh(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A new nvmlInit may hand the same handle to another GPU (a board swapped while
+        the driver was unloaded): its architecture is read again."""
+        fake_nvml.configure(BLACKWELL)
+        collector.collect()
+        collector.close()
+        fake_nvml.configure(replace(BLACKWELL, arch=9))
+        hopper = collector.collect()
+
+        assert OLDER_TOTALS == nvlink_figures(hopper, UUID_A)[:5]
+
+    def test_a_failed_architecture_read_is_reported_and_asked_again(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """An architecture read that fails otherwise (UNKNOWN) leaves the GPU's NVLink
+        figures out that poll, one issue, rather than serve counters of the wrong kind;
+        the next poll asks again and has them."""
+        failing = fake_nvml.config_path.parent / "arch-fails"
+        failing.touch()
+        fake_nvml.configure(replace(BLACKWELL, fail_while=(("architecture", UNKNOWN, failing),)))
+        failed = collector.collect()
+        failing.unlink()
+        recovered = collector.collect()
+
+        assert ([], (issue("UNKNOWN", UUID_A, "nvlink"),), nvlink5_figures(), ()) == (
+            nvlink_figures(failed, UUID_A),
+            failed.issues,
+            nvlink_figures(recovered, UUID_A),
+            recovered.issues,
+        )
+
+    def test_a_gpu_lost_at_its_architecture_is_abandoned(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """GPU_IS_LOST on the architecture read abandons the GPU for the poll, as any
+        figure's."""
+        fake_nvml.configure(replace(BLACKWELL, lost_at=("architecture", 1)))
+        readings = collector.collect()
+
+        assert ([], (issue("GPU_IS_LOST", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
+
+
 class TestFabric:
     @pytest.mark.parametrize(
         ("fabric", "v1_only", "expected"),
