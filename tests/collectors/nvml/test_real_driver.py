@@ -306,6 +306,64 @@ def test_nvlinks_match_nvidia_smi(probe: dict[str, Any]) -> None:
             assert all(v >= 0 and v == int(v) for v in counters.values()), counters
 
 
+# The per-link counters ``nvidia-smi nvlink -e`` lists, by the type the exporter serves
+# their sum under: the older GPUs' and NVLink 5's (as a B300 on driver 595 names them).
+# CRC is left out: nvidia-smi's one "CRC Errors" line does not say flit or data.
+_SMI_NVLINK_ERRORS = {
+    "replay errors": "replay",
+    "recovery errors": "recovery",
+    "malformed packet errors": "malformed_packet",
+    "buffer overrun errors": "buffer_overrun",
+    "rx errors": "receive",
+    "rx remote errors": "receive_remote",
+    "rx general errors": "receive_general",
+    "local link integrity errors": "local_link_integrity",
+    "tx discards": "transmit_discard",
+    "total link recovery events": "recovery",
+    "link recovery failed events": "recovery_failed",
+    "effective errors": "effective",
+    "symbol errors": "symbol",
+}
+_OLDER_ONLY = {"crc_flit", "crc_data", "replay"}
+_NVLINK5_ONLY = set(_SMI_NVLINK_ERRORS.values()) - {"replay", "recovery"}
+
+
+def _smi_nvlink_errors(pci_address: str) -> dict[str, int]:
+    """The error counters ``nvidia-smi nvlink -e`` lists ("Link 0: Replay Errors: 0"),
+    summed over the links, by the exporter's type."""
+    listing = _smi("nvlink", "-e", "-i", pci_address) or ""
+    sums: dict[str, int] = {}
+    for name, value in re.findall(r"^\s*Link \d+: ([^:]+?)\s*:\s*(\d+)\s*$", listing, re.M):
+        kind = _SMI_NVLINK_ERRORS.get(name.lower())
+        if kind is not None:
+            sums[kind] = sums.get(kind, 0) + int(value)
+    return sums
+
+
+def test_nvlink_errors_are_the_sums_of_nvidia_smis_links(probe: dict[str, Any]) -> None:
+    """Each counter ``nvidia-smi nvlink -e`` lists per link, summed over the links, is
+    served for the GPU, at most that sum (the probe read first: counters only grow),
+    and no type of the other NVLink generation is: the scope the all-links fields are
+    asked at, and the choice by architecture, on Hopper and on Blackwell alike."""
+    smi = {gpu.uuid: gpu for gpu in _smi_gpus()}
+    poll = probe["nvml"][-1]
+    for uuid, gpu in _gpus(poll).items():
+        if smi[uuid].mig_enabled:
+            continue
+        prefix = "podresources_gpu_nvlink_errors_total{"
+        served = {
+            name.removeprefix(prefix).rstrip("}"): value
+            for name, value in gpu["figures"].items()
+            if name.startswith(prefix)
+        }
+        sums = _smi_nvlink_errors(smi[uuid].pci_address)
+        for kind, total in sums.items():
+            assert kind in served, (uuid, kind, served, sums)
+            assert served[kind] <= total, (uuid, kind, served, sums)
+        other = _OLDER_ONLY if set(sums) & _NVLINK5_ONLY else _NVLINK5_ONLY
+        assert not set(served) & other, (uuid, served, sums)
+
+
 def _smi_fabric_state(pci_address: str) -> str:
     """The Fabric section's State of ``nvidia-smi -q`` ("Completed", "N/A"...), lower
     case without spaces; "" where it prints no such section (older drivers)."""
