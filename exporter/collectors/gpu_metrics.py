@@ -13,6 +13,7 @@ __all__ = [
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
+    "GPU_FABRIC_HEALTH_ISSUE",
     "GPU_FABRIC_STATE",
     "GPU_FABRIC_STATUS",
     "GPU_MEMORY_BANDWIDTH_UTILIZATION",
@@ -145,6 +146,18 @@ GPU_FABRIC_STATUS = MetricSpec(
     "The outcome of the GPU's completed fabric registration, nvml.h's nvmlReturn_t: 0 "
     "success, any other an error (nvidia-smi -q's Fabric Status names it); none before "
     "the registration completes.",
+)
+# The fabric's own view of a registered GPU's NVLink paths (nvml.h's health mask, R550
+# on): an NVSwitch fault leaves the GPU registered and running, with less bandwidth or a
+# route being recovered, which DCGM's health check counts as a failure.
+GPU_FABRIC_HEALTH_ISSUE = MetricSpec(
+    "podresources_gpu_fabric_health_issue",
+    MetricKind.GAUGE,
+    "1 while the GPU's NVLink fabric reports this problem with it, else 0: "
+    "degraded_bandwidth, route_recovery (a route to it being recovered), route_unhealthy, "
+    "access_timeout_recovery, incorrect_configuration (nvidia-smi -q's Fabric section "
+    "says which); none for a problem the driver or fabric does not report.",
+    labels=("issue",),
 )
 GPU_NVLINK_TRANSMIT = MetricSpec(
     "podresources_gpu_nvlink_transmit_bytes_total",

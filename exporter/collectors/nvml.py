@@ -62,6 +62,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_FABRIC_HEALTH_ISSUE,
     GPU_FABRIC_STATE,
     GPU_FABRIC_STATUS,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
@@ -270,11 +271,14 @@ class NvmlNvLinkFields:
 @dataclass(frozen=True, slots=True)
 class NvmlFabric:
     """nvmlDeviceGetGpuFabricInfo: the GPU's fabric registration state (nvml.h's
-    NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed)
-    and its status, an nvmlReturn_t that counts only once the state is completed."""
+    NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed),
+    its status, an nvmlReturn_t that counts only once the state is completed, and its
+    health mask (nvml.h's NVML_GPU_FABRIC_HEALTH_MASK_*; None from a driver before R550,
+    whose older call has none)."""
 
     state: int
     status: int
+    health_mask: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -716,7 +720,11 @@ class PynvmlSource(NvmlSource):
             info = pynvml.c_nvmlGpuFabricInfo_v2_t()
             try:
                 self._call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
-                return NvmlFabric(state=_fabric_state(info.state), status=int(info.status))
+                return NvmlFabric(
+                    state=_fabric_state(info.state),
+                    status=int(info.status),
+                    health_mask=int(info.healthMask),
+                )
             except NvmlError as error:
                 if error.error_name not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
                     raise
@@ -995,17 +1003,39 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return tuple(samples)
 
 
+# nvml.h's NVML_GPU_FABRIC_HEALTH_MASK_* fields DCGM's health watch fails a GPU on
+# (MonitorFabricFields), by the label each is served under: (issue, shift, width, the
+# value that says all is well). Each field reads 0 where it is not reported (its
+# *_NOT_SUPPORTED); any value other than those two is the problem (TRUE, or one of the
+# incorrect configurations: system GUID, chassis serial, no partition, too few
+# NVLinks, GPU firmware, location, GPU state).
+_FABRIC_HEALTH_ISSUES = (
+    ("degraded_bandwidth", 0, 0x3, 2),  # ..._DEGRADED_BW_FALSE
+    ("route_recovery", 2, 0x3, 2),  # ..._ROUTE_RECOVERY_FALSE
+    ("route_unhealthy", 4, 0x3, 2),  # ..._ROUTE_UNHEALTHY_FALSE
+    ("access_timeout_recovery", 6, 0x3, 2),  # ..._ACCESS_TIMEOUT_RECOVERY_FALSE
+    ("incorrect_configuration", 8, 0xF, 1),  # ..._INCORRECT_CONFIGURATION_NONE
+)
+
+
 def _fabric(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     """A GPU's NVLink fabric registration: none for a GPU in no such fabric (its state
     NOT_SUPPORTED, or the call NOT_SUPPORTED); the status only once the state is
-    completed (nvml.h: "Must be checked only if state returns complete")."""
+    completed (nvml.h: "Must be checked only if state returns complete"); the health
+    mask's problems each where it reports them."""
     fabric = source.fabric(handle)
     if fabric.state == _FABRIC_NOT_SUPPORTED:
         return ()
-    state = Sample(GPU_FABRIC_STATE, float(fabric.state))
-    if fabric.state != _FABRIC_COMPLETED:
-        return (state,)
-    return (state, Sample(GPU_FABRIC_STATUS, float(fabric.status)))
+    samples = [Sample(GPU_FABRIC_STATE, float(fabric.state))]
+    if fabric.state == _FABRIC_COMPLETED:
+        samples.append(Sample(GPU_FABRIC_STATUS, float(fabric.status)))
+    if fabric.health_mask is not None:
+        for issue_name, shift, width, healthy in _FABRIC_HEALTH_ISSUES:
+            value = (fabric.health_mask >> shift) & width
+            if value:
+                problem = 0.0 if value == healthy else 1.0
+                samples.append(Sample(GPU_FABRIC_HEALTH_ISSUE, problem, (issue_name,)))
+    return tuple(samples)
 
 
 # The same for GPUs and MIG devices: whatever NVML answers for a MIG handle is kept.

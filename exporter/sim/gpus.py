@@ -26,7 +26,8 @@ and receives ``NVLINK_BYTES_PER_S_BUSY`` times its base utilization a second eac
 since the driver loaded, its links active but ``SimGpu.nvlinks_down``, its error
 counters fixed; a MIG-enabled one reports every link inactive, as NVML does (the bug
 DCGM works around), and a GPU without NVLinks NOT_SUPPORTED. A GPU with NVLinks sits on
-an NVSwitch board, its fabric registration completed; one without is in no fabric.
+an NVSwitch board, its fabric registration completed and reporting no health problem;
+one without is in no fabric.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -83,6 +84,10 @@ REPLAYS_PER_S_NARROW_LINK = 0.5
 # An all-reduce heavy job's share of an H100's 450 GB/s each way
 NVLINK_BYTES_PER_S_BUSY = 150e9
 FABRIC_COMPLETED = 3  # nvml.h's NVML_GPU_FABRIC_STATE_COMPLETED
+# nvml.h's fabric health mask with every problem reported absent: DEGRADED_BW,
+# ROUTE_RECOVERY, ROUTE_UNHEALTHY and ACCESS_TIMEOUT_RECOVERY FALSE (2 in each two-bit
+# field), INCORRECT_CONFIGURATION NONE (1 at bit 8); the fields after them unreported.
+FABRIC_HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +292,9 @@ class SimulatedNvmlSource(NvmlSource):
 
     def fabric(self, handle: NvmlHandle) -> NvmlFabric:
         gpu = _whole(handle)
-        return NvmlFabric(state=FABRIC_COMPLETED if gpu.nvlinks else 0, status=0)
+        if not gpu.nvlinks:
+            return NvmlFabric(state=0, status=0)
+        return NvmlFabric(state=FABRIC_COMPLETED, status=0, health_mask=FABRIC_HEALTHY)
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)

@@ -110,6 +110,9 @@
  *                            R550, without the V call (FUNCTION_NOT_FOUND). Without the
  *                            line, state NOT_SUPPORTED (no fabric); a MIG device answers
  *                            NOT_SUPPORTED. Counted as "fabric"
+ *   fabric_health MASK       the V call's healthMask (nvml.h's
+ *                            NVML_GPU_FABRIC_HEALTH_MASK_* fields; default 0: none
+ *                            reported); the older call has no such field
  *   remap CORRECTABLE UNCORRECTABLE PENDING FAILURE
  *                            nvmlDeviceGetRemappedRows (default 0 0 0 0); a GPU with
  *                            MIG mode on answers NOT_SUPPORTED, as nvml.h says of one
@@ -428,6 +431,7 @@ typedef struct fake_dev {
     unsigned int fabric_state;
     int fabric_status;
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
+    unsigned int fabric_health; /* the V call's healthMask */
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -650,6 +654,8 @@ static nvmlReturn_t load_config(void) {
                            mode);
             ok = n == 2 || (n == 3 && strcmp(mode, "v1") == 0);
             current->fabric_v1_only = n == 3;
+        } else if (strcmp(key, "fabric_health") == 0) {
+            ok = sscanf(rest, "%i", (int *)&current->fabric_health) == 1;
         } else if (strcmp(key, "nvlink_traffic") == 0) {
             ok = sscanf(rest, "%lld %lld", &current->nvlink_tx_kib, &current->nvlink_rx_kib) == 2;
         } else if (strcmp(key, "ecc") == 0) {
@@ -1317,7 +1323,7 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
     info->status = d->fabric_status;
     info->cliqueId = 1;
     info->state = (unsigned char)d->fabric_state;
-    info->healthMask = 0;
+    info->healthMask = d->fabric_health;
     return NVML_SUCCESS;
 }
 

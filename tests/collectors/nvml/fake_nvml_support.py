@@ -114,6 +114,8 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
         lines.append(f"nvlink_traffic {tx} {rx}")
     if gpu.fabric is not None:
         lines.append("fabric {} {}".format(*gpu.fabric) + (" v1" if gpu.fabric_v1_only else ""))
+    if gpu.fabric_health:
+        lines.append(f"fabric_health {gpu.fabric_health:#x}")
     return lines
 
 
@@ -186,6 +188,7 @@ class FakeGpu:
     # and whether the driver predates nvmlDeviceGetGpuFabricInfoV (R535)
     fabric: tuple[int, int] | None = (3, 0)
     fabric_v1_only: bool = False
+    fabric_health: int = 0  # the V call's health mask (0: no problem reported, nor its absence)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())

@@ -40,6 +40,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_FABRIC_HEALTH_ISSUE,
     GPU_FABRIC_STATE,
     GPU_FABRIC_STATUS,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
@@ -1344,6 +1345,26 @@ class TestNvLink5:
         )
 
 
+# nvml.h's fabric health mask problems as served, and a mask reporting each absent.
+FABRIC_ISSUES = (
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+)
+ALL_WELL = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+
+
+def fabric_health(readings: Readings, uuid: str) -> dict[str, float]:
+    """One device's fabric health samples: each problem's value."""
+    return {
+        s.label_values[0]: s.value
+        for s in device(readings, uuid).samples
+        if s.spec is GPU_FABRIC_HEALTH_ISSUE
+    }
+
+
 class TestFabric:
     @pytest.mark.parametrize(
         ("fabric", "v1_only", "expected"),
@@ -1391,6 +1412,56 @@ class TestFabric:
             if s.spec in (GPU_FABRIC_STATE, GPU_FABRIC_STATUS)
         ]
         assert (expected, ()) == (served, readings.issues)
+
+    @pytest.mark.parametrize(
+        ("mask", "problems"),
+        [
+            # Nothing reported (an older GPU or fabric): no series.
+            (0, {}),
+            # Every problem reported absent: FALSE in each two-bit field, NONE (1) at 8.
+            (ALL_WELL, dict.fromkeys(FABRIC_ISSUES, 0.0)),
+            # Degraded bandwidth (TRUE, 1) and route recovery, the rest well.
+            (
+                ALL_WELL & ~0xF | 1 | 1 << 2,
+                {
+                    **dict.fromkeys(FABRIC_ISSUES, 0.0),
+                    "degraded_bandwidth": 1.0,
+                    "route_recovery": 1.0,
+                },
+            ),
+            # An incorrect configuration, too few NVLinks (5), the rest well.
+            (
+                ALL_WELL & ~(0xF << 8) | 5 << 8,
+                {**dict.fromkeys(FABRIC_ISSUES, 0.0), "incorrect_configuration": 1.0},
+            ),
+            # Only an unhealthy route and an access timeout recovery reported.
+            (1 << 4 | 1 << 6, {"route_unhealthy": 1.0, "access_timeout_recovery": 1.0}),
+            # The fields after them (partition assigned, fabric manager connected): not read.
+            (ALL_WELL | 1 << 12 | 2 << 14, dict.fromkeys(FABRIC_ISSUES, 0.0)),
+        ],
+        ids=["none", "well", "degraded", "misconfigured", "partial", "later-fields"],
+    )
+    def test_health_mask_problems(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        mask: int,
+        problems: dict[str, float],
+    ) -> None:
+        """Each problem of nvml.h's fabric health mask that DCGM's health watch fails a GPU
+        on: 1 while reported, 0 while reported absent, no series while not reported;
+        served beside the state whatever it is, and no issue."""
+        fake_nvml.configure(replace(GPU_A, fabric=(2, 0), fabric_health=mask))
+        readings = collector.collect()
+        assert (problems, ()) == (fabric_health(readings, UUID_A), readings.issues)
+
+    def test_no_health_from_the_older_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A driver before R550 has no health mask: the state and status alone."""
+        gpu = replace(GPU_A, fabric_v1_only=True, fabric_health=ALL_WELL | 1)
+        fake_nvml.configure(gpu)
+        assert {} == fabric_health(collector.collect(), UUID_A)
 
     def test_the_older_call_is_chosen_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector

@@ -18,6 +18,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_CLOCKS_THROTTLED,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
+    GPU_FABRIC_HEALTH_ISSUE,
     GPU_FABRIC_STATE,
     GPU_FABRIC_STATUS,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
@@ -83,7 +84,21 @@ ALL_NVLINKS_UP = (  # an H100 SXM board's 18
     Sample(GPU_NVLINK_LINKS, 18.0, ("active",)),
     Sample(GPU_NVLINK_LINKS, 0.0, ("inactive",)),
 )
-FABRIC_REGISTERED = (Sample(GPU_FABRIC_STATE, 3.0), Sample(GPU_FABRIC_STATUS, 0.0))
+# Registered, and its health mask reporting each problem absent.
+FABRIC_REGISTERED = (
+    Sample(GPU_FABRIC_STATE, 3.0),
+    Sample(GPU_FABRIC_STATUS, 0.0),
+    *(
+        Sample(GPU_FABRIC_HEALTH_ISSUE, 0.0, (issue,))
+        for issue in (
+            "degraded_bandwidth",
+            "route_recovery",
+            "route_unhealthy",
+            "access_timeout_recovery",
+            "incorrect_configuration",
+        )
+    ),
+)
 NO_VIDEO = (
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("encoder",)),
     Sample(GPU_VIDEO_UTILIZATION, 0.0, ("decoder",)),
@@ -465,13 +480,17 @@ class TestSourceAsNvml:
 
     def test_a_gpu_without_nvlinks_is_in_no_fabric(self, clock: ManualClock) -> None:
         """A PCIe card (no NVLinks) sits on no NVSwitch board: fabric state NOT_SUPPORTED
-        (0); an HGX GPU's registration is completed (3), successfully."""
+        (0), no health mask; an HGX GPU's registration is completed (3), successfully,
+        its health mask reporting every problem absent (FALSE, 2, in each of the four
+        two-bit fields; NONE, 1, for the configuration at bit 8)."""
         hardware = replace(HARDWARE, gpus=(replace(GPU_0, nvlinks=0), GPU_1))
         source = SimulatedNvmlSource(hardware, clock=clock)
         source.init()
-        assert [NvmlFabric(state=0, status=0), NvmlFabric(state=3, status=0)] == [
-            source.fabric(source.device_handle(index)) for index in range(2)
-        ]
+        healthy = 0b1_1010_1010
+        assert [
+            NvmlFabric(state=0, status=0),
+            NvmlFabric(state=3, status=0, health_mask=healthy),
+        ] == [source.fabric(source.device_handle(index)) for index in range(2)]
 
     def test_pci_bus_id_as_nvml_writes_it(self, source: SimulatedNvmlSource) -> None:
         """nvmlPciInfo_t.busId: an 8-digit domain, upper-case hex."""
