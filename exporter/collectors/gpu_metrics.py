@@ -26,6 +26,7 @@ __all__ = [
     "GPU_NVLINK_TRANSMIT",
     "GPU_PCIE_REPLAYS",
     "GPU_POWER",
+    "GPU_RECOVERY_ACTION",
     "GPU_REMAPPED_ROWS",
     "GPU_RETIRED_PAGES",
     "GPU_RETIRED_PAGES_PENDING",
@@ -78,6 +79,17 @@ GPU_MEMORY_TEMPERATURE = MetricSpec(
     MetricKind.GAUGE,
     "GPU memory temperature (its HBM or VRAM sensor), in degrees Celsius; GPUs with a "
     "memory sensor only.",
+)
+# What the driver asks be done for a GPU after a fault (nvml.h's
+# nvmlDeviceGpuRecoveryAction_t; drivers that have it): until it is done, the GPU cannot be trusted
+# with new work, whatever else looks well.
+GPU_RECOVERY_ACTION = MetricSpec(
+    "podresources_gpu_recovery_action_id",
+    MetricKind.GAUGE,
+    "The recovery the NVIDIA driver asks for the GPU after a fault, as NVML gives it: 0 "
+    "none, 1 reset the GPU, 2 reboot the node, 3 drain peer-to-peer traffic, 4 drain the "
+    "GPU and reset it, 5 recover the IMEX domain, 6 reset the bus, 7 reboot the system; "
+    "whole GPUs whose driver reports it.",
 )
 GPU_SM_CLOCK = MetricSpec(
     "podresources_gpu_sm_clock_hertz",

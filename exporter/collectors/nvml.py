@@ -75,6 +75,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
     GPU_POWER,
+    GPU_RECOVERY_ACTION,
     GPU_REMAPPED_ROWS,
     GPU_RETIRED_PAGES,
     GPU_RETIRED_PAGES_PENDING,
@@ -225,6 +226,9 @@ NVLINK_ERROR_FIELDS = (
     ("ecc_data", 160, 0),  # NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL
 )
 NVLINK_ERROR_TYPES = tuple(kind for kind, _, _ in NVLINK_ERROR_FIELDS)
+# nvml.h's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (the field DCGM's health watch
+# reads for it), by number as nvml.h gives it.
+_FIELD_RECOVERY_ACTION = 230
 # nvml.h's scopeId for "all links" (it documents it for the throughput fields; DCGM asks
 # NVLink 5's counters so too: "NVLink5+ requires scopeId = UINT_MAX for aggregate data").
 ALL_NVLINKS = 0xFFFFFFFF
@@ -342,6 +346,8 @@ class NvmlSource(Protocol):
     # NOT_SUPPORTED where the GPU remaps rows instead (Ampere and later).
     def retired_pages(self, handle: NvmlHandle) -> NvmlRetiredPages: ...
     def pcie_replays(self, handle: NvmlHandle) -> int: ...  # since the GPU's last reset
+    # nvml.h's nvmlDeviceGpuRecoveryAction_t; NOT_SUPPORTED where the driver has none.
+    def recovery_action(self, handle: NvmlHandle) -> int: ...
     def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields: ...
     def nvlink_active(self, handle: NvmlHandle, link: int) -> bool: ...
     def fabric(self, handle: NvmlHandle) -> NvmlFabric: ...
@@ -581,6 +587,18 @@ class PynvmlSource(NvmlSource):
             pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP]
         )
         code = int(field.nvmlReturn)
+        if code != pynvml.NVML_SUCCESS:
+            raise self._error(code)
+        return int(_field_number(pynvml, field))
+
+    def recovery_action(self, handle: NvmlHandle) -> int:
+        # A field value, asked alone: a driver older than the field answers
+        # INVALID_ARGUMENT for an ID it does not know, which is no recovery to report.
+        pynvml = self._pynvml
+        (field,) = self._call(pynvml.nvmlDeviceGetFieldValues, handle, [_FIELD_RECOVERY_ACTION])
+        code = int(field.nvmlReturn)
+        if code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
+            raise NvmlError(NOT_SUPPORTED, code=code)
         if code != pynvml.NVML_SUCCESS:
             raise self._error(code)
         return int(_field_number(pynvml, field))
@@ -936,6 +954,10 @@ def _retired_pages(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]
     )
 
 
+def _recovery_action(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
+    return (Sample(GPU_RECOVERY_ACTION, float(source.recovery_action(handle))),)
+
+
 def _pcie_replays(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_PCIE_REPLAYS, float(source.pcie_replays(handle))),)
 
@@ -1060,6 +1082,7 @@ _GPU_FIGURES: tuple[_Figure, ...] = (
     _decoder,
     _memory_temperature,
     _pcie_replays,
+    _recovery_action,
     _nvlink,
     _fabric,
 )

@@ -241,6 +241,10 @@ class SimulatedNvmlSource(NvmlSource):
     def memory_temperature_celsius(self, handle: NvmlHandle) -> int:
         return 35 + self._percent(_whole(handle)) // 2
 
+    def recovery_action(self, handle: NvmlHandle) -> int:
+        _whole(handle)
+        return 0  # NVML_GPU_RECOVERY_ACTION_NONE: the simulated GPUs have had no fault
+
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:
         return SM_CLOCK_BUSY_MHZ if self._percent(_whole(handle)) else SM_CLOCK_IDLE_MHZ
 

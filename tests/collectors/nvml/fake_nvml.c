@@ -59,9 +59,15 @@
  *                            NVML_FI_DEV_MEMORY_TEMP through nvmlDeviceGetFieldValues
  *                            (an unsigned int); without it that field answers
  *                            NOT_SUPPORTED, as a GPU without HBM does, and so does every
- *                            other field ID. The call is counted as "fields"; "fail
+ *                            other field ID. The call is counted as "fields" (and the
+ *                            field asked as "memory_temp"); "fail
  *                            fields CODE" fails the whole call, "fail memory_temp CODE"
  *                            only the field's own nvmlReturn
+ *   recovery_action N        NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230, an unsigned int):
+ *                            the recovery the driver asks for the GPU; without it that
+ *                            field answers NOT_SUPPORTED, and so does a MIG device; "fail
+ *                            recovery_action CODE": the field's own nvmlReturn. Each time
+ *                            the field is asked counts as "recovery_action"
  *   nvlinks N [uncounted]    the GPU has N NVLinks (default 0: none). nvmlDeviceGetNvLinkState
  *                            answers NVML_FEATURE_ENABLED for each but those of
  *                            nvlink_down, INVALID_ARGUMENT past N, NOT_SUPPORTED for a GPU
@@ -125,7 +131,8 @@
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
- *                            nvlink_state nvlink_fields fabric architecture gi ci;
+ *                            nvlink_state nvlink_fields fabric architecture
+ *                            recovery_action gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -270,7 +277,7 @@ enum figure {
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
     F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
-    F_FABRIC, F_ARCHITECTURE, F_COUNT
+    F_FABRIC, F_ARCHITECTURE, F_RECOVERY_ACTION, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
@@ -278,7 +285,7 @@ static const char *const figure_names[F_COUNT] = {
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
     "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
-    "fabric", "architecture",
+    "fabric", "architecture", "recovery_action",
 };
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
@@ -313,6 +320,7 @@ typedef struct {
 
 #define NVML_FI_DEV_MEMORY_TEMP 82
 #define NVML_FI_DEV_NVLINK_LINK_COUNT 91
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
 #define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
 #define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
@@ -414,6 +422,7 @@ typedef struct fake_dev {
     unsigned int retired_sbe, retired_dbe, retired_pending;
     unsigned int pcie_replays;
     int memory_temperature_known; /* a "memory_temperature" line was given */
+    long long recovery_action;    /* -1: NOT_SUPPORTED */
     unsigned int memory_temperature;
     unsigned int nvlinks;
     int nvlinks_uncounted;              /* field 91 answers NOT_SUPPORTED */
@@ -481,6 +490,7 @@ static void reset_device(fake_dev *d, fake_dev *parent) {
     for (int i = 0; i < NVML_NVLINK_ERROR_FIELDS; i++) d->nvlink_errors[i] = -1;
     for (int i = 0; i < NVML_NVLINK5_ERROR_FIELDS; i++) d->nvlink5_errors[i] = -1;
     d->arch = NVML_DEVICE_ARCH_HOPPER;
+    d->recovery_action = -1;
     d->nvlink_tx_kib = d->nvlink_rx_kib = -1;
     d->nvlink_count = -1;
 }
@@ -638,6 +648,8 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "recovery_action") == 0) {
+            ok = sscanf(rest, "%lld", &current->recovery_action) == 1;
         } else if (strcmp(key, "nvlink5_errors") == 0) {
             long long *e = current->nvlink5_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &e[0],
@@ -1286,6 +1298,20 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
         v->timestamp = 1700000000000000LL;
         v->latencyUsec = 0;
         if (nvlink_field(d, v)) continue;
+        if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            figure_calls[F_RECOVERY_ACTION]++;
+            if (d->parent != NULL || d->recovery_action < 0) {
+                v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            } else if (d->fail[F_RECOVERY_ACTION] != 0 && flagged(d->fail_flag[F_RECOVERY_ACTION])) {
+                v->nvmlReturn = d->fail[F_RECOVERY_ACTION];
+            } else {
+                v->nvmlReturn = NVML_SUCCESS;
+                v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+                v->value.uiVal = (unsigned int)d->recovery_action;
+            }
+            continue;
+        }
+        if (v->fieldId == NVML_FI_DEV_MEMORY_TEMP) figure_calls[F_MEMORY_TEMP]++;
         if (v->fieldId != NVML_FI_DEV_MEMORY_TEMP || !d->memory_temperature_known) {
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         } else if (d->fail[F_MEMORY_TEMP] != 0 && flagged(d->fail_flag[F_MEMORY_TEMP])) {

@@ -159,6 +159,8 @@ class FakeGpu:
     video: tuple[int, int] = (12, 30)  # encoder %, decoder %
     # NVML_FI_DEV_MEMORY_TEMP; None: NOT_SUPPORTED, as a GPU without a memory sensor
     memory_temperature: int | None = 63
+    # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0: none asked); None: NOT_SUPPORTED
+    recovery_action: int | None = 0
     # NVLinks (18: an H100 SXM board; 0: none, as a PCIe card), whether field 91 counts
     # them (False: NOT_SUPPORTED, as older drivers), the inactive ones, the error totals
     # (crc_flit, crc_data, replay, recovery, ecc_data; None: NOT_SUPPORTED) and the data
@@ -262,6 +264,7 @@ def render_config(
                 if gpu.memory_temperature is None
                 else (f"memory_temperature {gpu.memory_temperature}",)
             ),
+            *(() if gpu.recovery_action is None else (f"recovery_action {gpu.recovery_action}",)),
             *_nvlink_lines(gpu),
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),

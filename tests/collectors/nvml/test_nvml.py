@@ -53,6 +53,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
     GPU_POWER,
+    GPU_RECOVERY_ACTION,
     GPU_REMAPPED_ROWS,
     GPU_RETIRED_PAGES,
     GPU_RETIRED_PAGES_PENDING,
@@ -216,6 +217,9 @@ def samples(gpu: FakeGpu, *, without: tuple[str, ...] = ()) -> tuple[Sample, ...
         if gpu.memory_temperature is None
         else (Sample(GPU_MEMORY_TEMPERATURE, float(gpu.memory_temperature)),),
         "replays": (Sample(GPU_PCIE_REPLAYS, float(gpu.pcie_replays)),),
+        "recovery_action": ()
+        if gpu.recovery_action is None
+        else (Sample(GPU_RECOVERY_ACTION, float(gpu.recovery_action)),),
         "nvlink": nvlink_samples(gpu),
         "fabric": fabric_samples(gpu),
         # Counted from events, not read: none raised unless a test raises one.
@@ -343,6 +347,7 @@ class TestWholeGpus:
             Sample(GPU_VIDEO_UTILIZATION, 0.30, ("decoder",)),  # NVDEC
             Sample(GPU_MEMORY_TEMPERATURE, 63.0),  # a field value, its HBM sensor
             Sample(GPU_PCIE_REPLAYS, 4.0),
+            Sample(GPU_RECOVERY_ACTION, 0.0),  # the driver asks none
             Sample(GPU_NVLINK_ERRORS, 14.0, ("crc_flit",)),  # all links together
             Sample(GPU_NVLINK_ERRORS, 2.0, ("crc_data",)),
             Sample(GPU_NVLINK_ERRORS, 3.0, ("replay",)),
@@ -452,12 +457,13 @@ class TestWholeGpus:
     ) -> None:
         """A field whose own return is an error (any but NOT_SUPPORTED, those below it
         too: a failed field's value is undefined, nvml.h), or the field values call
-        failing itself, loses that figure only (the call fails the NVLink figures too),
-        named as nvml.h names the error."""
+        failing itself, loses that figure only (the call fails the recovery action and
+        NVLink figures too), named as nvml.h names the error."""
         gpu = replace(GPU_A, fail=((failing, code),))
         fake_nvml.configure(gpu)
         readings = collector.collect()
-        lost = ("memory_temperature",) + (("nvlink",) if failing == "fields" else ())
+        whole_call = ("recovery_action", "nvlink") if failing == "fields" else ()
+        lost = ("memory_temperature", *whole_call)
         expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=lost))
         assert ((expected,), tuple(issue(name, UUID_A, figure) for figure in lost)) == (
             readings.devices,
@@ -873,8 +879,8 @@ class TestNvLink:
             fake_nvml.library.calls("fields") - before[1],
         )
 
-        # two field values calls: the memory's temperature, and NVLink's
-        assert (links(17, 1), (18, 2), ()) == (
+        # three field values calls: the memory's temperature, the recovery action, NVLink's
+        assert (links(17, 1), (18, 3), ()) == (
             nvlink_figures(readings, UUID_A),
             asked,
             readings.issues,
@@ -1256,8 +1262,8 @@ class TestNvLink5:
         before = fake_nvml.library.calls("fields")
         readings = collector.collect()
 
-        # two field values calls: the memory's temperature, and NVLink's
-        assert (nvlink5_figures(), 2, ()) == (
+        # three field values calls: the memory's temperature, the recovery action, NVLink's
+        assert (nvlink5_figures(), 3, ()) == (
             nvlink_figures(readings, UUID_A),
             fake_nvml.library.calls("fields") - before,
             readings.issues,
@@ -1341,6 +1347,53 @@ class TestNvLink5:
 
         assert ([], (issue("GPU_IS_LOST", UUID_A, "nvlink"),)) == (
             nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
+
+
+def recovery_action(readings: Readings, uuid: str) -> list[float]:
+    """One device's recovery action samples (none or one)."""
+    return [s.value for s in device(readings, uuid).samples if s.spec is GPU_RECOVERY_ACTION]
+
+
+class TestRecoveryAction:
+    @pytest.mark.parametrize("action", [0, 1, 2, 3, 4, 5, 6, 7, 9])
+    def test_the_drivers_action_as_it_gives_it(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, action: int
+    ) -> None:
+        """nvml.h's nvmlDeviceGpuRecoveryAction_t as the driver answers it, a value newer
+        than nvml.h's too (the alert names the ones it knows), and no issue."""
+        fake_nvml.configure(replace(GPU_A, recovery_action=action))
+        readings = collector.collect()
+        assert ([float(action)], ()) == (recovery_action(readings, UUID_A), readings.issues)
+
+    @pytest.mark.parametrize(
+        "fail",
+        [(), (("recovery_action", INVALID_ARGUMENT_CODE),)],
+        ids=["not-supported", "older-driver"],
+    )
+    def test_a_driver_without_it_has_no_series_and_no_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, fail: tuple[tuple[str, int], ...]
+    ) -> None:
+        """NOT_SUPPORTED, or INVALID_ARGUMENT from a driver older than the field (an ID it
+        does not know), is no recovery to report: no series, no issue, every poll."""
+        recovery = None if not fail else 0
+        fake_nvml.configure(replace(GPU_A, recovery_action=recovery, fail=fail))
+        polls = [collector.collect() for _ in range(2)]
+        assert [([], ()), ([], ())] == [
+            (recovery_action(readings, UUID_A), readings.issues) for readings in polls
+        ]
+
+    def test_a_failing_field_is_its_issue_and_the_rest_stays(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Another error in the field's own return loses that figure only, reported."""
+        gpu = replace(GPU_A, fail=(("recovery_action", UNKNOWN),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        expected = gpu_reading(gpu, "0000:17:00.0", samples(gpu, without=("recovery_action",)))
+        assert ((expected,), (issue("UNKNOWN", UUID_A, "recovery_action"),)) == (
+            readings.devices,
             readings.issues,
         )
 
@@ -1648,11 +1701,12 @@ class TestMig:
         ("change", "calls", "spec", "expected"),
         [
             ({"pcie_replays": 17}, ("replays",), GPU_PCIE_REPLAYS, [((), 17.0)]),
-            ({"memory_temperature": 58}, ("fields",), GPU_MEMORY_TEMPERATURE, [((), 58.0)]),
+            ({"memory_temperature": 58}, ("memory_temp",), GPU_MEMORY_TEMPERATURE, [((), 58.0)]),
+            ({"recovery_action": 1}, ("recovery_action",), GPU_RECOVERY_ACTION, [((), 1.0)]),
             # nvml.h: not supported on a MIG-enabled GPU: asked, and no series.
             ({"video": (5, 40)}, ("encoder", "decoder"), GPU_VIDEO_UTILIZATION, []),
         ],
-        ids=["pcie-replays", "memory-temperature", "video-engines"],
+        ids=["pcie-replays", "memory-temperature", "recovery-action", "video-engines"],
     )
     def test_whole_gpu_figures_are_asked_of_the_gpu_not_its_mig_devices(
         self,

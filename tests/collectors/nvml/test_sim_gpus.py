@@ -31,6 +31,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
     GPU_POWER,
+    GPU_RECOVERY_ACTION,
     GPU_REMAPPED_ROWS,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
@@ -160,6 +161,7 @@ class TestWholeGpus:
                 Sample(GPU_MEMORY_TEMPERATURE, 77.0),  # 5 °C above the GPU
                 # Its link trained at 8 of 16 lanes: 30 replays a minute for a day.
                 Sample(GPU_PCIE_REPLAYS, 43_200.0),
+                Sample(GPU_RECOVERY_ACTION, 0.0),  # no fault: none asked
                 *NO_NVLINK_ERRORS,
                 # 150 GB/s at 85 % each way for a day
                 Sample(GPU_NVLINK_TRANSMIT, 1.1016e16),
@@ -205,6 +207,7 @@ class TestWholeGpus:
             *NO_VIDEO,
             Sample(GPU_MEMORY_TEMPERATURE, 35.0),
             Sample(GPU_PCIE_REPLAYS, 0.0),  # a link at its full width
+            Sample(GPU_RECOVERY_ACTION, 0.0),
             *NO_NVLINK_ERRORS,
             Sample(GPU_NVLINK_TRANSMIT, 0.0),  # idle since the driver loaded
             Sample(GPU_NVLINK_RECEIVE, 0.0),
@@ -340,6 +343,7 @@ class TestMig:
             GPU_ECC_ERRORS.name,
             GPU_MEMORY_TEMPERATURE.name,
             GPU_PCIE_REPLAYS.name,
+            GPU_RECOVERY_ACTION.name,
             GPU_XID_ERRORS.name,
         }
         assert expected == {s.spec.name for s in device(readings, GPU_2.uuid).samples}
