@@ -445,6 +445,16 @@ def test_a_healthy_driver_reports_no_issues(probe: dict[str, Any]) -> None:
             assert poll["issues"] == []
 
 
+def test_a_healthy_gpu_needs_no_recovery(probe: dict[str, Any]) -> None:
+    """The driver's recovery action of a lent GPU, which has had no fault: 0 (none), or
+    no series where the driver predates the field; the field is read whole, not a
+    neighbouring field's value through the wrong union member."""
+    for poll in probe["nvml"]:
+        for uuid, gpu in _gpus(poll).items():
+            action = gpu["figures"].get("podresources_gpu_recovery_action_id")
+            assert action in (None, 0.0), (uuid, action)
+
+
 def test_a_cuda_process_is_listed_with_its_memory(
     probe: dict[str, Any], cuda_holder: CudaHolder
 ) -> None:
