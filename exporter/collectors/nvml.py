@@ -709,8 +709,9 @@ class PynvmlSource(NvmlSource):
     def _has_nvlink5(self, handle: NvmlHandle) -> bool:
         """Whether the GPU is a Blackwell or later (NVLink 5 or newer), by its
         architecture, read once: not by its NVLink version, which nvml.h numbers 7 for
-        NVLink 5.0. A driver without the call (FUNCTION_NOT_FOUND) predates Blackwell;
-        another failure raises, and the GPU's NVLink figures are asked again next poll."""
+        NVLink 5.0. A driver without the call (FUNCTION_NOT_FOUND) predates Blackwell, and
+        a GPU that answers NOT_SUPPORTED is taken for an older one too; another failure
+        raises, and the GPU's NVLink figures are asked again next poll."""
         key = self.device_key(handle)
         known = self._nvlink5.get(key)
         if known is None:

@@ -1291,6 +1291,38 @@ class TestNvLink5:
 
         assert (expected, ()) == (nvlink_figures(readings, UUID_A), readings.issues)
 
+    def test_an_architecture_not_supported_is_taken_for_an_older_gpu(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """NOT_SUPPORTED for the architecture is the driver's or the GPU's nature, not a
+        fault: the GPU is taken for an older one, as without the call, and no issue."""
+        fake_nvml.configure(replace(BLACKWELL, fail=(("architecture", NOT_SUPPORTED),)))
+        readings = collector.collect()
+
+        assert ([*OLDER_TOTALS, *nvlink5_figures()[-4:]], ()) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
+
+    def test_every_nvlink5_counter_is_served_under_its_own_type(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Each of NVLink 5's eleven counters, all answered with counts that differ, is
+        served once under its own type: none left out (BLACKWELL's buffer overrun count
+        is NOT_SUPPORTED, so dropping that field would go unseen there)."""
+        counts = (36, 54, 72, 90, 108, 126, 144, 505, 18, 162, 180)
+        fake_nvml.configure(replace(BLACKWELL, nvlink5_errors=counts))
+        readings = collector.collect()
+        expected = [
+            (GPU_NVLINK_ERRORS.name, (kind,), float(n))
+            for (kind, _), n in zip(NVLINK5_COUNTS, counts, strict=True)
+        ]
+
+        assert ([*expected, (GPU_NVLINK_ERRORS.name, ("ecc_data",), 0.0)], ()) == (
+            nvlink_figures(readings, UUID_A)[:12],
+            readings.issues,
+        )
+
     def test_the_architecture_is_read_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
