@@ -207,6 +207,38 @@ class TestDashboardJson:
         ]
         assert unfiltered == []
 
+    def test_the_nvlink5_column_sums_what_the_alert_fires_on_as_the_crc_column_sums(
+        self,
+    ) -> None:
+        """The GPU NVLinks table's "NVLink 5 errors" column, which the demo's H100s leave
+        empty (NOT_ON_THE_DEMO_SELECTORS), so no data can check it: it sums exactly the
+        types PodresourcesGPUNVLinkErrors fires on at any increase but replay and recovery
+        (their own columns), per GPU and holder as the "CRC errors" column sums its two,
+        the same query but for the types, and its refId is the one its header renames."""
+        rules = yaml.safe_load(RULES.read_text())
+        alert = next(
+            rule["expr"]
+            for group in rules["groups"]
+            for rule in group["rules"]
+            if rule.get("alert") == "PodresourcesGPUNVLinkErrors"
+        )
+        fired = set(re.findall(r'type=~"([^"]+)"', alert)[0].split("|")) - {"replay", "recovery"}
+        dashboard = _load(REPO / "dashboards" / "node-inventory.json")
+        panel = next(p for p in _query_panels(dashboard) if p["title"] == "GPU NVLinks")
+        renames = {
+            column: name.removeprefix("Value #")
+            for transformation in panel["transformations"]
+            for name, column in transformation["options"].get("renameByName", {}).items()
+        }
+        expr = {target["refId"]: target["expr"] for target in panel["targets"]}
+        nvlink5 = expr.get(renames["NVLink 5 errors"], "")
+        summed = re.findall(r'type=~"([^"]+)"', nvlink5)
+
+        assert (fired, expr[renames["CRC errors"]]) == (
+            set(summed[0].split("|")) if summed else set(),
+            nvlink5.replace(summed[0], "crc_flit|crc_data") if summed else nvlink5,
+        )
+
     def test_every_panel_says_why_it_may_be_empty(self, dashboard: Dashboard) -> None:
         """A panel with nothing to show says so, and why (none misaligned, no exclusive
         CPUs, an opt-in collector off), instead of Grafana's bare "No data": a Grafana
