@@ -467,8 +467,8 @@ class PynvmlSource(NvmlSource):
         if self._pynvml is None:
             self._bind()
         self._call(self._pynvml.nvmlInit)
-        self._choose_process_versions()  # again at each init: the driver may be new
         self._nvlink5.clear()  # handles may name other GPUs after a new init
+        self._choose_process_versions()  # again at each init: the driver may be new
 
     def shutdown(self) -> None:
         self._call(self._pynvml.nvmlShutdown)
@@ -670,7 +670,10 @@ class PynvmlSource(NvmlSource):
         # them (``NVLINK_ERROR_FIELDS``, or ``NVLINK5_ERROR_FIELDS`` from Blackwell), the
         # traffic at scope UINT_MAX, nvml.h's "aggregate value summed up across all
         # links". A field this driver or GPU cannot answer (NOT_SUPPORTED, or
-        # INVALID_ARGUMENT for an ID older drivers do not know) is left out.
+        # INVALID_ARGUMENT for an ID older drivers do not know) is left out. Not so
+        # INVALID_ARGUMENT from NVLink 5's counters at UINT_MAX: a driver for Blackwell
+        # knows their IDs, so it refuses the scope (nvml.h documents them per link), and
+        # that is reported rather than every counter left out without a word.
         pynvml = self._pynvml
         error_fields = NVLINK5_ERROR_FIELDS if self._has_nvlink5(handle) else NVLINK_ERROR_FIELDS
         requested = (
@@ -679,15 +682,27 @@ class PynvmlSource(NvmlSource):
             (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_NVLINKS),
             (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_NVLINKS),
         )
+        unknown_id_absent = (
+            True,
+            *(
+                error_fields is NVLINK_ERROR_FIELDS or scope != ALL_NVLINKS
+                for *_, scope in error_fields
+            ),
+            True,
+            True,
+        )
         answered: list[int | None] = []
         failure: NvmlError | None = None
-        for field in self._call(pynvml.nvmlDeviceGetFieldValues, handle, requested):
+        values = self._call(pynvml.nvmlDeviceGetFieldValues, handle, requested)
+        for field, lenient in zip(values, unknown_id_absent, strict=True):
             code = int(field.nvmlReturn)
             if code == pynvml.NVML_SUCCESS:
                 answered.append(int(_field_number(pynvml, field)))
                 continue
             answered.append(None)
-            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+            if code == pynvml.NVML_ERROR_NOT_SUPPORTED or (
+                lenient and code == pynvml.NVML_ERROR_INVALID_ARGUMENT
+            ):
                 continue
             error = self._error(code)
             if error.error_name == GPU_IS_LOST:

@@ -105,6 +105,8 @@
  *                            (a test can tell which was asked), past the links
  *                            INVALID_ARGUMENT; -1 or without the line NOT_SUPPORTED. The
  *                            older totals (nvlink_errors) answer there too, if given
+ *   nvlink5_per_link         NVLink 5's counters answer INVALID_ARGUMENT at UINT_MAX, as
+ *                            a driver keeping nvml.h's word (a link ID as the scope) would
  *   nvlink_traffic TX_KIB RX_KIB
  *                            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX and _RX (138, 139) at
  *                            scopeId UINT_MAX (all links; another scope answers
@@ -437,6 +439,7 @@ typedef struct fake_dev {
     long long nvlink_tx_kib, nvlink_rx_kib; /* -1: NOT_SUPPORTED */
     unsigned int arch;
     int arch_missing; /* no nvmlDeviceGetArchitecture: FUNCTION_NOT_FOUND */
+    int nvlink5_per_link; /* NVLink 5's counters refuse scope UINT_MAX */
     unsigned int fabric_state;
     int fabric_status;
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
@@ -655,6 +658,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &e[0],
                         &e[1], &e[2], &e[3], &e[4], &e[5], &e[6], &e[7], &e[8], &e[9],
                         &e[10]) == NVML_NVLINK5_ERROR_FIELDS;
+        } else if (strcmp(key, "nvlink5_per_link") == 0) {
+            current->nvlink5_per_link = 1;
         } else if (strcmp(key, "arch") == 0) {
             char word[16] = "";
             ok = sscanf(rest, "%15s", word) == 1;
@@ -1265,6 +1270,10 @@ static int nvlink_field(const fake_dev *d, nvmlFieldValue_t *v) {
             if (value > 0 && v->scopeId != 0xFFFFFFFFu) value /= d->nvlinks;
         }
         if (!known) return 0;
+    }
+    if (all_links && !traffic && d->nvlink5_per_link && value >= 0) {
+        v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT; /* a link ID only, as nvml.h says */
+        return 1;
     }
     if (traffic && value == -2) { /* that field's own error */
         v->nvmlReturn = NVML_ERROR_UNKNOWN;

@@ -109,6 +109,8 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
         )
     if gpu.arch is not None:
         lines.append(f"arch {gpu.arch}")
+    if gpu.nvlink5_per_link:
+        lines.append("nvlink5_per_link")
     if gpu.nvlink_traffic_kib is not None:
         tx, rx = ("-1" if kib is None else str(kib) for kib in gpu.nvlink_traffic_kib)
         lines.append(f"nvlink_traffic {tx} {rx}")
@@ -186,6 +188,7 @@ class FakeGpu:
     # errors, all links together (None there: NOT_SUPPORTED; None: all of them)
     arch: int | str | None = None
     nvlink5_errors: tuple[int | None, ...] | None = None
+    nvlink5_per_link: bool = False  # NVLink 5's counters refuse scope UINT_MAX
     # NVLink fabric registration (state, status; None: state NOT_SUPPORTED, no fabric),
     # and whether the driver predates nvmlDeviceGetGpuFabricInfoV (R535)
     fabric: tuple[int, int] | None = (3, 0)

@@ -1323,6 +1323,21 @@ class TestNvLink5:
             readings.issues,
         )
 
+    def test_nvlink5_counters_refused_for_all_links_are_reported(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A Blackwell driver knows NVLink 5's field IDs, so INVALID_ARGUMENT for them at
+        scopeId UINT_MAX refuses the scope (nvml.h documents a link ID): one issue a poll,
+        not the counters gone without a word; the ECC total, the traffic and the links
+        stay."""
+        fake_nvml.configure(replace(BLACKWELL, nvlink5_per_link=True))
+        readings = collector.collect()
+
+        assert (nvlink5_figures()[-5:], (issue("INVALID_ARGUMENT", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A),
+            readings.issues,
+        )
+
     def test_the_architecture_is_read_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
