@@ -1534,12 +1534,27 @@ class TestFabric:
                 ALL_WELL & ~(0xF << 8) | 5 << 8,
                 {**dict.fromkeys(FABRIC_ISSUES, 0.0), "incorrect_configuration": 1.0},
             ),
+            # GPU state invalid (8), the highest configuration nvml.h names: it needs
+            # the field's fourth bit, which a width of three bits would drop.
+            (
+                ALL_WELL & ~(0xF << 8) | 8 << 8,
+                {**dict.fromkeys(FABRIC_ISSUES, 0.0), "incorrect_configuration": 1.0},
+            ),
             # Only an unhealthy route and an access timeout recovery reported.
             (1 << 4 | 1 << 6, {"route_unhealthy": 1.0, "access_timeout_recovery": 1.0}),
-            # The fields after them (partition assigned, fabric manager connected): not read.
+            # The fields after them (partition assigned, fabric manager disconnected): not
+            # read, nor does DCGM's health watch read them.
             (ALL_WELL | 1 << 12 | 2 << 14, dict.fromkeys(FABRIC_ISSUES, 0.0)),
         ],
-        ids=["none", "well", "degraded", "misconfigured", "partial", "later-fields"],
+        ids=[
+            "none",
+            "well",
+            "degraded",
+            "misconfigured",
+            "gpu-state-invalid",
+            "partial",
+            "later-fields",
+        ],
     )
     def test_health_mask_problems(
         self,
