@@ -239,6 +239,38 @@ class TestDashboardJson:
             nvlink5.replace(summed[0], "crc_flit|crc_data") if summed else nvlink5,
         )
 
+    def test_a_tables_renamed_and_styled_columns_are_its_own(self, dashboard: Dashboard) -> None:
+        """A table's column names come from its transformation: every "Value #X" renamed
+        is one of its queries (a refId changed alone leaves the header "Value #K"), every
+        query of a table of several is renamed, and every column an override styles by
+        name is one the table has (a header renamed alone loses its colours)."""
+        wrong = []
+        for panel in _panels(dashboard):
+            if panel.get("type") != "table":
+                continue
+            renames: dict[str, str] = {}
+            for transformation in panel.get("transformations", []):
+                renames.update(transformation.get("options", {}).get("renameByName") or {})
+            refs = {target["refId"] for target in panel.get("targets", [])}
+            wrong += [
+                f"{panel['title']}: {name} is no query"
+                for name in renames
+                if name.startswith("Value #") and name.removeprefix("Value #") not in refs
+            ]
+            if len(refs) > 1:
+                wrong += [
+                    f"{panel['title']}: Value #{ref} not renamed"
+                    for ref in sorted(refs)
+                    if f"Value #{ref}" not in renames
+                ]
+            wrong += [
+                f"{panel['title']}: override of {override['matcher']['options']!r}"
+                for override in panel.get("fieldConfig", {}).get("overrides", [])
+                if override["matcher"]["id"] == "byName"
+                and override["matcher"]["options"] not in {*renames, *renames.values()}
+            ]
+        assert wrong == []
+
     def test_every_panel_says_why_it_may_be_empty(self, dashboard: Dashboard) -> None:
         """A panel with nothing to show says so, and why (none misaligned, no exclusive
         CPUs, an opt-in collector off), instead of Grafana's bare "No data": a Grafana
@@ -521,3 +553,79 @@ def test_an_exporter_that_is_down_is_listed_and_counted(demo_prometheus: Prometh
         # With only the live exporter selected, nothing is down: 0, not "no data".
         (sample,) = demo_prometheus.query(_substitute(target["expr"], {**values, "node": NODE}))
         assert float(sample["value"][1]) == 0, f"{path.name}: {panel['title']}"
+
+
+def _panel_query(title: str, ref: str = "A") -> str:
+    """A node inventory panel's query, its $node all nodes."""
+    panel = next(
+        p
+        for p in _query_panels(_load(REPO / "dashboards" / "node-inventory.json"))
+        if p["title"] == title
+    )
+    expr: str = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)
+    return _substitute(expr, {"node": ".*"})
+
+
+def test_gpu_counts_per_gpu_and_problem_on_given_series(promtool: str, tmp_path: Path) -> None:
+    """What the demo cannot show, its GPUs healthy (every value 0): on series of a node
+    with faults, through promtool, the GPU NVLinks table's "fabric problems" counts the
+    problems each GPU has (two, not 1 as a max would say) on each holder's row, and
+    "GPUs waiting for a recovery" counts the GPUs asked one, once however many pods
+    share one, not those asked none."""
+
+    def held(metric: str, device: str, pod: str, issue: str = "") -> str:
+        labels = f'node="n1", namespace="ml", resource="nvidia.com/gpu", device_id="{device}"'
+        extra = f', issue="{issue}"' if issue else ""
+        return f'{metric}{{{labels}, pod="{pod}"{extra}}}'
+
+    fabric, recovery = "podresources_gpu_fabric_health_issue", "podresources_gpu_recovery_action_id"
+    series = [
+        # GPU-A, shared by pods a and b: degraded bandwidth and a route being recovered.
+        *(
+            (held(fabric, "GPU-A", pod, issue), value)
+            for pod in ("a", "b")
+            for issue, value in (("degraded_bandwidth", 1), ("route_recovery", 1))
+        ),
+        (held(fabric, "GPU-A", "a", "route_unhealthy"), 0),
+        # GPU-B: the fabric reports no problem.
+        (held(fabric, "GPU-B", "c", "route_unhealthy"), 0),
+        # Recovery actions: a reset (GPU-A, both pods), none (GPU-B), drain P2P (GPU-C).
+        (held(recovery, "GPU-A", "a"), 1),
+        (held(recovery, "GPU-A", "b"), 1),
+        (held(recovery, "GPU-B", "c"), 0),
+        (held(recovery, "GPU-C", ""), 3),
+    ]
+    holder = '{{device_id="{}", namespace="ml", node="n1", pod="{}", resource="nvidia.com/gpu"}}'
+    tests = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": name, "values": f"{value}x5"} for name, value in series
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": _panel_query("GPU NVLinks", "J"),
+                        "eval_time": "2m",
+                        "exp_samples": [
+                            {"labels": holder.format("GPU-A", "a"), "value": 2},
+                            {"labels": holder.format("GPU-A", "b"), "value": 2},
+                            {"labels": holder.format("GPU-B", "c"), "value": 0},
+                        ],
+                    },
+                    {
+                        "expr": _panel_query("GPUs waiting for a recovery"),
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": '{node="n1"}', "value": 2}],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "panels.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert 0 == result.returncode, result.stdout + result.stderr
