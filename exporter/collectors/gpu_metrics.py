@@ -81,8 +81,8 @@ GPU_MEMORY_TEMPERATURE = MetricSpec(
     "memory sensor only.",
 )
 # What the driver asks be done for a GPU after a fault (nvml.h's
-# nvmlDeviceGpuRecoveryAction_t; drivers that have it): until it is done, the GPU cannot be trusted
-# with new work, whatever else looks well.
+# nvmlDeviceGpuRecoveryAction_t, on drivers that have it): until it is done, the GPU
+# cannot be trusted with new work, whatever else looks well.
 GPU_RECOVERY_ACTION = MetricSpec(
     "podresources_gpu_recovery_action_id",
     MetricKind.GAUGE,

@@ -682,12 +682,10 @@ class PynvmlSource(NvmlSource):
             (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_NVLINKS),
             (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_NVLINKS),
         )
+        # Only NVLink 5's counters are asked of all links among the error fields.
         unknown_id_absent = (
             True,
-            *(
-                error_fields is NVLINK_ERROR_FIELDS or scope != ALL_NVLINKS
-                for *_, scope in error_fields
-            ),
+            *(scope != ALL_NVLINKS for *_, scope in error_fields),
             True,
             True,
         )
