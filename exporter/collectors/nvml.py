@@ -1001,8 +1001,9 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     whose state fails otherwise is ``unknown`` (that sample only while there is one),
     reported once a poll through ``_PartialFigure``: it is not active as far as anyone
     can tell, and the GPU's other NVLink figures stay; so does a field that answered
-    such an error (the links are probed where it was the count). GPU_IS_LOST is raised
-    at once."""
+    such an error (the links are probed where it was the count). A probe that reaches
+    NVLINK_MAX_LINKS without an answer to end it counts no failed link after the last
+    that answered. GPU_IS_LOST is raised at once."""
     fields = source.nvlink_fields(handle)
     samples = [Sample(GPU_NVLINK_ERRORS, float(count), (kind,)) for kind, count in fields.errors]
     if fields.transmit_kib is not None:
@@ -1011,6 +1012,7 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
         samples.append(Sample(GPU_NVLINK_RECEIVE, fields.receive_kib * 1024.0))
     counted = fields.link_count is not None
     active = inactive = unknown = 0
+    unknown_since_answer = 0  # failed links after the last that answered its state
     failure = fields.failure
     for link in range(NVLINK_MAX_LINKS if fields.link_count is None else fields.link_count):
         try:
@@ -1023,12 +1025,20 @@ def _nvlink(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
             if error.error_name == GPU_IS_LOST:
                 raise
             unknown += 1
+            unknown_since_answer += 1
             failure = failure or error
             continue
+        unknown_since_answer = 0
         if up:
             active += 1
         else:
             inactive += 1
+    else:
+        if not counted:
+            # Probed to nvml.h's maximum with no answer to end it: failures after the
+            # last link that answered are no evidence of links (a driver failing every
+            # index would serve 36 unknown); the error is still reported.
+            unknown -= unknown_since_answer
     if active or inactive or unknown:
         samples.append(Sample(GPU_NVLINK_LINKS, float(active), ("active",)))
         samples.append(Sample(GPU_NVLINK_LINKS, float(inactive), ("inactive",)))

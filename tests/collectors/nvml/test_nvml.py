@@ -1191,6 +1191,46 @@ class TestNvLink:
             fake_nvml.library.calls("nvlink_state") - before,
         )
 
+    def test_an_uncounted_probe_that_never_ends_counts_no_failed_links(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A driver without field 91 whose every link answers UNKNOWN gives no answer to
+        end the probe: the 36 failures are no evidence of 36 links, so there is no link
+        series; the error is reported once, and the totals and traffic stay."""
+        gpu = replace(GPU_A, nvlinks_counted=False, fail=(("nvlink_state", UNKNOWN),))
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+
+        assert (nvlink_samples(GPU_A)[:-2], (issue("UNKNOWN", UUID_A, "nvlink"),)) == (
+            tuple(
+                s
+                for s in device(readings, UUID_A).samples
+                if s.spec.name.startswith("podresources_gpu_nvlink_")
+            ),
+            readings.issues,
+        )
+
+    def test_an_uncounted_probe_keeps_a_failed_link_before_its_end(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Where the probe ends properly (INVALID_ARGUMENT past the last link), a link
+        before that end that failed is a link: counted unknown, even the last one."""
+        gpu = replace(
+            GPU_A,
+            nvlinks=12,
+            nvlinks_counted=False,
+            nvlinks_down=(),
+            nvlink_state_errors=((11, UNKNOWN),),
+        )
+        fake_nvml.configure(gpu)
+        readings = collector.collect()
+        unknown = (GPU_NVLINK_LINKS.name, ("unknown",), 1.0)
+
+        assert ([*links(11, 0), unknown], (issue("UNKNOWN", UUID_A, "nvlink"),)) == (
+            nvlink_figures(readings, UUID_A)[-3:],
+            readings.issues,
+        )
+
     def test_a_gpu_lost_at_a_link_is_abandoned(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
