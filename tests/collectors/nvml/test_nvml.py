@@ -296,6 +296,16 @@ NO_XIDS = (Sample(GPU_XID_ERRORS, 0.0),)
 DRIVER = (Sample(GPU_DRIVER_INFO, 1.0, ("nvidia", "580.82.07", "13.0")),)
 
 
+def collect_counting(
+    fake_nvml: FakeNvml, collector: NvmlCollector, *calls: str
+) -> tuple[Readings, tuple[int, ...]]:
+    """One poll, and how many times it made each of the fake's ``calls``."""
+    before = [fake_nvml.library.calls(call) for call in calls]
+    readings = collector.collect()
+    made = tuple(fake_nvml.library.calls(c) - b for c, b in zip(calls, before, strict=True))
+    return readings, made
+
+
 def issue(error: str, device: str, call: str) -> CollectorIssue:
     """A failed read as the collector reports it: which device, which call, which error."""
     return CollectorIssue(error, f"{device}: {call}: NVML {error}")
@@ -742,11 +752,10 @@ class TestWholeGpus:
         rest of a GPU's identity it is not asked again."""
         fake_nvml.configure(replace(GPU_A, fail=(("minor", NOT_SUPPORTED),)))
         collector.collect()
-        before = fake_nvml.library.calls("uuid")
-        readings = collector.collect()
+        readings, (uuid_calls,) = collect_counting(fake_nvml, collector, "uuid")
         (reading,) = readings.devices
         assert (0, [KeyKind.GPU_UUID, KeyKind.PCI], ()) == (
-            fake_nvml.library.calls("uuid") - before,
+            uuid_calls,
             [k.kind for k in reading.keys],
             readings.issues,
         )
@@ -779,9 +788,7 @@ class TestWholeGpus:
             "GPU index 0: device_handle: NVML NO_PERMISSION",
         )
         first = collector.collect()
-        before = fake_nvml.library.calls("handle")
-        second = collector.collect()
-        asked_again = fake_nvml.library.calls("handle") - before
+        second, (asked_again,) = collect_counting(fake_nvml, collector, "handle")
         collector.close()
         after_restart = collector.collect()
         gpu_b = (gpu_reading(GPU_B, "0000:b1:00.0"),)
@@ -813,12 +820,11 @@ class TestWholeGpus:
         never)."""
         fake_nvml.configure(replace(GPU_A, fail=(("handle", error),)), GPU_B)
         first = collector.collect()
-        before = fake_nvml.library.calls("handle")
-        second = collector.collect()
+        second, (handle_calls,) = collect_counting(fake_nvml, collector, "handle")
         assert (issues, issues, 1) == (
             first.issues,
             second.issues,
-            fake_nvml.library.calls("handle") - before,  # GPU 0's: GPU 1's handle is kept
+            handle_calls,  # GPU 0's: GPU 1's handle is kept
         )
 
     def test_the_current_mig_mode_counts_not_the_pending_one(
@@ -872,12 +878,7 @@ class TestNvLink:
         """Where the driver counts the links (field 91), exactly those are asked their
         state, in one field values call with the error totals and the traffic."""
         fake_nvml.configure(replace(GPU_A, nvlink_errors=(None,) * 5, nvlink_traffic_kib=None))
-        before = fake_nvml.library.calls("nvlink_state"), fake_nvml.library.calls("fields")
-        readings = collector.collect()
-        asked = (
-            fake_nvml.library.calls("nvlink_state") - before[0],
-            fake_nvml.library.calls("fields") - before[1],
-        )
+        readings, asked = collect_counting(fake_nvml, collector, "nvlink_state", "fields")
 
         # three field values calls: the memory's temperature, the recovery action, NVLink's
         assert (links(17, 1), (18, 3), ()) == (
@@ -893,9 +894,7 @@ class TestNvLink:
         until one answers INVALID_ARGUMENT (past the GPU's last), which is no error."""
         gpu = replace(GPU_A, nvlinks=12, nvlinks_counted=False, nvlinks_down=(0, 11))
         fake_nvml.configure(gpu)
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
-        asked = fake_nvml.library.calls("nvlink_state") - before
+        readings, (asked,) = collect_counting(fake_nvml, collector, "nvlink_state")
 
         assert (links(10, 2), 13, ()) == (
             nvlink_figures(readings, UUID_A)[-2:],
@@ -909,15 +908,14 @@ class TestNvLink:
         """Field 91 answering 0 is no NVLink, as DCGM takes it: no link is asked (not
         probed as where the field is unknown), no link series; the counters stay."""
         fake_nvml.configure(replace(GPU_A, nvlink_count=0))
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
         counters = [  # GPU_A's error totals and traffic, without its links
             (s.spec.name, s.label_values, s.value) for s in nvlink_samples(GPU_A)[:-2]
         ]
 
         assert (counters, 0, ()) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
             readings.issues,
         )
 
@@ -938,12 +936,11 @@ class TestNvLink:
         """A PCIe card without NVLinks answers the fields and the first link's state
         NOT_SUPPORTED: no NVLink series, no issue, one state call a poll."""
         fake_nvml.configure(replace(GPU_A, nvlinks=0))
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
 
         assert ([], 1, ()) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
             readings.issues,
         )
 
@@ -965,9 +962,7 @@ class TestNvLink:
         MIG turned off it has them again."""
         mig_off = fake_nvml.config_path.parent / "mig-off"
         fake_nvml.configure(replace(MIG_GPU, mig_off_flag=mig_off))
-        before = fake_nvml.library.calls("nvlink_state")
-        with_mig = collector.collect()
-        asked_with_mig = fake_nvml.library.calls("nvlink_state") - before
+        with_mig, (asked_with_mig,) = collect_counting(fake_nvml, collector, "nvlink_state")
         mig_off.touch()
         without_mig = collector.collect()
 
@@ -984,12 +979,11 @@ class TestNvLink:
         reports down: its NVLink figures are not asked that poll (a gap, not every link
         inactive), and the failed read is the one issue."""
         fake_nvml.configure(replace(MIG_GPU, fail=(("mig_mode", UNKNOWN),)))
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
 
         assert ([], 0, (issue("UNKNOWN", UUID_A, "mig_enabled"),)) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
             readings.issues,
         )
 
@@ -1094,12 +1088,11 @@ class TestNvLink:
         """A driver that does not know the NVLink field IDs answers each INVALID_ARGUMENT:
         no counters, no issue, and the links are probed as where field 91 is unknown."""
         fake_nvml.configure(replace(GPU_A, fail=(("nvlink_fields", INVALID_ARGUMENT_CODE),)))
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
 
         assert (links(17, 1), 19, ()) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
             readings.issues,
         )
 
@@ -1112,12 +1105,11 @@ class TestNvLink:
         that error's own name; the links are still asked (probed, the count failing too),
         so a failing field does not end the GPU's link series."""
         fake_nvml.configure(replace(GPU_A, fail=(("nvlink_fields", code),)))
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
 
         assert (links(17, 1), 19, (issue(name, UUID_A, "nvlink"),)) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
             readings.issues,
         )
 
@@ -1158,8 +1150,7 @@ class TestNvLink:
         """Counted links that all answer NOT_SUPPORTED are each skipped: the error totals
         and traffic stay, there is no link series (not even 0 and 0), and no issue."""
         fake_nvml.configure(replace(GPU_A, fail=(("nvlink_state", NOT_SUPPORTED),)))
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
         errors = GPU_NVLINK_ERRORS.name
         counters = [
             (errors, ("crc_flit",), 14.0),
@@ -1172,7 +1163,7 @@ class TestNvLink:
 
         assert (counters, 18, ()) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
             readings.issues,
         )
 
@@ -1183,12 +1174,11 @@ class TestNvLink:
         every link answers: no link past nvml.h's maximum is asked."""
         gpu = replace(GPU_A, nvlinks=40, nvlinks_counted=False, nvlinks_down=())
         fake_nvml.configure(gpu)
-        before = fake_nvml.library.calls("nvlink_state")
-        readings = collector.collect()
+        readings, (nvlink_state_calls,) = collect_counting(fake_nvml, collector, "nvlink_state")
 
         assert (links(36, 0), 36) == (
             nvlink_figures(readings, UUID_A)[-2:],
-            fake_nvml.library.calls("nvlink_state") - before,
+            nvlink_state_calls,
         )
 
     def test_an_uncounted_probe_that_never_ends_counts_no_failed_links(
@@ -1299,13 +1289,12 @@ class TestNvLink5:
         them; the ECC total, the traffic and the links are as before, in the same one
         field values call."""
         fake_nvml.configure(BLACKWELL)
-        before = fake_nvml.library.calls("fields")
-        readings = collector.collect()
+        readings, (fields_calls,) = collect_counting(fake_nvml, collector, "fields")
 
         # three field values calls: the memory's temperature, the recovery action, NVLink's
         assert (nvlink5_figures(), 3, ()) == (
             nvlink_figures(readings, UUID_A),
-            fake_nvml.library.calls("fields") - before,
+            fields_calls,
             readings.issues,
         )
 
@@ -1625,19 +1614,17 @@ class TestFabric:
         the older call alone: one call a poll."""
         fake_nvml.configure(replace(GPU_A, fabric_v1_only=True))
         collector.collect()
-        before = fake_nvml.library.calls("fabric")
-        collector.collect()
-        assert 1 == fake_nvml.library.calls("fabric") - before
+        _, (fabric_calls,) = collect_counting(fake_nvml, collector, "fabric")
+        assert 1 == fabric_calls
 
     def test_a_mig_enabled_gpu_is_not_asked(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
         """As its NVLinks: a MIG-enabled GPU is not asked its fabric registration."""
         fake_nvml.configure(MIG_GPU)
-        before = fake_nvml.library.calls("fabric")
-        readings = collector.collect()
+        readings, (fabric_calls,) = collect_counting(fake_nvml, collector, "fabric")
         assert (0, False) == (
-            fake_nvml.library.calls("fabric") - before,
+            fabric_calls,
             any(s.spec is GPU_FABRIC_STATE for s in device(readings, UUID_A).samples),
         )
 
@@ -1659,9 +1646,8 @@ class TestFabric:
         fake_nvml.configure(replace(GPU_A, fail=fail))
         asked = []
         for _ in range(2):
-            before = fake_nvml.library.calls("fabric")
-            readings = collector.collect()
-            asked.append((fake_nvml.library.calls("fabric") - before, readings.issues))
+            readings, (fabric_calls,) = collect_counting(fake_nvml, collector, "fabric")
+            asked.append((fabric_calls, readings.issues))
         assert [(1, expected_issues)] * 2 == asked
 
     def test_a_driver_without_the_older_call_is_read_by_the_v_call(
@@ -2377,13 +2363,12 @@ class TestFigureErrors:
         gpu = FakeGpu(UUID_A, fail=(("memory", NO_PERMISSION),))
         fake_nvml.configure(gpu)
         first = collector.collect()
-        before = fake_nvml.library.calls("memory")
-        second = collector.collect()
+        second, (memory_calls,) = collect_counting(fake_nvml, collector, "memory")
         refused = [issue("NO_PERMISSION", UUID_A, "memory")]
         assert (refused, refused, 1) == (
             list(first.issues),
             list(second.issues),
-            fake_nvml.library.calls("memory") - before,
+            memory_calls,
         )
 
     async def test_runner_counts_issues_across_polls(
@@ -2671,10 +2656,9 @@ class TestDriverInfo:
         not ask again."""
         fake_nvml.configure(GPU_A)
         collector.collect()
-        before = fake_nvml.library.calls("driver_version")
-        second = collector.collect()
+        second, (driver_version_calls,) = collect_counting(fake_nvml, collector, "driver_version")
         assert (0, DRIVER) == (
-            fake_nvml.library.calls("driver_version") - before,
+            driver_version_calls,
             second.node_samples,
         )
 
