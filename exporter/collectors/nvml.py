@@ -99,6 +99,7 @@ from exporter.model import (
 )
 
 __all__ = [
+    "FABRIC_STATE_COMPLETED",
     "MAX_EVENTS_PER_POLL",
     "NVLINK_ERROR_TYPES",
     "NVLINK_MAX_LINKS",
@@ -375,7 +376,7 @@ class NvmlSource(Protocol):
 
 # nvml.h's NVML_GPU_FABRIC_STATE_NOT_SUPPORTED and _COMPLETED
 _FABRIC_NOT_SUPPORTED = 0
-_FABRIC_COMPLETED = 3
+FABRIC_STATE_COMPLETED = 3
 
 
 def _fabric_state(raw: int) -> int:
@@ -580,25 +581,26 @@ class PynvmlSource(NvmlSource):
         )
 
     def memory_temperature_celsius(self, handle: NvmlHandle) -> int:
-        # Only a field value (NVML_FI_DEV_MEMORY_TEMP): the call succeeds if any field
-        # was filled (nvml.h), and says per field whether it could answer.
-        pynvml = self._pynvml
-        (field,) = self._call(
-            pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP]
-        )
-        code = int(field.nvmlReturn)
-        if code != pynvml.NVML_SUCCESS:
-            raise self._error(code)
-        return int(_field_number(pynvml, field))
+        # Only a field value (NVML_FI_DEV_MEMORY_TEMP).
+        return self._one_field(handle, self._pynvml.NVML_FI_DEV_MEMORY_TEMP)
 
     def recovery_action(self, handle: NvmlHandle) -> int:
-        # A field value, asked alone: a driver older than the field answers
-        # INVALID_ARGUMENT for an ID it does not know, which is no recovery to report.
+        # A driver older than the field answers INVALID_ARGUMENT for an ID it does not
+        # know, which is no recovery to report.
+        try:
+            return self._one_field(handle, _FIELD_RECOVERY_ACTION)
+        except NvmlError as error:
+            if error.error_name == INVALID_ARGUMENT:
+                raise NvmlError(NOT_SUPPORTED, code=error.code) from error
+            raise
+
+    def _one_field(self, handle: NvmlHandle, field_id: int) -> int:
+        """One field value, asked alone. The call succeeds if any field was filled
+        (nvml.h) and says per field whether it could answer: the field's own error is
+        raised."""
         pynvml = self._pynvml
-        (field,) = self._call(pynvml.nvmlDeviceGetFieldValues, handle, [_FIELD_RECOVERY_ACTION])
+        (field,) = self._call(pynvml.nvmlDeviceGetFieldValues, handle, [field_id])
         code = int(field.nvmlReturn)
-        if code == pynvml.NVML_ERROR_INVALID_ARGUMENT:
-            raise NvmlError(NOT_SUPPORTED, code=code)
         if code != pynvml.NVML_SUCCESS:
             raise self._error(code)
         return int(_field_number(pynvml, field))
@@ -1073,7 +1075,7 @@ def _fabric(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     if fabric.state == _FABRIC_NOT_SUPPORTED:
         return ()
     samples = [Sample(GPU_FABRIC_STATE, float(fabric.state))]
-    if fabric.state == _FABRIC_COMPLETED:
+    if fabric.state == FABRIC_STATE_COMPLETED:
         samples.append(Sample(GPU_FABRIC_STATUS, float(fabric.status)))
     if fabric.health_mask is not None:
         for issue_name, shift, width, healthy in _FABRIC_HEALTH_ISSUES:

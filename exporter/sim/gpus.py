@@ -41,6 +41,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from exporter.collectors.nvml import (
+    FABRIC_STATE_COMPLETED,
     NVLINK_ERROR_TYPES,
     EccErrorType,
     NvmlError,
@@ -83,7 +84,6 @@ CLOCKS_EVENT_SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 REPLAYS_PER_S_NARROW_LINK = 0.5
 # An all-reduce heavy job's share of an H100's 450 GB/s each way
 NVLINK_BYTES_PER_S_BUSY = 150e9
-FABRIC_COMPLETED = 3  # nvml.h's NVML_GPU_FABRIC_STATE_COMPLETED
 # nvml.h's fabric health mask with every problem reported absent: DEGRADED_BW,
 # ROUTE_RECOVERY, ROUTE_UNHEALTHY and ACCESS_TIMEOUT_RECOVERY FALSE (2 in each two-bit
 # field), INCORRECT_CONFIGURATION NONE (1 at bit 8); the fields after them unreported.
@@ -298,7 +298,7 @@ class SimulatedNvmlSource(NvmlSource):
         gpu = _whole(handle)
         if not gpu.nvlinks:
             return NvmlFabric(state=0, status=0)
-        return NvmlFabric(state=FABRIC_COMPLETED, status=0, health_mask=FABRIC_HEALTHY)
+        return NvmlFabric(state=FABRIC_STATE_COMPLETED, status=0, health_mask=FABRIC_HEALTHY)
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)
