@@ -22,7 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.collectors.nvml import NvmlError, NvmlEventSet, PynvmlSource
+from exporter.collectors.nvml import (
+    _GPM_GPU_METRIC_IDS,
+    GPM_MIN_INTERVAL_S,
+    NvmlError,
+    NvmlEventSet,
+    PynvmlSource,
+)
 
 
 def _calls(
@@ -38,6 +44,16 @@ def _calls(
         else:
             # The poll's look for Xid events: one wait of 0 ms with none waiting.
             xids["next_xid"] = lambda: source.next_xid(events)
+    gpm: dict[str, Callable[[], Any]] = {}
+    try:  # two samples to measure between, as two polls leave them (freed at exit)
+        older = source.gpm_sample(handle)
+        time.sleep(GPM_MIN_INTERVAL_S * 2)
+        newer = source.gpm_sample(handle)
+    except NvmlError as error:  # a GPU before Hopper: timed without GPM
+        print(f"{'gpm_sample':24s} NVML {error.error_name}")
+    else:
+        gpm["gpm_sample_and_free"] = lambda: source.gpm_free(source.gpm_sample(handle))
+        gpm["gpm_metrics"] = lambda: source.gpm_metrics(older, newer, _GPM_GPU_METRIC_IDS)
     return {
         "device_count": source.device_count,
         "device_handle": lambda: source.device_handle(gpu),
@@ -68,6 +84,8 @@ def _calls(
         "graphics_processes": lambda: source.graphics_processes(handle),
         "mps_processes": lambda: source.mps_processes(handle),
         "process_utilization": lambda: source.process_utilization(handle, 0),
+        "gpm_supported": lambda: source.gpm_supported(handle),
+        **gpm,
         **xids,
     }
 

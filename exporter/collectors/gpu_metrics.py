@@ -10,12 +10,14 @@ from exporter.model import MetricKind, MetricSpec
 
 __all__ = [
     "GPU_CLOCKS_THROTTLED",
+    "GPU_DRAM_ACTIVE",
     "GPU_DRIVER_INFO",
     "GPU_ECC_ERRORS",
     "GPU_ENERGY",
     "GPU_FABRIC_HEALTH_ISSUE",
     "GPU_FABRIC_STATE",
     "GPU_FABRIC_STATUS",
+    "GPU_GRAPHICS_ENGINE_ACTIVE",
     "GPU_MEMORY_BANDWIDTH_UTILIZATION",
     "GPU_MEMORY_TEMPERATURE",
     "GPU_MEMORY_TOTAL",
@@ -25,6 +27,7 @@ __all__ = [
     "GPU_NVLINK_RECEIVE",
     "GPU_NVLINK_TRANSMIT",
     "GPU_PCIE_REPLAYS",
+    "GPU_PIPE_ACTIVE",
     "GPU_POWER",
     "GPU_RECOVERY_ACTION",
     "GPU_REMAPPED_ROWS",
@@ -32,7 +35,9 @@ __all__ = [
     "GPU_RETIRED_PAGES_PENDING",
     "GPU_ROW_REMAP_FAILED",
     "GPU_ROW_REMAP_PENDING",
+    "GPU_SM_ACTIVE",
     "GPU_SM_CLOCK",
+    "GPU_SM_OCCUPANCY",
     "GPU_TEMPERATURE",
     "GPU_UTILIZATION",
     "GPU_VIDEO_UTILIZATION",
@@ -56,6 +61,39 @@ GPU_MEMORY_BANDWIDTH_UTILIZATION = MetricSpec(
     "podresources_gpu_memory_bandwidth_utilization_ratio",
     MetricKind.GAUGE,
     "Fraction of the last sample period the GPU's memory was being read or written (0-1).",
+)
+# Hopper and later GPUs' performance monitors (NVML's GPM): what DCGM calls its profiling
+# fields (DCGM_FI_PROF_*), each a fraction of the time between two polls.
+GPU_GRAPHICS_ENGINE_ACTIVE = MetricSpec(
+    "podresources_gpu_graphics_engine_active_ratio",
+    MetricKind.GAUGE,
+    "Fraction of the time since the last poll a graphics or compute context was active on "
+    "the GPU or MIG device (0-1, NVML GPM).",
+)
+GPU_SM_ACTIVE = MetricSpec(
+    "podresources_gpu_sm_active_ratio",
+    MetricKind.GAUGE,
+    "Fraction of the time since the last poll the SMs had at least one warp assigned, "
+    "averaged over the SMs (0-1, NVML GPM).",
+)
+GPU_SM_OCCUPANCY = MetricSpec(
+    "podresources_gpu_sm_occupancy_ratio",
+    MetricKind.GAUGE,
+    "Warps resident on the SMs against the most they can hold, averaged over the time since "
+    "the last poll (0-1, NVML GPM).",
+)
+GPU_PIPE_ACTIVE = MetricSpec(
+    "podresources_gpu_pipe_active_ratio",
+    MetricKind.GAUGE,
+    "Fraction of the time since the last poll the SMs' pipe was busy (0-1, NVML GPM), by "
+    "pipe (tensor: any tensor core operation; fp64, fp32, fp16: non-tensor math).",
+    labels=("pipe",),
+)
+GPU_DRAM_ACTIVE = MetricSpec(
+    "podresources_gpu_dram_active_ratio",
+    MetricKind.GAUGE,
+    "Device memory bandwidth used since the last poll against its peak (0-1, NVML GPM); "
+    "whole GPUs only.",
 )
 GPU_MEMORY_USED = MetricSpec(
     "podresources_gpu_memory_used_bytes", MetricKind.GAUGE, "GPU memory in use, in bytes."

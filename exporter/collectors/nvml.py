@@ -59,12 +59,14 @@ from exporter.collectors.base import (
 )
 from exporter.collectors.gpu_metrics import (
     GPU_CLOCKS_THROTTLED,
+    GPU_DRAM_ACTIVE,
     GPU_DRIVER_INFO,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
     GPU_FABRIC_HEALTH_ISSUE,
     GPU_FABRIC_STATE,
     GPU_FABRIC_STATUS,
+    GPU_GRAPHICS_ENGINE_ACTIVE,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
@@ -74,6 +76,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_RECEIVE,
     GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
+    GPU_PIPE_ACTIVE,
     GPU_POWER,
     GPU_RECOVERY_ACTION,
     GPU_REMAPPED_ROWS,
@@ -81,7 +84,9 @@ from exporter.collectors.gpu_metrics import (
     GPU_RETIRED_PAGES_PENDING,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
+    GPU_SM_ACTIVE,
     GPU_SM_CLOCK,
+    GPU_SM_OCCUPANCY,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
     GPU_VIDEO_UTILIZATION,
@@ -94,6 +99,7 @@ from exporter.model import (
     DeviceReading,
     HardwareKey,
     KeyKind,
+    MetricSpec,
     Readings,
     Sample,
 )
@@ -109,6 +115,8 @@ __all__ = [
     "NvmlError",
     "NvmlEventSet",
     "NvmlFabric",
+    "NvmlGpmMetrics",
+    "NvmlGpmSample",
     "NvmlGpuInstancePlacement",
     "NvmlHandle",
     "NvmlMemory",
@@ -151,6 +159,8 @@ NvmlHandle = NewType("NvmlHandle", object)
 """An opaque device handle; only the source that made it can use it."""
 
 NvmlEventSet = NewType("NvmlEventSet", object)
+# An nvmlGpmSample_t: a buffer of a GPU's or MIG device's performance counters at one time.
+NvmlGpmSample = NewType("NvmlGpmSample", object)
 """An opaque NVML event set; only the source that made it can use it."""
 
 EccErrorType = Literal["corrected", "uncorrected"]
@@ -287,6 +297,16 @@ class NvmlFabric:
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlGpmMetrics:
+    """nvmlGpmMetricsGet between two samples: each metric asked, in order, None where
+    NVML could not answer it (NOT_SUPPORTED, or a NaN: no time measured); ``failure``,
+    the first other error a metric answered."""
+
+    values: tuple[float | None, ...]
+    failure: NvmlError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlProcess:
     """A running process as NVML lists it; memory None where NVML cannot say."""
 
@@ -352,6 +372,14 @@ class NvmlSource(Protocol):
     def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields: ...
     def nvlink_active(self, handle: NvmlHandle, link: int) -> bool: ...
     def fabric(self, handle: NvmlHandle) -> NvmlFabric: ...
+    # GPM (Hopper and later): a GPU's or MIG device's counters sampled, and metrics between
+    # two samples of it. A sample is NVML's memory until freed.
+    def gpm_supported(self, handle: NvmlHandle) -> bool: ...
+    def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample: ...
+    def gpm_metrics(
+        self, older: NvmlGpmSample, newer: NvmlGpmSample, metric_ids: tuple[int, ...]
+    ) -> NvmlGpmMetrics: ...
+    def gpm_free(self, sample: NvmlGpmSample) -> None: ...
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]: ...
     # Clients of an MPS server (its own process is among the compute processes).
@@ -767,6 +795,57 @@ class PynvmlSource(NvmlSource):
         self._call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(old))
         return NvmlFabric(state=_fabric_state(old.state), status=int(old.status))
 
+    def gpm_supported(self, handle: NvmlHandle) -> bool:
+        # A driver before R520 has no GPM at all.
+        try:
+            support = self._call(self._pynvml.nvmlGpmQueryDeviceSupport, handle)
+        except NvmlError as error:
+            if error.error_name == FUNCTION_NOT_FOUND:
+                return False
+            raise
+        return bool(support.isSupportedDevice)
+
+    def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample:
+        # nvml.h: nvmlGpmSampleGet takes a GPU's or a MIG device's handle (DCGM reads a
+        # compute instance's metrics so).
+        pynvml = self._pynvml
+        sample = self._call(pynvml.nvmlGpmSampleAlloc)
+        try:
+            self._call(pynvml.nvmlGpmSampleGet, handle, sample)
+        except NvmlError:
+            self._call(pynvml.nvmlGpmSampleFree, sample)
+            raise
+        return NvmlGpmSample(sample)
+
+    def gpm_metrics(
+        self, older: NvmlGpmSample, newer: NvmlGpmSample, metric_ids: tuple[int, ...]
+    ) -> NvmlGpmMetrics:
+        pynvml = self._pynvml
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(metric_ids)
+        request.sample1 = older
+        request.sample2 = newer
+        for slot, metric_id in enumerate(metric_ids):
+            request.metrics[slot].metricId = metric_id
+        self._call(pynvml.nvmlGpmMetricsGet, request)
+        values: list[float | None] = []
+        failure: NvmlError | None = None
+        for slot in range(len(metric_ids)):
+            metric = request.metrics[slot]
+            code = int(metric.nvmlReturn)
+            value = float(metric.value)
+            if code == pynvml.NVML_SUCCESS and value == value:  # NaN: nothing measured
+                values.append(value)
+                continue
+            values.append(None)
+            if code not in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                failure = failure or self._error(code)
+        return NvmlGpmMetrics(tuple(values), failure)
+
+    def gpm_free(self, sample: NvmlGpmSample) -> None:
+        self._call(self._pynvml.nvmlGpmSampleFree, sample)
+
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         return self._processes("GetCompute", handle)
 
@@ -1117,6 +1196,38 @@ _GPU_FIGURES: tuple[_Figure, ...] = (
 _NOT_WITH_MIG: frozenset[_Figure] = frozenset({_nvlink, _fabric})
 
 
+# GPM metrics (nvml.h's nvmlGpmMetricId_t) as DCGM maps its profiling fields onto them
+# (DcgmFieldIdToNvmlGpmMetricId): the figures of a compute instance, so of a MIG device too.
+_GPM_METRICS: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...] = (
+    (1, GPU_GRAPHICS_ENGINE_ACTIVE, ()),  # NVML_GPM_METRIC_GRAPHICS_UTIL
+    (2, GPU_SM_ACTIVE, ()),  # NVML_GPM_METRIC_SM_UTIL
+    (3, GPU_SM_OCCUPANCY, ()),  # NVML_GPM_METRIC_SM_OCCUPANCY
+    (5, GPU_PIPE_ACTIVE, ("tensor",)),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (11, GPU_PIPE_ACTIVE, ("fp64",)),  # NVML_GPM_METRIC_FP64_UTIL
+    (12, GPU_PIPE_ACTIVE, ("fp32",)),  # NVML_GPM_METRIC_FP32_UTIL
+    (13, GPU_PIPE_ACTIVE, ("fp16",)),  # NVML_GPM_METRIC_FP16_UTIL
+)
+# Whole GPUs add DRAM bandwidth (NVML_GPM_METRIC_DRAM_BW_UTIL): DCGM serves it per GPU
+# instance, never per compute instance, so a MIG device's handle is not asked for it.
+_GPM_GPU_METRICS = (*_GPM_METRICS, (10, GPU_DRAM_ACTIVE, ()))
+_GPM_METRIC_IDS = tuple(metric_id for metric_id, _, _ in _GPM_METRICS)
+_GPM_GPU_METRIC_IDS = tuple(metric_id for metric_id, _, _ in _GPM_GPU_METRICS)
+# nvml.h: two samples should be more than 100 ms apart ("the internal sample refresh
+# rate"); a poll sooner than that keeps the older sample and serves no GPM figures.
+GPM_MIN_INTERVAL_S = 0.1
+
+
+def _gpm_samples(
+    metrics: NvmlGpmMetrics, asked: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...]
+) -> tuple[Sample, ...]:
+    """GPM's percentages as ratios, each metric NVML answered."""
+    return tuple(
+        Sample(spec, value / 100, labels)
+        for (_, spec, labels), value in zip(asked, metrics.values, strict=True)
+        if value is not None
+    )
+
+
 # --- Hardware keys -----------------------------------------------------------------------
 
 _BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
@@ -1421,6 +1532,12 @@ class NvmlCollector(Collector):
         self._energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._last_energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._energy_max_age_s = context.nvml_energy_interval_s - ENERGY_INTERVAL_SLACK_S
+        # GPM, by device UUID (a MIG device's is new with each reconfiguration): whether it
+        # can be sampled, asked once an NVML session; its sample of this poll, and of the
+        # last poll to measure from (freed once used, or when its device is gone).
+        self._gpm_supported: dict[str, bool] = {}
+        self._gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
+        self._last_gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
         self._poll_started = 0.0  # clock() when this poll's collect() began
         # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
         # this poll's, and the last poll's to take them from (so departed ones drop).
@@ -1447,11 +1564,15 @@ class NvmlCollector(Collector):
             # One time for the poll's energy readings: a slow call on one GPU must not
             # push the GPUs read after it past their due time, a whole poll later.
             self._poll_started = self._clock()
-            count = self._session.device_count()
-            driver = self._driver_info()
-            devices: list[DeviceReading] = []
-            for index in range(count):
-                devices.extend(self._read_gpu(index))
+            self._last_gpm, self._gpm = self._gpm, {}
+            try:
+                count = self._session.device_count()
+                driver = self._driver_info()
+                devices: list[DeviceReading] = []
+                for index in range(count):
+                    devices.extend(self._read_gpu(index))
+            finally:
+                self._free_gpm(self._last_gpm)  # devices not read this poll
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
             self._xids.drain()
             devices = [self._xids.with_counts(device) for device in devices]
@@ -1465,6 +1586,9 @@ class NvmlCollector(Collector):
         self._session.close(forget=self._forget)
 
     def _forget(self) -> None:
+        self._free_gpm(self._gpm)  # NVML's memory, before it shuts down
+        self._free_gpm(self._last_gpm)
+        self._gpm_supported.clear()
         self._xids.forget()
         self._gpus.clear()
         self._energy.clear()  # handles are NVML's, valid until it is shut down
@@ -1551,6 +1675,7 @@ class NvmlCollector(Collector):
             self._read_figures(
                 gpu.handle, samples, gpu=gpu, mig_enabled=mig_enabled, mig_known=settled
             )
+            self._gpm_figures(gpu.handle, gpu.uuid, samples, whole_gpu=True)
             if mig_enabled:
                 self._read_migs(gpu, migs)
         except _GpuLostError:
@@ -1633,6 +1758,76 @@ class NvmlCollector(Collector):
                     continue
                 self._count(error, figure.__name__)
 
+    def _gpm_figures(
+        self, handle: NvmlHandle, uuid: str, samples: list[Sample], *, whole_gpu: bool
+    ) -> None:
+        """The device's GPM figures since its sample of the last poll, and this poll's
+        sample, kept for the next. A device that cannot be sampled (before Hopper; a vGPU
+        guest; a refusal) is not asked again until NVML is initialised afresh."""
+        source = self._source
+        supported = self._gpm_supported.get(uuid)
+        if supported is None:
+            try:
+                supported = source.gpm_supported(handle)
+            except NvmlError as error:
+                if not self._gpm_refused(uuid, error, "gpm_supported"):
+                    self._count(error, "gpm_supported")  # asked again next poll
+                return
+            self._gpm_supported[uuid] = supported
+        if not supported:
+            return
+        last = self._last_gpm.pop(uuid, None)
+        now = self._poll_started
+        if last is not None and now - last[0] < GPM_MIN_INTERVAL_S:
+            self._gpm[uuid] = last  # too soon to measure: the older sample stays
+            return
+        try:
+            try:
+                sample = source.gpm_sample(handle)
+            except NvmlError as error:
+                if not self._gpm_refused(uuid, error, "gpm_sample"):
+                    self._count(error, "gpm_sample")
+                return
+            self._gpm[uuid] = (now, sample)
+            if last is None:
+                return  # the first sample: figures from the next poll on
+            asked = _GPM_GPU_METRICS if whole_gpu else _GPM_METRICS
+            ids = _GPM_GPU_METRIC_IDS if whole_gpu else _GPM_METRIC_IDS
+            try:
+                metrics = source.gpm_metrics(last[1], sample, ids)
+            except NvmlError as error:
+                self._count(error, "gpm_metrics")
+                return
+            samples.extend(_gpm_samples(metrics, asked))
+            if metrics.failure is not None:
+                self._count(metrics.failure, "gpm_metrics")
+        finally:
+            if last is not None:
+                self._free_gpm_sample(last[1])
+
+    def _gpm_refused(self, uuid: str, error: NvmlError, call: str) -> bool:
+        """Whether ``error`` says the device is not to be asked for GPM again (until NVML
+        is initialised afresh): NOT_SUPPORTED (a vGPU guest), or NO_PERMISSION, the
+        exporter's privileges, one issue."""
+        if error.error_name not in (NOT_SUPPORTED, NO_PERMISSION):
+            return False
+        self._gpm_supported[uuid] = False
+        if error.error_name == NO_PERMISSION:
+            detail = f"{uuid}: {call}: NVML {NO_PERMISSION}; not asked again"
+            self._issues.append(issue(NO_PERMISSION, detail))
+        return True
+
+    def _free_gpm(self, kept: dict[str, tuple[float, NvmlGpmSample]]) -> None:
+        """Free GPM samples and forget them."""
+        for _, sample in kept.values():
+            self._free_gpm_sample(sample)
+        kept.clear()
+
+    def _free_gpm_sample(self, sample: NvmlGpmSample) -> None:
+        # Freeing host memory fails only for a bad pointer: nothing to report or retry.
+        with contextlib.suppress(NvmlError):
+            self._source.gpm_free(sample)
+
     def _energy_samples(self, handle: NvmlHandle) -> tuple[Sample, ...]:
         """The energy counter's samples: the last reading while it is younger than
         --collector.nvml.energy-interval, else a fresh one. A read that fails raises, as
@@ -1680,6 +1875,7 @@ class NvmlCollector(Collector):
             placement = self._placement(gpu, gpu_instance, uuid)
         samples: list[Sample] = []
         self._read_figures(handle, samples)
+        self._gpm_figures(handle, uuid, samples, whole_gpu=False)
         keys = [HardwareKey(KeyKind.MIG_UUID, uuid)]
         if gpu_instance is not None and compute_instance is not None:
             path = f"{gpu.uuid}/{gpu_instance}/{compute_instance}"

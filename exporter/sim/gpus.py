@@ -29,6 +29,12 @@ DCGM works around), and a GPU without NVLinks NOT_SUPPORTED. A GPU with NVLinks 
 an NVSwitch board, its fabric registration completed and reporting no health problem;
 one without is in no fabric.
 
+Every GPU is a Hopper, so GPM samples it and each of its MIG devices (a MIG device at
+its GPU's load). Between two samples GPM answers, as percentages of the utilization at
+the newer one, what a transformer training step looks like: graphics engine 100, SMs
+active 90, occupancy 40, tensor pipes 60, FP32 25, FP16 10, FP64 2, DRAM bandwidth 67
+(the memory's busy share above).
+
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
 the clock (in NVML's microseconds), so a poll at the same clock sees none new.
@@ -47,6 +53,8 @@ from exporter.collectors.nvml import (
     NvmlError,
     NvmlEventSet,
     NvmlFabric,
+    NvmlGpmMetrics,
+    NvmlGpmSample,
     NvmlGpuInstancePlacement,
     NvmlHandle,
     NvmlMemory,
@@ -90,10 +98,20 @@ NVLINK_BYTES_PER_S_BUSY = 150e9
 FABRIC_HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
 
 
+# GPM metric ID (nvml.h's nvmlGpmMetricId_t) -> its share of the device's utilization
+GPM_SHARES = {1: 1.0, 2: 0.9, 3: 0.4, 5: 0.6, 10: 2 / 3, 11: 0.02, 12: 0.25, 13: 0.1}
+
+
 @dataclass(frozen=True, slots=True)
 class _SimHandle:
     gpu: SimGpu
     mig: SimMigDevice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _SimGpmSample:
+    device: _SimHandle
+    taken_at: float  # clock() seconds
 
 
 class SimulatedNvmlSource(NvmlSource):
@@ -299,6 +317,29 @@ class SimulatedNvmlSource(NvmlSource):
         if not gpu.nvlinks:
             return NvmlFabric(state=0, status=0)
         return NvmlFabric(state=FABRIC_STATE_COMPLETED, status=0, health_mask=FABRIC_HEALTHY)
+
+    def gpm_supported(self, handle: NvmlHandle) -> bool:
+        _unwrap(handle)
+        return True
+
+    def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample:
+        self._require_initialized()
+        return NvmlGpmSample(_SimGpmSample(_unwrap(handle), self._clock()))
+
+    def gpm_metrics(
+        self, older: NvmlGpmSample, newer: NvmlGpmSample, metric_ids: tuple[int, ...]
+    ) -> NvmlGpmMetrics:
+        if not (isinstance(older, _SimGpmSample) and isinstance(newer, _SimGpmSample)):
+            raise NvmlError("INVALID_ARGUMENT")
+        if older.device != newer.device or older.taken_at > newer.taken_at:
+            raise NvmlError("INVALID_ARGUMENT")  # not two samples of one device, in order
+        percent = self._percent(newer.device.gpu)
+        shares = (GPM_SHARES.get(metric_id) for metric_id in metric_ids)
+        return NvmlGpmMetrics(tuple(None if s is None else round(s * percent, 2) for s in shares))
+
+    def gpm_free(self, sample: NvmlGpmSample) -> None:
+        if not isinstance(sample, _SimGpmSample):
+            raise NvmlError("INVALID_ARGUMENT")
 
     def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
         uuid = self.uuid(handle)

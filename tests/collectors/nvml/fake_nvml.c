@@ -129,12 +129,27 @@
  *                            page retirement (GPUs before Ampere): pages retired for
  *                            multiple single-bit and for double-bit ECC errors, and the
  *                            pending status; without it NOT_SUPPORTED, as on later GPUs
+ *   gpm GR SM OCC TENSOR DRAM FP64 FP32 FP16
+ *                            the device (GPU or MIG) supports GPM (nvmlGpmQueryDeviceSupport,
+ *                            counted as "gpm_support"), and nvmlGpmMetricsGet answers these
+ *                            percentages for metrics 1, 2, 3, 5, 10, 11, 12, 13 between two
+ *                            of its samples (nvmlGpmSampleGet, counted as "gpm_sample";
+ *                            the metrics call as "gpm_metrics", and failed with "fail
+ *                            gpm_metrics CODE" on the newer sample's device): -1 that
+ *                            metric's own nvmlReturn NOT_SUPPORTED, -2 UNKNOWN, nan a NaN;
+ *                            any other metric NOT_SUPPORTED. Samples of two devices, or the
+ *                            newer first, answer INVALID_ARGUMENT. Without the line the
+ *                            device does not support GPM and its samples answer
+ *                            NOT_SUPPORTED. fakeNvmlGpmSamplesLive: samples allocated and
+ *                            not yet freed
+ *   gpm_missing              a driver before GPM (R520): nvmlGpmQueryDeviceSupport answers
+ *                            FUNCTION_NOT_FOUND
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
  *                            FIGURE: handle uuid name pci minor mig_mode util memory
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
  *                            nvlink_state nvlink_fields fabric architecture
- *                            recovery_action gi ci;
+ *                            recovery_action gpm_support gpm_sample gpm_metrics gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -180,6 +195,7 @@ enum {
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_FUNCTION_NOT_FOUND = 13,
     NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_MEMORY = 20,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
@@ -279,7 +295,8 @@ enum figure {
     F_GI_BY_ID, F_EVENTS, F_CLOCKS_EVENT, F_CLOCKS_EVENT_REASONS, F_REMAP,
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
     F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
-    F_FABRIC, F_ARCHITECTURE, F_RECOVERY_ACTION, F_COUNT
+    F_FABRIC, F_ARCHITECTURE, F_RECOVERY_ACTION, F_GPM_SUPPORT, F_GPM_SAMPLE, F_GPM_METRICS,
+    F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
@@ -287,8 +304,40 @@ static const char *const figure_names[F_COUNT] = {
     "gi_by_id", "events", "clocks_event", "clocks_event_reasons",
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
     "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
-    "fabric", "architecture", "recovery_action",
+    "fabric", "architecture", "recovery_action", "gpm_support", "gpm_sample", "gpm_metrics",
 };
+
+/* nvml.h's GPM structures; pynvml sizes the metrics array by its NVML_GPM_METRIC_MAX. */
+#define PYNVML_GPM_METRIC_MAX 477
+#define FAKE_GPM_METRICS 8
+static const unsigned int gpm_metric_ids[FAKE_GPM_METRICS] = {1, 2, 3, 5, 10, 11, 12, 13};
+typedef struct nvmlGpmSample_st {
+    unsigned int magic;
+    struct fake_dev *device;
+    unsigned long long sequence; /* 0: never filled */
+} *nvmlGpmSample_t;
+#define GPM_SAMPLE_MAGIC 0x67706d31u
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[PYNVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
 
 /* nvml.h: nvmlEventData_t (pynvml: c_nvmlEventData_t) */
 typedef struct {
@@ -444,6 +493,8 @@ typedef struct fake_dev {
     int fabric_status;
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
     unsigned int fabric_health; /* the V call's healthMask */
+    int gpm_known; /* a "gpm" line was given: the device supports GPM */
+    double gpm[8]; /* percentages of gpm_metric_ids; -1 NOT_SUPPORTED, -2 UNKNOWN */
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -483,6 +534,9 @@ static long last_wait_ms = -1; /* the timeout of the last nvmlEventSetWait_v2 (t
 static int unprivileged;
 static int count_error; /* nvmlDeviceGetCount fails with it */
 static int samples_none_success; /* no sample: SUCCESS and 0, not NOT_FOUND */
+static int gpm_missing; /* nvmlGpmQueryDeviceSupport answers FUNCTION_NOT_FOUND */
+static long gpm_samples_live; /* allocated, not yet freed (fakeNvmlGpmSamplesLive) */
+static unsigned long long gpm_sequence; /* the last sample taken */
 
 static void reset_device(fake_dev *d, fake_dev *parent) {
     memset(d, 0, sizeof *d);
@@ -533,6 +587,7 @@ static nvmlReturn_t load_config(void) {
     unprivileged = 0;
     count_error = 0;
     samples_none_success = 0;
+    gpm_missing = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
     char line[1024];
@@ -557,6 +612,8 @@ static nvmlReturn_t load_config(void) {
             ok = sscanf(rest, "%d %255s", &event_wait_error, event_wait_flag) == 2;
         } else if (strcmp(key, "samples_none_success") == 0) {
             samples_none_success = 1;
+        } else if (strcmp(key, "gpm_missing") == 0) {
+            gpm_missing = 1;
         } else if (strcmp(key, "count_error") == 0) {
             ok = sscanf(rest, "%d", &count_error) == 1;
         } else if (strcmp(key, "cuda_version") == 0) {
@@ -651,6 +708,11 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "gpm") == 0) {
+            double *g = current->gpm;
+            ok = sscanf(rest, "%lf %lf %lf %lf %lf %lf %lf %lf", &g[0], &g[1], &g[2], &g[3],
+                        &g[4], &g[5], &g[6], &g[7]) == FAKE_GPM_METRICS;
+            current->gpm_known = ok;
         } else if (strcmp(key, "recovery_action") == 0) {
             ok = sscanf(rest, "%lld", &current->recovery_action) == 1;
         } else if (strcmp(key, "nvlink5_errors") == 0) {
@@ -960,7 +1022,12 @@ long fakeNvmlCalls(const char *figure) {
     return -1;
 }
 
+long fakeNvmlGpmSamplesLive(void) { return gpm_samples_live; }
+
 long fakeNvmlStructSize(const char *name) {
+    if (strcmp(name, "c_nvmlGpmMetric_t") == 0) return sizeof(nvmlGpmMetric_t);
+    if (strcmp(name, "c_nvmlGpmMetricsGet_t") == 0) return sizeof(nvmlGpmMetricsGet_t);
+    if (strcmp(name, "c_nvmlGpmSupport_t") == 0) return sizeof(nvmlGpmSupport_t);
     if (strcmp(name, "nvmlPciInfo_t") == 0) return sizeof(nvmlPciInfo_t);
     if (strcmp(name, "c_nvmlMemory_t") == 0) return sizeof(nvmlMemory_t);
     if (strcmp(name, "c_nvmlMemory_v2_t") == 0) return sizeof(nvmlMemory_v2_t);
@@ -1549,5 +1616,76 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         n++;
     }
     *count = n;
+    return NVML_SUCCESS;
+}
+
+/* --- GPM ---------------------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {
+    if (gpm_missing) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    ENTER(device, F_GPM_SUPPORT);
+    if (support == NULL || support->version != 1) return NVML_ERROR_INVALID_ARGUMENT;
+    support->isSupportedDevice = d->gpm_known ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    if (sample == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmSample_t made = calloc(1, sizeof *made);
+    if (made == NULL) return NVML_ERROR_MEMORY;
+    made->magic = GPM_SAMPLE_MAGIC;
+    gpm_samples_live++;
+    *sample = made;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    if (sample == NULL || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->magic = 0; /* a second free of it is caught above, while the memory lasts */
+    free(sample);
+    gpm_samples_live--;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    ENTER(device, F_GPM_SAMPLE);
+    if (sample == NULL || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d->gpm_known) return NVML_ERROR_NOT_SUPPORTED;
+    sample->device = d;
+    sample->sequence = ++gpm_sequence;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
+    figure_calls[F_GPM_METRICS]++;
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (get == NULL || get->version != 1) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmSample_t older = get->sample1, newer = get->sample2;
+    if (older == NULL || newer == NULL || older->magic != GPM_SAMPLE_MAGIC ||
+        newer->magic != GPM_SAMPLE_MAGIC || older->sequence == 0 ||
+        older->device != newer->device || older->sequence >= newer->sequence ||
+        get->numMetrics > PYNVML_GPM_METRIC_MAX) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    fake_dev *d = newer->device;
+    if (lost(d, F_GPM_METRICS)) return NVML_ERROR_GPU_IS_LOST;
+    if (d->fail[F_GPM_METRICS] != 0 && flagged(d->fail_flag[F_GPM_METRICS])) {
+        return d->fail[F_GPM_METRICS];
+    }
+    for (unsigned int i = 0; i < get->numMetrics; i++) {
+        nvmlGpmMetric_t *metric = &get->metrics[i];
+        metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        metric->value = 0.0;
+        for (int k = 0; k < FAKE_GPM_METRICS; k++) {
+            if (gpm_metric_ids[k] != metric->metricId) continue;
+            double value = d->gpm[k];
+            if (value == -2.0) {
+                metric->nvmlReturn = NVML_ERROR_UNKNOWN;
+            } else if (value != -1.0) {
+                metric->nvmlReturn = NVML_SUCCESS;
+                metric->value = value;
+            }
+        }
+    }
     return NVML_SUCCESS;
 }

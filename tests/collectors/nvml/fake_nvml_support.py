@@ -121,6 +121,25 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
     return lines
 
 
+# GPM percentages for metrics 1, 2, 3, 5, 10, 11, 12, 13 (graphics, SM active, SM
+# occupancy, any tensor, DRAM bandwidth, FP64, FP32, FP16); -1: that metric NOT_SUPPORTED,
+# -2: UNKNOWN, "nan": a NaN.
+GpmPercents = tuple[
+    float | str,
+    float | str,
+    float | str,
+    float | str,
+    float | str,
+    float | str,
+    float | str,
+    float | str,
+]
+
+
+def _gpm_lines(gpm: GpmPercents | None) -> list[str]:
+    return [] if gpm is None else ["gpm " + " ".join(str(p) for p in gpm)]
+
+
 @dataclass(frozen=True, slots=True)
 class FakeMig:
     slot: int
@@ -136,6 +155,7 @@ class FakeMig:
     processes: tuple[FakeProcess, ...] = ()
     present_flag: Path | None = None  # exists only while this file exists
     gone_flag: Path | None = None  # exists only while this file does not
+    gpm: GpmPercents | None = None  # None: GPM not supported
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +214,7 @@ class FakeGpu:
     fabric: tuple[int, int] | None = (3, 0)
     fabric_v1_only: bool = False
     fabric_health: int = 0  # the V call's health mask (0: no problem reported, nor its absence)
+    gpm: GpmPercents | None = None  # None: GPM not supported (a GPU before Hopper)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -220,6 +241,7 @@ def render_config(
     unprivileged: bool = False,
     count_error: int | None = None,
     samples_none_success: bool = False,
+    gpm_missing: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
@@ -241,6 +263,8 @@ def render_config(
         lines.append(f"count_error {count_error}")
     if samples_none_success:
         lines.append("samples_none_success")
+    if gpm_missing:
+        lines.append("gpm_missing")
     if driver_version is not None:
         lines.append(f"driver_version {driver_version}")
     for gpu in gpus:
@@ -269,6 +293,7 @@ def render_config(
             ),
             *(() if gpu.recovery_action is None else (f"recovery_action {gpu.recovery_action}",)),
             *_nvlink_lines(gpu),
+            *_gpm_lines(gpu.gpm),
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),
@@ -298,6 +323,7 @@ def render_config(
                 *_process_lines(mig.processes, ()),
                 *(() if mig.present_flag is None else (f"present_flag {mig.present_flag}",)),
                 *(() if mig.gone_flag is None else (f"gone_flag {mig.gone_flag}",)),
+                *_gpm_lines(mig.gpm),
             ]
     return "\n".join(lines) + "\n"
 
@@ -331,6 +357,11 @@ class FakeNvmlLibrary:
         """The event type mask GPU ``index`` is registered for."""
         self.cdll.fakeNvmlRegisteredEvents.restype = ctypes.c_ulonglong
         return int(self.cdll.fakeNvmlRegisteredEvents(ctypes.c_uint(index)))
+
+    def gpm_samples_live(self) -> int:
+        """GPM samples allocated and not yet freed."""
+        self.cdll.fakeNvmlGpmSamplesLive.restype = ctypes.c_long
+        return int(self.cdll.fakeNvmlGpmSamplesLive())
 
     def struct_size(self, name: str) -> int:
         self.cdll.fakeNvmlStructSize.restype = ctypes.c_long

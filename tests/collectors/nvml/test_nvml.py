@@ -3121,6 +3121,9 @@ class TestLibrary:
             "c_nvmlFieldValue_t",
             "c_nvmlGpuFabricInfo_t",
             "c_nvmlGpuFabricInfo_v2_t",
+            "c_nvmlGpmMetric_t",
+            "c_nvmlGpmMetricsGet_t",
+            "c_nvmlGpmSupport_t",
         ],
     )
     def test_fake_structs_match_pynvml(

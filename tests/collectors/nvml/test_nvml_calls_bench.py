@@ -13,7 +13,7 @@ from freshprocess import REPO_ROOT, with_repo_path
 
 def _bench(fake_nvml: FakeNvml, *argv: str) -> str:
     """A bench script's output, run on one fake GPU through the fake library."""
-    fake_nvml.configure(FakeGpu("GPU-aaaa"))
+    fake_nvml.configure(FakeGpu("GPU-aaaa", gpm=(90.0, 80.0, 40.0, 60.0, 70.0, 1.0, 20.0, 10.0)))
     env = with_repo_path({**os.environ, "LD_LIBRARY_PATH": str(fake_nvml.library.path.parent)})
     done = subprocess.run(
         [sys.executable, *argv],
@@ -45,6 +45,9 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
         "decoder_percent",
         "nvlink_fields",
         "nvlink_active",
+        "gpm_supported",
+        "gpm_sample_and_free",
+        "gpm_metrics",
     } <= timed
     assert "GPU-aaaa" in stdout
     assert lines[-1].startswith("sum of medians: wall ")

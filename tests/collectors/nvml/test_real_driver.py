@@ -14,6 +14,7 @@ other tests in this folder need it bound to the fake.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -453,6 +454,51 @@ def test_a_healthy_gpu_needs_no_recovery(probe: dict[str, Any]) -> None:
         for uuid, gpu in _gpus(poll).items():
             action = gpu["figures"].get("podresources_gpu_recovery_action_id")
             assert action in (None, 0.0), (uuid, action)
+
+
+_GPM_FIGURES = (
+    "podresources_gpu_graphics_engine_active_ratio",
+    "podresources_gpu_sm_active_ratio",
+    "podresources_gpu_sm_occupancy_ratio",
+    "podresources_gpu_pipe_active_ratio{tensor}",
+    "podresources_gpu_pipe_active_ratio{fp64}",
+    "podresources_gpu_pipe_active_ratio{fp32}",
+    "podresources_gpu_pipe_active_ratio{fp16}",
+    "podresources_gpu_dram_active_ratio",
+)
+
+
+def _compute_capabilities() -> dict[str, float]:
+    """Each GPU's CUDA compute capability by UUID (9.0: Hopper), as nvidia-smi gives it."""
+    table = _smi("--query-gpu=uuid,compute_cap", "--format=csv,noheader,nounits") or ""
+    found = {}
+    for line in table.splitlines():
+        uuid, _, capability = (part.strip() for part in line.partition(","))
+        with contextlib.suppress(ValueError):
+            found[uuid] = float(capability)
+    return found
+
+
+def test_gpm_figures_from_the_second_poll_of_a_hopper(probe: dict[str, Any]) -> None:
+    """GPM on the real driver: none at the first poll (one sample), then on a whole
+    Hopper or later GPU each metric between the polls, a ratio within [0, 1] (a
+    percentage read as a ratio, through pynvml's nvmlGpmMetricsGet_t); an older GPU has
+    none (and no issue: test_a_healthy_driver_reports_no_issues). A MIG-enabled GPU's
+    figures, if it has any, must be ratios too."""
+    capabilities = _compute_capabilities()
+    mig_enabled = {gpu.uuid for gpu in _smi_gpus() if gpu.mig_enabled}
+    first, *later = probe["nvml"]
+    for gpu in _gpus(first).values():
+        assert not set(gpu["figures"]) & set(_GPM_FIGURES)
+    for poll in later:
+        for uuid, gpu in _gpus(poll).items():
+            served = {name: gpu["figures"][name] for name in _GPM_FIGURES if name in gpu["figures"]}
+            if capabilities.get(uuid, 0.0) < 9.0:
+                assert served == {}, uuid
+                continue
+            if uuid not in mig_enabled:  # what NVML measures of a MIG-enabled GPU: unknown
+                assert set(served) == set(_GPM_FIGURES), (uuid, served)
+            assert all(0.0 <= value <= 1.0 for value in served.values()), (uuid, served)
 
 
 def test_a_cuda_process_is_listed_with_its_memory(

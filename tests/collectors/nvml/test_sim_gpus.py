@@ -16,11 +16,13 @@ from manualclock import ManualClock
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_metrics import (
     GPU_CLOCKS_THROTTLED,
+    GPU_DRAM_ACTIVE,
     GPU_ECC_ERRORS,
     GPU_ENERGY,
     GPU_FABRIC_HEALTH_ISSUE,
     GPU_FABRIC_STATE,
     GPU_FABRIC_STATUS,
+    GPU_GRAPHICS_ENGINE_ACTIVE,
     GPU_MEMORY_BANDWIDTH_UTILIZATION,
     GPU_MEMORY_TEMPERATURE,
     GPU_MEMORY_TOTAL,
@@ -30,12 +32,15 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_RECEIVE,
     GPU_NVLINK_TRANSMIT,
     GPU_PCIE_REPLAYS,
+    GPU_PIPE_ACTIVE,
     GPU_POWER,
     GPU_RECOVERY_ACTION,
     GPU_REMAPPED_ROWS,
     GPU_ROW_REMAP_FAILED,
     GPU_ROW_REMAP_PENDING,
+    GPU_SM_ACTIVE,
     GPU_SM_CLOCK,
+    GPU_SM_OCCUPANCY,
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
     GPU_VIDEO_UTILIZATION,
@@ -173,6 +178,39 @@ class TestWholeGpus:
             standalone=True,
         )
         assert expected == device(readings, GPU_0.uuid)
+
+    def test_gpm_figures_from_the_second_poll(
+        self, collector: NvmlCollector, clock: ManualClock
+    ) -> None:
+        """A busy H100's GPM figures, shares of its utilization at the later poll: none
+        at the first poll, which takes the first sample."""
+        first = collector.collect()
+        clock.now = 10.0
+        second = collector.collect()
+        busy = figure(second, GPU_0.uuid, GPU_UTILIZATION.name) * 100
+        gpm = (GPU_GRAPHICS_ENGINE_ACTIVE, GPU_SM_ACTIVE, GPU_SM_OCCUPANCY, GPU_PIPE_ACTIVE)
+        gpm += (GPU_DRAM_ACTIVE,)
+        expected = [
+            (GPU_GRAPHICS_ENGINE_ACTIVE.name, (), 1.0),
+            (GPU_SM_ACTIVE.name, (), 0.9),
+            (GPU_SM_OCCUPANCY.name, (), 0.4),
+            (GPU_PIPE_ACTIVE.name, ("tensor",), 0.6),
+            (GPU_PIPE_ACTIVE.name, ("fp64",), 0.02),
+            (GPU_PIPE_ACTIVE.name, ("fp32",), 0.25),
+            (GPU_PIPE_ACTIVE.name, ("fp16",), 0.1),
+            (GPU_DRAM_ACTIVE.name, (), 2 / 3),
+        ]
+        assert (
+            [],
+            [(name, labels, round(share * busy, 2) / 100) for name, labels, share in expected],
+        ) == tuple(
+            [
+                (s.spec.name, s.label_values, s.value)
+                for s in device(readings, GPU_0.uuid).samples
+                if s.spec in gpm
+            ]
+            for readings in (first, second)
+        )
 
     def test_power_capped_at_the_top_of_its_wobble(
         self, collector: NvmlCollector, clock: ManualClock
@@ -495,6 +533,26 @@ class TestSourceAsNvml:
             NvmlFabric(state=0, status=0),
             NvmlFabric(state=3, status=0, health_mask=healthy),
         ] == [source.fabric(source.device_handle(index)) for index in range(2)]
+
+    def test_gpm_between_two_samples_of_one_device_in_order(
+        self, source: SimulatedNvmlSource, clock: ManualClock
+    ) -> None:
+        """GPM metrics only from two samples of one device, the older first, as the fake
+        libnvidia-ml (and, by nvml.h, NVML) has it; a metric not simulated is None."""
+        gpu, other = source.device_handle(0), source.device_handle(1)
+        older, elsewhere = source.gpm_sample(gpu), source.gpm_sample(other)
+        clock.now = 10.0
+        newer = source.gpm_sample(gpu)
+        refused = []
+        for pair in ((newer, older), (older, elsewhere)):
+            with pytest.raises(NvmlError) as caught:
+                source.gpm_metrics(*pair, (2,))
+            refused.append(caught.value.error_name)
+        busy = source.utilization(gpu).gpu_percent
+        assert (["INVALID_ARGUMENT"] * 2, (round(0.9 * busy, 2), None)) == (
+            refused,
+            source.gpm_metrics(older, newer, (2, 99)).values,
+        )
 
     def test_pci_bus_id_as_nvml_writes_it(self, source: SimulatedNvmlSource) -> None:
         """nvmlPciInfo_t.busId: an 8-digit domain, upper-case hex."""
