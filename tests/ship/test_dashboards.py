@@ -436,7 +436,7 @@ def demo_prometheus(
             )
         try:
             url = f"http://127.0.0.1:{prometheus_port}"
-            client = Prometheus(url, _get(f"{exporter_url}/metrics")[1].decode())
+            client = Prometheus(url, metrics_text="")
 
             def scraped_enough() -> bool:
                 if _get(f"{url}/-/ready")[0] != 200:
@@ -447,6 +447,8 @@ def demo_prometheus(
                 )
 
             _wait("prometheus", scraped_enough, server, prometheus_log)
+            # Read after several polls: GPM's families have samples from the second on.
+            client.metrics_text = _get(f"{exporter_url}/metrics")[1].decode()
             yield client
         finally:
             _stop(server)
