@@ -136,7 +136,8 @@
  *                            of its samples (nvmlGpmSampleGet, counted as "gpm_sample";
  *                            the metrics call as "gpm_metrics", and failed with "fail
  *                            gpm_metrics CODE" on the newer sample's device): -1 that
- *                            metric's own nvmlReturn NOT_SUPPORTED, -2 UNKNOWN, nan a NaN;
+ *                            metric's own nvmlReturn NOT_SUPPORTED, -2 UNKNOWN, -N for N
+ *                            of 3 or more nvmlReturn N (-10 TIMEOUT), nan a NaN;
  *                            any other metric NOT_SUPPORTED. Samples of two devices, or the
  *                            newer first, answer INVALID_ARGUMENT. Without the line the
  *                            device does not support GPM and its samples answer
@@ -494,7 +495,7 @@ typedef struct fake_dev {
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
     unsigned int fabric_health; /* the V call's healthMask */
     int gpm_known; /* a "gpm" line was given: the device supports GPM */
-    double gpm[8]; /* percentages of gpm_metric_ids; -1 NOT_SUPPORTED, -2 UNKNOWN */
+    double gpm[8]; /* percentages of gpm_metric_ids; -1 NOT_SUPPORTED, -2 UNKNOWN, -N N */
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -1681,6 +1682,8 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
             double value = d->gpm[k];
             if (value == -2.0) {
                 metric->nvmlReturn = NVML_ERROR_UNKNOWN;
+            } else if (value <= -3.0) {
+                metric->nvmlReturn = (nvmlReturn_t)-value;
             } else if (value != -1.0) {
                 metric->nvmlReturn = NVML_SUCCESS;
                 metric->value = value;

@@ -123,7 +123,7 @@ def _nvlink_lines(gpu: FakeGpu) -> list[str]:
 
 # GPM percentages for metrics 1, 2, 3, 5, 10, 11, 12, 13 (graphics, SM active, SM
 # occupancy, any tensor, DRAM bandwidth, FP64, FP32, FP16); -1: that metric NOT_SUPPORTED,
-# -2: UNKNOWN, "nan": a NaN.
+# -2: UNKNOWN, -N for N of 3 or more: NVML return code N, "nan": a NaN.
 GpmPercents = tuple[
     float | str,
     float | str,

@@ -7,7 +7,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fake_nvml_support import NO_PERMISSION, UNKNOWN, FakeGpu, FakeMig, FakeNvml, GpmPercents
+from fake_nvml_support import (
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    UNKNOWN,
+    FakeGpu,
+    FakeMig,
+    FakeNvml,
+    GpmPercents,
+)
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_metrics import (
@@ -17,12 +25,14 @@ from exporter.collectors.gpu_metrics import (
     GPU_SM_ACTIVE,
     GPU_SM_OCCUPANCY,
 )
-from exporter.collectors.nvml import NvmlCollector
+from exporter.collectors.nvml import NvmlCollector, NvmlError, PynvmlSource
 from exporter.model import CollectorIssue, Readings
 
 UUID = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 MIG_1 = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"
 MIG_2 = "MIG-22222222-aaaa-bbbb-cccc-dddddddddddd"
+TIMEOUT = 10  # NVML_ERROR_TIMEOUT
+GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
 # graphics, SM active, occupancy, tensor, DRAM, FP64, FP32, FP16 (percent)
 BUSY: GpmPercents = (97.5, 88.25, 41.0, 63.5, 71.0, 0.5, 22.0, 9.75)
 GPM_FAMILIES = {
@@ -143,6 +153,47 @@ class TestMetrics:
             readings.issues,
         )
 
+    @pytest.mark.parametrize(("code", "name"), [(TIMEOUT, "TIMEOUT"), (GPU_IS_LOST, "GPU_IS_LOST")])
+    def test_the_first_metric_error_is_the_issue_and_the_answers_stay(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int, name: str
+    ) -> None:
+        """Two metrics answering errors are one issue, the first asked's (graphics, before
+        FP32); the metrics that answered are served, even when that error is GPU_IS_LOST,
+        which ends the GPU's reading after them."""
+        fake_nvml.configure(replace(GPU, gpm=(-code, 88.25, 41.0, 63.5, 71.0, 0.5, -2, 9.75)))
+        collector.collect()
+        readings = collector.collect()
+        served = ratios(BUSY)
+        del served[(GPU_GRAPHICS_ENGINE_ACTIVE.name, ())]
+        del served[(GPU_PIPE_ACTIVE.name, ("fp32",))]
+        assert (served, (CollectorIssue(name, f"{UUID}: gpm_metrics: NVML {name}"),)) == (
+            gpm(readings, UUID),
+            readings.issues,
+        )
+
+    def test_a_remade_mig_device_is_measured_afresh(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A MIG device destroyed and made again with the same GPU and compute instance IDs
+        is another device with another UUID: its first poll serves nothing and reports
+        nothing (never measured from the old device's sample, which is freed), the next
+        serves its figures."""
+        remade = tmp_path / "remade"
+        mig_load: GpmPercents = (50.0, 45.0, 20.0, 30.0, 35.0, 0.0, 10.0, 5.0)
+        old = FakeMig(0, MIG_1, 1, 0, gpm=BUSY, gone_flag=remade)
+        new = FakeMig(1, MIG_2, 1, 0, gpm=mig_load, present_flag=remade)
+        fake_nvml.configure(replace(GPU, migs=(old, new)))
+        before = fake_nvml.library.gpm_samples_live()
+        collector.collect()
+        remade.touch()
+        polls = []
+        for _ in range(2):
+            readings = collector.collect()
+            held = fake_nvml.library.gpm_samples_live() - before
+            polls.append((gpm(readings, MIG_2), readings.issues, held))
+        # held: the GPU's sample and the new MIG device's
+        assert [({}, (), 2), (ratios(mig_load, whole_gpu=False), (), 2)] == polls
+
 
 class TestUnsupported:
     def test_a_gpu_before_hopper_is_asked_once(
@@ -182,6 +233,39 @@ class TestUnsupported:
             (gpm(readings, UUID), readings.issues, made) for readings, made in polls
         ]
         assert fake_nvml.library.gpm_samples_live() == 0
+
+    @pytest.mark.parametrize("figure", ["gpm_support", "gpm_sample"])
+    def test_not_supported_is_no_issue_then_not_asked(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, figure: str
+    ) -> None:
+        """NOT_SUPPORTED, from the support query or from a sample (a vGPU guest: nvml.h
+        supports GPM only on MIG-backed vGPU profiles with all of the instance's frame
+        buffer), is no fault: no issue, the device not asked again, no sample held."""
+        fake_nvml.configure(replace(GPU, fail=((figure, NOT_SUPPORTED),)))
+        before = fake_nvml.library.gpm_samples_live()
+        polls = [counting(fake_nvml, collector, figure) for _ in range(3)]
+        assert ([({}, (), (1,)), ({}, (), (0,)), ({}, (), (0,))], 0) == (
+            [(gpm(readings, UUID), readings.issues, made) for readings, made in polls],
+            fake_nvml.library.gpm_samples_live() - before,
+        )
+
+    def test_a_new_nvml_session_asks_and_measures_afresh(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Once NVML is shut down and initialised again (maybe another driver), support is
+        asked again and the first poll serves nothing and reports nothing: the last
+        session's samples were freed at shutdown and are never measured from."""
+        fake_nvml.configure(GPU)
+        before = fake_nvml.library.gpm_samples_live()
+        for _ in range(2):
+            collector.collect()
+        collector.close()
+        closed = fake_nvml.library.gpm_samples_live() - before
+        polls = [counting(fake_nvml, collector, "gpm_support") for _ in range(2)]
+        assert (0, [({}, (), (1,)), (ratios(BUSY), (), (0,))]) == (
+            closed,
+            [(gpm(readings, UUID), readings.issues, made) for readings, made in polls],
+        )
 
     def test_a_failed_support_query_is_asked_again(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
@@ -251,6 +335,28 @@ class TestFailures:
         device = next(d for d in readings.devices if d.name == UUID)
         assert ({}, (lost,), True) == (gpm(readings, UUID), readings.issues, bool(device.samples))
 
+    @pytest.mark.parametrize(
+        ("failing", "held"),
+        [("gpm_sample", 0), ("gpm_metrics", 1), ("lost", 1)],
+    )
+    def test_a_failed_poll_frees_the_sample_it_would_have_measured_from(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path, failing: str, held: int
+    ) -> None:
+        """The last poll's sample is freed whatever this poll's fails: the sample (none
+        held), the metrics call or the GPU lost during it (this poll's sample held, the
+        next poll's baseline)."""
+        flag = tmp_path / "failing"
+        if failing == "lost":
+            gpu = replace(GPU, lost_at=("gpm_metrics", 1))
+        else:
+            gpu = replace(GPU, fail_while=((failing, UNKNOWN, flag),))
+        fake_nvml.configure(gpu)
+        before = fake_nvml.library.gpm_samples_live()
+        collector.collect()
+        flag.touch()
+        collector.collect()
+        assert held == fake_nvml.library.gpm_samples_live() - before
+
 
 class TestSamplesFreed:
     def test_no_sample_outlives_its_use(
@@ -285,18 +391,57 @@ class TestSamplesFreed:
     def test_a_poll_too_soon_keeps_the_older_sample(self, fake_nvml: FakeNvml) -> None:
         """nvml.h wants two samples more than 100 ms apart: a poll sooner than that takes
         no sample and serves no figures; the next measures from the older sample."""
-        now = [0.0]
+        now = [100.0]  # not 0: the first sample's time must count, not its absence
         collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
         fake_nvml.configure(GPU)
         try:
             collector.collect()
-            now[0] = 0.05
+            now[0] = 100.05
             soon, made_soon = counting(fake_nvml, collector, "gpm_sample")
-            now[0] = 0.3
+            now[0] = 100.15  # 150 ms after the older sample, 100 after the skipped poll
             later, made_later = counting(fake_nvml, collector, "gpm_sample")
         finally:
             collector.close()
         assert (({}, (0,)), (ratios(BUSY), (1,))) == (
             (gpm(soon, UUID), made_soon),
             (gpm(later, UUID), made_later),
+        )
+
+
+class TestFakeLibrary:
+    def test_gpm_refuses_what_nvml_would(self, fake_nvml: FakeNvml) -> None:
+        """The fake's GPM, through pynvml, refuses what would hide an exporter bug: two
+        samples out of order or of two devices (INVALID_ARGUMENT; the metrics do not
+        depend on them), a sample of a device without GPM (NOT_SUPPORTED); metrics it has
+        no percentage for are NOT_SUPPORTED, as are any it was not given."""
+        pci_2, pci_3 = "00000000:18:00.0", "00000000:19:00.0"
+        fake_nvml.configure(
+            GPU,
+            replace(GPU, uuid=UUID.replace("aaaaaaaa", "bbbbbbbb"), minor=1, pci=pci_2),
+            replace(GPU, uuid=UUID.replace("aaaaaaaa", "cccccccc"), minor=2, pci=pci_3, gpm=None),
+        )
+        before = fake_nvml.library.gpm_samples_live()
+        source = PynvmlSource()
+        source.init()
+        try:
+            gpu, other, without = (source.device_handle(index) for index in range(3))
+            older, elsewhere = source.gpm_sample(gpu), source.gpm_sample(other)
+            newer = source.gpm_sample(gpu)
+            refused = []
+            for pair in ((newer, older), (older, elsewhere)):
+                with pytest.raises(NvmlError) as caught:
+                    source.gpm_metrics(*pair, (1,))
+                refused.append(caught.value.error_name)
+            with pytest.raises(NvmlError) as caught:
+                source.gpm_sample(without)
+            refused.append(caught.value.error_name)
+            answered = source.gpm_metrics(older, newer, (1, 4)).values
+            for sample in (older, elsewhere, newer):
+                source.gpm_free(sample)
+        finally:
+            source.shutdown()
+        assert (["INVALID_ARGUMENT", "INVALID_ARGUMENT", "NOT_SUPPORTED"], (97.5, None), 0) == (
+            refused,
+            answered,
+            fake_nvml.library.gpm_samples_live() - before,
         )
