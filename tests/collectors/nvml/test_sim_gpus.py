@@ -386,6 +386,31 @@ class TestMig:
         }
         assert expected == {s.spec.name for s in device(readings, GPU_2.uuid).samples}
 
+    def test_mig_devices_gpm_at_their_gpus_load_but_dram(
+        self, collector: NvmlCollector, clock: ManualClock
+    ) -> None:
+        """From the second poll each MIG device has GPM figures, at its GPU's load: the
+        MIG-enabled GPU's own, but DRAM bandwidth, which is not asked of a MIG device."""
+        collector.collect()
+        clock.now = 10.0
+        readings = collector.collect()
+        gpm = (GPU_GRAPHICS_ENGINE_ACTIVE, GPU_SM_ACTIVE, GPU_SM_OCCUPANCY, GPU_PIPE_ACTIVE)
+        gpm += (GPU_DRAM_ACTIVE,)
+
+        def figures(name: str) -> dict[tuple[str, tuple[str, ...]], float]:
+            return {
+                (s.spec.name, s.label_values): s.value
+                for s in device(readings, name).samples
+                if s.spec in gpm
+            }
+
+        whole = figures(GPU_2.uuid)
+        but_dram = {key: value for key, value in whole.items() if key[0] != GPU_DRAM_ACTIVE.name}
+        assert (8, {mig.uuid: but_dram for mig in GPU_2.mig_devices}) == (
+            len(whole),
+            {mig.uuid: figures(mig.uuid) for mig in GPU_2.mig_devices},
+        )
+
     def test_gke_gpu_instance_and_mig_ids(self, collector: NvmlCollector) -> None:
         """nvidia2/gi2 is GPU 2's second GPU instance; MIG-<uuid> its MIG device."""
         mig_1, mig_2, _ = GPU_2.mig_devices
