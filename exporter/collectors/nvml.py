@@ -159,9 +159,11 @@ NvmlHandle = NewType("NvmlHandle", object)
 """An opaque device handle; only the source that made it can use it."""
 
 NvmlEventSet = NewType("NvmlEventSet", object)
-# An nvmlGpmSample_t: a buffer of a GPU's or MIG device's performance counters at one time.
-NvmlGpmSample = NewType("NvmlGpmSample", object)
 """An opaque NVML event set; only the source that made it can use it."""
+
+NvmlGpmSample = NewType("NvmlGpmSample", object)
+"""An nvmlGpmSample_t: a GPU's or MIG device's performance counters at one time, NVML's
+memory until freed; only the source that made it can use it."""
 
 EccErrorType = Literal["corrected", "uncorrected"]
 
