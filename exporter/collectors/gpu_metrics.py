@@ -63,7 +63,7 @@ GPU_MEMORY_BANDWIDTH_UTILIZATION = MetricSpec(
     "Fraction of the last sample period the GPU's memory was being read or written (0-1).",
 )
 # Hopper and later GPUs' performance monitors (NVML's GPM): what DCGM calls its profiling
-# fields (DCGM_FI_PROF_*), each a fraction of the time between two polls.
+# fields (DCGM_FI_PROF_*), each a ratio over the time between two polls.
 GPU_GRAPHICS_ENGINE_ACTIVE = MetricSpec(
     "podresources_gpu_graphics_engine_active_ratio",
     MetricKind.GAUGE,

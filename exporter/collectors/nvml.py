@@ -798,14 +798,26 @@ class PynvmlSource(NvmlSource):
         return NvmlFabric(state=_fabric_state(old.state), status=int(old.status))
 
     def gpm_supported(self, handle: NvmlHandle) -> bool:
-        # A driver before R520 has no GPM at all.
+        # A driver before R520 has no GPM at all. In a vGPU guest GPM works only on a
+        # MIG-backed profile with the instance's whole frame buffer (nvml.h), which the
+        # guest cannot tell apart: others fail every sample with errors that would be
+        # reported every poll (dcgm-exporter#661), so no vGPU guest is sampled.
+        pynvml = self._pynvml
         try:
-            support = self._call(self._pynvml.nvmlGpmQueryDeviceSupport, handle)
+            support = self._call(pynvml.nvmlGpmQueryDeviceSupport, handle)
         except NvmlError as error:
             if error.error_name == FUNCTION_NOT_FOUND:
                 return False
             raise
-        return bool(support.isSupportedDevice)
+        if not support.isSupportedDevice:
+            return False
+        try:
+            mode = self._call(pynvml.nvmlDeviceGetVirtualizationMode, handle)
+        except NvmlError as error:
+            if error.error_name not in (FUNCTION_NOT_FOUND, NOT_SUPPORTED):
+                raise
+            return True  # no virtualization to speak of: bare metal
+        return bool(int(mode) != pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU)
 
     def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample:
         # nvml.h: nvmlGpmSampleGet takes a GPU's or a MIG device's handle (DCGM reads a
@@ -1809,8 +1821,8 @@ class NvmlCollector(Collector):
 
     def _gpm_refused(self, uuid: str, error: NvmlError, call: str) -> bool:
         """Whether ``error`` says the device is not to be asked for GPM again (until NVML
-        is initialised afresh): NOT_SUPPORTED (a vGPU guest), or NO_PERMISSION, the
-        exporter's privileges, one issue."""
+        is initialised afresh): NOT_SUPPORTED, or NO_PERMISSION, the exporter's
+        privileges, one issue."""
         if error.error_name not in (NOT_SUPPORTED, NO_PERMISSION):
             return False
         self._gpm_supported[uuid] = False

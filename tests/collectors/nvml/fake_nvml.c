@@ -143,6 +143,9 @@
  *                            device does not support GPM and its samples answer
  *                            NOT_SUPPORTED. fakeNvmlGpmSamplesLive: samples allocated and
  *                            not yet freed
+ *   virtualization MODE      nvmlDeviceGetVirtualizationMode answers MODE (nvml.h's
+ *                            NVML_GPU_VIRTUALIZATION_MODE_*, default 0: bare metal; 2 a
+ *                            vGPU guest); -1: NOT_SUPPORTED. Counted as "virtualization"
  *   gpm_missing              a driver before GPM (R520): nvmlGpmQueryDeviceSupport answers
  *                            FUNCTION_NOT_FOUND
  *   fail FIGURE CODE [PATH]  (while PATH exists, when one is given)
@@ -150,7 +153,8 @@
  *                            power energy temperature clock clocks_event ecc remap retired
  *                            replays fields memory_temp encoder decoder
  *                            nvlink_state nvlink_fields fabric architecture
- *                            recovery_action gpm_support gpm_sample gpm_metrics gi ci;
+ *                            recovery_action gpm_support gpm_sample gpm_metrics
+ *                            virtualization gi ci;
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -297,7 +301,7 @@ enum figure {
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
     F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
     F_FABRIC, F_ARCHITECTURE, F_RECOVERY_ACTION, F_GPM_SUPPORT, F_GPM_SAMPLE, F_GPM_METRICS,
-    F_COUNT
+    F_VIRTUALIZATION, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
@@ -306,6 +310,7 @@ static const char *const figure_names[F_COUNT] = {
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
     "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
     "fabric", "architecture", "recovery_action", "gpm_support", "gpm_sample", "gpm_metrics",
+    "virtualization",
 };
 
 /* nvml.h's GPM structures; pynvml sizes the metrics array by its NVML_GPM_METRIC_MAX. */
@@ -494,6 +499,7 @@ typedef struct fake_dev {
     int fabric_status;
     int fabric_v1_only; /* no nvmlDeviceGetGpuFabricInfoV: FUNCTION_NOT_FOUND */
     unsigned int fabric_health; /* the V call's healthMask */
+    int virtualization; /* nvmlDeviceGetVirtualizationMode's answer; -1: NOT_SUPPORTED */
     int gpm_known; /* a "gpm" line was given: the device supports GPM */
     double gpm[8]; /* percentages of gpm_metric_ids; -1 NOT_SUPPORTED, -2 UNKNOWN, -N N */
     int fail[F_COUNT];
@@ -709,6 +715,8 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "virtualization") == 0) {
+            ok = sscanf(rest, "%d", &current->virtualization) == 1;
         } else if (strcmp(key, "gpm") == 0) {
             double *g = current->gpm;
             ok = sscanf(rest, "%lf %lf %lf %lf %lf %lf %lf %lf", &g[0], &g[1], &g[2], &g[3],
@@ -1690,5 +1698,13 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *get) {
             }
         }
     }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, unsigned int *mode) {
+    ENTER(device, F_VIRTUALIZATION);
+    if (mode == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->virtualization < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *mode = (unsigned int)d->virtualization;
     return NVML_SUCCESS;
 }

@@ -215,6 +215,7 @@ class FakeGpu:
     fabric_v1_only: bool = False
     fabric_health: int = 0  # the V call's health mask (0: no problem reported, nor its absence)
     gpm: GpmPercents | None = None  # None: GPM not supported (a GPU before Hopper)
+    virtualization: int = 0  # nvml.h's NVML_GPU_VIRTUALIZATION_MODE_* (2: a vGPU guest)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
     migs: tuple[FakeMig, ...] = field(default=())
@@ -294,6 +295,7 @@ def render_config(
             *(() if gpu.recovery_action is None else (f"recovery_action {gpu.recovery_action}",)),
             *_nvlink_lines(gpu),
             *_gpm_lines(gpu.gpm),
+            f"virtualization {gpu.virtualization}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
             *_process_lines(gpu.processes, gpu.samples),

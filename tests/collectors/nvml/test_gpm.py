@@ -216,6 +216,21 @@ class TestUnsupported:
             (gpm(readings, UUID), readings.issues, made) for readings, made in polls
         ]
 
+    @pytest.mark.parametrize(("mode", "served"), [(0, True), (1, True), (-1, True), (2, False)])
+    def test_a_vgpu_guest_is_not_sampled(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, mode: int, served: bool
+    ) -> None:
+        """A vGPU guest (virtualization mode 2) is taken for one without GPM: most vGPU
+        profiles fail every sample. Bare metal (0), passthrough (1) and a driver that
+        cannot say (NOT_SUPPORTED) are sampled. The mode is asked once, no issue."""
+        fake_nvml.configure(replace(GPU, virtualization=mode))
+        polls = [counting(fake_nvml, collector, "virtualization", "gpm_sample") for _ in range(2)]
+        sampled = 1 if served else 0
+        assert [
+            ({}, (), (1, sampled)),
+            (ratios(BUSY) if served else {}, (), (0, sampled)),
+        ] == [(gpm(readings, UUID), readings.issues, made) for readings, made in polls]
+
     @pytest.mark.parametrize(
         ("figure", "call"), [("gpm_support", "gpm_supported"), ("gpm_sample", "gpm_sample")]
     )
@@ -225,6 +240,7 @@ class TestUnsupported:
         """NO_PERMISSION is the exporter's privilege, which does not change: one issue,
         then the device is not asked again."""
         fake_nvml.configure(replace(GPU, fail=((figure, NO_PERMISSION),)))
+        before = fake_nvml.library.gpm_samples_live()
         polls = [counting(fake_nvml, collector, figure) for _ in range(3)]
         refused = CollectorIssue(
             "NO_PERMISSION", f"{UUID}: {call}: NVML NO_PERMISSION; not asked again"
@@ -232,7 +248,7 @@ class TestUnsupported:
         assert [({}, (refused,), (1,)), ({}, (), (0,)), ({}, (), (0,))] == [
             (gpm(readings, UUID), readings.issues, made) for readings, made in polls
         ]
-        assert fake_nvml.library.gpm_samples_live() == 0
+        assert fake_nvml.library.gpm_samples_live() == before
 
     @pytest.mark.parametrize("figure", ["gpm_support", "gpm_sample"])
     def test_not_supported_is_no_issue_then_not_asked(
@@ -267,17 +283,19 @@ class TestUnsupported:
             [(gpm(readings, UUID), readings.issues, made) for readings, made in polls],
         )
 
+    @pytest.mark.parametrize("figure", ["gpm_support", "virtualization"])
     def test_a_failed_support_query_is_asked_again(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path, figure: str
     ) -> None:
-        """Another error from the support query is an issue, and the query is repeated
-        until it answers; figures follow from the poll after the first sample."""
+        """Another error from the support query, or from the virtualization mode asked
+        with it, is an issue, and the query is repeated until it answers; figures
+        follow from the poll after the first sample."""
         failing = tmp_path / "failing"
         failing.touch()
-        fake_nvml.configure(replace(GPU, fail_while=(("gpm_support", UNKNOWN, failing),)))
-        polls = [counting(fake_nvml, collector, "gpm_support") for _ in range(2)]
+        fake_nvml.configure(replace(GPU, fail_while=((figure, UNKNOWN, failing),)))
+        polls = [counting(fake_nvml, collector, figure) for _ in range(2)]
         failing.unlink()
-        polls += [counting(fake_nvml, collector, "gpm_support") for _ in range(3)]
+        polls += [counting(fake_nvml, collector, figure) for _ in range(3)]
         failed = CollectorIssue("UNKNOWN", f"{UUID}: gpm_supported: NVML UNKNOWN")
         assert [
             ({}, (failed,), (1,)),
@@ -368,12 +386,13 @@ class TestSamplesFreed:
             GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY), FakeMig(1, MIG_2, 2, 0, gpm=BUSY))
         )
         fake_nvml.configure(gpu)
+        before = fake_nvml.library.gpm_samples_live()
         held = []
         for _ in range(5):
             collector.collect()
-            held.append(fake_nvml.library.gpm_samples_live())
+            held.append(fake_nvml.library.gpm_samples_live() - before)
         collector.close()
-        assert ([3] * 5, 0) == (held, fake_nvml.library.gpm_samples_live())
+        assert ([3] * 5, 0) == (held, fake_nvml.library.gpm_samples_live() - before)
 
     def test_a_departed_devices_sample_is_freed(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
@@ -382,11 +401,12 @@ class TestSamplesFreed:
         gone = tmp_path / "gone"
         gpu = replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY, gone_flag=gone),))
         fake_nvml.configure(gpu)
+        start = fake_nvml.library.gpm_samples_live()
         collector.collect()
-        before = fake_nvml.library.gpm_samples_live()
+        before = fake_nvml.library.gpm_samples_live() - start
         gone.touch()
         collector.collect()
-        assert (2, 1) == (before, fake_nvml.library.gpm_samples_live())
+        assert (2, 1) == (before, fake_nvml.library.gpm_samples_live() - start)
 
     def test_a_poll_too_soon_keeps_the_older_sample(self, fake_nvml: FakeNvml) -> None:
         """nvml.h wants two samples more than 100 ms apart: a poll sooner than that takes

@@ -468,24 +468,27 @@ _GPM_FIGURES = (
 )
 
 
-def _compute_capabilities() -> dict[str, float]:
-    """Each GPU's CUDA compute capability by UUID (9.0: Hopper), as nvidia-smi gives it."""
-    table = _smi("--query-gpu=uuid,compute_cap", "--format=csv,noheader,nounits") or ""
-    found = {}
+def _gpm_capable() -> set[str]:
+    """UUIDs of the GPUs GPM is asked of, as nvidia-smi describes them: compute
+    capability 9.0 (Hopper) or later, and not a vGPU guest."""
+    query = "--query-gpu=uuid,compute_cap,virtualization_mode"
+    table = _smi(query, "--format=csv,noheader,nounits") or ""
+    found = set()
     for line in table.splitlines():
-        uuid, _, capability = (part.strip() for part in line.partition(","))
+        uuid, capability, mode = (part.strip() for part in line.split(",", 2))
         with contextlib.suppress(ValueError):
-            found[uuid] = float(capability)
+            if float(capability) >= 9.0 and mode != "VGPU":
+                found.add(uuid)
     return found
 
 
 def test_gpm_figures_from_the_second_poll_of_a_hopper(probe: dict[str, Any]) -> None:
     """GPM on the real driver: none at the first poll (one sample), then on a whole
     Hopper or later GPU each metric between the polls, a ratio within [0, 1] (a
-    percentage read as a ratio, through pynvml's nvmlGpmMetricsGet_t); an older GPU has
-    none (and no issue: test_a_healthy_driver_reports_no_issues). A MIG-enabled GPU's
-    figures, if it has any, must be ratios too."""
-    capabilities = _compute_capabilities()
+    percentage read as a ratio, through pynvml's nvmlGpmMetricsGet_t); an older GPU, or
+    a vGPU guest's, has none (and no issue: test_a_healthy_driver_reports_no_issues). A
+    MIG-enabled GPU's figures, if it has any, must be ratios too."""
+    capable = _gpm_capable()
     mig_enabled = {gpu.uuid for gpu in _smi_gpus() if gpu.mig_enabled}
     first, *later = probe["nvml"]
     for gpu in _gpus(first).values():
@@ -493,7 +496,7 @@ def test_gpm_figures_from_the_second_poll_of_a_hopper(probe: dict[str, Any]) -> 
     for poll in later:
         for uuid, gpu in _gpus(poll).items():
             served = {name: gpu["figures"][name] for name in _GPM_FIGURES if name in gpu["figures"]}
-            if capabilities.get(uuid, 0.0) < 9.0:
+            if uuid not in capable:
                 assert served == {}, uuid
                 continue
             if uuid not in mig_enabled:  # what NVML measures of a MIG-enabled GPU: unknown
