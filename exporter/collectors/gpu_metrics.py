@@ -26,7 +26,9 @@ __all__ = [
     "GPU_NVLINK_LINKS",
     "GPU_NVLINK_RECEIVE",
     "GPU_NVLINK_TRANSMIT",
+    "GPU_PCIE_RECEIVE",
     "GPU_PCIE_REPLAYS",
+    "GPU_PCIE_TRANSMIT",
     "GPU_PIPE_ACTIVE",
     "GPU_POWER",
     "GPU_RECOVERY_ACTION",
@@ -94,6 +96,18 @@ GPU_DRAM_ACTIVE = MetricSpec(
     MetricKind.GAUGE,
     "Device memory bandwidth used since the last poll against its peak (0-1, NVML GPM); "
     "whole GPUs only.",
+)
+GPU_PCIE_TRANSMIT = MetricSpec(
+    "podresources_gpu_pcie_transmit_bytes_total",
+    MetricKind.COUNTER,
+    "Bytes the GPU sent over PCIe, headers included, since the exporter began measuring "
+    "it (NVML GPM's rate between each two polls, times their interval).",
+)
+GPU_PCIE_RECEIVE = MetricSpec(
+    "podresources_gpu_pcie_receive_bytes_total",
+    MetricKind.COUNTER,
+    "Bytes the GPU received over PCIe, headers included, since the exporter began "
+    "measuring it (NVML GPM's rate between each two polls, times their interval).",
 )
 GPU_MEMORY_USED = MetricSpec(
     "podresources_gpu_memory_used_bytes", MetricKind.GAUGE, "GPU memory in use, in bytes."

@@ -75,7 +75,9 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_LINKS,
     GPU_NVLINK_RECEIVE,
     GPU_NVLINK_TRANSMIT,
+    GPU_PCIE_RECEIVE,
     GPU_PCIE_REPLAYS,
+    GPU_PCIE_TRANSMIT,
     GPU_PIPE_ACTIVE,
     GPU_POWER,
     GPU_RECOVERY_ACTION,
@@ -1224,20 +1226,34 @@ _GPM_METRICS: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...] = (
 # Whole GPUs add DRAM bandwidth (NVML_GPM_METRIC_DRAM_BW_UTIL): DCGM serves it per GPU
 # instance, never per compute instance, so a MIG device's handle is not asked for it.
 _GPM_GPU_METRICS = (*_GPM_METRICS, (10, GPU_DRAM_ACTIVE, ()))
+# And PCIe traffic, per GPU in DCGM too: each direction's rate in MiB/s between the two
+# samples (NVML_GPM_METRIC_PCIE_TX_PER_SEC, _RX_PER_SEC), summed into byte counters.
+_GPM_PCIE = ((20, GPU_PCIE_TRANSMIT), (21, GPU_PCIE_RECEIVE))
 _GPM_METRIC_IDS = tuple(metric_id for metric_id, _, _ in _GPM_METRICS)
-_GPM_GPU_METRIC_IDS = tuple(metric_id for metric_id, _, _ in _GPM_GPU_METRICS)
+_GPM_GPU_METRIC_IDS = (
+    *(metric_id for metric_id, _, _ in _GPM_GPU_METRICS),
+    *(metric_id for metric_id, _ in _GPM_PCIE),
+)
+_MIB = 1024 * 1024
 # nvml.h: two samples should be more than 100 ms apart ("the internal sample refresh
 # rate"); a poll sooner than that keeps the older sample and serves no GPM figures.
 GPM_MIN_INTERVAL_S = 0.1
 
 
+def _bytes_added(total: float | None, rate_mib_s: float | None, seconds: float) -> float | None:
+    """A byte count with a rate's bytes over ``seconds`` added; unchanged without one."""
+    if rate_mib_s is None:
+        return total
+    return (total or 0.0) + rate_mib_s * _MIB * seconds
+
+
 def _gpm_samples(
-    metrics: NvmlGpmMetrics, asked: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...]
+    values: tuple[float | None, ...], asked: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...]
 ) -> tuple[Sample, ...]:
     """GPM's percentages as ratios, each metric NVML answered."""
     return tuple(
         Sample(spec, value / 100, labels)
-        for (_, spec, labels), value in zip(asked, metrics.values, strict=True)
+        for (_, spec, labels), value in zip(asked, values, strict=True)
         if value is not None
     )
 
@@ -1552,6 +1568,9 @@ class NvmlCollector(Collector):
         self._gpm_supported: dict[str, bool] = {}
         self._gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
         self._last_gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
+        # Each whole GPU's PCIe bytes measured so far, sent and received (None: that
+        # direction never answered), while it keeps a sample.
+        self._pcie_bytes: dict[str, tuple[float | None, float | None]] = {}
         self._poll_started = 0.0  # clock() when this poll's collect() began
         # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
         # this poll's, and the last poll's to take them from (so departed ones drop).
@@ -1587,6 +1606,10 @@ class NvmlCollector(Collector):
                     devices.extend(self._read_gpu(index))
             finally:
                 self._free_gpm(self._last_gpm)  # devices not read this poll
+                # A GPU without a sample now starts its byte counts again, from 0.
+                self._pcie_bytes = {
+                    uuid: counted for uuid, counted in self._pcie_bytes.items() if uuid in self._gpm
+                }
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
             self._xids.drain()
             devices = [self._xids.with_counts(device) for device in devices]
@@ -1603,6 +1626,7 @@ class NvmlCollector(Collector):
         self._free_gpm(self._gpm)  # NVML's memory, before it shuts down
         self._free_gpm(self._last_gpm)
         self._gpm_supported.clear()
+        self._pcie_bytes.clear()
         self._xids.forget()
         self._gpus.clear()
         self._energy.clear()  # handles are NVML's, valid until it is shut down
@@ -1690,6 +1714,7 @@ class NvmlCollector(Collector):
                 gpu.handle, samples, gpu=gpu, mig_enabled=mig_enabled, mig_known=settled
             )
             self._gpm_figures(gpu.handle, gpu.uuid, samples, whole_gpu=True)
+            samples.extend(self._pcie_samples(gpu.uuid))
             if mig_enabled:
                 self._read_migs(gpu, migs)
         except _GpuLostError:
@@ -1812,12 +1837,35 @@ class NvmlCollector(Collector):
             except NvmlError as error:
                 self._count(error, "gpm_metrics")
                 return
-            samples.extend(_gpm_samples(metrics, asked))
+            samples.extend(_gpm_samples(metrics.values[: len(asked)], asked))
+            if whole_gpu:
+                self._add_pcie_bytes(uuid, metrics.values[len(asked) :], now - last[0])
             if metrics.failure is not None:
                 self._count(metrics.failure, "gpm_metrics")
         finally:
             if last is not None:
                 self._free_gpm_sample(last[1])
+
+    def _add_pcie_bytes(
+        self, uuid: str, rates_mib_s: tuple[float | None, ...], seconds: float
+    ) -> None:
+        """Add the bytes GPM's PCIe rates mean over ``seconds`` to the GPU's counts; a
+        direction that did not answer this time adds nothing."""
+        sent, received = self._pcie_bytes.get(uuid, (None, None))
+        transmit, receive = rates_mib_s
+        self._pcie_bytes[uuid] = (
+            _bytes_added(sent, transmit, seconds),
+            _bytes_added(received, receive, seconds),
+        )
+
+    def _pcie_samples(self, uuid: str) -> tuple[Sample, ...]:
+        """The GPU's PCIe byte counts so far, each direction that has one."""
+        counted = self._pcie_bytes.get(uuid, (None, None))
+        return tuple(
+            Sample(spec, total)
+            for (_, spec), total in zip(_GPM_PCIE, counted, strict=True)
+            if total is not None
+        )
 
     def _gpm_refused(self, uuid: str, error: NvmlError, call: str) -> bool:
         """Whether ``error`` says the device is not to be asked for GPM again (until NVML

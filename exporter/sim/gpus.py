@@ -33,7 +33,8 @@ Every GPU is a Hopper, so GPM samples it and each of its MIG devices (a MIG devi
 its GPU's load). Between two samples GPM answers, as percentages of the utilization at
 the newer one, what a transformer training step looks like: graphics engine 100, SMs
 active 90, occupancy 40, tensor pipes 60, FP32 25, FP16 10, FP64 2, DRAM bandwidth 67
-(the memory's busy share above).
+(the memory's busy share above); PCIe 20 MiB/s sent and 80 MiB/s received for each
+percent, as a job streams its batches in.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -98,8 +99,12 @@ NVLINK_BYTES_PER_S_BUSY = 150e9
 FABRIC_HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
 
 
-# GPM metric ID (nvml.h's nvmlGpmMetricId_t) -> its share of the device's utilization
-GPM_SHARES = {1: 1.0, 2: 0.9, 3: 0.4, 5: 0.6, 10: 2 / 3, 11: 0.02, 12: 0.25, 13: 0.1}
+# GPM metric ID (nvml.h's nvmlGpmMetricId_t) -> its value for each percent of the
+# device's utilization: a share of it, or for PCIe traffic (20 sent, 21 received) MiB/s
+GPM_SHARES = {
+    **{1: 1.0, 2: 0.9, 3: 0.4, 5: 0.6, 10: 2 / 3, 11: 0.02, 12: 0.25, 13: 0.1},
+    **{20: 20.0, 21: 80.0},
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,6 +143,10 @@
  *                            device does not support GPM and its samples answer
  *                            NOT_SUPPORTED. fakeNvmlGpmSamplesLive: samples allocated and
  *                            not yet freed
+ *   gpm_pcie TX_MIB_S RX_MIB_S
+ *                            metrics 20 and 21 (PCIe traffic from and to the GPU, MiB/s)
+ *                            answer these, as the gpm line's values (-1 NOT_SUPPORTED...);
+ *                            without the line NOT_SUPPORTED
  *   virtualization MODE      nvmlDeviceGetVirtualizationMode answers MODE (nvml.h's
  *                            NVML_GPU_VIRTUALIZATION_MODE_*, default 0: bare metal; 2 a
  *                            vGPU guest); -1: NOT_SUPPORTED. Counted as "virtualization"
@@ -315,8 +319,8 @@ static const char *const figure_names[F_COUNT] = {
 
 /* nvml.h's GPM structures; pynvml sizes the metrics array by its NVML_GPM_METRIC_MAX. */
 #define PYNVML_GPM_METRIC_MAX 477
-#define FAKE_GPM_METRICS 8
-static const unsigned int gpm_metric_ids[FAKE_GPM_METRICS] = {1, 2, 3, 5, 10, 11, 12, 13};
+#define FAKE_GPM_METRICS 10
+static const unsigned int gpm_metric_ids[FAKE_GPM_METRICS] = {1, 2, 3, 5, 10, 11, 12, 13, 20, 21};
 typedef struct nvmlGpmSample_st {
     unsigned int magic;
     struct fake_dev *device;
@@ -501,7 +505,7 @@ typedef struct fake_dev {
     unsigned int fabric_health; /* the V call's healthMask */
     int virtualization; /* nvmlDeviceGetVirtualizationMode's answer; -1: NOT_SUPPORTED */
     int gpm_known; /* a "gpm" line was given: the device supports GPM */
-    double gpm[8]; /* percentages of gpm_metric_ids; -1 NOT_SUPPORTED, -2 UNKNOWN, -N N */
+    double gpm[10]; /* values of gpm_metric_ids; -1 NOT_SUPPORTED, -2 UNKNOWN, -N N */
     int fail[F_COUNT];
     char fail_flag[F_COUNT][256]; /* fail only while this file exists; "" always */
     char lost_flag[512];
@@ -557,6 +561,7 @@ static void reset_device(fake_dev *d, fake_dev *parent) {
     d->recovery_action = -1;
     d->nvlink_tx_kib = d->nvlink_rx_kib = -1;
     d->nvlink_count = -1;
+    d->gpm[8] = d->gpm[9] = -1; /* PCIe traffic: NOT_SUPPORTED without a gpm_pcie line */
 }
 
 static int parse_figure(const char *text) {
@@ -715,12 +720,14 @@ static nvmlReturn_t load_config(void) {
         } else if (strcmp(key, "nvlink_errors") == 0) {
             long long *e = current->nvlink_errors;
             ok = sscanf(rest, "%lld %lld %lld %lld %lld", &e[0], &e[1], &e[2], &e[3], &e[4]) == 5;
+        } else if (strcmp(key, "gpm_pcie") == 0) {
+            ok = sscanf(rest, "%lf %lf", &current->gpm[8], &current->gpm[9]) == 2;
         } else if (strcmp(key, "virtualization") == 0) {
             ok = sscanf(rest, "%d", &current->virtualization) == 1;
         } else if (strcmp(key, "gpm") == 0) {
             double *g = current->gpm;
             ok = sscanf(rest, "%lf %lf %lf %lf %lf %lf %lf %lf", &g[0], &g[1], &g[2], &g[3],
-                        &g[4], &g[5], &g[6], &g[7]) == FAKE_GPM_METRICS;
+                        &g[4], &g[5], &g[6], &g[7]) == 8;
             current->gpm_known = ok;
         } else if (strcmp(key, "recovery_action") == 0) {
             ok = sscanf(rest, "%lld", &current->recovery_action) == 1;

@@ -215,6 +215,8 @@ class FakeGpu:
     fabric_v1_only: bool = False
     fabric_health: int = 0  # the V call's health mask (0: no problem reported, nor its absence)
     gpm: GpmPercents | None = None  # None: GPM not supported (a GPU before Hopper)
+    # GPM's PCIe traffic from and to the GPU in MiB/s (as gpm's values; None: NOT_SUPPORTED)
+    gpm_pcie: tuple[float | str, float | str] | None = None
     virtualization: int = 0  # nvml.h's NVML_GPU_VIRTUALIZATION_MODE_* (2: a vGPU guest)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
@@ -295,6 +297,7 @@ def render_config(
             *(() if gpu.recovery_action is None else (f"recovery_action {gpu.recovery_action}",)),
             *_nvlink_lines(gpu),
             *_gpm_lines(gpu.gpm),
+            *(() if gpu.gpm_pcie is None else ("gpm_pcie {} {}".format(*gpu.gpm_pcie),)),
             f"virtualization {gpu.virtualization}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),

@@ -21,6 +21,8 @@ from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_metrics import (
     GPU_DRAM_ACTIVE,
     GPU_GRAPHICS_ENGINE_ACTIVE,
+    GPU_PCIE_RECEIVE,
+    GPU_PCIE_TRANSMIT,
     GPU_PIPE_ACTIVE,
     GPU_SM_ACTIVE,
     GPU_SM_OCCUPANCY,
@@ -465,3 +467,92 @@ class TestFakeLibrary:
             answered,
             fake_nvml.library.gpm_samples_live() - before,
         )
+
+
+MIB = 1024 * 1024
+
+
+def pcie(readings: Readings, name: str) -> dict[str, float]:
+    """One device's PCIe byte counters by family."""
+    device = next(d for d in readings.devices if d.name == name)
+    families = (GPU_PCIE_TRANSMIT, GPU_PCIE_RECEIVE)
+    return {s.spec.name: s.value for s in device.samples if s.spec in families}
+
+
+def at(clock: list[float], seconds: float, collector: NvmlCollector) -> Readings:
+    clock[0] = seconds
+    return collector.collect()
+
+
+class TestPcieTraffic:
+    def test_each_intervals_rate_adds_its_bytes(self, fake_nvml: FakeNvml) -> None:
+        """GPM's PCIe rates (MiB/s) between two polls, times the time between them, are
+        added to byte counters: none at the first poll, then each interval's bytes."""
+        clock = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        fake_nvml.configure(replace(GPU, gpm_pcie=(1500.0, 6000.0)))
+        try:
+            polls = [at(clock, seconds, collector) for seconds in (0.0, 10.0, 25.0)]
+        finally:
+            collector.close()
+        sent, received = 1500.0 * MIB, 6000.0 * MIB
+        assert [
+            {},
+            {GPU_PCIE_TRANSMIT.name: 10 * sent, GPU_PCIE_RECEIVE.name: 10 * received},
+            {GPU_PCIE_TRANSMIT.name: 25 * sent, GPU_PCIE_RECEIVE.name: 25 * received},
+        ] == [pcie(readings, UUID) for readings in polls]
+
+    def test_a_direction_not_answered_has_no_counter(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A direction NVML does not answer has no series; the other counts on; a MIG
+        device is not asked (DCGM serves PCIe traffic per GPU)."""
+        gpu = replace(GPU, gpm_pcie=(-1, 100.0), migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),))
+        fake_nvml.configure(gpu)
+        collector.collect()
+        readings = collector.collect()
+        assert ([GPU_PCIE_RECEIVE.name], {}, ()) == (
+            list(pcie(readings, UUID)),
+            pcie(readings, MIG_1),
+            readings.issues,
+        )
+
+    def test_a_gpu_that_lost_its_sample_counts_again_from_zero(
+        self, fake_nvml: FakeNvml, tmp_path: Path
+    ) -> None:
+        """A failed sample leaves no baseline: the counts served so far stay for that
+        poll, then start again from 0 (a counter reset), never counting a gap unmeasured."""
+        clock = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        failing = tmp_path / "failing"
+        fake_nvml.configure(
+            replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=(("gpm_sample", UNKNOWN, failing),))
+        )
+        try:
+            at(clock, 0.0, collector)
+            counted = at(clock, 10.0, collector)
+            failing.touch()
+            failed = at(clock, 20.0, collector)
+            failing.unlink()
+            polls = [at(clock, seconds, collector) for seconds in (30.0, 40.0)]
+        finally:
+            collector.close()
+        first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
+        assert [first, first, {}, first] == [
+            pcie(readings, UUID) for readings in (counted, failed, *polls)
+        ]
+
+    def test_a_new_nvml_session_counts_from_zero(self, fake_nvml: FakeNvml) -> None:
+        """Closing NVML drops the counts with the samples: the next session starts anew."""
+        clock = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 1.0)))
+        try:
+            at(clock, 0.0, collector)
+            at(clock, 10.0, collector)
+            collector.close()
+            polls = [at(clock, seconds, collector) for seconds in (20.0, 25.0)]
+        finally:
+            collector.close()
+        five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 5.0 * MIB}
+        assert [{}, five] == [pcie(readings, UUID) for readings in polls]

@@ -15,6 +15,7 @@ other tests in this folder need it bound to the fake.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -502,6 +503,35 @@ def test_gpm_figures_from_the_second_poll_of_a_hopper(probe: dict[str, Any]) -> 
             if uuid not in mig_enabled:  # what NVML measures of a MIG-enabled GPU: unknown
                 assert set(served) == set(_GPM_FIGURES), (uuid, served)
             assert all(0.0 <= value <= 1.0 for value in served.values()), (uuid, served)
+
+
+_PCIE_COUNTERS = (
+    "podresources_gpu_pcie_transmit_bytes_total",
+    "podresources_gpu_pcie_receive_bytes_total",
+)
+
+
+def test_pcie_bytes_counted_from_the_second_poll_of_a_hopper(probe: dict[str, Any]) -> None:
+    """GPM's PCIe rates summed into counters: none at the first poll, then on a whole
+    Hopper or later GPU both directions, never falling from one poll to the next; none
+    on an older GPU or a vGPU guest."""
+    capable = _gpm_capable()
+    mig_enabled = {gpu.uuid for gpu in _smi_gpus() if gpu.mig_enabled}
+    counted: dict[str, list[tuple[float, ...]]] = {}
+    for index, poll in enumerate(probe["nvml"]):
+        for uuid, gpu in _gpus(poll).items():
+            served = tuple(
+                gpu["figures"][name] for name in _PCIE_COUNTERS if name in gpu["figures"]
+            )
+            if index == 0 or uuid not in capable:
+                assert served == (), (uuid, index)
+            elif uuid not in mig_enabled:
+                assert len(served) == 2, (uuid, served)
+                counted.setdefault(uuid, []).append(served)
+    for uuid, series in counted.items():
+        assert min(series[0]) >= 0.0, (uuid, series)
+        for earlier, later in itertools.pairwise(series):
+            assert all(a <= b for a, b in zip(earlier, later, strict=True)), (uuid, series)
 
 
 def test_a_cuda_process_is_listed_with_its_memory(

@@ -31,7 +31,9 @@ from exporter.collectors.gpu_metrics import (
     GPU_NVLINK_LINKS,
     GPU_NVLINK_RECEIVE,
     GPU_NVLINK_TRANSMIT,
+    GPU_PCIE_RECEIVE,
     GPU_PCIE_REPLAYS,
+    GPU_PCIE_TRANSMIT,
     GPU_PIPE_ACTIVE,
     GPU_POWER,
     GPU_RECOVERY_ACTION,
@@ -209,6 +211,27 @@ class TestWholeGpus:
                 for s in device(readings, GPU_0.uuid).samples
                 if s.spec in gpm
             ]
+            for readings in (first, second)
+        )
+
+    def test_pcie_traffic_counted_from_the_second_poll(
+        self, collector: NvmlCollector, clock: ManualClock
+    ) -> None:
+        """A busy H100's PCIe bytes: its rates at the later poll (20 and 80 MiB/s a
+        percent of utilization) times the 10 s between the polls."""
+        first = collector.collect()
+        clock.now = 10.0
+        second = collector.collect()
+        busy = figure(second, GPU_0.uuid, GPU_UTILIZATION.name) * 100
+        pcie = (GPU_PCIE_TRANSMIT, GPU_PCIE_RECEIVE)
+        assert (
+            [],
+            [
+                (GPU_PCIE_TRANSMIT.name, round(20 * busy, 2) * 1024 * 1024 * 10),
+                (GPU_PCIE_RECEIVE.name, round(80 * busy, 2) * 1024 * 1024 * 10),
+            ],
+        ) == tuple(
+            [(s.spec.name, s.value) for s in device(readings, GPU_0.uuid).samples if s.spec in pcie]
             for readings in (first, second)
         )
 
