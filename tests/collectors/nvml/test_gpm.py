@@ -309,39 +309,33 @@ class TestUnsupported:
 
 
 class TestFailures:
-    def test_a_failed_sample_is_an_issue_and_measuring_starts_again(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    @pytest.mark.parametrize(
+        ("figure", "measured_after"),
+        # A failed sample leaves no baseline: the poll after it takes one, the next
+        # measures. A failed metrics call keeps this poll's sample: the next measures.
+        [("gpm_sample", [False, True]), ("gpm_metrics", [True, True])],
+    )
+    def test_a_failed_call_is_an_issue_and_measuring_goes_on(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        tmp_path: Path,
+        figure: str,
+        measured_after: list[bool],
     ) -> None:
-        """A sample that fails is reported each poll; once it answers again, the poll
-        after serves figures (never measured across the failed poll)."""
+        """A failing sample or metrics call is reported each poll; once it answers again,
+        figures follow, never measured across a poll that took no sample."""
         failing = tmp_path / "failing"
         failing.touch()
-        fake_nvml.configure(replace(GPU, fail_while=(("gpm_sample", UNKNOWN, failing),)))
+        fake_nvml.configure(replace(GPU, fail_while=((figure, UNKNOWN, failing),)))
         collector.collect()
         during = collector.collect()
         failing.unlink()
         after = [collector.collect() for _ in range(2)]
-        failed = CollectorIssue("UNKNOWN", f"{UUID}: gpm_sample: NVML UNKNOWN")
-        assert [({}, (failed,)), ({}, ()), (ratios(BUSY), ())] == [
-            (gpm(readings, UUID), readings.issues) for readings in (during, *after)
-        ]
-
-    def test_a_failed_metrics_call_loses_the_poll_not_the_next(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
-    ) -> None:
-        """The metrics call failing is an issue; this poll's sample is the next poll's
-        baseline, so the poll after it serves figures again."""
-        failing = tmp_path / "failing"
-        failing.touch()
-        fake_nvml.configure(replace(GPU, fail_while=(("gpm_metrics", UNKNOWN, failing),)))
-        collector.collect()
-        during = collector.collect()
-        failing.unlink()
-        after = collector.collect()
-        failed = CollectorIssue("UNKNOWN", f"{UUID}: gpm_metrics: NVML UNKNOWN")
-        assert [({}, (failed,)), (ratios(BUSY), ())] == [
-            (gpm(readings, UUID), readings.issues) for readings in (during, after)
-        ]
+        failed = CollectorIssue("UNKNOWN", f"{UUID}: {figure}: NVML UNKNOWN")
+        expected = [({}, (failed,))]
+        expected += [(ratios(BUSY) if measured else {}, ()) for measured in measured_after]
+        assert expected == [(gpm(readings, UUID), readings.issues) for readings in (during, *after)]
 
     def test_a_gpu_lost_while_measuring_keeps_what_was_read(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
