@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fake_nvml_support import (
+    FUNCTION_NOT_FOUND,
     NO_PERMISSION,
     NOT_SUPPORTED,
     UNKNOWN,
@@ -201,10 +202,12 @@ class TestUnsupported:
     def test_a_gpu_before_hopper_is_asked_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A GPU without GPM: no series, no issue, support asked once, never sampled."""
+        """A GPU without GPM: no series, no issue, support asked once, never sampled,
+        and its virtualization mode never asked (only of a GPU that could be sampled)."""
         fake_nvml.configure(replace(GPU, gpm=None))
-        polls = [counting(fake_nvml, collector, "gpm_support", "gpm_sample") for _ in range(3)]
-        assert [({}, (), (1, 0)), ({}, (), (0, 0)), ({}, (), (0, 0))] == [
+        calls = ("gpm_support", "virtualization", "gpm_sample")
+        polls = [counting(fake_nvml, collector, *calls) for _ in range(3)]
+        assert [({}, (), (1, 0, 0)), ({}, (), (0, 0, 0)), ({}, (), (0, 0, 0))] == [
             (gpm(readings, UUID), readings.issues, made) for readings, made in polls
         ]
 
@@ -218,13 +221,16 @@ class TestUnsupported:
             (gpm(readings, UUID), readings.issues, made) for readings, made in polls
         ]
 
-    @pytest.mark.parametrize(("mode", "served"), [(0, True), (1, True), (-1, True), (2, False)])
+    @pytest.mark.parametrize(
+        ("mode", "served"), [(0, True), (1, True), (-1, True), (2, False), (3, True)]
+    )
     def test_a_vgpu_guest_is_not_sampled(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, mode: int, served: bool
     ) -> None:
         """A vGPU guest (virtualization mode 2) is taken for one without GPM: most vGPU
-        profiles fail every sample. Bare metal (0), passthrough (1) and a driver that
-        cannot say (NOT_SUPPORTED) are sampled. The mode is asked once, no issue."""
+        profiles fail every sample. Bare metal (0), passthrough (1), a vGPU host (3: the
+        hypervisor's view of the whole GPU) and a driver that cannot say (NOT_SUPPORTED)
+        are sampled. The mode is asked once, no issue."""
         fake_nvml.configure(replace(GPU, virtualization=mode))
         polls = [counting(fake_nvml, collector, "virtualization", "gpm_sample") for _ in range(2)]
         sampled = 1 if served else 0
@@ -232,6 +238,17 @@ class TestUnsupported:
             ({}, (), (1, sampled)),
             (ratios(BUSY) if served else {}, (), (0, sampled)),
         ] == [(gpm(readings, UUID), readings.issues, made) for readings, made in polls]
+
+    def test_a_driver_without_the_virtualization_call_is_sampled(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvmlDeviceGetVirtualizationMode missing (FUNCTION_NOT_FOUND) says no more than
+        NOT_SUPPORTED does: no virtualization to speak of, so sampled, and no issue."""
+        fake_nvml.configure(replace(GPU, fail=(("virtualization", FUNCTION_NOT_FOUND),)))
+        polls = [counting(fake_nvml, collector, "virtualization") for _ in range(2)]
+        assert [({}, (), (1,)), (ratios(BUSY), (), (0,))] == [
+            (gpm(readings, UUID), readings.issues, made) for readings, made in polls
+        ]
 
     @pytest.mark.parametrize(
         ("figure", "call"), [("gpm_support", "gpm_supported"), ("gpm_sample", "gpm_sample")]
