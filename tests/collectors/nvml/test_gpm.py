@@ -567,3 +567,47 @@ class TestPcieTraffic:
             collector.close()
         five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 5.0 * MIB}
         assert [{}, five] == [pcie(readings, UUID) for readings in polls]
+
+    def test_a_failed_metrics_call_keeps_the_counts_and_adds_nothing(
+        self, fake_nvml: FakeNvml, tmp_path: Path
+    ) -> None:
+        """A failed metrics call keeps the GPU's sample, so its counts are no reset: they
+        are served unchanged that poll, and the next poll adds only the interval since
+        the failed one (the one before it is lost, never guessed)."""
+        clock = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        failing = tmp_path / "failing"
+        fake_nvml.configure(
+            replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=(("gpm_metrics", UNKNOWN, failing),))
+        )
+        try:
+            at(clock, 0.0, collector)
+            counted = at(clock, 10.0, collector)
+            failing.touch()
+            failed = at(clock, 20.0, collector)
+            failing.unlink()
+            after = at(clock, 25.0, collector)
+        finally:
+            collector.close()
+        first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
+        then = {GPU_PCIE_TRANSMIT.name: 15.0 * MIB, GPU_PCIE_RECEIVE.name: 30.0 * MIB}
+        assert [first, first, then] == [
+            pcie(readings, UUID) for readings in (counted, failed, after)
+        ]
+
+    def test_a_poll_too_soon_keeps_the_counts_and_the_next_adds_the_whole_interval(
+        self, fake_nvml: FakeNvml
+    ) -> None:
+        """A poll within 100 ms of the GPU's sample takes none: its counts are served
+        unchanged, and the next poll adds the whole time since the kept sample."""
+        clock = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0)))
+        try:
+            at(clock, 0.0, collector)
+            polls = [at(clock, seconds, collector) for seconds in (10.0, 10.05, 20.0)]
+        finally:
+            collector.close()
+        first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
+        both = {GPU_PCIE_TRANSMIT.name: 20.0 * MIB, GPU_PCIE_RECEIVE.name: 40.0 * MIB}
+        assert [first, first, both] == [pcie(readings, UUID) for readings in polls]

@@ -52,10 +52,20 @@ from exporter.collectors.nvml import (
     NvmlCollector,
     NvmlError,
     NvmlFabric,
+    NvmlGpmMetrics,
+    NvmlGpmSample,
     NvmlGpuInstancePlacement,
     NvmlHandle,
 )
-from exporter.model import DeviceIdentity, DeviceReading, HardwareKey, KeyKind, Readings, Sample
+from exporter.model import (
+    CollectorIssue,
+    DeviceIdentity,
+    DeviceReading,
+    HardwareKey,
+    KeyKind,
+    Readings,
+    Sample,
+)
 from exporter.sim.gpus import SimulatedNvmlSource
 from exporter.sim.hardware import GIB, demo_hardware
 
@@ -434,6 +444,25 @@ class TestMig:
             {mig.uuid: figures(mig.uuid) for mig in GPU_2.mig_devices},
         )
 
+    def test_mig_devices_have_no_pcie_traffic(
+        self, collector: NvmlCollector, clock: ManualClock
+    ) -> None:
+        """PCIe traffic is counted per whole GPU (as DCGM serves it), though the simulated
+        GPM would answer it for a MIG device too: the MIG-enabled GPU has its counters,
+        its MIG devices none."""
+        collector.collect()
+        clock.now = 10.0
+        readings = collector.collect()
+        pcie = (GPU_PCIE_TRANSMIT, GPU_PCIE_RECEIVE)
+
+        def counters(name: str) -> list[str]:
+            return [s.spec.name for s in device(readings, name).samples if s.spec in pcie]
+
+        assert (
+            [GPU_PCIE_TRANSMIT.name, GPU_PCIE_RECEIVE.name],
+            {mig.uuid: [] for mig in GPU_2.mig_devices},
+        ) == (counters(GPU_2.uuid), {mig.uuid: counters(mig.uuid) for mig in GPU_2.mig_devices})
+
     def test_gke_gpu_instance_and_mig_ids(self, collector: NvmlCollector) -> None:
         """nvidia2/gi2 is GPU 2's second GPU instance; MIG-<uuid> its MIG device."""
         mig_1, mig_2, _ = GPU_2.mig_devices
@@ -551,6 +580,55 @@ class TestOverTime:
             sent.append(figure(collector.collect(), GPU_0.uuid, GPU_NVLINK_TRANSMIT.name))
 
         assert [1.1016e16, 1.1016e16, 1.102875e16] == sent
+
+    def test_pcie_direction_unanswered_for_an_interval_keeps_its_count(
+        self, clock: ManualClock
+    ) -> None:
+        """A PCIe direction GPM does not answer for one interval (that metric's own
+        UNKNOWN: an issue) adds nothing that poll and keeps its count, no reset; the
+        other direction counts on, and so does the first from the next poll."""
+
+        class Unanswered(SimulatedNvmlSource):
+            """1 MiB/s sent and 2 received, but no transmit rate at 20 s."""
+
+            def gpm_metrics(
+                self, older: NvmlGpmSample, newer: NvmlGpmSample, metric_ids: tuple[int, ...]
+            ) -> NvmlGpmMetrics:
+                answered = super().gpm_metrics(older, newer, metric_ids)
+                if 20 not in metric_ids:
+                    return answered
+                lost = clock.now == 20.0
+                rates = {20: None if lost else 1.0, 21: 2.0}
+                values = tuple(
+                    rates.get(metric_id, value)
+                    for metric_id, value in zip(metric_ids, answered.values, strict=True)
+                )
+                return NvmlGpmMetrics(values, NvmlError("UNKNOWN") if lost else None)
+
+        source = Unanswered(HARDWARE, clock=clock)
+        nvml = NvmlCollector(CollectorContext(), source=source, clock=clock)
+        polls = []
+        try:
+            for now in (0.0, 10.0, 20.0, 30.0):
+                clock.now = now
+                polls.append(nvml.collect())
+        finally:
+            nvml.close()
+
+        pcie = (GPU_PCIE_TRANSMIT, GPU_PCIE_RECEIVE)
+        mib = 1024 * 1024
+        failed = CollectorIssue("UNKNOWN", f"{GPU_0.uuid}: gpm_metrics: NVML UNKNOWN")
+        assert [
+            ({GPU_PCIE_TRANSMIT.name: 10.0 * mib, GPU_PCIE_RECEIVE.name: 20.0 * mib}, []),
+            ({GPU_PCIE_TRANSMIT.name: 10.0 * mib, GPU_PCIE_RECEIVE.name: 40.0 * mib}, [failed]),
+            ({GPU_PCIE_TRANSMIT.name: 20.0 * mib, GPU_PCIE_RECEIVE.name: 60.0 * mib}, []),
+        ] == [
+            (
+                {s.spec.name: s.value for s in device(poll, GPU_0.uuid).samples if s.spec in pcie},
+                [issue for issue in poll.issues if issue.detail.startswith(GPU_0.uuid)],
+            )
+            for poll in polls[1:]
+        ]
 
 
 class TestSourceAsNvml:
