@@ -1569,8 +1569,9 @@ class NvmlCollector(Collector):
         self._gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
         self._last_gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
         # Each whole GPU's PCIe bytes measured so far, sent and received (None: that
-        # direction never answered), while it keeps a sample.
+        # direction never answered), kept while the GPU is read; the GPUs read this poll.
         self._pcie_bytes: dict[str, tuple[float | None, float | None]] = {}
+        self._pcie_read: set[str] = set()
         self._poll_started = 0.0  # clock() when this poll's collect() began
         # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
         # this poll's, and the last poll's to take them from (so departed ones drop).
@@ -1598,6 +1599,7 @@ class NvmlCollector(Collector):
             # push the GPUs read after it past their due time, a whole poll later.
             self._poll_started = self._clock()
             self._last_gpm, self._gpm = self._gpm, {}
+            self._pcie_read = set()
             try:
                 count = self._session.device_count()
                 driver = self._driver_info()
@@ -1606,9 +1608,12 @@ class NvmlCollector(Collector):
                     devices.extend(self._read_gpu(index))
             finally:
                 self._free_gpm(self._last_gpm)  # devices not read this poll
-                # A GPU without a sample now starts its byte counts again, from 0.
+                # A GPU gone (or lost) is counted from 0 if it comes back; one whose sample
+                # failed keeps its counts, never falling, without the unmeasured interval.
                 self._pcie_bytes = {
-                    uuid: counted for uuid, counted in self._pcie_bytes.items() if uuid in self._gpm
+                    uuid: counted
+                    for uuid, counted in self._pcie_bytes.items()
+                    if uuid in self._pcie_read
                 }
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
             self._xids.drain()
@@ -1859,7 +1864,9 @@ class NvmlCollector(Collector):
         )
 
     def _pcie_samples(self, uuid: str) -> tuple[Sample, ...]:
-        """The GPU's PCIe byte counts so far, each direction that has one."""
+        """The GPU's PCIe byte counts so far, each direction that has one; the GPU is
+        marked read this poll, so its counts are kept."""
+        self._pcie_read.add(uuid)
         counted = self._pcie_bytes.get(uuid, (None, None))
         return tuple(
             Sample(spec, total)

@@ -528,11 +528,13 @@ class TestPcieTraffic:
             readings.issues,
         )
 
-    def test_a_gpu_that_lost_its_sample_counts_again_from_zero(
+    def test_a_failed_sample_leaves_its_interval_uncounted(
         self, fake_nvml: FakeNvml, tmp_path: Path
     ) -> None:
-        """A failed sample leaves no baseline: the counts served so far stay for that
-        poll, then start again from 0 (a counter reset), never counting a gap unmeasured."""
+        """A failed sample leaves no baseline: the counts stay as they were, never
+        falling (a restart from 0 that overtook the last scraped value would read to
+        Prometheus as no reset at all), and go on from the poll after the next sample;
+        the intervals around the failure are not counted, never guessed."""
         clock = [0.0]
         collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
         failing = tmp_path / "failing"
@@ -549,8 +551,33 @@ class TestPcieTraffic:
         finally:
             collector.close()
         first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
-        assert [first, first, {}, first] == [
+        then = {GPU_PCIE_TRANSMIT.name: 20.0 * MIB, GPU_PCIE_RECEIVE.name: 40.0 * MIB}
+        assert [first, first, first, then] == [
             pcie(readings, UUID) for readings in (counted, failed, *polls)
+        ]
+
+    def test_a_gpu_lost_for_a_poll_counts_again_from_zero(
+        self, fake_nvml: FakeNvml, tmp_path: Path
+    ) -> None:
+        """A GPU that fell off the bus serves nothing that poll and loses its counts: when
+        it answers again it is counted from 0, a reset Prometheus sees, not a fall."""
+        clock = [0.0]
+        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        lost = tmp_path / "lost"
+        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0), lost_flag=lost))
+        try:
+            at(clock, 0.0, collector)
+            counted = at(clock, 10.0, collector)
+            lost.touch()
+            during = at(clock, 20.0, collector)
+            lost.unlink()
+            polls = [at(clock, seconds, collector) for seconds in (30.0, 35.0)]
+        finally:
+            collector.close()
+        ten = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
+        five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 10.0 * MIB}
+        assert [ten, {}, {}, five] == [
+            pcie(readings, UUID) for readings in (counted, during, *polls)
         ]
 
     def test_a_new_nvml_session_counts_from_zero(self, fake_nvml: FakeNvml) -> None:
