@@ -517,7 +517,8 @@ class TestPcieTraffic:
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
         """A direction NVML does not answer has no series; the other counts on; a MIG
-        device is not asked (DCGM serves PCIe traffic per GPU)."""
+        device has none (that it is not asked is the simulated source's test: this fake
+        answers a MIG device NOT_SUPPORTED for PCIe)."""
         gpu = replace(GPU, gpm_pcie=(-1, 100.0), migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),))
         fake_nvml.configure(gpu)
         collector.collect()
