@@ -3,6 +3,7 @@ two samples a poll apart, the metrics between them, and every sample freed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,6 +85,25 @@ def counting(
     return readings, tuple(
         fake_nvml.library.calls(c) - b for c, b in zip(calls, before, strict=True)
     )
+
+
+class Clocked:
+    """An NvmlCollector polled at chosen clock times, for the intervals GPM measures."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.collector = NvmlCollector(CollectorContext(), clock=lambda: self.now)
+
+    def at(self, seconds: float) -> Readings:
+        self.now = seconds
+        return self.collector.collect()
+
+
+@pytest.fixture
+def clocked(fake_nvml: FakeNvml) -> Iterator[Clocked]:
+    polled = Clocked()
+    yield polled
+    polled.collector.close()
 
 
 class TestMetrics:
@@ -421,20 +441,17 @@ class TestSamplesFreed:
         collector.collect()
         assert (2, 1) == (before, fake_nvml.library.gpm_samples_live() - start)
 
-    def test_a_poll_too_soon_keeps_the_older_sample(self, fake_nvml: FakeNvml) -> None:
+    def test_a_poll_too_soon_keeps_the_older_sample(
+        self, fake_nvml: FakeNvml, clocked: Clocked
+    ) -> None:
         """nvml.h wants two samples more than 100 ms apart: a poll sooner than that takes
         no sample and serves no figures; the next measures from the older sample."""
-        now = [100.0]  # not 0: the first sample's time must count, not its absence
-        collector = NvmlCollector(CollectorContext(), clock=lambda: now[0])
         fake_nvml.configure(GPU)
-        try:
-            collector.collect()
-            now[0] = 100.05
-            soon, made_soon = counting(fake_nvml, collector, "gpm_sample")
-            now[0] = 100.15  # 150 ms after the older sample, 100 after the skipped poll
-            later, made_later = counting(fake_nvml, collector, "gpm_sample")
-        finally:
-            collector.close()
+        clocked.at(100.0)  # not 0: the first sample's time must count, not its absence
+        clocked.now = 100.05
+        soon, made_soon = counting(fake_nvml, clocked.collector, "gpm_sample")
+        clocked.now = 100.15  # 150 ms after the older sample, 100 after the skipped poll
+        later, made_later = counting(fake_nvml, clocked.collector, "gpm_sample")
         assert (({}, (0,)), (ratios(BUSY), (1,))) == (
             (gpm(soon, UUID), made_soon),
             (gpm(later, UUID), made_later),
@@ -490,22 +507,14 @@ def pcie(readings: Readings, name: str) -> dict[str, float]:
     return {s.spec.name: s.value for s in device.samples if s.spec in families}
 
 
-def at(clock: list[float], seconds: float, collector: NvmlCollector) -> Readings:
-    clock[0] = seconds
-    return collector.collect()
-
-
 class TestPcieTraffic:
-    def test_each_intervals_rate_adds_its_bytes(self, fake_nvml: FakeNvml) -> None:
+    def test_each_intervals_rate_adds_its_bytes(
+        self, fake_nvml: FakeNvml, clocked: Clocked
+    ) -> None:
         """GPM's PCIe rates (MiB/s) between two polls, times the time between them, are
         added to byte counters: none at the first poll, then each interval's bytes."""
-        clock = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
         fake_nvml.configure(replace(GPU, gpm_pcie=(1500.0, 6000.0)))
-        try:
-            polls = [at(clock, seconds, collector) for seconds in (0.0, 10.0, 25.0)]
-        finally:
-            collector.close()
+        polls = [clocked.at(seconds) for seconds in (0.0, 10.0, 25.0)]
         sent, received = 1500.0 * MIB, 6000.0 * MIB
         assert [
             {},
@@ -529,113 +538,79 @@ class TestPcieTraffic:
             readings.issues,
         )
 
-    def test_a_failed_sample_leaves_its_interval_uncounted(
-        self, fake_nvml: FakeNvml, tmp_path: Path
+    @pytest.mark.parametrize(
+        ("figure", "seconds_counted"),
+        # Polls at 0, 10, 20 (failing), 30 and 40 s. A failed sample leaves no baseline:
+        # the poll at 30 s takes one, and 40 s adds its 10 s. A failed metrics call
+        # keeps the 20 s sample: 30 and 40 s add their 10 s each.
+        [("gpm_sample", [10, 10, 10, 20]), ("gpm_metrics", [10, 10, 20, 30])],
+    )
+    def test_a_failure_keeps_the_counts_and_leaves_its_interval_uncounted(
+        self,
+        fake_nvml: FakeNvml,
+        clocked: Clocked,
+        tmp_path: Path,
+        figure: str,
+        seconds_counted: list[int],
     ) -> None:
-        """A failed sample leaves no baseline: the counts stay as they were, never
-        falling (a restart from 0 that overtook the last scraped value would read to
-        Prometheus as no reset at all), and go on from the poll after the next sample;
-        the intervals around the failure are not counted, never guessed."""
-        clock = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
+        """A failing sample or metrics call keeps the counts as they were, never falling
+        (a restart from 0 that overtook the last scraped value would read to Prometheus
+        as no reset at all); the interval it left unmeasured is not counted, never
+        guessed, and counting goes on from the next pair of samples."""
         failing = tmp_path / "failing"
         fake_nvml.configure(
-            replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=(("gpm_sample", UNKNOWN, failing),))
+            replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=((figure, UNKNOWN, failing),))
         )
-        try:
-            at(clock, 0.0, collector)
-            counted = at(clock, 10.0, collector)
-            failing.touch()
-            failed = at(clock, 20.0, collector)
-            failing.unlink()
-            polls = [at(clock, seconds, collector) for seconds in (30.0, 40.0)]
-        finally:
-            collector.close()
-        first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
-        then = {GPU_PCIE_TRANSMIT.name: 20.0 * MIB, GPU_PCIE_RECEIVE.name: 40.0 * MIB}
-        assert [first, first, first, then] == [
-            pcie(readings, UUID) for readings in (counted, failed, *polls)
-        ]
+        clocked.at(0.0)
+        polls = [clocked.at(10.0)]
+        failing.touch()
+        polls.append(clocked.at(20.0))
+        failing.unlink()
+        polls += [clocked.at(seconds) for seconds in (30.0, 40.0)]
+        assert [
+            {GPU_PCIE_TRANSMIT.name: seconds * MIB, GPU_PCIE_RECEIVE.name: 2 * seconds * MIB}
+            for seconds in seconds_counted
+        ] == [pcie(readings, UUID) for readings in polls]
 
     def test_a_gpu_lost_for_a_poll_counts_again_from_zero(
-        self, fake_nvml: FakeNvml, tmp_path: Path
+        self, fake_nvml: FakeNvml, clocked: Clocked, tmp_path: Path
     ) -> None:
         """A GPU that fell off the bus serves nothing that poll and loses its counts: when
         it answers again it is counted from 0, a reset Prometheus sees, not a fall."""
-        clock = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
         lost = tmp_path / "lost"
         fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0), lost_flag=lost))
-        try:
-            at(clock, 0.0, collector)
-            counted = at(clock, 10.0, collector)
-            lost.touch()
-            during = at(clock, 20.0, collector)
-            lost.unlink()
-            polls = [at(clock, seconds, collector) for seconds in (30.0, 35.0)]
-        finally:
-            collector.close()
+        clocked.at(0.0)
+        counted = clocked.at(10.0)
+        lost.touch()
+        during = clocked.at(20.0)
+        lost.unlink()
+        polls = [clocked.at(seconds) for seconds in (30.0, 35.0)]
         ten = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
         five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 10.0 * MIB}
         assert [ten, {}, {}, five] == [
             pcie(readings, UUID) for readings in (counted, during, *polls)
         ]
 
-    def test_a_new_nvml_session_counts_from_zero(self, fake_nvml: FakeNvml) -> None:
+    def test_a_new_nvml_session_counts_from_zero(
+        self, fake_nvml: FakeNvml, clocked: Clocked
+    ) -> None:
         """Closing NVML drops the counts with the samples: the next session starts anew."""
-        clock = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
         fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 1.0)))
-        try:
-            at(clock, 0.0, collector)
-            at(clock, 10.0, collector)
-            collector.close()
-            polls = [at(clock, seconds, collector) for seconds in (20.0, 25.0)]
-        finally:
-            collector.close()
+        clocked.at(0.0)
+        clocked.at(10.0)
+        clocked.collector.close()
+        polls = [clocked.at(seconds) for seconds in (20.0, 25.0)]
         five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 5.0 * MIB}
         assert [{}, five] == [pcie(readings, UUID) for readings in polls]
 
-    def test_a_failed_metrics_call_keeps_the_counts_and_adds_nothing(
-        self, fake_nvml: FakeNvml, tmp_path: Path
-    ) -> None:
-        """A failed metrics call keeps the GPU's sample, so its counts are no reset: they
-        are served unchanged that poll, and the next poll adds only the interval since
-        the failed one (the one before it is lost, never guessed)."""
-        clock = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
-        failing = tmp_path / "failing"
-        fake_nvml.configure(
-            replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=(("gpm_metrics", UNKNOWN, failing),))
-        )
-        try:
-            at(clock, 0.0, collector)
-            counted = at(clock, 10.0, collector)
-            failing.touch()
-            failed = at(clock, 20.0, collector)
-            failing.unlink()
-            after = at(clock, 25.0, collector)
-        finally:
-            collector.close()
-        first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
-        then = {GPU_PCIE_TRANSMIT.name: 15.0 * MIB, GPU_PCIE_RECEIVE.name: 30.0 * MIB}
-        assert [first, first, then] == [
-            pcie(readings, UUID) for readings in (counted, failed, after)
-        ]
-
     def test_a_poll_too_soon_keeps_the_counts_and_the_next_adds_the_whole_interval(
-        self, fake_nvml: FakeNvml
+        self, fake_nvml: FakeNvml, clocked: Clocked
     ) -> None:
         """A poll within 100 ms of the GPU's sample takes none: its counts are served
         unchanged, and the next poll adds the whole time since the kept sample."""
-        clock = [0.0]
-        collector = NvmlCollector(CollectorContext(), clock=lambda: clock[0])
         fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0)))
-        try:
-            at(clock, 0.0, collector)
-            polls = [at(clock, seconds, collector) for seconds in (10.0, 10.05, 20.0)]
-        finally:
-            collector.close()
+        clocked.at(0.0)
+        polls = [clocked.at(seconds) for seconds in (10.0, 10.05, 20.0)]
         first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
         both = {GPU_PCIE_TRANSMIT.name: 20.0 * MIB, GPU_PCIE_RECEIVE.name: 40.0 * MIB}
         assert [first, first, both] == [pcie(readings, UUID) for readings in polls]
