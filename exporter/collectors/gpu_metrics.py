@@ -94,8 +94,8 @@ GPU_PIPE_ACTIVE = MetricSpec(
 GPU_DRAM_ACTIVE = MetricSpec(
     "podresources_gpu_dram_active_ratio",
     MetricKind.GAUGE,
-    "Device memory bandwidth used since the last poll against its peak (0-1, NVML GPM); "
-    "whole GPUs only.",
+    "Device memory bandwidth used since the last poll against its peak (0-1, NVML GPM): "
+    "a whole GPU's, or a MIG device's GPU instance's where the device is alone in it.",
 )
 GPU_PCIE_TRANSMIT = MetricSpec(
     "podresources_gpu_pcie_transmit_bytes_total",

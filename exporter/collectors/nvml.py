@@ -45,6 +45,7 @@ import importlib
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NewType, ParamSpec, Protocol, TypeVar
@@ -380,6 +381,7 @@ class NvmlSource(Protocol):
     # two samples of it. A sample is NVML's memory until freed.
     def gpm_supported(self, handle: NvmlHandle) -> bool: ...
     def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample: ...
+    def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample: ...
     def gpm_metrics(
         self, older: NvmlGpmSample, newer: NvmlGpmSample, metric_ids: tuple[int, ...]
     ) -> NvmlGpmMetrics: ...
@@ -824,10 +826,18 @@ class PynvmlSource(NvmlSource):
     def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample:
         # nvml.h: nvmlGpmSampleGet takes a GPU's or a MIG device's handle (DCGM reads a
         # compute instance's metrics so).
+        return self._gpm_sampled(self._pynvml.nvmlGpmSampleGet, handle)
+
+    def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample:
+        # A GPU instance's counters, through its GPU's handle and the instance's ID.
+        return self._gpm_sampled(self._pynvml.nvmlGpmMigSampleGet, handle, gpu_instance)
+
+    def _gpm_sampled(self, get: Callable[..., Any], *args: Any) -> NvmlGpmSample:
+        """A sample allocated and filled by ``get(*args, sample)``; freed if that fails."""
         pynvml = self._pynvml
         sample = self._call(pynvml.nvmlGpmSampleAlloc)
         try:
-            self._call(pynvml.nvmlGpmSampleGet, handle, sample)
+            self._call(get, *args, sample)
         except NvmlError:
             self._call(pynvml.nvmlGpmSampleFree, sample)
             raise
@@ -1224,12 +1234,17 @@ _GPM_METRICS: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...] = (
     (13, GPU_PIPE_ACTIVE, ("fp16",)),  # NVML_GPM_METRIC_FP16_UTIL
 )
 # Whole GPUs add DRAM bandwidth (NVML_GPM_METRIC_DRAM_BW_UTIL): DCGM serves it per GPU
-# instance, never per compute instance, so a MIG device's handle is not asked for it.
-_GPM_GPU_METRICS = (*_GPM_METRICS, (10, GPU_DRAM_ACTIVE, ()))
+# instance, never per compute instance, so a MIG device's handle is not asked for it; its
+# GPU instance is, where the device is the instance's only one.
+_GPM_GPU_INSTANCE_METRICS: tuple[tuple[int, MetricSpec, tuple[str, ...]], ...] = (
+    (10, GPU_DRAM_ACTIVE, ()),
+)
+_GPM_GPU_METRICS = (*_GPM_METRICS, *_GPM_GPU_INSTANCE_METRICS)
 # And PCIe traffic, per GPU in DCGM too: each direction's rate in MiB/s between the two
 # samples (NVML_GPM_METRIC_PCIE_TX_PER_SEC, _RX_PER_SEC), summed into byte counters.
 _GPM_PCIE = ((20, GPU_PCIE_TRANSMIT), (21, GPU_PCIE_RECEIVE))
 _GPM_METRIC_IDS = tuple(metric_id for metric_id, _, _ in _GPM_METRICS)
+_GPM_GPU_INSTANCE_METRIC_IDS = tuple(metric_id for metric_id, _, _ in _GPM_GPU_INSTANCE_METRICS)
 _GPM_GPU_METRIC_IDS = (
     *(metric_id for metric_id, _, _ in _GPM_GPU_METRICS),
     *(metric_id for metric_id, _ in _GPM_PCIE),
@@ -1808,48 +1823,97 @@ class NvmlCollector(Collector):
         """The device's GPM figures since its sample of the last poll, and this poll's
         sample, kept for the next. A device that cannot be sampled (before Hopper; a vGPU
         guest; a refusal) is not asked again until NVML is initialised afresh."""
-        source = self._source
+        if not self._gpm_ok(handle, uuid):
+            return
+        asked = _GPM_GPU_METRICS if whole_gpu else _GPM_METRICS
+        ids = _GPM_GPU_METRIC_IDS if whole_gpu else _GPM_METRIC_IDS
+        measured = self._gpm_measure(
+            uuid, "gpm_sample", functools.partial(self._source.gpm_sample, handle), ids
+        )
+        if measured is None:
+            return
+        metrics, seconds = measured
+        samples.extend(_gpm_samples(metrics.values[: len(asked)], asked))
+        if whole_gpu:
+            self._add_pcie_bytes(uuid, metrics.values[len(asked) :], seconds)
+        if metrics.failure is not None:
+            self._count(metrics.failure, "gpm_metrics")
+
+    def _gpm_ok(self, handle: NvmlHandle, uuid: str) -> bool:
+        """Whether the device can be sampled, asked once an NVML session."""
         supported = self._gpm_supported.get(uuid)
         if supported is None:
             try:
-                supported = source.gpm_supported(handle)
+                supported = self._source.gpm_supported(handle)
             except NvmlError as error:
                 if not self._gpm_refused(uuid, error, "gpm_supported"):
                     self._count(error, "gpm_supported")  # asked again next poll
-                return
+                return False
             self._gpm_supported[uuid] = supported
-        if not supported:
-            return
-        last = self._last_gpm.pop(uuid, None)
+        return supported
+
+    def _gpm_measure(
+        self,
+        key: str,
+        call: str,
+        take: Callable[[], NvmlGpmSample],
+        metric_ids: tuple[int, ...],
+    ) -> tuple[NvmlGpmMetrics, float] | None:
+        """The metrics between the sample under ``key`` kept from the last poll and one
+        ``take``n now, with the seconds between them; this poll's sample is kept for the
+        next, the last one freed. None for a first sample, a poll too soon, or a failure
+        (reported; ``call`` names the sample's)."""
+        last = self._last_gpm.pop(key, None)
         now = self._poll_started
         if last is not None and now - last[0] < GPM_MIN_INTERVAL_S:
-            self._gpm[uuid] = last  # too soon to measure: the older sample stays
-            return
+            self._gpm[key] = last  # too soon to measure: the older sample stays
+            return None
         try:
             try:
-                sample = source.gpm_sample(handle)
+                sample = take()
             except NvmlError as error:
-                if not self._gpm_refused(uuid, error, "gpm_sample"):
-                    self._count(error, "gpm_sample")
-                return
-            self._gpm[uuid] = (now, sample)
+                if not self._gpm_refused(key, error, call):
+                    self._count(error, call)
+                return None
+            self._gpm[key] = (now, sample)
             if last is None:
-                return  # the first sample: figures from the next poll on
-            asked = _GPM_GPU_METRICS if whole_gpu else _GPM_METRICS
-            ids = _GPM_GPU_METRIC_IDS if whole_gpu else _GPM_METRIC_IDS
+                return None  # the first sample: figures from the next poll on
             try:
-                metrics = source.gpm_metrics(last[1], sample, ids)
+                return self._source.gpm_metrics(last[1], sample, metric_ids), now - last[0]
             except NvmlError as error:
                 self._count(error, "gpm_metrics")
-                return
-            samples.extend(_gpm_samples(metrics.values[: len(asked)], asked))
-            if whole_gpu:
-                self._add_pcie_bytes(uuid, metrics.values[len(asked) :], now - last[0])
-            if metrics.failure is not None:
-                self._count(metrics.failure, "gpm_metrics")
+                return None
         finally:
             if last is not None:
                 self._free_gpm_sample(last[1])
+
+    def _gpu_instance_dram(self, gpu: _Gpu, mig: _Mig) -> _Mig:
+        """A MIG device alone in its GPU instance, with the instance's DRAM bandwidth
+        (nvmlGpmMigSampleGet, as DCGM reads it, per GPU instance): all of it the
+        device's, as no other compute instance shares the instance's memory. Asked only
+        of a device whose own GPM answers."""
+        uuid = mig.reading.name
+        key = f"{uuid}/gpu-instance"
+        instance = mig.gpu_instance
+        if instance is None or not self._gpm_supported.get(uuid):
+            return mig
+        if not self._gpm_supported.get(key, True):
+            return mig  # refused before
+        self._reading = uuid
+        measured = self._gpm_measure(
+            key,
+            "gpm_mig_sample",
+            functools.partial(self._source.gpm_mig_sample, gpu.handle, instance),
+            _GPM_GPU_INSTANCE_METRIC_IDS,
+        )
+        if measured is None:
+            return mig
+        metrics, _ = measured
+        dram = _gpm_samples(metrics.values, _GPM_GPU_INSTANCE_METRICS)
+        reading = replace(mig.reading, samples=(*mig.reading.samples, *dram))
+        if metrics.failure is not None:
+            self._count(metrics.failure, "gpm_metrics")
+        return replace(mig, reading=reading)
 
     def _add_pcie_bytes(
         self, uuid: str, rates_mib_s: tuple[float | None, ...], seconds: float
@@ -1876,9 +1940,9 @@ class NvmlCollector(Collector):
 
     def _gpm_refused(self, uuid: str, error: NvmlError, call: str) -> bool:
         """Whether ``error`` says the device is not to be asked for GPM again (until NVML
-        is initialised afresh): NOT_SUPPORTED, or NO_PERMISSION, the exporter's
-        privileges, one issue."""
-        if error.error_name not in (NOT_SUPPORTED, NO_PERMISSION):
+        is initialised afresh): NOT_SUPPORTED, FUNCTION_NOT_FOUND (a driver without the
+        call), or NO_PERMISSION, the exporter's privileges, one issue."""
+        if error.error_name not in (NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION):
             return False
         self._gpm_supported[uuid] = False
         if error.error_name == NO_PERMISSION:
@@ -1927,6 +1991,11 @@ class NvmlCollector(Collector):
                 mig = self._read_mig(gpu, handle)
                 if mig is not None:
                     found.append(mig)
+            per_instance = Counter(mig.gpu_instance for mig in found)
+            found = [
+                self._gpu_instance_dram(gpu, mig) if per_instance[mig.gpu_instance] == 1 else mig
+                for mig in found
+            ]
         finally:
             migs.extend(_with_instance_keys(gpu, found))
 

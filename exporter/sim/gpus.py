@@ -29,12 +29,12 @@ DCGM works around), and a GPU without NVLinks NOT_SUPPORTED. A GPU with NVLinks 
 an NVSwitch board, its fabric registration completed and reporting no health problem;
 one without is in no fabric.
 
-Every GPU is a Hopper, so GPM samples it and each of its MIG devices (a MIG device at
-its GPU's load). Between two samples GPM answers, as percentages of the utilization at
-the newer one, what a transformer training step looks like: graphics engine 100, SMs
-active 90, occupancy 40, tensor pipes 60, FP32 25, FP16 10, FP64 2, DRAM bandwidth 67
-(the memory's busy share above); PCIe 20 MiB/s sent and 80 MiB/s received for each
-percent, as a job streams its batches in.
+Every GPU is a Hopper, so GPM samples it, each of its MIG devices and each GPU instance
+(a MIG device, or an instance, at its GPU's load). Between two samples GPM answers, as
+percentages of the utilization at the newer one, what a transformer training step looks
+like: graphics engine 100, SMs active 90, occupancy 40, tensor pipes 60, FP32 25, FP16
+10, FP64 2, DRAM bandwidth 67 (the memory's busy share above); PCIe 20 MiB/s sent and
+80 MiB/s received for each percent, as a job streams its batches in.
 
 Processes (``SimHardware.gpu_processes``) are listed on their device as compute
 processes; each whole-GPU process has one utilization sample per poll, stamped with
@@ -330,6 +330,14 @@ class SimulatedNvmlSource(NvmlSource):
     def gpm_sample(self, handle: NvmlHandle) -> NvmlGpmSample:
         self._require_initialized()
         return NvmlGpmSample(_SimGpmSample(_unwrap(handle), self._clock()))
+
+    def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample:
+        self._require_initialized()
+        gpu = _whole(handle)
+        for mig in gpu.mig_devices:
+            if mig.gpu_instance == gpu_instance:  # the instance's load is its first device's
+                return NvmlGpmSample(_SimGpmSample(_SimHandle(gpu, mig), self._clock()))
+        raise NvmlError("NOT_FOUND")
 
     def gpm_metrics(
         self, older: NvmlGpmSample, newer: NvmlGpmSample, metric_ids: tuple[int, ...]

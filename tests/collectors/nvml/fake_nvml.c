@@ -143,6 +143,12 @@
  *                            device does not support GPM and its samples answer
  *                            NOT_SUPPORTED. fakeNvmlGpmSamplesLive: samples allocated and
  *                            not yet freed
+ *                            A MIG device's GPU instance is sampled through its GPU
+ *                            (nvmlGpmMigSampleGet, counted as "gpm_mig_sample" on the GPU):
+ *                            its metrics are the instance's first MIG device's values (its
+ *                            gpm line; without one NOT_SUPPORTED; an instance ID no MIG
+ *                            device has: NOT_FOUND); "gpm_mig_missing" at the top: a driver
+ *                            without the call (FUNCTION_NOT_FOUND)
  *   gpm_pcie TX_MIB_S RX_MIB_S
  *                            metrics 20 and 21 (PCIe traffic from and to the GPU, MiB/s)
  *                            answer these, as the gpm line's values (-1 NOT_SUPPORTED...);
@@ -305,7 +311,7 @@ enum figure {
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
     F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
     F_FABRIC, F_ARCHITECTURE, F_RECOVERY_ACTION, F_GPM_SUPPORT, F_GPM_SAMPLE, F_GPM_METRICS,
-    F_VIRTUALIZATION, F_COUNT
+    F_VIRTUALIZATION, F_GPM_MIG_SAMPLE, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
@@ -314,7 +320,7 @@ static const char *const figure_names[F_COUNT] = {
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
     "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
     "fabric", "architecture", "recovery_action", "gpm_support", "gpm_sample", "gpm_metrics",
-    "virtualization",
+    "virtualization", "gpm_mig_sample",
 };
 
 /* nvml.h's GPM structures; pynvml sizes the metrics array by its NVML_GPM_METRIC_MAX. */
@@ -546,6 +552,7 @@ static int unprivileged;
 static int count_error; /* nvmlDeviceGetCount fails with it */
 static int samples_none_success; /* no sample: SUCCESS and 0, not NOT_FOUND */
 static int gpm_missing; /* nvmlGpmQueryDeviceSupport answers FUNCTION_NOT_FOUND */
+static int gpm_mig_missing; /* nvmlGpmMigSampleGet answers FUNCTION_NOT_FOUND */
 static long gpm_samples_live; /* allocated, not yet freed (fakeNvmlGpmSamplesLive) */
 static unsigned long long gpm_sequence; /* the last sample taken */
 
@@ -600,6 +607,7 @@ static nvmlReturn_t load_config(void) {
     count_error = 0;
     samples_none_success = 0;
     gpm_missing = 0;
+    gpm_mig_missing = 0;
     nvmlReturn_t result = NVML_SUCCESS;
     fake_dev *current = NULL;
     char line[1024];
@@ -626,6 +634,8 @@ static nvmlReturn_t load_config(void) {
             samples_none_success = 1;
         } else if (strcmp(key, "gpm_missing") == 0) {
             gpm_missing = 1;
+        } else if (strcmp(key, "gpm_mig_missing") == 0) {
+            gpm_mig_missing = 1;
         } else if (strcmp(key, "count_error") == 0) {
             ok = sscanf(rest, "%d", &count_error) == 1;
         } else if (strcmp(key, "cuda_version") == 0) {
@@ -1668,6 +1678,24 @@ nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
     if (sample == NULL || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
     if (!d->gpm_known) return NVML_ERROR_NOT_SUPPORTED;
     sample->device = d;
+    sample->sequence = ++gpm_sequence;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                 nvmlGpmSample_t sample) {
+    if (gpm_mig_missing) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    ENTER(device, F_GPM_MIG_SAMPLE);
+    if (sample == NULL || sample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->parent != NULL) return NVML_ERROR_INVALID_ARGUMENT; /* a GPU's handle only */
+    fake_dev *first = NULL;
+    for (int m = 0; m < MAX_MIGS && first == NULL; m++) {
+        fake_dev *mig = &migs[d - gpus][m];
+        if (exists(mig) && mig->gi == gpuInstanceId) first = mig;
+    }
+    if (first == NULL) return NVML_ERROR_NOT_FOUND;
+    if (!first->gpm_known) return NVML_ERROR_NOT_SUPPORTED;
+    sample->device = first;
     sample->sequence = ++gpm_sequence;
     return NVML_SUCCESS;
 }

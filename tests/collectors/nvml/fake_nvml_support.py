@@ -245,6 +245,7 @@ def render_config(
     count_error: int | None = None,
     samples_none_success: bool = False,
     gpm_missing: bool = False,
+    gpm_mig_missing: bool = False,
 ) -> str:
     """The text fake_nvml.c reads at nvmlInit."""
     lines: list[str] = []
@@ -268,6 +269,8 @@ def render_config(
         lines.append("samples_none_success")
     if gpm_missing:
         lines.append("gpm_missing")
+    if gpm_mig_missing:
+        lines.append("gpm_mig_missing")
     if driver_version is not None:
         lines.append(f"driver_version {driver_version}")
     for gpu in gpus:

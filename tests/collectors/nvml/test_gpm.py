@@ -134,11 +134,13 @@ class TestMetrics:
             (gpm(readings, UUID), readings.issues, made) for readings, made in polls
         ]
 
-    def test_a_mig_device_has_its_compute_instance_figures_but_dram(
+    def test_a_mig_device_alone_in_its_instance_has_the_instances_dram(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """A MIG device's handle is sampled as nvml.h allows; DRAM bandwidth, which DCGM
-        serves per GPU instance only, is not asked of it."""
+        """A MIG device's handle is sampled as nvml.h allows, for its compute instance's
+        figures; DRAM bandwidth, which DCGM serves per GPU instance only, comes from its
+        GPU instance's sample (nvmlGpmMigSampleGet), all of it the device's when no other
+        compute instance shares the instance."""
         mig_load: GpmPercents = (50.0, 45.0, 20.0, 30.0, 35.0, 0.0, 10.0, 5.0)
         gpu = replace(
             GPU,
@@ -146,12 +148,50 @@ class TestMetrics:
         )
         fake_nvml.configure(gpu)
         collector.collect()
-        readings = collector.collect()
-        assert (ratios(mig_load, whole_gpu=False), ratios(BUSY), ()) == (
+        readings, made = counting(fake_nvml, collector, "gpm_mig_sample")
+        assert (ratios(mig_load), ratios(BUSY), (), (1,)) == (
             gpm(readings, MIG_1),
             gpm(readings, UUID),
             readings.issues,
+            made,
         )
+
+    def test_compute_instances_sharing_an_instance_have_no_dram(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Two compute instances of one GPU instance share its memory: the instance's DRAM
+        bandwidth is neither's, so neither gets it, and the instance is not sampled."""
+        gpu = replace(
+            GPU,
+            migs=(FakeMig(0, MIG_1, 2, 0, gpm=BUSY), FakeMig(1, MIG_2, 2, 1, gpm=BUSY)),
+        )
+        fake_nvml.configure(gpu)
+        collector.collect()
+        readings, made = counting(fake_nvml, collector, "gpm_mig_sample")
+        compute_only = ratios(BUSY, whole_gpu=False)
+        assert (compute_only, compute_only, (), (0,)) == (
+            gpm(readings, MIG_1),
+            gpm(readings, MIG_2),
+            readings.issues,
+            made,
+        )
+
+    @pytest.mark.parametrize(
+        "fail", [(("gpm_mig_sample", 3),), ()], ids=["not-supported", "driver-without-it"]
+    )
+    def test_an_instance_that_cannot_be_sampled_is_asked_once(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, fail: tuple[tuple[str, int], ...]
+    ) -> None:
+        """NOT_SUPPORTED, or a driver without nvmlGpmMigSampleGet (FUNCTION_NOT_FOUND):
+        no DRAM for the device, no issue, and the instance is not asked again."""
+        gpu = replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),), fail=fail)
+        fake_nvml.configure(gpu, gpm_mig_missing=not fail)
+        polls = [counting(fake_nvml, collector, "gpm_mig_sample") for _ in range(3)]
+        compute_only = ratios(BUSY, whole_gpu=False)
+        asked = (1,) if fail else (0,)  # a missing function is never entered
+        assert [({}, (), asked), (compute_only, (), (0,)), (compute_only, (), (0,))] == [
+            (gpm(readings, MIG_1), readings.issues, made) for readings, made in polls
+        ]
 
     def test_a_metric_not_answered_is_left_out(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
@@ -214,8 +254,8 @@ class TestMetrics:
             readings = collector.collect()
             held = fake_nvml.library.gpm_samples_live() - before
             polls.append((gpm(readings, MIG_2), readings.issues, held))
-        # held: the GPU's sample and the new MIG device's
-        assert [({}, (), 2), (ratios(mig_load, whole_gpu=False), (), 2)] == polls
+        # held: the GPU's sample, the new MIG device's and its GPU instance's
+        assert [({}, (), 3), (ratios(mig_load), (), 3)] == polls
 
 
 class TestUnsupported:
@@ -413,8 +453,8 @@ class TestSamplesFreed:
     def test_no_sample_outlives_its_use(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
-        """Each poll frees the sample it measured from: one sample a device is held
-        between polls, none once the collector closes."""
+        """Each poll frees the sample it measured from: one sample a device (and a GPU
+        instance) is held between polls, none once the collector closes."""
         gpu = replace(
             GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY), FakeMig(1, MIG_2, 2, 0, gpm=BUSY))
         )
@@ -425,12 +465,13 @@ class TestSamplesFreed:
             collector.collect()
             held.append(fake_nvml.library.gpm_samples_live() - before)
         collector.close()
-        assert ([3] * 5, 0) == (held, fake_nvml.library.gpm_samples_live() - before)
+        assert ([5] * 5, 0) == (held, fake_nvml.library.gpm_samples_live() - before)
 
     def test_a_departed_devices_sample_is_freed(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
     ) -> None:
-        """A MIG device destroyed between polls has its last sample freed at the next."""
+        """A MIG device destroyed between polls has its last samples (its own and its GPU
+        instance's) freed at the next."""
         gone = tmp_path / "gone"
         gpu = replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY, gone_flag=gone),))
         fake_nvml.configure(gpu)
@@ -439,7 +480,7 @@ class TestSamplesFreed:
         before = fake_nvml.library.gpm_samples_live() - start
         gone.touch()
         collector.collect()
-        assert (2, 1) == (before, fake_nvml.library.gpm_samples_live() - start)
+        assert (3, 1) == (before, fake_nvml.library.gpm_samples_live() - start)
 
     def test_a_poll_too_soon_keeps_the_older_sample(
         self, fake_nvml: FakeNvml, clocked: Clocked

@@ -419,11 +419,11 @@ class TestMig:
         }
         assert expected == {s.spec.name for s in device(readings, GPU_2.uuid).samples}
 
-    def test_mig_devices_gpm_at_their_gpus_load_but_dram(
+    def test_mig_devices_gpm_at_their_gpus_load(
         self, collector: NvmlCollector, clock: ManualClock
     ) -> None:
         """From the second poll each MIG device has GPM figures, at its GPU's load: the
-        MIG-enabled GPU's own, but DRAM bandwidth, which is not asked of a MIG device."""
+        MIG-enabled GPU's own, DRAM bandwidth from its GPU instance, which it has alone."""
         collector.collect()
         clock.now = 10.0
         readings = collector.collect()
@@ -438,8 +438,7 @@ class TestMig:
             }
 
         whole = figures(GPU_2.uuid)
-        but_dram = {key: value for key, value in whole.items() if key[0] != GPU_DRAM_ACTIVE.name}
-        assert (8, {mig.uuid: but_dram for mig in GPU_2.mig_devices}) == (
+        assert (8, {mig.uuid: whole for mig in GPU_2.mig_devices}) == (
             len(whole),
             {mig.uuid: figures(mig.uuid) for mig in GPU_2.mig_devices},
         )
