@@ -478,21 +478,83 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str)
                         _hardware_cell(device, snapshot),
                     )
                 )
-    rows = [tuple(_cell(cell) for cell in row) for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+    lines = _aligned(rows)
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
     node, kubelet = escape_line(snapshot.node), escape_line(kubelet)
     telemetry = _telemetry_time(snapshot, source).get("telemetry_older_by_seconds")
     if telemetry is not None:
         age = f"{age} (hardware figures {telemetry:.1f}s older: the last poll's)"
     text = f"# node {node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
+    text += _gpu_table(snapshot, filters)
     if snapshot.gpu_processes is not None:
         text += _process_table(snapshot.gpu_processes, filters)
     return text
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells (made safe, capped) as lines of left-aligned columns."""
+    rows = [tuple(_cell(cell) for cell in row) for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+# The GPU table's ratio columns: family, its own labels.
+_GPU_RATIOS = (
+    ("UTIL", "podresources_gpu_utilization_ratio", ()),
+    ("SM", "podresources_gpu_sm_active_ratio", ()),
+    ("TENSOR", "podresources_gpu_pipe_active_ratio", ("tensor",)),
+    ("DRAM", "podresources_gpu_dram_active_ratio", ()),
+)
+_GIB = 1024**3
+
+
+def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
+    """One line per GPU (or MIG device) the shown containers hold: how busy, how full,
+    how hot; "-" where its telemetry has no such figure. None without any."""
+    holders: dict[str, list[str]] = {}
+    readings: dict[str, DeviceReading] = {}
+    for pod in snapshot.pods:
+        if not filters.keeps_pod(pod):
+            continue
+        for container in pod.containers:
+            if not filters.keeps_container(container):
+                continue
+            for device in (*container.devices, *container.claim_devices):
+                reading = snapshot.hardware_of(device).reading
+                if reading is None or not any(
+                    s.spec.name.startswith("podresources_gpu_") for s in reading.samples
+                ):
+                    continue
+                readings[reading.name] = reading
+                holder = f"{pod.namespace}/{pod.name}/{container.owner.container or POD_POOL}"
+                holders.setdefault(reading.name, [])
+                if holder not in holders[reading.name]:
+                    holders[reading.name].append(holder)
+    if not readings:
+        return ""
+    header = ("DEVICE", *(name for name, _, _ in _GPU_RATIOS), "MEMORY_GIB", "TEMP_C", "POWER_W")
+    rows: list[tuple[str, ...]] = [(*header, "HOLDERS")]
+    for name in sorted(readings):
+        figures = {(s.spec.name, s.label_values): s.value for s in readings[name].samples}
+        ratios = (figures.get((family, labels)) for _, family, labels in _GPU_RATIOS)
+        used = figures.get(("podresources_gpu_memory_used_bytes", ()))
+        total = figures.get(("podresources_gpu_memory_total_bytes", ()))
+        temperature = figures.get(("podresources_gpu_temperature_celsius", ()))
+        power = figures.get(("podresources_gpu_power_watts", ()))
+        rows.append(
+            (
+                name,
+                *("-" if ratio is None else f"{ratio:.0%}" for ratio in ratios),
+                "-" if used is None or total is None else f"{used / _GIB:.1f}/{total / _GIB:.1f}",
+                "-" if temperature is None else f"{temperature:.0f}",
+                "-" if power is None else f"{power:.0f}",
+                ", ".join(holders[name]),
+            )
+        )
+    return "# GPUs held\n" + "\n".join(_aligned(rows)) + "\n"
 
 
 def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> str:
@@ -512,13 +574,7 @@ def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) ->
                     "-" if ratio is None else f"{ratio:.2f}",
                 )
             )
-    rows = [tuple(_cell(cell) for cell in row) for row in rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    return "# GPU processes\n" + "\n".join(lines) + "\n"
+    return "# GPU processes\n" + "\n".join(_aligned(rows)) + "\n"
 
 
 @dataclass(frozen=True, slots=True)

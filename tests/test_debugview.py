@@ -7,6 +7,17 @@ from dataclasses import replace
 
 import pytest
 
+from exporter.collectors.gpu_metrics import (
+    GPU_DRAM_ACTIVE,
+    GPU_MEMORY_TOTAL,
+    GPU_MEMORY_USED,
+    GPU_PIPE_ACTIVE,
+    GPU_POWER,
+    GPU_SM_ACTIVE,
+    GPU_TEMPERATURE,
+    GPU_UTILIZATION,
+)
+from exporter.collectors.netdev import NET_RECEIVE_BYTES
 from exporter.debugview import (
     MAX_CELL_CHARS,
     Filters,
@@ -19,8 +30,11 @@ from exporter.join import join_snapshot
 from exporter.model import (
     AllocatableResources,
     ClaimDevice,
+    CollectorRun,
     ContainerResources,
     DeviceGroup,
+    DeviceIdentity,
+    DeviceReading,
     DraDevice,
     DraState,
     DynamicResource,
@@ -28,6 +42,8 @@ from exporter.model import (
     KeyKind,
     KubeletStatus,
     PodResources,
+    Readings,
+    Sample,
     Snapshot,
 )
 
@@ -280,3 +296,106 @@ def test_two_claim_devices_of_one_name_in_two_pools_each_show_their_own_hardware
         ("pool-a", ["pci:0000:3b:00.0"]),
         ("pool-b", ["pci:0000:86:00.0"]),
     ]
+
+
+def gpu_snapshot() -> Snapshot:
+    """Two pods sharing a time-sliced GPU, a third holding a MIG device and a NIC."""
+    gpu = DeviceReading(
+        "GPU-a",
+        (HardwareKey(KeyKind.GPU_UUID, "GPU-a"),),
+        DeviceIdentity(uuid="GPU-a"),
+        (
+            Sample(GPU_UTILIZATION, 0.93),
+            Sample(GPU_SM_ACTIVE, 0.84),
+            Sample(GPU_PIPE_ACTIVE, 0.556, ("tensor",)),
+            Sample(GPU_PIPE_ACTIVE, 0.1, ("fp32",)),
+            Sample(GPU_DRAM_ACTIVE, 0.62),
+            Sample(GPU_MEMORY_USED, 60 * 1024**3),
+            Sample(GPU_MEMORY_TOTAL, 80 * 1024**3),
+            Sample(GPU_TEMPERATURE, 71.0),
+            Sample(GPU_POWER, 612.4),
+        ),
+    )
+    mig = DeviceReading(
+        "MIG-b",
+        (HardwareKey(KeyKind.MIG_UUID, "MIG-b"),),
+        DeviceIdentity(uuid="MIG-b"),
+        (Sample(GPU_SM_ACTIVE, 0.0), Sample(GPU_MEMORY_USED, 0.0)),
+    )
+    nic = DeviceReading(
+        "0000:4b:00.2",
+        (HardwareKey(KeyKind.PCI, "0000:4b:00.2"),),
+        DeviceIdentity(pci_address="0000:4b:00.2"),
+        (Sample(NET_RECEIVE_BYTES, 1.0, ("eth1",)),),
+    )
+
+    def pod(namespace: str, name: str, *groups: DeviceGroup) -> PodResources:
+        return PodResources(namespace, name, (ContainerResources("main", devices=groups),))
+
+    return join_snapshot(
+        node="node-1",
+        collected_at=COLLECTED_AT,
+        kubelet=KubeletStatus(up=True, socket="/s", api=(), last_error=None),
+        pods=(
+            pod("nb", "alice", DeviceGroup("nvidia.com/gpu.shared", ("GPU-a::0",))),
+            pod("nb", "bob", DeviceGroup("nvidia.com/gpu.shared", ("GPU-a::1",))),
+            pod(
+                "ml",
+                "server",
+                DeviceGroup("nvidia.com/mig-1g.10gb", ("MIG-b",)),
+                DeviceGroup("example.com/vf", ("0000:4b:00.2",)),
+            ),
+        ),
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+        collector_runs=(
+            CollectorRun("nvml", True, 0.0, Readings(devices=(gpu, mig))),
+            CollectorRun("netdev", True, 0.0, Readings(devices=(nic,))),
+        ),
+    )
+
+
+class TestGpusHeld:
+    def test_each_gpu_once_with_its_figures_and_every_holder(self) -> None:
+        """One line per GPU the shown containers hold (a time-sliced GPU once, naming each
+        holder), its activity as percentages, memory in GiB; "-" for a figure the device
+        has none of (a MIG device has no utilization); a NIC is no GPU."""
+        text = render_text(gpu_snapshot(), filters=Filters(), now=COLLECTED_AT)
+        table = text.split("# GPUs held\n", 1)[1].splitlines()
+        assert [
+            [
+                "DEVICE",
+                "UTIL",
+                "SM",
+                "TENSOR",
+                "DRAM",
+                "MEMORY_GIB",
+                "TEMP_C",
+                "POWER_W",
+                "HOLDERS",
+            ],
+            [
+                "GPU-a",
+                "93%",
+                "84%",
+                "56%",
+                "62%",
+                "60.0/80.0",
+                "71",
+                "612",
+                "nb/alice/main,",
+                "nb/bob/main",
+            ],
+            ["MIG-b", "-", "0%", "-", "-", "-", "-", "-", "ml/server/main"],
+        ] == [line.split() for line in table]
+
+    def test_filters_keep_the_shown_holders_only(self) -> None:
+        """Filtered to one pod, the table lists that pod's GPUs and that pod as holder; a
+        view whose containers hold no GPU has no table."""
+        alice = render_text(gpu_snapshot(), filters=Filters(pod="alice"), now=COLLECTED_AT)
+        nothing = render_text(snapshot("dev-0"), filters=Filters(), now=COLLECTED_AT)
+        assert (["GPU-a", "93%"], "nb/alice/main", False) == (
+            alice.split("# GPUs held\n", 1)[1].splitlines()[1].split()[:2],
+            alice.split("# GPUs held\n", 1)[1].splitlines()[1].split()[-1],
+            "# GPUs held" in nothing,
+        )
