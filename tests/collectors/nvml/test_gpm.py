@@ -258,6 +258,131 @@ class TestMetrics:
         assert [({}, (), 3), (ratios(mig_load), (), 3)] == polls
 
 
+# A MIG device's own figures without DRAM bandwidth: what it has while its GPU instance
+# gives it none.
+COMPUTE_ONLY = ratios(BUSY, whole_gpu=False)
+
+
+class TestGpuInstances:
+    def test_an_instance_sample_that_fails_is_the_devices_issue_every_poll(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """Another error from nvmlGpmMigSampleGet is no refusal: each poll it is an issue
+        naming the MIG device (not the last one read) and the call, the instance is asked
+        again, the device keeps its own figures, and no sample is left behind."""
+        gpu = replace(
+            GPU,
+            migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY), FakeMig(1, MIG_2, 2, 0, gpm=BUSY)),
+            fail=(("gpm_mig_sample", UNKNOWN),),
+        )
+        fake_nvml.configure(gpu)
+        before = fake_nvml.library.gpm_samples_live()
+        polls = [counting(fake_nvml, collector, "gpm_mig_sample") for _ in range(2)]
+        failed = tuple(
+            CollectorIssue("UNKNOWN", f"{mig}: gpm_mig_sample: NVML UNKNOWN")
+            for mig in (MIG_1, MIG_2)
+        )
+        # held: the GPU's and the two MIG devices' own samples, no instance's
+        assert ([({}, failed, (2,)), (COMPUTE_ONLY, failed, (2,))], 3) == (
+            [(gpm(readings, MIG_1), readings.issues, made) for readings, made in polls],
+            fake_nvml.library.gpm_samples_live() - before,
+        )
+
+    def test_a_dram_metric_the_instance_fails_is_an_issue(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The instance's DRAM metric answering an error (the MIG device's own metrics do
+        not ask it) leaves the device without DRAM and is one issue, the device's."""
+        mig_load: GpmPercents = (50.0, 45.0, 20.0, 30.0, -2, 0.0, 10.0, 5.0)
+        fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=mig_load),)))
+        collector.collect()
+        readings = collector.collect()
+        failed = CollectorIssue("UNKNOWN", f"{MIG_1}: gpm_metrics: NVML UNKNOWN")
+        assert (ratios(mig_load, whole_gpu=False), (failed,)) == (
+            gpm(readings, MIG_1),
+            readings.issues,
+        )
+
+    @pytest.mark.parametrize(
+        ("lost_at", "held"),
+        # Held: the three devices' own samples; lost at the first instance's metrics
+        # call, that instance's new sample too (kept for the next poll). Every instance's
+        # last sample is freed, the one not asked included. The Nth call: the second
+        # poll's first instance sample (the first poll took two); its fourth metrics call
+        # (the GPU's, the two devices' own, then the first instance's).
+        [(("gpm_mig_sample", 3), 3), (("gpm_metrics", 4), 4)],
+        ids=["sample", "metrics"],
+    )
+    def test_a_gpu_lost_at_an_instance_ends_its_read_keeping_what_was_read(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        lost_at: tuple[str, int],
+        held: int,
+    ) -> None:
+        """GPU_IS_LOST from an instance's sample or metrics is one issue, the first MIG
+        device's: the other instance is not asked, both MIG devices keep the figures read
+        before (without DRAM), and the instance's last sample is freed."""
+        gpu = replace(
+            GPU,
+            migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY), FakeMig(1, MIG_2, 2, 0, gpm=BUSY)),
+            lost_at=lost_at,
+        )
+        fake_nvml.configure(gpu)
+        before = fake_nvml.library.gpm_samples_live()
+        collector.collect()  # the first samples; the GPU is lost at the second poll
+        readings, made = counting(fake_nvml, collector, "gpm_mig_sample")
+        lost = CollectorIssue("GPU_IS_LOST", f"{MIG_1}: {lost_at[0]}: NVML GPU_IS_LOST")
+        assert (COMPUTE_ONLY, COMPUTE_ONLY, (lost,), (1,), held) == (
+            gpm(readings, MIG_1),
+            gpm(readings, MIG_2),
+            readings.issues,
+            made,
+            fake_nvml.library.gpm_samples_live() - before,
+        )
+
+    def test_a_device_without_gpm_of_its_own_is_not_asked_for_its_instance(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """The instance is asked only of a MIG device whose own GPM answers: one without
+        (GPM off, a vGPU guest) is never asked for its instance either."""
+        fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=None),)))
+        polls = [counting(fake_nvml, collector, "gpm_mig_sample") for _ in range(2)]
+        assert [({}, (), (0,))] * 2 == [
+            (gpm(readings, MIG_1), readings.issues, made) for readings, made in polls
+        ]
+
+    def test_a_device_whose_instance_nvml_does_not_name_gets_no_dram(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A MIG device whose GPU instance ID NVML does not answer has no instance to
+        sample: its own figures only, and no issue."""
+        mig = FakeMig(0, MIG_1, 1, 0, gpm=BUSY)
+        fake_nvml.configure(
+            replace(GPU, migs=(replace(mig, fail=(*mig.fail, ("gi", NOT_SUPPORTED))),))
+        )
+        polls = [counting(fake_nvml, collector, "gpm_mig_sample") for _ in range(2)]
+        assert [({}, (), (0,)), (COMPUTE_ONLY, (), (0,))] == [
+            (gpm(readings, MIG_1), readings.issues, made) for readings, made in polls
+        ]
+
+    def test_a_poll_too_soon_keeps_the_instances_older_sample(
+        self, fake_nvml: FakeNvml, clocked: Clocked
+    ) -> None:
+        """The 100 ms rule holds for an instance's samples as for a device's: a poll too
+        soon takes none and serves no DRAM; the next measures from the older sample."""
+        fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),)))
+        clocked.at(100.0)
+        clocked.now = 100.05
+        soon, made_soon = counting(fake_nvml, clocked.collector, "gpm_mig_sample")
+        clocked.now = 100.15
+        later, made_later = counting(fake_nvml, clocked.collector, "gpm_mig_sample")
+        assert (({}, (0,)), (ratios(BUSY), (1,))) == (
+            (gpm(soon, MIG_1), made_soon),
+            (gpm(later, MIG_1), made_later),
+        )
+
+
 class TestUnsupported:
     def test_a_gpu_before_hopper_is_asked_once(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
