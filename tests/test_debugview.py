@@ -18,6 +18,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_UTILIZATION,
 )
 from exporter.collectors.netdev import NET_RECEIVE_BYTES
+from exporter.collectors.pci import PCIE_LINK_WIDTH
 from exporter.debugview import (
     MAX_CELL_CHARS,
     Filters,
@@ -298,8 +299,8 @@ def test_two_claim_devices_of_one_name_in_two_pools_each_show_their_own_hardware
     ]
 
 
-def gpu_snapshot() -> Snapshot:
-    """Two pods sharing a time-sliced GPU, a third holding a MIG device and a NIC."""
+def gpu_readings() -> tuple[DeviceReading, DeviceReading]:
+    """A busy GPU with every figure the table shows, and an idle MIG device with two."""
     gpu = DeviceReading(
         "GPU-a",
         (HardwareKey(KeyKind.GPU_UUID, "GPU-a"),),
@@ -322,6 +323,12 @@ def gpu_snapshot() -> Snapshot:
         DeviceIdentity(uuid="MIG-b"),
         (Sample(GPU_SM_ACTIVE, 0.0), Sample(GPU_MEMORY_USED, 0.0)),
     )
+    return gpu, mig
+
+
+def gpu_snapshot() -> Snapshot:
+    """Two pods sharing a time-sliced GPU, a third holding a MIG device and a NIC."""
+    gpu, mig = gpu_readings()
     nic = DeviceReading(
         "0000:4b:00.2",
         (HardwareKey(KeyKind.PCI, "0000:4b:00.2"),),
@@ -398,4 +405,104 @@ class TestGpusHeld:
             alice.split("# GPUs held\n", 1)[1].splitlines()[1].split()[:2],
             alice.split("# GPUs held\n", 1)[1].splitlines()[1].split()[-1],
             "# GPUs held" in nothing,
+        )
+
+
+def held_table(
+    *pods: PodResources, filters: Filters | None = None, dra: DraState | None = None
+) -> list[list[str]]:
+    """The '# GPUs held' rows (cells split on spaces) of pods holding gpu_snapshot's
+    devices and a GPU reachable through a DRA claim; [] without the section."""
+    gpu_c = DeviceReading(
+        "GPU-c",
+        (HardwareKey(KeyKind.GPU_UUID, "GPU-c"),),
+        DeviceIdentity(uuid="GPU-c"),
+        # The PCI function's link width too: a GPU's reading holds other families.
+        (Sample(GPU_MEMORY_TOTAL, 80 * 1024**3), Sample(PCIE_LINK_WIDTH, 16.0)),
+    )
+    view = join_snapshot(
+        node="node-1",
+        collected_at=COLLECTED_AT,
+        kubelet=KubeletStatus(up=True, socket="/s", api=(), last_error=None),
+        pods=pods,
+        allocatable=AllocatableResources(),
+        cpu_numa={},
+        dra=dra or DraState(),
+        collector_runs=(
+            CollectorRun("nvml", True, 0.0, Readings(devices=(*gpu_readings(), gpu_c))),
+        ),
+    )
+    text = render_text(view, filters=filters or Filters(), now=COLLECTED_AT)
+    if "# GPUs held\n" not in text:
+        return []
+    return [line.split() for line in text.split("# GPUs held\n", 1)[1].splitlines()[1:]]
+
+
+class TestGpusHeldMore:
+    def test_one_holder_of_two_replicas_is_named_once_and_devices_by_name(self) -> None:
+        """A container holding two replicas of one time-sliced GPU is one holder; the
+        devices are listed by name whatever order the pods hold them in, a GPU whose
+        reading has other families (its PCI function's) included, and memory without a
+        used figure is '-'."""
+        pod = PodResources(
+            "ml",
+            "a",
+            (
+                ContainerResources(
+                    "main",
+                    devices=(
+                        DeviceGroup("nvidia.com/mig-1g.10gb", ("MIG-b",)),
+                        DeviceGroup("nvidia.com/gpu", ("GPU-c",)),
+                        DeviceGroup("nvidia.com/gpu.shared", ("GPU-a::0", "GPU-a::1")),
+                    ),
+                ),
+            ),
+        )
+        assert [
+            ["GPU-a", "93%", "84%", "56%", "62%", "60.0/80.0", "71", "612", "ml/a/main"],
+            ["GPU-c", "-", "-", "-", "-", "-", "-", "-", "ml/a/main"],
+            ["MIG-b", "-", "0%", "-", "-", "-", "-", "-", "ml/a/main"],
+        ] == held_table(pod)
+
+    def test_container_and_resource_filters_keep_their_containers_gpus_only(self) -> None:
+        """?container= and ?resource= keep only the containers they match: another
+        container's GPU is not listed, nor its holder; a filter nothing matches leaves
+        no section."""
+        pod = PodResources(
+            "ml",
+            "a",
+            (
+                ContainerResources("main", devices=(DeviceGroup("nvidia.com/gpu", ("GPU-c",)),)),
+                ContainerResources(
+                    "side", devices=(DeviceGroup("nvidia.com/mig-1g.10gb", ("MIG-b",)),)
+                ),
+            ),
+        )
+        assert (
+            [["GPU-c", "-", "-", "-", "-", "-", "-", "-", "ml/a/main"]],
+            [["MIG-b", "-", "0%", "-", "-", "-", "-", "-", "ml/a/side"]],
+            [],
+        ) == (
+            held_table(pod, filters=Filters(container="main")),
+            held_table(pod, filters=Filters(resource="nvidia.com/mig-1g.10gb")),
+            held_table(pod, filters=Filters(container="other")),
+        )
+
+    def test_a_gpu_held_through_a_claim_is_listed(self) -> None:
+        """A GPU a DRA claim gives the container is held as a device plugin's is."""
+        claim = DynamicResource("gpus", "ml", (ClaimDevice("gpu.nvidia.com", "node-1", "gpu-0"),))
+        pod = PodResources("ml", "a", (ContainerResources("main", dynamic_resources=(claim,)),))
+        dra = DraState(
+            devices=(
+                DraDevice(
+                    driver="gpu.nvidia.com",
+                    pool="node-1",
+                    device="gpu-0",
+                    keys=(HardwareKey(KeyKind.GPU_UUID, "GPU-c"),),
+                    source="checkpoint",
+                ),
+            )
+        )
+        assert [["GPU-c", "-", "-", "-", "-", "-", "-", "-", "ml/a/main"]] == held_table(
+            pod, dra=dra
         )
