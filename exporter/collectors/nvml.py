@@ -1979,6 +1979,9 @@ class NvmlCollector(Collector):
         source = self._source
         slots, _ = self._attempt(source.max_mig_device_count, gpu.handle)
         found: list[_Mig] = []
+        # Whether every MIG device NVML has was read with its GPU instance: one it failed
+        # to list or to place may share any instance, so none is then known to be alone.
+        complete = True
         try:
             for slot in range(slots or 0):
                 self._reading = f"{gpu.uuid} MIG slot {slot}"
@@ -1987,15 +1990,21 @@ class NvmlCollector(Collector):
                 except NvmlError as error:
                     if error.error_name not in (NOT_FOUND, NOT_SUPPORTED):  # NOT_FOUND: empty
                         self._count(error, "mig_device_handle")
+                        complete = False
                     continue
                 mig = self._read_mig(gpu, handle)
+                if mig is None or mig.gpu_instance is None:
+                    complete = False
                 if mig is not None:
                     found.append(mig)
-            per_instance = Counter(mig.gpu_instance for mig in found)
-            found = [
-                self._gpu_instance_dram(gpu, mig) if per_instance[mig.gpu_instance] == 1 else mig
-                for mig in found
-            ]
+            if complete:
+                per_instance = Counter(mig.gpu_instance for mig in found)
+                found = [
+                    self._gpu_instance_dram(gpu, mig)
+                    if per_instance[mig.gpu_instance] == 1
+                    else mig
+                    for mig in found
+                ]
         finally:
             migs.extend(_with_instance_keys(gpu, found))
 

@@ -366,6 +366,34 @@ class TestGpuInstances:
             (gpm(readings, MIG_1), readings.issues, made) for readings, made in polls
         ]
 
+    @pytest.mark.parametrize(
+        ("figure", "failed"),
+        [
+            ("uuid", f"{UUID} MIG slot 1: uuid"),
+            ("gi", f"{MIG_2}: gpu_instance_id"),
+        ],
+    )
+    def test_a_device_is_not_alone_beside_one_nvml_failed_to_read(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, figure: str, failed: str
+    ) -> None:
+        """A compute instance NVML failed to list, or to name the GPU instance of, may
+        share its neighbour's instance: that poll no MIG device of the GPU is taken for
+        alone in its instance, so none is given DRAM that may be another's."""
+        shared = FakeMig(1, MIG_2, 1, 1, gpm=BUSY)
+        gpu = replace(
+            GPU,
+            migs=(
+                FakeMig(0, MIG_1, 1, 0, gpm=BUSY),
+                replace(shared, fail=(*shared.fail, (figure, UNKNOWN))),
+            ),
+        )
+        fake_nvml.configure(gpu)
+        polls = [counting(fake_nvml, collector, "gpm_mig_sample") for _ in range(2)]
+        issue = CollectorIssue("UNKNOWN", f"{failed}: NVML UNKNOWN")
+        assert [({}, (issue,), (0,)), (COMPUTE_ONLY, (issue,), (0,))] == [
+            (gpm(readings, MIG_1), readings.issues, made) for readings, made in polls
+        ]
+
     def test_a_poll_too_soon_keeps_the_instances_older_sample(
         self, fake_nvml: FakeNvml, clocked: Clocked
     ) -> None:
