@@ -512,8 +512,9 @@ _GIB = 1024**3
 
 
 def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
-    """One line per GPU (or MIG device) the shown containers hold: how busy, how full,
-    how hot; "-" where its telemetry has no such figure. None without any."""
+    """One line per GPU (or MIG device) the shown containers hold and holder: how busy,
+    how full, how hot; "-" where its telemetry has no such figure. A holder a line, not
+    a list in one cell: a time-sliced GPU's many would be cut at the cell cap."""
     holders: dict[str, list[str]] = {}
     readings: dict[str, DeviceReading] = {}
     for pod in snapshot.pods:
@@ -536,7 +537,7 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
     if not readings:
         return ""
     header = ("DEVICE", *(name for name, _, _ in _GPU_RATIOS), "MEMORY_GIB", "TEMP_C", "POWER_W")
-    rows: list[tuple[str, ...]] = [(*header, "HOLDERS")]
+    rows: list[tuple[str, ...]] = [(*header, "HOLDER")]
     for name in sorted(readings):
         figures = {(s.spec.name, s.label_values): s.value for s in readings[name].samples}
         ratios = (figures.get((family, labels)) for _, family, labels in _GPU_RATIOS)
@@ -544,16 +545,14 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
         total = figures.get(("podresources_gpu_memory_total_bytes", ()))
         temperature = figures.get(("podresources_gpu_temperature_celsius", ()))
         power = figures.get(("podresources_gpu_power_watts", ()))
-        rows.append(
-            (
-                name,
-                *("-" if ratio is None else f"{ratio:.0%}" for ratio in ratios),
-                "-" if used is None or total is None else f"{used / _GIB:.1f}/{total / _GIB:.1f}",
-                "-" if temperature is None else f"{temperature:.0f}",
-                "-" if power is None else f"{power:.0f}",
-                ", ".join(holders[name]),
-            )
+        cells = (
+            name,
+            *("-" if ratio is None else f"{ratio:.0%}" for ratio in ratios),
+            "-" if used is None or total is None else f"{used / _GIB:.1f}/{total / _GIB:.1f}",
+            "-" if temperature is None else f"{temperature:.0f}",
+            "-" if power is None else f"{power:.0f}",
         )
+        rows += [(*cells, holder) for holder in holders[name]]
     return "# GPUs held\n" + "\n".join(_aligned(rows)) + "\n"
 
 

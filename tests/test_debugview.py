@@ -363,10 +363,11 @@ def gpu_snapshot() -> Snapshot:
 
 
 class TestGpusHeld:
-    def test_each_gpu_once_with_its_figures_and_every_holder(self) -> None:
-        """One line per GPU the shown containers hold (a time-sliced GPU once, naming each
-        holder), its activity as percentages, memory in GiB; "-" for a figure the device
-        has none of (a MIG device has no utilization); a NIC is no GPU."""
+    def test_a_line_per_gpu_and_holder_with_its_figures(self) -> None:
+        """One line per GPU the shown containers hold and holder (a time-sliced GPU's
+        figures on each of its holders' lines), its activity as percentages, memory in
+        GiB; "-" for a figure the device has none of (a MIG device has no utilization);
+        a NIC is no GPU."""
         text = render_text(gpu_snapshot(), filters=Filters(), now=COLLECTED_AT)
         table = text.split("# GPUs held\n", 1)[1].splitlines()
         assert [
@@ -379,20 +380,10 @@ class TestGpusHeld:
                 "MEMORY_GIB",
                 "TEMP_C",
                 "POWER_W",
-                "HOLDERS",
+                "HOLDER",
             ],
-            [
-                "GPU-a",
-                "93%",
-                "84%",
-                "56%",
-                "62%",
-                "60.0/80.0",
-                "71",
-                "612",
-                "nb/alice/main,",
-                "nb/bob/main",
-            ],
+            ["GPU-a", "93%", "84%", "56%", "62%", "60.0/80.0", "71", "612", "nb/alice/main"],
+            ["GPU-a", "93%", "84%", "56%", "62%", "60.0/80.0", "71", "612", "nb/bob/main"],
             ["MIG-b", "-", "0%", "-", "-", "-", "-", "-", "ml/server/main"],
         ] == [line.split() for line in table]
 
@@ -506,3 +497,23 @@ class TestGpusHeldMore:
         assert [["GPU-c", "-", "-", "-", "-", "-", "-", "-", "ml/a/main"]] == held_table(
             pod, dra=dra
         )
+
+    def test_every_holder_of_a_shared_gpu_is_named_whole(self) -> None:
+        """Each holder has a line of its own, so however many pods share a GPU, none is
+        cut off at the cell cap (one cell listing them all would be)."""
+        names = [f"notebook-of-a-long-user-name-{n}" for n in range(4)]
+        pods = [
+            PodResources(
+                "notebooks",
+                name,
+                (
+                    ContainerResources(
+                        "main", devices=(DeviceGroup("nvidia.com/gpu.shared", (f"GPU-a::{n}",)),)
+                    ),
+                ),
+            )
+            for n, name in enumerate(names)
+        ]
+        assert [f"notebooks/{name}/main" for name in names] == [
+            row[-1] for row in held_table(*pods)
+        ]
