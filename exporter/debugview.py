@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -441,6 +441,17 @@ def render_text(
     return _render_text(snapshot, filters=filters, age=_text_age(snapshot, now), source=source)
 
 
+def _shown_containers(
+    snapshot: Snapshot, filters: Filters
+) -> Iterator[tuple[PodView, ContainerView]]:
+    """The containers the filters keep, with their pods, in the snapshot's order."""
+    for pod in snapshot.pods:
+        if filters.keeps_pod(pod):
+            for container in pod.containers:
+                if filters.keeps_container(container):
+                    yield pod, container
+
+
 def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str) -> str:
     header = (
         "NAMESPACE",
@@ -454,30 +465,25 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str)
         "HARDWARE",
     )
     rows: list[tuple[str, ...]] = [header]
-    for pod in snapshot.pods:
-        if not filters.keeps_pod(pod):
-            continue
-        for container in pod.containers:
-            if not filters.keeps_container(container):
-                continue
-            aligned = {None: "-", True: "yes", False: "NO"}[container.numa_aligned]
-            cpus = cpulist(container.cpu_ids) or "-"
-            devices = (*container.devices, *container.claim_devices) or (None,)
-            for device in devices:
-                rows.append(
-                    (
-                        pod.namespace,
-                        pod.name,
-                        # A pod's shared pool under pod-level resources: no container's.
-                        container.owner.container or POD_POOL,
-                        device.resource if device else "-",
-                        device.device_id if device else "-",
-                        (numa_label(device.numa_nodes) or "?") if device else "-",
-                        cpus,
-                        aligned,
-                        _hardware_cell(device, snapshot),
-                    )
+    for pod, container in _shown_containers(snapshot, filters):
+        aligned = {None: "-", True: "yes", False: "NO"}[container.numa_aligned]
+        cpus = cpulist(container.cpu_ids) or "-"
+        devices = (*container.devices, *container.claim_devices) or (None,)
+        for device in devices:
+            rows.append(
+                (
+                    pod.namespace,
+                    pod.name,
+                    # A pod's shared pool under pod-level resources: no container's.
+                    container.owner.container or POD_POOL,
+                    device.resource if device else "-",
+                    device.device_id if device else "-",
+                    (numa_label(device.numa_nodes) or "?") if device else "-",
+                    cpus,
+                    aligned,
+                    _hardware_cell(device, snapshot),
                 )
+            )
     lines = _aligned(rows)
     kubelet = "up" if snapshot.kubelet.up else f"DOWN ({snapshot.kubelet.last_error})"
     node, kubelet = escape_line(snapshot.node), escape_line(kubelet)
@@ -517,23 +523,18 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
     a list in one cell: a time-sliced GPU's many would be cut at the cell cap."""
     holders: dict[str, list[str]] = {}
     readings: dict[str, DeviceReading] = {}
-    for pod in snapshot.pods:
-        if not filters.keeps_pod(pod):
-            continue
-        for container in pod.containers:
-            if not filters.keeps_container(container):
+    for pod, container in _shown_containers(snapshot, filters):
+        for device in (*container.devices, *container.claim_devices):
+            reading = snapshot.hardware_of(device).reading
+            if reading is None or not any(
+                s.spec.name.startswith("podresources_gpu_") for s in reading.samples
+            ):
                 continue
-            for device in (*container.devices, *container.claim_devices):
-                reading = snapshot.hardware_of(device).reading
-                if reading is None or not any(
-                    s.spec.name.startswith("podresources_gpu_") for s in reading.samples
-                ):
-                    continue
-                readings[reading.name] = reading
-                holder = f"{pod.namespace}/{pod.name}/{container.owner.container or POD_POOL}"
-                holders.setdefault(reading.name, [])
-                if holder not in holders[reading.name]:
-                    holders[reading.name].append(holder)
+            readings[reading.name] = reading
+            holder = f"{pod.namespace}/{pod.name}/{container.owner.container or POD_POOL}"
+            holders.setdefault(reading.name, [])
+            if holder not in holders[reading.name]:
+                holders[reading.name].append(holder)
     if not readings:
         return ""
     header = ("DEVICE", *(name for name, _, _ in _GPU_RATIOS), "MEMORY_GIB", "TEMP_C", "POWER_W")
