@@ -1253,6 +1253,10 @@ _MIB = 1024 * 1024
 # nvml.h: two samples should be more than 100 ms apart ("the internal sample refresh
 # rate"); a poll sooner than that keeps the older sample and serves no GPM figures.
 GPM_MIN_INTERVAL_S = 0.1
+# How a failed sample and metrics call are named in issues: a MIG device's own, and its
+# GPU instance's, kept apart so that on-call can tell which of the two failed.
+_DEVICE_CALLS = ("gpm_sample", "gpm_metrics")
+_INSTANCE_CALLS = ("gpm_mig_sample", "gpm_mig_metrics")
 
 
 def _bytes_added(total: float | None, rate_mib_s: float | None, seconds: float) -> float | None:
@@ -1828,7 +1832,7 @@ class NvmlCollector(Collector):
         asked = _GPM_GPU_METRICS if whole_gpu else _GPM_METRICS
         ids = _GPM_GPU_METRIC_IDS if whole_gpu else _GPM_METRIC_IDS
         measured = self._gpm_measure(
-            uuid, "gpm_sample", functools.partial(self._source.gpm_sample, handle), ids
+            uuid, _DEVICE_CALLS, functools.partial(self._source.gpm_sample, handle), ids
         )
         if measured is None:
             return
@@ -1855,14 +1859,15 @@ class NvmlCollector(Collector):
     def _gpm_measure(
         self,
         key: str,
-        call: str,
+        calls: tuple[str, str],
         take: Callable[[], NvmlGpmSample],
         metric_ids: tuple[int, ...],
     ) -> tuple[NvmlGpmMetrics, float] | None:
         """The metrics between the sample under ``key`` kept from the last poll and one
         ``take``n now, with the seconds between them; this poll's sample is kept for the
         next, the last one freed. None for a first sample, a poll too soon, or a failure
-        (reported; ``call`` names the sample's)."""
+        (reported, named by ``calls``: the sample's, the metrics')."""
+        call, metrics_call = calls
         last = self._last_gpm.pop(key, None)
         now = self._poll_started
         if last is not None and now - last[0] < GPM_MIN_INTERVAL_S:
@@ -1881,7 +1886,7 @@ class NvmlCollector(Collector):
             try:
                 return self._source.gpm_metrics(last[1], sample, metric_ids), now - last[0]
             except NvmlError as error:
-                self._count(error, "gpm_metrics")
+                self._count(error, metrics_call)
                 return None
         finally:
             if last is not None:
@@ -1902,7 +1907,7 @@ class NvmlCollector(Collector):
         self._reading = uuid
         measured = self._gpm_measure(
             key,
-            "gpm_mig_sample",
+            _INSTANCE_CALLS,
             functools.partial(self._source.gpm_mig_sample, gpu.handle, instance),
             _GPM_GPU_INSTANCE_METRIC_IDS,
         )
@@ -1912,7 +1917,7 @@ class NvmlCollector(Collector):
         dram = _gpm_samples(metrics.values, _GPM_GPU_INSTANCE_METRICS)
         reading = replace(mig.reading, samples=(*mig.reading.samples, *dram))
         if metrics.failure is not None:
-            self._count(metrics.failure, "gpm_metrics")
+            self._count(metrics.failure, _INSTANCE_CALLS[1])
         return replace(mig, reading=reading)
 
     def _add_pcie_bytes(

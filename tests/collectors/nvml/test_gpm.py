@@ -292,25 +292,26 @@ class TestGpuInstances:
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
         """The instance's DRAM metric answering an error (the MIG device's own metrics do
-        not ask it) leaves the device without DRAM and is one issue, the device's."""
+        not ask it) leaves the device without DRAM and is one issue, on the device, named
+        as the instance's metrics call (gpm_mig_metrics), not its own."""
         mig_load: GpmPercents = (50.0, 45.0, 20.0, 30.0, -2, 0.0, 10.0, 5.0)
         fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=mig_load),)))
         collector.collect()
         readings = collector.collect()
-        failed = CollectorIssue("UNKNOWN", f"{MIG_1}: gpm_metrics: NVML UNKNOWN")
+        failed = CollectorIssue("UNKNOWN", f"{MIG_1}: gpm_mig_metrics: NVML UNKNOWN")
         assert (ratios(mig_load, whole_gpu=False), (failed,)) == (
             gpm(readings, MIG_1),
             readings.issues,
         )
 
     @pytest.mark.parametrize(
-        ("lost_at", "held"),
+        ("lost_at", "held", "call"),
         # Held: the three devices' own samples; lost at the first instance's metrics
         # call, that instance's new sample too (kept for the next poll). Every instance's
         # last sample is freed, the one not asked included. The Nth call: the second
         # poll's first instance sample (the first poll took two); its fourth metrics call
         # (the GPU's, the two devices' own, then the first instance's).
-        [(("gpm_mig_sample", 3), 3), (("gpm_metrics", 4), 4)],
+        [(("gpm_mig_sample", 3), 3, "gpm_mig_sample"), (("gpm_metrics", 4), 4, "gpm_mig_metrics")],
         ids=["sample", "metrics"],
     )
     def test_a_gpu_lost_at_an_instance_ends_its_read_keeping_what_was_read(
@@ -319,6 +320,7 @@ class TestGpuInstances:
         collector: NvmlCollector,
         lost_at: tuple[str, int],
         held: int,
+        call: str,
     ) -> None:
         """GPU_IS_LOST from an instance's sample or metrics is one issue, the first MIG
         device's: the other instance is not asked, both MIG devices keep the figures read
@@ -332,7 +334,7 @@ class TestGpuInstances:
         before = fake_nvml.library.gpm_samples_live()
         collector.collect()  # the first samples; the GPU is lost at the second poll
         readings, made = counting(fake_nvml, collector, "gpm_mig_sample")
-        lost = CollectorIssue("GPU_IS_LOST", f"{MIG_1}: {lost_at[0]}: NVML GPU_IS_LOST")
+        lost = CollectorIssue("GPU_IS_LOST", f"{MIG_1}: {call}: NVML GPU_IS_LOST")
         assert (COMPUTE_ONLY, COMPUTE_ONLY, (lost,), (1,), held) == (
             gpm(readings, MIG_1),
             gpm(readings, MIG_2),
