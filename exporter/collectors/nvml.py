@@ -1581,16 +1581,16 @@ class NvmlCollector(Collector):
         self._energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._last_energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._energy_max_age_s = context.nvml_energy_interval_s - ENERGY_INTERVAL_SLACK_S
-        # GPM, by device UUID (a MIG device's is new with each reconfiguration): whether it
-        # can be sampled, asked once an NVML session; its sample of this poll, and of the
-        # last poll to measure from (freed once used, or when its device is gone).
+        # GPM, by device UUID (a MIG device's is new with each reconfiguration; its GPU
+        # instance's is "<UUID>/gpu-instance"): whether it can be sampled, asked once an
+        # NVML session; its sample of this poll, and of the last poll to measure from
+        # (freed once used, or when its device is gone).
         self._gpm_supported: dict[str, bool] = {}
         self._gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
         self._last_gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
         # Each whole GPU's PCIe bytes measured so far, sent and received (None: that
-        # direction never answered), kept while the GPU is read; the GPUs read this poll.
+        # direction never answered), kept while the GPU is listed.
         self._pcie_bytes: dict[str, tuple[float | None, float | None]] = {}
-        self._pcie_read: set[str] = set()
         self._poll_started = 0.0  # clock() when this poll's collect() began
         # Placements by (parent UUID, GPU instance, MIG UUID), None where NVML has none:
         # this poll's, and the last poll's to take them from (so departed ones drop).
@@ -1618,7 +1618,6 @@ class NvmlCollector(Collector):
             # push the GPUs read after it past their due time, a whole poll later.
             self._poll_started = self._clock()
             self._last_gpm, self._gpm = self._gpm, {}
-            self._pcie_read = set()
             try:
                 count = self._session.device_count()
                 driver = self._driver_info()
@@ -1627,13 +1626,13 @@ class NvmlCollector(Collector):
                     devices.extend(self._read_gpu(index))
             finally:
                 self._free_gpm(self._last_gpm)  # devices not read this poll
-                # A GPU gone (or lost) is counted from 0 if it comes back; one whose sample
-                # failed keeps its counts, never falling, without the unmeasured interval.
-                self._pcie_bytes = {
-                    uuid: counted
-                    for uuid, counted in self._pcie_bytes.items()
-                    if uuid in self._pcie_read
-                }
+            # A GPU no longer listed is counted from 0 if it comes back; one listed keeps
+            # its counts (never falling) through a failed sample or a lost poll, without
+            # the interval left unmeasured.
+            listed = {device.name for device in devices}
+            self._pcie_bytes = {
+                uuid: counted for uuid, counted in self._pcie_bytes.items() if uuid in listed
+            }
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
             self._xids.drain()
             devices = [self._xids.with_counts(device) for device in devices]
@@ -1841,7 +1840,7 @@ class NvmlCollector(Collector):
         if whole_gpu:
             self._add_pcie_bytes(uuid, metrics.values[len(asked) :], seconds)
         if metrics.failure is not None:
-            self._count(metrics.failure, "gpm_metrics")
+            self._count(metrics.failure, _DEVICE_CALLS[1])
 
     def _gpm_ok(self, handle: NvmlHandle, uuid: str) -> bool:
         """Whether the device can be sampled, asked once an NVML session."""
@@ -1933,9 +1932,7 @@ class NvmlCollector(Collector):
         )
 
     def _pcie_samples(self, uuid: str) -> tuple[Sample, ...]:
-        """The GPU's PCIe byte counts so far, each direction that has one; the GPU is
-        marked read this poll, so its counts are kept."""
-        self._pcie_read.add(uuid)
+        """The GPU's PCIe byte counts so far, each direction that has one."""
         counted = self._pcie_bytes.get(uuid, (None, None))
         return tuple(
             Sample(spec, total)

@@ -768,11 +768,12 @@ class TestPcieTraffic:
             for seconds in seconds_counted
         ] == [pcie(readings, UUID) for readings in polls]
 
-    def test_a_gpu_lost_for_a_poll_counts_again_from_zero(
+    def test_a_gpu_lost_for_a_poll_keeps_its_counts(
         self, fake_nvml: FakeNvml, clocked: Clocked, tmp_path: Path
     ) -> None:
-        """A GPU that fell off the bus serves nothing that poll and loses its counts: when
-        it answers again it is counted from 0, a reset Prometheus sees, not a fall."""
+        """A GPU that fell off the bus for a poll is still listed: it serves no counts that
+        poll, keeps them (never falling), and counts on from the next pair of samples;
+        the intervals around the loss are not counted."""
         lost = tmp_path / "lost"
         fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0), lost_flag=lost))
         clocked.at(0.0)
@@ -782,10 +783,35 @@ class TestPcieTraffic:
         lost.unlink()
         polls = [clocked.at(seconds) for seconds in (30.0, 35.0)]
         ten = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
-        five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 10.0 * MIB}
-        assert [ten, {}, {}, five] == [
+        fifteen = {GPU_PCIE_TRANSMIT.name: 15.0 * MIB, GPU_PCIE_RECEIVE.name: 30.0 * MIB}
+        assert [ten, {}, ten, fifteen] == [
             pcie(readings, UUID) for readings in (counted, during, *polls)
         ]
+
+    def test_a_gpu_no_longer_listed_counts_again_from_zero(
+        self, fake_nvml: FakeNvml, clocked: Clocked, tmp_path: Path
+    ) -> None:
+        """A GPU NVML stops listing (its handle fails) has its counts dropped with it:
+        when it is listed again it counts from 0, a reset Prometheus sees after the
+        series' gap. (Its name keeps failing, so it is never cached and its handle is
+        asked each poll.)"""
+        unnamed, unlisted = tmp_path / "unnamed", tmp_path / "unlisted"
+        unnamed.touch()
+        fails = (("name", UNKNOWN, unnamed), ("handle", UNKNOWN, unlisted))
+        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=fails))
+        clocked.at(0.0)
+        counted = clocked.at(10.0)
+        unlisted.touch()
+        gone = clocked.at(20.0)
+        unlisted.unlink()
+        polls = [clocked.at(seconds) for seconds in (30.0, 35.0)]
+        ten = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
+        five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 10.0 * MIB}
+        assert (ten, [], [{}, five]) == (
+            pcie(counted, UUID),
+            [device.name for device in gone.devices],
+            [pcie(readings, UUID) for readings in polls],
+        )
 
     def test_a_new_nvml_session_counts_from_zero(
         self, fake_nvml: FakeNvml, clocked: Clocked
