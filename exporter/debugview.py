@@ -12,6 +12,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.collectors.gpu_metrics import (
+    GPU_DRAM_ACTIVE,
+    GPU_MEMORY_TOTAL,
+    GPU_MEMORY_USED,
+    GPU_PIPE_ACTIVE,
+    GPU_POWER,
+    GPU_SM_ACTIVE,
+    GPU_TEMPERATURE,
+    GPU_UTILIZATION,
+)
 from exporter.join import SHARED_POOL
 from exporter.logs import escape_line
 from exporter.model import (
@@ -509,10 +519,10 @@ def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
 
 # The GPU table's ratio columns: family, its own labels.
 _GPU_RATIOS = (
-    ("UTIL", "podresources_gpu_utilization_ratio", ()),
-    ("SM", "podresources_gpu_sm_active_ratio", ()),
-    ("TENSOR", "podresources_gpu_pipe_active_ratio", ("tensor",)),
-    ("DRAM", "podresources_gpu_dram_active_ratio", ()),
+    ("UTIL", GPU_UTILIZATION, ()),
+    ("SM", GPU_SM_ACTIVE, ()),
+    ("TENSOR", GPU_PIPE_ACTIVE, ("tensor",)),
+    ("DRAM", GPU_DRAM_ACTIVE, ()),
 )
 _GIB = 1024**3
 
@@ -521,7 +531,7 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
     """One line per GPU (or MIG device) the shown containers hold and holder: how busy,
     how full, how hot; "-" where its telemetry has no such figure. A holder a line, not
     a list in one cell: a time-sliced GPU's many would be cut at the cell cap."""
-    holders: dict[str, list[str]] = {}
+    holders: dict[str, dict[str, None]] = {}  # device -> its holders, in order, once each
     readings: dict[str, DeviceReading] = {}
     for pod, container in _shown_containers(snapshot, filters):
         for device in (*container.devices, *container.claim_devices):
@@ -532,20 +542,18 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
                 continue
             readings[reading.name] = reading
             holder = f"{pod.namespace}/{pod.name}/{container.owner.container or POD_POOL}"
-            holders.setdefault(reading.name, [])
-            if holder not in holders[reading.name]:
-                holders[reading.name].append(holder)
+            holders.setdefault(reading.name, {})[holder] = None
     if not readings:
         return ""
     header = ("DEVICE", *(name for name, _, _ in _GPU_RATIOS), "MEMORY_GIB", "TEMP_C", "POWER_W")
     rows: list[tuple[str, ...]] = [(*header, "HOLDER")]
     for name in sorted(readings):
-        figures = {(s.spec.name, s.label_values): s.value for s in readings[name].samples}
-        ratios = (figures.get((family, labels)) for _, family, labels in _GPU_RATIOS)
-        used = figures.get(("podresources_gpu_memory_used_bytes", ()))
-        total = figures.get(("podresources_gpu_memory_total_bytes", ()))
-        temperature = figures.get(("podresources_gpu_temperature_celsius", ()))
-        power = figures.get(("podresources_gpu_power_watts", ()))
+        figures = {(s.spec, s.label_values): s.value for s in readings[name].samples}
+        ratios = (figures.get((spec, labels)) for _, spec, labels in _GPU_RATIOS)
+        used = figures.get((GPU_MEMORY_USED, ()))
+        total = figures.get((GPU_MEMORY_TOTAL, ()))
+        temperature = figures.get((GPU_TEMPERATURE, ()))
+        power = figures.get((GPU_POWER, ()))
         cells = (
             name,
             *("-" if ratio is None else f"{ratio:.0%}" for ratio in ratios),

@@ -102,8 +102,16 @@ FABRIC_HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
 # GPM metric ID (nvml.h's nvmlGpmMetricId_t) -> its value for each percent of the
 # device's utilization: a share of it, or for PCIe traffic (20 sent, 21 received) MiB/s
 GPM_SHARES = {
-    **{1: 1.0, 2: 0.9, 3: 0.4, 5: 0.6, 10: 2 / 3, 11: 0.02, 12: 0.25, 13: 0.1},
-    **{20: 20.0, 21: 80.0},
+    1: 1.0,  # graphics engine
+    2: 0.9,  # SMs active
+    3: 0.4,  # SM occupancy
+    5: 0.6,  # any tensor pipe
+    10: 2 / 3,  # DRAM bandwidth: the memory's busy share
+    11: 0.02,  # FP64
+    12: 0.25,  # FP32
+    13: 0.1,  # FP16
+    20: 20.0,  # PCIe sent, MiB/s
+    21: 80.0,  # PCIe received, MiB/s
 }
 
 
