@@ -697,10 +697,15 @@ MIB = 1024 * 1024
 
 
 def pcie(readings: Readings, name: str) -> dict[str, float]:
-    """One device's PCIe byte counters by family."""
-    device = next(d for d in readings.devices if d.name == name)
+    """One device's PCIe byte counters by family; none for a device not read."""
     families = (GPU_PCIE_TRANSMIT, GPU_PCIE_RECEIVE)
-    return {s.spec.name: s.value for s in device.samples if s.spec in families}
+    return {
+        s.spec.name: s.value
+        for device in readings.devices
+        if device.name == name
+        for s in device.samples
+        if s.spec in families
+    }
 
 
 class TestPcieTraffic:
@@ -768,50 +773,47 @@ class TestPcieTraffic:
             for seconds in seconds_counted
         ] == [pcie(readings, UUID) for readings in polls]
 
-    def test_a_gpu_lost_for_a_poll_keeps_its_counts(
-        self, fake_nvml: FakeNvml, clocked: Clocked, tmp_path: Path
+    @pytest.mark.parametrize(
+        ("away", "seconds_counted"),
+        # Polls at 10, 20 (away), 30 and 35 s, after one at 0 s; None: no counts served.
+        # Lost off the bus for a poll, the GPU is still listed: its counts stay, never
+        # falling, and go on from the next pair of samples (30 and 35 s). No longer
+        # listed (its handle fails), its counts go with it: back, it counts from 0.
+        [("lost", [10, None, 10, 15]), ("unlisted", [10, None, None, 5])],
+    )
+    def test_a_gpu_away_for_a_poll(
+        self,
+        fake_nvml: FakeNvml,
+        clocked: Clocked,
+        tmp_path: Path,
+        away: str,
+        seconds_counted: list[int | None],
     ) -> None:
-        """A GPU that fell off the bus for a poll is still listed: it serves no counts that
-        poll, keeps them (never falling), and counts on from the next pair of samples;
-        the intervals around the loss are not counted."""
-        lost = tmp_path / "lost"
-        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0), lost_flag=lost))
+        """The intervals around a poll the GPU was away are never counted; its counts
+        are kept while NVML lists it, and start again from 0 (a reset Prometheus sees
+        after the series' gap) once it did not. (Its name keeps failing in the unlisted
+        case, so it is never cached and its handle is asked each poll.)"""
+        flag = tmp_path / "away"
+        if away == "lost":
+            gpu = replace(GPU, gpm_pcie=(1.0, 2.0), lost_flag=flag)
+        else:
+            unnamed = tmp_path / "unnamed"
+            unnamed.touch()
+            fails = (("name", UNKNOWN, unnamed), ("handle", UNKNOWN, flag))
+            gpu = replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=fails)
+        fake_nvml.configure(gpu)
         clocked.at(0.0)
-        counted = clocked.at(10.0)
-        lost.touch()
-        during = clocked.at(20.0)
-        lost.unlink()
-        polls = [clocked.at(seconds) for seconds in (30.0, 35.0)]
-        ten = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
-        fifteen = {GPU_PCIE_TRANSMIT.name: 15.0 * MIB, GPU_PCIE_RECEIVE.name: 30.0 * MIB}
-        assert [ten, {}, ten, fifteen] == [
-            pcie(readings, UUID) for readings in (counted, during, *polls)
-        ]
-
-    def test_a_gpu_no_longer_listed_counts_again_from_zero(
-        self, fake_nvml: FakeNvml, clocked: Clocked, tmp_path: Path
-    ) -> None:
-        """A GPU NVML stops listing (its handle fails) has its counts dropped with it:
-        when it is listed again it counts from 0, a reset Prometheus sees after the
-        series' gap. (Its name keeps failing, so it is never cached and its handle is
-        asked each poll.)"""
-        unnamed, unlisted = tmp_path / "unnamed", tmp_path / "unlisted"
-        unnamed.touch()
-        fails = (("name", UNKNOWN, unnamed), ("handle", UNKNOWN, unlisted))
-        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=fails))
-        clocked.at(0.0)
-        counted = clocked.at(10.0)
-        unlisted.touch()
-        gone = clocked.at(20.0)
-        unlisted.unlink()
-        polls = [clocked.at(seconds) for seconds in (30.0, 35.0)]
-        ten = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
-        five = {GPU_PCIE_TRANSMIT.name: 5.0 * MIB, GPU_PCIE_RECEIVE.name: 10.0 * MIB}
-        assert (ten, [], [{}, five]) == (
-            pcie(counted, UUID),
-            [device.name for device in gone.devices],
-            [pcie(readings, UUID) for readings in polls],
-        )
+        polls = [clocked.at(10.0)]
+        flag.touch()
+        polls.append(clocked.at(20.0))
+        flag.unlink()
+        polls += [clocked.at(seconds) for seconds in (30.0, 35.0)]
+        assert [
+            {}
+            if seconds is None
+            else {GPU_PCIE_TRANSMIT.name: seconds * MIB, GPU_PCIE_RECEIVE.name: 2 * seconds * MIB}
+            for seconds in seconds_counted
+        ] == [pcie(readings, UUID) for readings in polls]
 
     def test_a_new_nvml_session_counts_from_zero(
         self, fake_nvml: FakeNvml, clocked: Clocked
