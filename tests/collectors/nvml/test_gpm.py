@@ -708,6 +708,17 @@ def pcie(readings: Readings, name: str) -> dict[str, float]:
     }
 
 
+def polls_around_a_fault(clocked: Clocked, flag: Path) -> list[Readings]:
+    """Polls at 0 and 10 s, at 20 s while ``flag`` exists (a fault the fake library
+    answers while it does), then at 30 and 35 s: the readings from 10 s on."""
+    clocked.at(0.0)
+    polls = [clocked.at(10.0)]
+    flag.touch()
+    polls.append(clocked.at(20.0))
+    flag.unlink()
+    return [*polls, clocked.at(30.0), clocked.at(35.0)]
+
+
 class TestPcieTraffic:
     def test_each_intervals_rate_adds_its_bytes(
         self, fake_nvml: FakeNvml, clocked: Clocked
@@ -741,10 +752,10 @@ class TestPcieTraffic:
 
     @pytest.mark.parametrize(
         ("figure", "seconds_counted"),
-        # Polls at 0, 10, 20 (failing), 30 and 40 s. A failed sample leaves no baseline:
-        # the poll at 30 s takes one, and 40 s adds its 10 s. A failed metrics call
-        # keeps the 20 s sample: 30 and 40 s add their 10 s each.
-        [("gpm_sample", [10, 10, 10, 20]), ("gpm_metrics", [10, 10, 20, 30])],
+        # Polls at 10, 20 (failing), 30 and 35 s, after one at 0 s. A failed sample
+        # leaves no baseline: the poll at 30 s takes one, and 35 s adds its 5 s. A failed
+        # metrics call keeps the 20 s sample: 30 s adds its 10 s, 35 s its 5 s.
+        [("gpm_sample", [10, 10, 10, 15]), ("gpm_metrics", [10, 10, 20, 25])],
     )
     def test_a_failure_keeps_the_counts_and_leaves_its_interval_uncounted(
         self,
@@ -762,12 +773,7 @@ class TestPcieTraffic:
         fake_nvml.configure(
             replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=((figure, UNKNOWN, failing),))
         )
-        clocked.at(0.0)
-        polls = [clocked.at(10.0)]
-        failing.touch()
-        polls.append(clocked.at(20.0))
-        failing.unlink()
-        polls += [clocked.at(seconds) for seconds in (30.0, 40.0)]
+        polls = polls_around_a_fault(clocked, failing)
         assert [
             {GPU_PCIE_TRANSMIT.name: seconds * MIB, GPU_PCIE_RECEIVE.name: 2 * seconds * MIB}
             for seconds in seconds_counted
@@ -775,7 +781,7 @@ class TestPcieTraffic:
 
     @pytest.mark.parametrize(
         ("away", "seconds_counted"),
-        # Polls at 10, 20 (away), 30 and 35 s, after one at 0 s; None: no counts served.
+        # Polls as polls_around_a_fault makes them; None: no counts served.
         # Lost off the bus for a poll, the GPU is still listed: its counts stay, never
         # falling, and go on from the next pair of samples (30 and 35 s). No longer
         # listed (its handle fails), its counts go with it: back, it counts from 0.
@@ -802,12 +808,7 @@ class TestPcieTraffic:
             fails = (("name", UNKNOWN, unnamed), ("handle", UNKNOWN, flag))
             gpu = replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=fails)
         fake_nvml.configure(gpu)
-        clocked.at(0.0)
-        polls = [clocked.at(10.0)]
-        flag.touch()
-        polls.append(clocked.at(20.0))
-        flag.unlink()
-        polls += [clocked.at(seconds) for seconds in (30.0, 35.0)]
+        polls = polls_around_a_fault(clocked, flag)
         assert [
             {}
             if seconds is None
