@@ -54,6 +54,7 @@ from exporter.model import (
     cpulist,
     numa_label,
 )
+from exporter.pcie_paths import pcie_path_families
 from exporter.process_metrics import process_families
 from exporter.selfmetrics import live_rows
 
@@ -709,6 +710,7 @@ def render(
         *_container_families(
             snapshot, cache=cache, previous=seen, same_allocations=same_allocations
         ),
+        *pcie_path_families(snapshot),
         *_telemetry_families(snapshot, cache=cache, previous=seen),
         *process_families(snapshot),
     ):

@@ -248,6 +248,10 @@ class PciDevice:
     numa_node: int | None  # None where sysfs says -1 or has no numa_node file
     # Figures of the function itself (its PCIe link), added to its device's reading.
     samples: tuple[Sample, ...] = ()
+    # Where it sits in the PCI tree: its host bridge (the last ``pci<domain>:<bus>``
+    # folder of its real sysfs path), then the functions below it down to this one's
+    # address; () where the path does not say (a fixture of plain folders).
+    pcie_path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

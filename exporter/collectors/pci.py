@@ -36,6 +36,10 @@ the kernel (native AER, or firmware-first through GHES): where firmware keeps th
 AER is off (``pci=noaer``), they stay 0. They are counts in the kernel's memory, read
 without waking a suspended function.
 
+And where each function sits in the PCI tree (``PciDevice.pcie_path``), from its real
+path under ``/sys/devices``: the join tells from it how far a container's GPUs are from
+its NICs (``exporter.pcie_paths``). Read once, when the function is first listed.
+
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
 ``numa_node`` loses only the node (None). A function listed on the bus whose identity
@@ -86,6 +90,7 @@ __all__ = [
     "parse_link_speed",
     "parse_link_width",
     "parse_numa_node",
+    "pcie_path_of",
     "read_pci_device",
 ]
 
@@ -234,6 +239,23 @@ def read_pci_device(
     )
 
 
+def pcie_path_of(function_dir: Path) -> tuple[str, ...]:
+    """Where the function sits in the PCI tree, from its real sysfs path
+    (``/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/...``): its host bridge, the
+    last ``pci<domain>:<bus>`` folder (a Hyper-V guest's bus has one below VMBus
+    folders), then every function from there down to this one. () where the real
+    path has no such folder or ends elsewhere (plain folders of a fixture tree)."""
+    parts = os.path.realpath(function_dir).split("/")
+    if not parts or parts[-1] != function_dir.name or not is_pci_address(parts[-1]):
+        return ()
+    start = len(parts) - 1
+    while start > 0 and is_pci_address(parts[start - 1]):
+        start -= 1
+    if start == 0 or not parts[start - 1].startswith("pci"):
+        return ()
+    return tuple(parts[start - 1 :])
+
+
 def _read_hex(path: Path, *, digits: int, issues: list[CollectorIssue]) -> str | None:
     try:
         text = read_text(path)
@@ -265,13 +287,13 @@ class PciCollector(Collector):
     """Vendor, device, class and NUMA node of GPUs, accelerators and NICs.
 
     A function's files are read when its address is first listed and kept while the
-    bus lists it under the same inode: vendor, device and class are fixed for the
-    life of a function. Its NUMA node is set at enumeration but root may override it
-    (``echo N > numa_node``, the kernel's answer to firmware that reports it wrong, as
-    the NUMA-mismatch runbook says), so it is read again every ``NUMA_RECHECK_POLLS``
-    polls, through a kept descriptor. A hot-unplugged or re-created function (a new
-    sysfs entry: a new inode) is dropped or read anew; a function whose read failed is
-    read, and reported, again next poll.
+    bus lists it under the same inode: vendor, device, class and place in the PCI tree
+    are fixed for the life of a function. Its NUMA node is set at enumeration but root
+    may override it (``echo N > numa_node``, the kernel's answer to firmware that
+    reports it wrong, as the NUMA-mismatch runbook says), so it is read again every
+    ``NUMA_RECHECK_POLLS`` polls, through a kept descriptor. A hot-unplugged or
+    re-created function (a new sysfs entry: a new inode) is dropped or read anew; a
+    function whose read failed is read, and reported, again next poll.
     """
 
     name = "pci"
@@ -306,6 +328,8 @@ class PciCollector(Collector):
                 self._files.forget((numa_path, *(link.paths if link is not None else ())))
                 before = len(issues)
                 device = read_pci_device(function_dir, address=address, issues=issues)
+                if device is not None:
+                    device = replace(device, pcie_path=pcie_path_of(function_dir))
                 known = _Known(inode, device, numa_path, link if device is not None else None)
                 if len(issues) != before:  # read again, and reported again, next poll
                     known = replace(known, inode=_READ_AGAIN)

@@ -178,6 +178,18 @@ class SimHardware:
     gpu_processes: tuple[SimGpuProcess, ...] = ()
     # (PCI address, its link): functions without one have no link files (a VM's bus)
     pcie_links: tuple[tuple[str, SimPcieLink], ...] = ()
+    # (PCI address, the bridges above it): its root port, then each switch's upstream
+    # and downstream port down to it. A VF sits beside its PF. Functions not named here
+    # hang off their host bridge directly, as on a VM's bus.
+    pcie_bridges: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def bridges_of(self, address: str) -> tuple[str, ...]:
+        """The bridges above the function at ``address``, root port first."""
+        chains = dict(self.pcie_bridges)
+        if address in chains:
+            return chains[address]
+        pf = next((n.physfn for n in self.nics if n.pci_address == address), None)
+        return chains.get(pf, ()) if pf is not None else ()
 
     @property
     def cpus(self) -> tuple[int, ...]:
@@ -266,6 +278,8 @@ def demo_hardware() -> SimHardware:
     NUMA 1: CPUs 32-63, GPU 2 (MIG: three instances), GPU 3 (time-sliced by the
     scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU, GPU 6
     (allocated to nobody, busy with a host process: "free but busy").
+    PCIe: GPU 0 and PF 0, GPU 3 and PF 1, each pair below a switch of its own
+    (``_DEMO_BRIDGES``).
     DRA (``exporter.sim.dra``): GPU 4 (NUMA 0), GPU 5 (NUMA 1, one MIG device) and AMD
     card 3 (NUMA 1).
     """
@@ -345,7 +359,20 @@ def demo_hardware() -> SimHardware:
         rdma,
         processes,
         pcie_links=_demo_links(all_gpus, drm, nics),
+        pcie_bridges=_DEMO_BRIDGES,
     )
+
+
+# As on an HGX board: GPU 0 and Mellanox PF 0 (its VFs beside it) below one PCIe switch
+# of NUMA node 0, GPU 3 and PF 1 below one of node 1; GPU 1 alone below a root port of
+# another host bridge of node 0. The other functions hang off host bridges of their own.
+_DEMO_BRIDGES = (
+    ("0000:17:00.0", ("0000:14:01.0", "0000:15:00.0", "0000:16:00.0")),
+    ("0000:4b:00.0", ("0000:14:01.0", "0000:15:00.0", "0000:16:01.0")),
+    ("0000:31:00.0", ("0000:30:01.0",)),
+    ("0000:ca:00.0", ("0000:c7:01.0", "0000:c8:00.0", "0000:c9:00.0")),
+    ("0000:d8:00.0", ("0000:c7:01.0", "0000:c8:00.0", "0000:c9:01.0")),
+)
 
 
 def _demo_links(

@@ -58,11 +58,19 @@ HARDWARE = SimHardware(
     nics=(PF, VF),
     rdma_devices=(SimRdmaDevice("mlx5_4", "0000:c1:00.0", 1),),
 )
-GPU_17 = PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", 1)
-PF_4B = PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", 0)
-VF_4B = PciDevice("0000:4b:00.2", "0x15b3", "0x101e", "0x020000", 0)
-HCA_C1 = PciDevice("0000:c1:00.0", "0x15b3", "0x1021", "0x020700", 1)
-AMD_E1 = PciDevice("0000:e1:00.0", "0x1002", "0x74a1", "0x038000", 1)
+
+
+def placed(device: PciDevice) -> PciDevice:
+    """``device`` where the fixture writes it, right below its own host bridge."""
+    domain_and_bus = device.address.rsplit(":", 1)[0]
+    return replace(device, pcie_path=(f"pci{domain_and_bus}", device.address))
+
+
+GPU_17 = placed(PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", 1))
+PF_4B = placed(PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", 0))
+VF_4B = placed(PciDevice("0000:4b:00.2", "0x15b3", "0x101e", "0x020000", 0))
+HCA_C1 = placed(PciDevice("0000:c1:00.0", "0x15b3", "0x1021", "0x020700", 1))
+AMD_E1 = placed(PciDevice("0000:e1:00.0", "0x1002", "0x74a1", "0x038000", 1))
 
 
 def _tree(sysfs: Path) -> Path:
@@ -138,7 +146,8 @@ class TestReadPciDevice:
             _function_dir(tmp_path, "0000:17:00.0"), address="0000:17:00.0", issues=issues
         )
 
-        assert (GPU_17, []) == (device, issues)
+        # Its place in the tree is the collector's to add, once.
+        assert (replace(GPU_17, pcie_path=()), []) == (device, issues)
 
     def test_missing_numa_node_is_none(self, tmp_path: Path) -> None:
         """A kernel without NUMA has no numa_node file: the node is None, silently."""
@@ -178,7 +187,7 @@ class TestPciCollector:
         _tree(tmp_path)
         _add_function(tmp_path, "0000:02:00.0", class_id="0x120000")  # an accelerator
 
-        accelerator = PciDevice("0000:02:00.0", "0x8086", "0x1234", "0x120000", 0)
+        accelerator = placed(PciDevice("0000:02:00.0", "0x8086", "0x1234", "0x120000", 0))
         expected = Readings(pci_devices=(accelerator, GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1))
         assert expected == _collect(tmp_path)
 
@@ -197,7 +206,7 @@ class TestPciCollector:
         reads -1 on this one-node VM.
         """
         expected = Readings(
-            pci_devices=(PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None),)
+            pci_devices=(placed(PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None)),)
         )
         assert expected == _collect(CAPTURED / "sys")
 
@@ -206,8 +215,8 @@ class TestPciCollector:
         GPUs are, is reported beside the virtio NIC; the VM has no NUMA (-1 everywhere)."""
         expected = Readings(
             pci_devices=(
-                PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None),
-                PciDevice("0000:00:06.0", "0x10de", "0x2330", "0x030200", None),
+                placed(PciDevice("0000:00:03.0", "0x1af4", "0x1041", "0x020000", None)),
+                placed(PciDevice("0000:00:06.0", "0x10de", "0x2330", "0x030200", None)),
             )
         )
         assert expected == _collect(CAPTURED_H100 / "sys")
@@ -218,7 +227,7 @@ class TestPciCollector:
         numa_path = _function_dir(tmp_path, PF.pci_address) / "numa_node"
         write_attribute(numa_path, "abc\n")
 
-        pf = PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", None)
+        pf = placed(PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", None))
         expected = Readings(
             pci_devices=(GPU_17, pf, VF_4B, HCA_C1, AMD_E1),
             issues=(issue("garbage", f"{numa_path}: not a NUMA node: 'abc'"),),
@@ -331,7 +340,7 @@ class TestBetweenPolls:
         collector.collect()
         _add_function(tmp_path, "0000:02:00.0", class_id="0x120000")
 
-        accelerator = PciDevice("0000:02:00.0", "0x8086", "0x1234", "0x120000", 0)
+        accelerator = placed(PciDevice("0000:02:00.0", "0x8086", "0x1234", "0x120000", 0))
         expected = Readings(pci_devices=(accelerator, GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1))
         assert expected == collector.collect()
 
@@ -346,6 +355,7 @@ class TestBetweenPolls:
         write_attribute(new_dir / "numa_node", "1\n")
         replace_symlink(_function_dir(tmp_path, VF.pci_address), new_dir)
 
+        # Below a folder no kernel makes ("recreated"): no place in the tree.
         recreated = PciDevice(VF.pci_address, "0x8086", "0x1889", "0x020000", 1)
         expected = Readings(pci_devices=(GPU_17, PF_4B, recreated, HCA_C1, AMD_E1))
         assert expected == collector.collect()
@@ -397,7 +407,7 @@ class TestBetweenPolls:
         garbled = [collector.collect() for _ in range(NUMA_RECHECK_POLLS)][-1]
         assert PF_4B in before_due.pci_devices  # not yet looked at
 
-        moved = PciDevice(PF.pci_address, "0x15b3", "0x101d", "0x020000", 1)
+        moved = placed(PciDevice(PF.pci_address, "0x15b3", "0x101d", "0x020000", 1))
         expected = (
             Readings(pci_devices=(GPU_17, moved, VF_4B, HCA_C1, AMD_E1)),
             Readings(
@@ -443,7 +453,7 @@ class TestBetweenPolls:
 
         due = [collector.collect() for _ in range(NUMA_RECHECK_POLLS - 1)][-1]
 
-        pf = PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", None)
+        pf = placed(PciDevice("0000:4b:00.0", "0x15b3", "0x101d", "0x020000", None))
         assert Readings(pci_devices=(GPU_17, pf, VF_4B, HCA_C1, AMD_E1)) == due
 
     def test_unplugged_function_is_forgotten(self, tmp_path: Path) -> None:
@@ -459,7 +469,7 @@ class TestBetweenPolls:
         write_attribute(pci_device_dir(tmp_path, VF.pci_address) / "device", "0x1889\n")
         os.link(saved, link, follow_symlinks=False)
 
-        new_vf = PciDevice(VF.pci_address, "0x15b3", "0x1889", "0x020000", 0)
+        new_vf = placed(PciDevice(VF.pci_address, "0x15b3", "0x1889", "0x020000", 0))
         assert Readings(pci_devices=(GPU_17, PF_4B, new_vf, HCA_C1, AMD_E1)) == collector.collect()
 
     def test_unplugged_function_files_are_closed(self, tmp_path: Path) -> None:

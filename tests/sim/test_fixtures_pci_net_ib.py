@@ -153,16 +153,42 @@ class TestPciWriter:
         assert tmp_path / "bus" / "pci" / "drivers" / "amdgpu" == driver.resolve()
 
     def test_demo_hardware_has_every_function(self, tmp_path: Path) -> None:
-        """The demo node's 4 NVIDIA GPUs, 2 DRM GPUs and 10 NIC functions are all on the bus."""
+        """The demo node's NVIDIA GPUs, DRM GPUs and NIC functions are all on the bus, and
+        the root and switch ports above them: 3 root ports and the 3 ports of each of its 2
+        switches."""
         hardware = demo_hardware()
         pci.write(tmp_path, hardware, tick=0)
 
+        bridges = {b for _, chain in hardware.pcie_bridges for b in chain}
         expected = sorted(
             [g.pci_address for g in hardware.gpus]
             + [g.pci_address for g in hardware.drm_gpus]
             + [n.pci_address for n in hardware.nics]
+            + list(bridges)
         )
+        assert 9 == len(bridges)
         assert expected == sorted(os.listdir(tmp_path / "bus" / "pci" / "devices"))
+
+    def test_demo_bridges_nest_as_the_kernel_nests_them(self, tmp_path: Path) -> None:
+        """A function below a switch is a folder in its downstream port's, in its upstream
+        port's, in its root port's, in its host bridge's; bridges are PCI-to-PCI bridges
+        (class 0x060400), and a VF sits beside its PF."""
+        hardware = demo_hardware()
+        pci.write(tmp_path, hardware, tick=0)
+        switch = tmp_path / "devices" / "pci0000:14" / "0000:14:01.0" / "0000:15:00.0"
+
+        def real(address: str) -> Path:
+            return (tmp_path / "bus" / "pci" / "devices" / address).resolve()
+
+        assert switch / "0000:16:00.0" / "0000:17:00.0" == real("0000:17:00.0")
+        assert switch / "0000:16:01.0" / "0000:4b:00.0" == real("0000:4b:00.0")
+        assert switch / "0000:16:01.0" / "0000:4b:00.3" == real("0000:4b:00.3")
+        assert switch / "0000:16:01.0" / "0000:4b:00.3" == pci.pci_device_dir(
+            tmp_path, "0000:4b:00.3"
+        ), "the other writers find it through the bus link"
+        for port in ("0000:14:01.0", "0000:15:00.0", "0000:16:00.0", "0000:16:01.0"):
+            assert "0x060400\n" == (real(port) / "class").read_text()
+        assert tmp_path / "devices" / "pci0000:b1" / "0000:b1:00.0" == real("0000:b1:00.0")
 
     def test_demo_links_as_the_kernel_writes_them(self, tmp_path: Path) -> None:
         """Every GPU and physical NIC of the demo has a Gen5 x16 link, GPU 0 trained at 8

@@ -1,0 +1,226 @@
+"""How near each GPU a container holds sits to its NICs on the PCIe tree. Pure, no I/O.
+
+GPUDirect RDMA moves a GPU's network traffic between the GPU and the NIC over PCIe,
+without a copy through host memory. NCCL turns it on only where the path between the
+two runs through PCIe switches alone (``NCCL_NET_GDR_LEVEL``, PXB by default: the
+check in src/graph/paths.cc), so a training pod given a NIC beyond its GPU's switch
+sends that GPU's traffic between nodes through the CPU and host memory, slower, with
+nothing failing. The kubelet's Topology Manager aligns devices by NUMA node only, and
+device plugins pick GPUs and NICs each on their own: only the PCIe tree tells.
+
+Levels follow the legend of ``nvidia-smi topo -m``, nearest first (NCCL's path types
+call NODE PHB too):
+
+- 1, PIX: through one PCIe switch;
+- 2, PXB: through several switches, not through a host bridge;
+- 3, PHB: through a PCIe host bridge (the CPU): under different switches or root ports
+  of one host bridge;
+- 4, NODE: between host bridges of one NUMA node;
+- 5, SYS: between NUMA nodes, over the CPUs' interconnect.
+
+The tree is read as NCCL reads it from sysfs (``ncclTopoGetXmlFromSys``, src/graph/
+xml.cc): a function's switch is the function two folders up its real path (past the
+switch's downstream port, its upstream port), that switch's own switch two folders
+further up, and so on; a function with the host bridge among the two folders above it
+hangs off the root complex. A NUMA node sysfs does not give (-1, as on one-socket
+machines and most VMs) is taken to be the other's: such a pair reads PHB or NODE.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+
+from exporter.metricwriter import Rows, gauge
+from exporter.model import DEVICE_LABELS, DeviceView, Owner, PciDevice, Snapshot
+
+__all__ = [
+    "GpuNicPath",
+    "PcieLevel",
+    "gpu_nic_paths",
+    "is_gpu",
+    "is_nic",
+    "pcie_level",
+    "pcie_path_families",
+]
+
+
+class PcieLevel(IntEnum):
+    """How far apart two PCI functions are, nearest first; names as nvidia-smi's."""
+
+    PIX = 1
+    PXB = 2
+    PHB = 3
+    NODE = 4
+    SYS = 5
+
+
+# Base class bytes (PCI Code and ID Assignment): display (0x03) and processing
+# accelerator (0x12) for GPUs, network (0x02, InfiniBand 0x0207 among it) for NICs.
+_GPU_CLASSES = ("0x03", "0x12")
+_NIC_CLASS = "0x02"
+
+
+def is_gpu(function: PciDevice) -> bool:
+    return function.class_id.startswith(_GPU_CLASSES)
+
+
+def is_nic(function: PciDevice) -> bool:
+    return function.class_id.startswith(_NIC_CLASS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _switches(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The switches above the function at the end of ``path``, nearest first, each
+    named by its upstream port; () for a function that hangs off the root complex.
+    ``path[0]`` is the host bridge, which ends the climb."""
+    found = []
+    here = len(path) - 1
+    while here - 2 >= 1:
+        here -= 2
+        found.append(path[here])
+    return tuple(found)
+
+
+def pcie_level(a: PciDevice, b: PciDevice) -> PcieLevel | None:
+    """How far apart ``a`` and ``b`` are; None where either's place is unknown."""
+    if not a.pcie_path or not b.pcie_path:
+        return None
+    above_a, above_b = _switches(a.pcie_path), _switches(b.pcie_path)
+    for climbed_a, switch in enumerate(above_a):
+        if switch in above_b:
+            # Each switch climbed past on the way to the shared one is one more.
+            return PcieLevel.PIX if climbed_a + above_b.index(switch) == 0 else PcieLevel.PXB
+    if a.numa_node is not None and b.numa_node is not None and a.numa_node != b.numa_node:
+        return PcieLevel.SYS
+    if a.pcie_path[0] != b.pcie_path[0]:
+        return PcieLevel.NODE
+    return PcieLevel.PHB
+
+
+# A device a container holds, and its PCI function.
+_Found = tuple[DeviceView, PciDevice]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNicPath:
+    """A GPU a container holds, and the nearest NIC of one resource it holds."""
+
+    owner: Owner
+    resource: str  # the GPU's
+    device_id: str
+    nic_resource: str
+    nic_device_id: str
+    level: PcieLevel
+    # The nearest any device of nic_resource the kubelet can allocate sits to the GPU;
+    # None for a DRA driver's devices, which the kubelet does not list as allocatable.
+    best_level: PcieLevel | None
+
+
+def gpu_nic_paths(snapshot: Snapshot) -> tuple[GpuNicPath, ...]:
+    """For each GPU each container holds and each NIC resource it holds too: the
+    nearest of its NICs of that resource, and how near the node's nearest one is."""
+    held: list[tuple[Owner, list[_Found], dict[str, list[_Found]]]] = []
+    for pod in snapshot.pods:
+        for container in pod.containers:
+            if len(container.devices) + len(container.claim_devices) < 2:
+                continue  # most containers: a GPU and a NIC make two
+            gpus: list[_Found] = []
+            nics: dict[str, list[_Found]] = defaultdict(list)
+            for device in (*container.devices, *container.claim_devices):
+                function = snapshot.hardware_of(device).pci
+                if function is None or not function.pcie_path:
+                    continue
+                if is_gpu(function):
+                    gpus.append((device, function))
+                elif is_nic(function):
+                    nics[device.resource].append((device, function))
+            if gpus and nics:
+                held.append((container.owner, gpus, nics))
+    if not held:
+        return ()
+    offered = _offered_nics(snapshot, {r for _, _, nics in held for r in nics})
+    found = []
+    for owner, gpus, nics in held:
+        for gpu, gpu_function in gpus:
+            for nic_resource, candidates in sorted(nics.items()):
+                nearest = _nearest(gpu_function, candidates)
+                if nearest is None:
+                    continue
+                level, nic = nearest
+                best = _nearest(gpu_function, offered.get(nic_resource, []))
+                found.append(
+                    GpuNicPath(
+                        owner,
+                        gpu.resource,
+                        gpu.device_id,
+                        nic_resource,
+                        nic.device_id,
+                        level,
+                        None if best is None else best[0],
+                    )
+                )
+    return tuple(found)
+
+
+def _nearest(gpu: PciDevice, candidates: list[_Found]) -> tuple[PcieLevel, DeviceView] | None:
+    """The nearest candidate and its level; of equals, the lowest device ID."""
+    best: tuple[PcieLevel, str, DeviceView] | None = None
+    for device, function in candidates:
+        level = pcie_level(gpu, function)
+        if level is not None and (best is None or (level, device.device_id) < best[:2]):
+            best = (level, device.device_id, device)
+    return None if best is None else (best[0], best[2])
+
+
+def _offered_nics(snapshot: Snapshot, resources: set[str]) -> dict[str, list[_Found]]:
+    """The NICs of ``resources`` the kubelet can allocate (held or not), with a place."""
+    offered: dict[str, list[_Found]] = defaultdict(list)
+    seen: set[tuple[str, str]] = set()
+    for device in snapshot.devices:
+        if device.resource not in resources or not device.allocatable:
+            continue
+        key = (device.resource, device.device_id)
+        if key in seen:
+            continue  # listed once per holder
+        seen.add(key)
+        function = snapshot.hardware_of(device).pci
+        if function is not None and function.pcie_path and is_nic(function):
+            offered[device.resource].append((device, function))
+    return offered
+
+
+def pcie_path_families(snapshot: Snapshot) -> Iterator[Rows]:
+    """The level of each container's GPU to its nearest NIC, and the node's best."""
+    level = gauge(
+        "podresources_container_gpu_nic_pcie_level",
+        "How far on the PCIe tree the GPU is from the nearest NIC of nic_resource the "
+        "container holds, as nvidia-smi topo -m says it: 1 PIX (one PCIe switch), 2 PXB "
+        "(several switches), 3 PHB (through the host bridge), 4 NODE (between host "
+        "bridges of a NUMA node), 5 SYS (between NUMA nodes). NCCL uses GPUDirect RDMA "
+        "only up to 2 by default.",
+        (*DEVICE_LABELS, "nic_resource", "nic_device_id"),
+    )
+    best = gauge(
+        "podresources_container_gpu_nic_pcie_best_level",
+        "The nearest any device of nic_resource the kubelet can allocate on the node sits "
+        "to the container's GPU, in podresources_container_gpu_nic_pcie_level's levels: "
+        "lower than that one where a nearer NIC was there to be given.",
+        (*DEVICE_LABELS, "nic_resource"),
+    )
+    for path in gpu_nic_paths(snapshot):
+        device = (
+            path.owner.namespace,
+            path.owner.pod,
+            path.owner.container,
+            path.resource,
+            path.device_id,
+        )
+        level.add((*device, path.nic_resource, path.nic_device_id), int(path.level))
+        if path.best_level is not None:
+            best.add((*device, path.nic_resource), int(path.best_level))
+    yield level
+    yield best

@@ -1,0 +1,304 @@
+"""exporter.pcie_paths: how far on the PCIe tree a container's GPUs are from its NICs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors.base import CollectorContext
+from exporter.collectors.pci import PciCollector, pcie_path_of
+from exporter.join import join_snapshot
+from exporter.model import (
+    AllocatableResources,
+    ClaimDevice,
+    CollectorRun,
+    ContainerResources,
+    DeviceGroup,
+    DeviceIdentity,
+    DeviceReading,
+    DraDevice,
+    DraState,
+    DynamicResource,
+    HardwareKey,
+    KeyKind,
+    KubeletStatus,
+    Owner,
+    PciDevice,
+    PodResources,
+    Readings,
+    Snapshot,
+)
+from exporter.pcie_paths import PcieLevel, gpu_nic_paths, pcie_level, pcie_path_families
+from exporter.sim.fixtures import write_tree
+from exporter.sim.hardware import demo_hardware
+
+CAPTURED = Path(__file__).parent / "fixtures" / "captured"
+
+# An HGX-like tree: host bridge pci0000:14, root port 14:01.0, a switch (upstream port
+# 15:00.0, downstream ports 16:0X.0); a second switch cascaded below 16:02.0.
+SWITCH = ("pci0000:14", "0000:14:01.0", "0000:15:00.0")
+GPU0 = (*SWITCH, "0000:16:00.0", "0000:17:00.0")
+NIC0 = (*SWITCH, "0000:16:01.0", "0000:18:00.0")
+VF0 = (*SWITCH, "0000:16:01.0", "0000:18:00.2")
+CASCADED_GPU = (*SWITCH, "0000:16:02.0", "0000:19:00.0", "0000:1a:00.0", "0000:1b:00.0")
+OTHER_ROOT_PORT_NIC = ("pci0000:14", "0000:14:03.0", "0000:20:00.0")
+OTHER_HOST_BRIDGE_NIC = ("pci0000:30", "0000:30:01.0", "0000:31:00.0")
+
+
+def function(path: tuple[str, ...], *, numa: int | None = 0, nic: bool = False) -> PciDevice:
+    address = path[-1] if path else "0000:99:00.0"
+    class_id = "0x020000" if nic else "0x030200"
+    return PciDevice(address, "0x10de", "0x2330", class_id, numa, pcie_path=path)
+
+
+class TestLevels:
+    @pytest.mark.parametrize(
+        ("gpu", "nic", "level"),
+        [
+            pytest.param(GPU0, NIC0, PcieLevel.PIX, id="one switch"),
+            pytest.param(GPU0, VF0, PcieLevel.PIX, id="a VF beside its PF"),
+            pytest.param(CASCADED_GPU, NIC0, PcieLevel.PXB, id="two switches"),
+            pytest.param(GPU0, OTHER_ROOT_PORT_NIC, PcieLevel.PHB, id="another root port"),
+            pytest.param(GPU0, OTHER_HOST_BRIDGE_NIC, PcieLevel.NODE, id="another host bridge"),
+            pytest.param(
+                ("pci0000:00", "0000:00:06.0"),
+                ("pci0000:00", "0000:00:03.0"),
+                PcieLevel.PHB,
+                id="a VM's flat bus",
+            ),
+        ],
+    )
+    def test_levels_as_nvidia_smi_names_them(
+        self, gpu: tuple[str, ...], nic: tuple[str, ...], level: PcieLevel
+    ) -> None:
+        assert level == pcie_level(function(gpu), function(nic, nic=True))
+        assert level == pcie_level(function(nic, nic=True), function(gpu)), "symmetric"
+
+    def test_other_numa_node_is_sys_even_below_one_host_bridge_name(self) -> None:
+        """NUMA nodes decide before host bridges: a pair across sockets is SYS."""
+        far = function(OTHER_HOST_BRIDGE_NIC, numa=1, nic=True)
+        assert PcieLevel.SYS == pcie_level(function(GPU0, numa=0), far)
+
+    def test_a_numa_node_sysfs_does_not_give_is_taken_as_the_same(self) -> None:
+        far = function(OTHER_HOST_BRIDGE_NIC, numa=None, nic=True)
+        assert PcieLevel.NODE == pcie_level(function(GPU0, numa=1), far)
+
+    def test_a_switch_shared_by_numa_nodes_still_reads_pix(self) -> None:
+        """Below one switch the pair never reaches a CPU, whatever numa_node says."""
+        assert PcieLevel.PIX == pcie_level(function(GPU0, numa=0), function(NIC0, numa=1))
+
+    def test_no_place_no_level(self) -> None:
+        assert pcie_level(function(()), function(NIC0, nic=True)) is None
+        assert pcie_level(function(GPU0), function((), nic=True)) is None
+
+
+def _bus_link(sysfs: Path, real: Path) -> Path:
+    link = sysfs / "bus" / "pci" / "devices" / real.name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    real.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(os.path.relpath(real, link.parent))
+    return link
+
+
+class TestPlaceInTheTree:
+    def test_a_function_below_a_switch(self, tmp_path: Path) -> None:
+        real = tmp_path / "devices" / Path(*GPU0)
+        assert GPU0 == pcie_path_of(_bus_link(tmp_path, real))
+
+    def test_a_hyper_v_bus_starts_below_other_folders(self, tmp_path: Path) -> None:
+        vmbus = "LNXSYSTM:00/LNXSYBUS:00/PNP0A03:00/device:07/VMBUS:01"
+        real = tmp_path / "devices" / vmbus / "7870a1b2-0000" / "pci7870:00" / "7870:00:00.0"
+        assert ("pci7870:00", "7870:00:00.0") == pcie_path_of(_bus_link(tmp_path, real))
+
+    def test_plain_folders_say_nothing(self, tmp_path: Path) -> None:
+        """A fixture of plain folders (no link into devices/) has no place."""
+        plain = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"
+        plain.mkdir(parents=True)
+        assert () == pcie_path_of(plain)
+
+    def test_a_link_to_a_folder_of_another_name_says_nothing(self, tmp_path: Path) -> None:
+        real = tmp_path / "devices" / "pci0000:14" / "0000:14:01.0" / "0000:15:00.0"
+        real.mkdir(parents=True)
+        link = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(os.path.relpath(real, link.parent))
+        assert () == pcie_path_of(link)
+
+    def test_the_simulated_node_as_the_collector_reads_it(self, tmp_path: Path) -> None:
+        write_tree(
+            sysfs=tmp_path / "sys", procfs_root=tmp_path / "proc", hardware=demo_hardware(), tick=0
+        )
+        found = PciCollector(CollectorContext(sysfs=tmp_path / "sys")).collect()
+        paths = {d.address: d.pcie_path for d in found.pci_devices}
+        assert (
+            "pci0000:14",
+            "0000:14:01.0",
+            "0000:15:00.0",
+            "0000:16:01.0",
+            "0000:4b:00.3",
+        ) == paths["0000:4b:00.3"], "a VF sits beside its PF"
+        assert ("pci0000:30", "0000:30:01.0", "0000:31:00.0") == paths["0000:31:00.0"]
+        assert ("pci0000:b1", "0000:b1:00.0") == paths["0000:b1:00.0"]
+        assert "0000:15:00.0" not in paths, "bridges are not a reported class"
+
+    def test_a_real_vm_with_an_h100_reads_phb(self) -> None:
+        """The capture of a Firecracker VM: the H100 and the virtio NIC hang off one
+        host bridge, as on most cloud VMs, so every GPU-NIC pair reads PHB there."""
+        sysfs = CAPTURED / "h100-firecracker" / "sys"
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        by_address = {d.address: d for d in found.pci_devices}
+        gpu, nic = by_address["0000:00:06.0"], by_address["0000:00:03.0"]
+        assert ("pci0000:00", "0000:00:06.0") == gpu.pcie_path
+        assert ("pci0000:00", "0000:00:03.0") == nic.pcie_path
+        assert PcieLevel.PHB == pcie_level(gpu, nic)
+
+
+# A node for the join: GPU 0 below the switch of NIC 0's VFs, GPU 1 below another
+# host bridge of the same NUMA node.
+GPU0_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+GPU1_UUID = "GPU-11111111-1111-1111-1111-111111111111"
+GPU1 = ("pci0000:30", "0000:30:01.0", "0000:31:00.0")
+NEAR_VFS = tuple((*SWITCH, "0000:16:01.0", f"0000:18:00.{n}") for n in (2, 3))
+FAR_VF = ("pci0000:50", "0000:50:01.0", "0000:51:00.2")
+VF_RESOURCE = "mellanox.com/cx7_sriov_vf"
+OWNER = Owner("ml", "trainer-0", "trainer")
+
+
+def _gpu_reading(uuid: str, path: tuple[str, ...]) -> DeviceReading:
+    return DeviceReading(
+        uuid,
+        (HardwareKey(KeyKind.GPU_UUID, uuid), HardwareKey(KeyKind.PCI, path[-1])),
+        DeviceIdentity(uuid=uuid, pci_address=path[-1], vendor="nvidia"),
+        standalone=True,
+    )
+
+
+def _snapshot(
+    devices: tuple[DeviceGroup, ...],
+    *,
+    claims: tuple[DynamicResource, ...] = (),
+    dra: DraState = DraState(),  # noqa: B008 - frozen
+) -> Snapshot:
+    functions = (
+        function(GPU0),
+        function(GPU1),
+        *(function(p, nic=True) for p in (*NEAR_VFS, FAR_VF)),
+    )
+    runs = (
+        CollectorRun(
+            "nvml",
+            True,
+            0.0,
+            Readings(devices=(_gpu_reading(GPU0_UUID, GPU0), _gpu_reading(GPU1_UUID, GPU1))),
+        ),
+        CollectorRun("pci", True, 0.0, Readings(pci_devices=functions)),
+    )
+    allocatable = AllocatableResources(
+        devices=(
+            DeviceGroup("nvidia.com/gpu", (GPU0_UUID, GPU1_UUID), (0,)),
+            DeviceGroup(VF_RESOURCE, tuple(p[-1] for p in (*NEAR_VFS, FAR_VF)), (0,)),
+        )
+    )
+    pod = PodResources(
+        OWNER.namespace,
+        OWNER.pod,
+        (ContainerResources(OWNER.container, devices=devices, dynamic_resources=claims),),
+    )
+    return join_snapshot(
+        node="node-a",
+        collected_at=1000.0,
+        kubelet=KubeletStatus(up=True, socket="/kubelet.sock", api=(("List", True),)),
+        pods=(pod,),
+        allocatable=allocatable,
+        cpu_numa={},
+        dra=dra,
+        collector_runs=runs,
+    )
+
+
+class TestContainers:
+    def test_a_far_nic_beside_a_near_one_left_unheld(self) -> None:
+        snapshot = _snapshot(
+            (
+                DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),
+                DeviceGroup(VF_RESOURCE, (FAR_VF[-1],), (0,)),
+            )
+        )
+        (path,) = gpu_nic_paths(snapshot)
+        assert (OWNER, "nvidia.com/gpu", GPU0_UUID) == (path.owner, path.resource, path.device_id)
+        assert (VF_RESOURCE, FAR_VF[-1]) == (path.nic_resource, path.nic_device_id)
+        assert (PcieLevel.NODE, PcieLevel.PIX) == (path.level, path.best_level)
+
+    def test_each_gpu_gets_its_nearest_nic_of_equals_the_lowest_id(self) -> None:
+        held_vfs = (NEAR_VFS[1][-1], NEAR_VFS[0][-1], FAR_VF[-1])
+        snapshot = _snapshot(
+            (
+                DeviceGroup("nvidia.com/gpu", (GPU0_UUID, GPU1_UUID), (0,)),
+                DeviceGroup(VF_RESOURCE, held_vfs, (0,)),
+            )
+        )
+        found = {p.device_id: p for p in gpu_nic_paths(snapshot)}
+        assert (NEAR_VFS[0][-1], PcieLevel.PIX) == (
+            found[GPU0_UUID].nic_device_id,
+            found[GPU0_UUID].level,
+        )
+        # Every VF is another host bridge away from GPU 1: the lowest ID names the level.
+        assert (NEAR_VFS[0][-1], PcieLevel.NODE, PcieLevel.NODE) == (
+            found[GPU1_UUID].nic_device_id,
+            found[GPU1_UUID].level,
+            found[GPU1_UUID].best_level,
+        )
+
+    def test_gpus_alone_or_nics_alone_have_no_path(self) -> None:
+        gpus = _snapshot((DeviceGroup("nvidia.com/gpu", (GPU0_UUID, GPU1_UUID), (0,)),))
+        nics = _snapshot((DeviceGroup(VF_RESOURCE, (NEAR_VFS[0][-1], FAR_VF[-1]), (0,)),))
+        assert () == gpu_nic_paths(gpus)
+        assert () == gpu_nic_paths(nics)
+
+    def test_a_dra_nic_has_a_level_but_no_best(self) -> None:
+        """DRA devices are not in the kubelet's allocatable list: no node best to compare."""
+        vf = NEAR_VFS[0][-1]
+        dra = DraState(
+            devices=(
+                DraDevice(
+                    "sriovnetwork.k8snetworkplumbingwg.io",
+                    "node-a",
+                    "vf-0",
+                    (HardwareKey(KeyKind.PCI, vf),),
+                    "checkpoint",
+                    "ml",
+                    "rdma",
+                ),
+            )
+        )
+        claim = DynamicResource(
+            "rdma",
+            "ml",
+            (ClaimDevice("sriovnetwork.k8snetworkplumbingwg.io", "node-a", "vf-0"),),
+        )
+        snapshot = _snapshot(
+            (DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),), claims=(claim,), dra=dra
+        )
+        (path,) = gpu_nic_paths(snapshot)
+        assert ("sriovnetwork.k8snetworkplumbingwg.io", "vf-0") == (
+            path.nic_resource,
+            path.nic_device_id,
+        )
+        assert (PcieLevel.PIX, None) == (path.level, path.best_level)
+        level, best = pcie_path_families(snapshot)
+        assert 1 == len(level.rows)
+        assert [] == best.rows, "no best level without the kubelet's allocatable list"
+
+    def test_families_name_the_gpu_its_holder_and_the_nic(self) -> None:
+        snapshot = _snapshot(
+            (
+                DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),
+                DeviceGroup(VF_RESOURCE, (FAR_VF[-1],), (0,)),
+            )
+        )
+        level, best = pcie_path_families(snapshot)
+        device = (OWNER.namespace, OWNER.pod, OWNER.container, "nvidia.com/gpu", GPU0_UUID)
+        assert [((*device, VF_RESOURCE, FAR_VF[-1]), 4)] == level.rows
+        assert [((*device, VF_RESOURCE), 1)] == best.rows
