@@ -39,6 +39,7 @@ from exporter.model import (
     cpulist,
     numa_label,
 )
+from exporter.pcie_paths import GpuNicPath, PcieLevel, gpu_nic_paths
 
 __all__ = [
     "FILTER_KEYS",
@@ -337,6 +338,7 @@ def render_json(
         ],
         "pods": pods,
     }
+    found["gpu_nic_paths"] = [_nic_path(path) for path in _shown_nic_paths(snapshot, filters)]
     if snapshot.gpu_processes is not None:
         # Every device with processes, the unallocated ones no pod above shows included.
         found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters)
@@ -502,6 +504,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str)
         age = f"{age} (hardware figures {telemetry:.1f}s older: the last poll's)"
     text = f"# node {node}, data age {age}, kubelet {kubelet}\n" + "\n".join(lines) + "\n"
     text += _gpu_table(snapshot, filters)
+    text += _nic_path_table(snapshot, filters)
     if snapshot.gpu_processes is not None:
         text += _process_table(snapshot.gpu_processes, filters)
     return text
@@ -563,6 +566,51 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
         )
         rows += [(*cells, holder) for holder in holders[name]]
     return "# GPUs held\n" + "\n".join(_aligned(rows)) + "\n"
+
+
+def _shown_nic_paths(snapshot: Snapshot, filters: Filters) -> list[GpuNicPath]:
+    shown = {container.owner for _, container in _shown_containers(snapshot, filters)}
+    return [path for path in gpu_nic_paths(snapshot) if path.owner in shown]
+
+
+def _nic_path(path: GpuNicPath) -> JSON:
+    return {
+        "namespace": path.owner.namespace,
+        "pod": path.owner.pod,
+        "container": path.owner.container,
+        "resource": path.resource,
+        "device_id": path.device_id,
+        "nic_resource": path.nic_resource,
+        "nic_device_id": path.nic_device_id,
+        "level": path.level.name,
+        "node_nearest_level": path.best_level.name if path.best_level else None,
+    }
+
+
+def _nic_path_table(snapshot: Snapshot, filters: Filters) -> str:
+    """One line per GPU the shown containers hold and NIC resource they hold with it:
+    the nearest of their NICs on the PCIe tree, and the node's nearest of that resource;
+    "!" marks a GPU that lost GPUDirect RDMA to placement (PodresourcesGPUNICNotAligned)."""
+    paths = _shown_nic_paths(snapshot, filters)
+    if not paths:
+        return ""
+    rows: list[tuple[str, ...]] = [
+        ("GPU", "NIC_RESOURCE", "NIC", "LEVEL", "NODE_NEAREST", "HOLDER")
+    ]
+    for path in paths:
+        best = path.best_level
+        lost = best is not None and path.level > PcieLevel.PXB >= best
+        rows.append(
+            (
+                path.device_id,
+                path.nic_resource,
+                path.nic_device_id,
+                path.level.name + (" !" if lost else ""),
+                best.name if best else "-",
+                "/".join((path.owner.namespace, path.owner.pod, path.owner.container or POD_POOL)),
+            )
+        )
+    return "# GPU to NIC PCIe paths\n" + "\n".join(_aligned(rows)) + "\n"
 
 
 def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.pci import PciCollector, pcie_path_of
+from exporter.debugview import Filters, render_json, render_text
 from exporter.join import join_snapshot
 from exporter.model import (
     AllocatableResources,
@@ -302,3 +303,46 @@ class TestContainers:
         device = (OWNER.namespace, OWNER.pod, OWNER.container, "nvidia.com/gpu", GPU0_UUID)
         assert [((*device, VF_RESOURCE, FAR_VF[-1]), 4)] == level.rows
         assert [((*device, VF_RESOURCE), 1)] == best.rows
+
+
+class TestDebugView:
+    def far_snapshot(self) -> Snapshot:
+        return _snapshot(
+            (
+                DeviceGroup("nvidia.com/gpu", (GPU0_UUID, GPU1_UUID), (0,)),
+                DeviceGroup(VF_RESOURCE, (FAR_VF[-1],), (0,)),
+            )
+        )
+
+    def test_the_text_marks_a_gpu_that_lost_gpudirect_rdma(self) -> None:
+        """A line per GPU and NIC resource; "!" where the level is past PXB and the node
+        had one within it (GPU 0); GPU 1, NODE with NODE the nearest, is not marked."""
+        text = render_text(self.far_snapshot(), filters=Filters(), now=1000.0)
+        section = text.split("# GPU to NIC PCIe paths\n", 1)[1].splitlines()
+        holder = "ml/trainer-0/trainer"
+        assert [
+            ["GPU", "NIC_RESOURCE", "NIC", "LEVEL", "NODE_NEAREST", "HOLDER"],
+            [GPU0_UUID, VF_RESOURCE, FAR_VF[-1], "NODE", "!", "PIX", holder],
+            [GPU1_UUID, VF_RESOURCE, FAR_VF[-1], "NODE", "NODE", holder],
+        ] == [line.split() for line in section]
+
+    def test_json_and_filters(self) -> None:
+        """JSON lists the same under gpu_nic_paths; a filter that hides the container
+        hides its paths, and the text its section."""
+        shown = render_json(self.far_snapshot(), filters=Filters(), now=1000.0)
+        hidden = Filters(pod="another")
+        assert {
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "container": "trainer",
+            "resource": "nvidia.com/gpu",
+            "device_id": GPU0_UUID,
+            "nic_resource": VF_RESOURCE,
+            "nic_device_id": FAR_VF[-1],
+            "level": "NODE",
+            "node_nearest_level": "PIX",
+        } == shown["gpu_nic_paths"][0]
+        assert ([], False) == (
+            render_json(self.far_snapshot(), filters=hidden, now=1000.0)["gpu_nic_paths"],
+            "PCIe paths" in render_text(self.far_snapshot(), filters=hidden, now=1000.0),
+        )
