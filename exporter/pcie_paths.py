@@ -142,7 +142,7 @@ def gpu_nic_paths(snapshot: Snapshot) -> tuple[GpuNicPath, ...]:
                 held.append((container.owner, gpus, nics))
     if not held:
         return ()
-    offered = _offered_nics(snapshot, {r for _, _, nics in held for r in nics})
+    offered = _offered_places(snapshot, {r for _, _, nics in held for r in nics})
     found = []
     for owner, gpus, nics in held:
         for gpu, gpu_function in gpus:
@@ -151,7 +151,8 @@ def gpu_nic_paths(snapshot: Snapshot) -> tuple[GpuNicPath, ...]:
                 if nearest is None:
                     continue
                 level, nic = nearest
-                best = _nearest(gpu_function, offered.get(nic_resource, []))
+                levels = (pcie_level(gpu_function, f) for f in offered.get(nic_resource, ()))
+                best = min((level for level in levels if level is not None), default=None)
                 found.append(
                     GpuNicPath(
                         owner,
@@ -160,7 +161,7 @@ def gpu_nic_paths(snapshot: Snapshot) -> tuple[GpuNicPath, ...]:
                         nic_resource,
                         nic.device_id,
                         level,
-                        None if best is None else best[0],
+                        best,
                     )
                 )
     return tuple(found)
@@ -176,21 +177,19 @@ def _nearest(gpu: PciDevice, candidates: list[_Found]) -> tuple[PcieLevel, Devic
     return None if best is None else (best[0], best[2])
 
 
-def _offered_nics(snapshot: Snapshot, resources: set[str]) -> dict[str, list[_Found]]:
-    """The NICs of ``resources`` the kubelet can allocate (held or not), with a place."""
-    offered: dict[str, list[_Found]] = defaultdict(list)
-    seen: set[tuple[str, str]] = set()
+def _offered_places(snapshot: Snapshot, resources: set[str]) -> dict[str, list[PciDevice]]:
+    """Where the NICs of ``resources`` the kubelet can allocate (held or not) sit: one
+    function for each place. A level depends on a function's bridges and NUMA node
+    only, so a PF's many VFs, all beside it, are measured once."""
+    places: dict[str, dict[tuple[tuple[str, ...], int | None], PciDevice]] = defaultdict(dict)
     for device in snapshot.devices:
         if device.resource not in resources or not device.allocatable:
             continue
-        key = (device.resource, device.device_id)
-        if key in seen:
-            continue  # listed once per holder
-        seen.add(key)
         function = snapshot.hardware_of(device).pci
         if function is not None and function.pcie_path and is_nic(function):
-            offered[device.resource].append((device, function))
-    return offered
+            place = (function.pcie_path[:-1], function.numa_node)
+            places[device.resource].setdefault(place, function)
+    return {resource: list(found.values()) for resource, found in places.items()}
 
 
 def pcie_path_families(snapshot: Snapshot) -> Iterator[Rows]:
