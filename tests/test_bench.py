@@ -91,3 +91,21 @@ def test_poll_parts_runs_and_its_threads_add_up_to_the_polls() -> None:
         # Every share over 0.005 ms is printed, each rounded to 0.01 ms.
         assert abs(sum(shares) - total) <= 0.01 * len(shares) + 0.05, by_thread
     assert _figure(r"join and allocation diff after churn[^\n]*?([\d.]+) ms", churn) > 0
+
+
+def test_gpu_nic_paths_bench_runs_on_both_layouts() -> None:
+    """bench/gpu_nic_paths.py times its two training layouts, 16 series each: a level
+    and a best level per GPU, one NIC resource."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH.parent / "gpu_nic_paths.py"), "--runs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for layout in ("8 pods", "1 pod"):
+        line = next(line for line in done.stdout.splitlines() if line.strip().startswith(layout))
+        assert _figure(r"gpu_nic_paths ([\d.]+) ms", line) > 0
+        assert _figure(r"render ([\d.]+) ms", line) > 0
+        assert line.endswith(" 16 series"), line
