@@ -165,6 +165,8 @@
  *                            nvlink_state nvlink_fields fabric architecture
  *                            recovery_action gpm_support gpm_sample gpm_metrics
  *                            virtualization gi ci;
+ *                            on a MIG device also mig_handle (its slot's
+ *                            nvmlDeviceGetMigDeviceHandleByIndex);
  *                            on a GPU also
  *                            gi_by_id (nvmlDeviceGetGpuInstanceById: 4 is NO_PERMISSION)
  *   lost_flag PATH           the GPU (and its MIG devices) is lost while PATH exists
@@ -311,7 +313,7 @@ enum figure {
     F_RETIRED, F_TEMPERATURE_V, F_MEMORY_V2, F_DRIVER_VERSION, F_REPLAYS,
     F_FIELDS, F_MEMORY_TEMP, F_ENCODER, F_DECODER, F_NVLINK_STATE, F_NVLINK_FIELDS,
     F_FABRIC, F_ARCHITECTURE, F_RECOVERY_ACTION, F_GPM_SUPPORT, F_GPM_SAMPLE, F_GPM_METRICS,
-    F_VIRTUALIZATION, F_GPM_MIG_SAMPLE, F_COUNT
+    F_VIRTUALIZATION, F_GPM_MIG_SAMPLE, F_MIG_HANDLE, F_COUNT
 };
 static const char *const figure_names[F_COUNT] = {
     "handle", "uuid", "name", "pci", "minor", "mig_mode", "util", "memory", "power",
@@ -320,7 +322,7 @@ static const char *const figure_names[F_COUNT] = {
     "remap", "retired", "temperature_v", "memory_v2", "driver_version", "replays",
     "fields", "memory_temp", "encoder", "decoder", "nvlink_state", "nvlink_fields",
     "fabric", "architecture", "recovery_action", "gpm_support", "gpm_sample", "gpm_metrics",
-    "virtualization", "gpm_mig_sample",
+    "virtualization", "gpm_mig_sample", "mig_handle",
 };
 
 /* nvml.h's GPM structures; pynvml sizes the metrics array by its NVML_GPM_METRIC_MAX. */
@@ -1150,6 +1152,10 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     if (!mig_on(d)) return NVML_ERROR_INVALID_ARGUMENT;
     fake_dev *child = &migs[d - gpus][index];
     if (!exists(child)) return NVML_ERROR_NOT_FOUND;
+    /* "fail mig_handle CODE" in the MIG device's section: its slot's handle fails. */
+    if (child->fail[F_MIG_HANDLE] != 0 && flagged(child->fail_flag[F_MIG_HANDLE])) {
+        return child->fail[F_MIG_HANDLE];
+    }
     *mig = (nvmlDevice_t)child;
     return NVML_SUCCESS;
 }

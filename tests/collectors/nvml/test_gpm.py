@@ -373,14 +373,16 @@ class TestGpuInstances:
         [
             ("uuid", f"{UUID} MIG slot 1: uuid"),
             ("gi", f"{MIG_2}: gpu_instance_id"),
+            ("mig_handle", f"{UUID} MIG slot 1: mig_device_handle"),
         ],
     )
     def test_a_device_is_not_alone_beside_one_nvml_failed_to_read(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, figure: str, failed: str
     ) -> None:
-        """A compute instance NVML failed to list, or to name the GPU instance of, may
-        share its neighbour's instance: that poll no MIG device of the GPU is taken for
-        alone in its instance, so none is given DRAM that may be another's."""
+        """A compute instance NVML failed to list (its slot's handle, or its UUID), or to
+        name the GPU instance of, may share its neighbour's instance: that poll no MIG
+        device of the GPU is taken for alone in its instance, so none is given DRAM that
+        may be another's."""
         shared = FakeMig(1, MIG_2, 1, 1, gpm=BUSY)
         gpu = replace(
             GPU,
