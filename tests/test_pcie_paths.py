@@ -31,7 +31,14 @@ from exporter.model import (
     Readings,
     Snapshot,
 )
-from exporter.pcie_paths import PcieLevel, gpu_nic_paths, pcie_level, pcie_path_families
+from exporter.pcie_paths import (
+    PcieLevel,
+    gpu_nic_paths,
+    is_gpu,
+    is_nic,
+    pcie_level,
+    pcie_path_families,
+)
 from exporter.sim.fixtures import write_tree
 from exporter.sim.hardware import demo_hardware
 
@@ -346,3 +353,167 @@ class TestDebugView:
             render_json(self.far_snapshot(), filters=hidden, now=1000.0)["gpu_nic_paths"],
             "PCIe paths" in render_text(self.far_snapshot(), filters=hidden, now=1000.0),
         )
+
+
+class TestReadingsNcclWouldMake:
+    """Cases the levels above leave open, each as NCCL or nvidia-smi reads it."""
+
+    def test_whatever_function_sits_two_folders_up_is_the_switch_the_root_port_too(
+        self,
+    ) -> None:
+        """NCCL (ncclTopoGetXmlFromSys) takes the function two folders up for the switch
+        while it is a PCI address, a root port included: two functions each below a
+        bridge of their own under one root port share it (PIX), and only the host bridge
+        folder ends the climb."""
+        gpu = ("pci0000:00", "0000:00:1c.0", "0000:01:00.0", "0000:02:00.0")
+        nic = ("pci0000:00", "0000:00:1c.0", "0000:01:00.1", "0000:03:00.0")
+        assert PcieLevel.PIX == pcie_level(function(gpu), function(nic, nic=True))
+
+    def test_an_unknown_numa_node_on_either_side_is_taken_as_the_same(self) -> None:
+        """-1 in sysfs (None) on the GPU's side too: never SYS, whichever side says it."""
+        gpu = function(GPU0, numa=None)
+        assert PcieLevel.NODE == pcie_level(gpu, function(OTHER_HOST_BRIDGE_NIC, numa=1, nic=True))
+        assert PcieLevel.NODE == pcie_level(function(OTHER_HOST_BRIDGE_NIC, numa=1, nic=True), gpu)
+
+    @pytest.mark.parametrize(
+        ("class_id", "gpu", "nic"),
+        [
+            pytest.param("0x030200", True, False, id="3D controller (NVIDIA data-centre GPUs)"),
+            pytest.param("0x030000", True, False, id="VGA controller"),
+            pytest.param("0x120000", True, False, id="processing accelerator (AMD MI300X)"),
+            pytest.param("0x020000", False, True, id="Ethernet"),
+            pytest.param("0x020700", False, True, id="InfiniBand (ConnectX in IB mode)"),
+            pytest.param("0x060400", False, False, id="PCI bridge"),
+        ],
+    )
+    def test_gpus_accelerators_and_every_network_class(
+        self, class_id: str, gpu: bool, nic: bool
+    ) -> None:
+        found = PciDevice("0000:17:00.0", "0x10de", "0x2330", class_id, 0, pcie_path=GPU0)
+        assert (gpu, nic) == (is_gpu(found), is_nic(found))
+
+
+def _pair_snapshot(
+    gpu: tuple[str, ...], held: tuple[str, ...], offered: tuple[tuple[str, ...], ...]
+) -> Snapshot:
+    """GPU 0 at ``gpu`` and a NIC at ``held`` in one container; the NIC resource also
+    offers NICs at ``offered``, in that order before the held one."""
+    nics = (*offered, held)
+    runs = (
+        CollectorRun("nvml", True, 0.0, Readings(devices=(_gpu_reading(GPU0_UUID, gpu),))),
+        CollectorRun(
+            "pci",
+            True,
+            0.0,
+            Readings(pci_devices=(function(gpu), *(function(p, nic=True) for p in nics))),
+        ),
+    )
+    allocatable = AllocatableResources(
+        devices=(
+            DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),
+            DeviceGroup(VF_RESOURCE, tuple(p[-1] for p in nics), (0,)),
+        )
+    )
+    held_devices = (
+        DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),
+        DeviceGroup(VF_RESOURCE, (held[-1],), (0,)),
+    )
+    pod = PodResources(
+        OWNER.namespace, OWNER.pod, (ContainerResources(OWNER.container, devices=held_devices),)
+    )
+    return join_snapshot(
+        node="node-a",
+        collected_at=1000.0,
+        kubelet=KubeletStatus(up=True, socket="/kubelet.sock", api=(("List", True),)),
+        pods=(pod,),
+        allocatable=allocatable,
+        cpu_numa={},
+        dra=DraState(),
+        collector_runs=runs,
+    )
+
+
+# A NIC beside the cascaded GPU, below the second switch.
+CASCADED_NIC = (*SWITCH, "0000:16:02.0", "0000:19:00.0", "0000:1a:01.0", "0000:1c:00.0")
+
+
+class TestNodeBest:
+    def test_the_best_tells_nics_of_one_host_bridge_apart(self) -> None:
+        """The node's NICs are measured once per place, and a place is every bridge
+        above a NIC: one on another root port of the GPU's host bridge, listed first,
+        does not stand for one below the GPU's switch."""
+        snapshot = _pair_snapshot(GPU0, FAR_VF, (OTHER_ROOT_PORT_NIC, NIC0))
+        (path,) = gpu_nic_paths(snapshot)
+        assert (PcieLevel.NODE, PcieLevel.PIX) == (path.level, path.best_level)
+
+
+class TestDebugViewMark:
+    @pytest.mark.parametrize(
+        ("gpu", "held", "offered", "line"),
+        [
+            pytest.param(
+                CASCADED_GPU, NIC0, (CASCADED_NIC,), ["PXB", "PIX"], id="PXB, PIX near: kept"
+            ),
+            pytest.param(
+                CASCADED_GPU,
+                OTHER_HOST_BRIDGE_NIC,
+                (NIC0,),
+                ["NODE", "!", "PXB"],
+                id="NODE, PXB near: lost",
+            ),
+            pytest.param(
+                GPU0, OTHER_ROOT_PORT_NIC, (NIC0,), ["PHB", "!", "PIX"], id="PHB, PIX near: lost"
+            ),
+            pytest.param(
+                GPU0,
+                OTHER_HOST_BRIDGE_NIC,
+                (OTHER_ROOT_PORT_NIC,),
+                ["NODE", "PHB"],
+                id="NODE, PHB near: never had it",
+            ),
+        ],
+    )
+    def test_the_mark_is_the_alerts_rule(
+        self,
+        gpu: tuple[str, ...],
+        held: tuple[str, ...],
+        offered: tuple[tuple[str, ...], ...],
+        line: list[str],
+    ) -> None:
+        """ "!" where the level is past PXB and the node's nearest within it, as
+        PodresourcesGPUNICNotAligned says: not for PXB, and not where the nearest is
+        past PXB too."""
+        text = render_text(_pair_snapshot(gpu, held, offered), filters=Filters(), now=1000.0)
+        (row,) = text.split("# GPU to NIC PCIe paths\n", 1)[1].splitlines()[1:]
+        assert [GPU0_UUID, VF_RESOURCE, held[-1], *line, "ml/trainer-0/trainer"] == row.split()
+
+    def test_a_dra_nic_shows_no_nearest(self) -> None:
+        """A DRA NIC has no node best: "-" in the text, null in JSON, and no mark."""
+        vf = FAR_VF[-1]
+        dra = DraState(
+            devices=(
+                DraDevice(
+                    "sriovnetwork.k8snetworkplumbingwg.io",
+                    "node-a",
+                    "vf-0",
+                    (HardwareKey(KeyKind.PCI, vf),),
+                    "checkpoint",
+                    "ml",
+                    "rdma",
+                ),
+            )
+        )
+        claim = DynamicResource(
+            "rdma",
+            "ml",
+            (ClaimDevice("sriovnetwork.k8snetworkplumbingwg.io", "node-a", "vf-0"),),
+        )
+        snapshot = _snapshot(
+            (DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),), claims=(claim,), dra=dra
+        )
+        text = render_text(snapshot, filters=Filters(), now=1000.0)
+        (row,) = text.split("# GPU to NIC PCIe paths\n", 1)[1].splitlines()[1:]
+        driver = "sriovnetwork.k8snetworkplumbingwg.io"
+        assert [GPU0_UUID, driver, "vf-0", "NODE", "-", "ml/trainer-0/trainer"] == row.split()
+        (shown,) = render_json(snapshot, filters=Filters(), now=1000.0)["gpu_nic_paths"]
+        assert ("NODE", None) == (shown["level"], shown["node_nearest_level"])
