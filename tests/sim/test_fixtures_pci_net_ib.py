@@ -190,6 +190,25 @@ class TestPciWriter:
             assert "0x060400\n" == (real(port) / "class").read_text()
         assert tmp_path / "devices" / "pci0000:b1" / "0000:b1:00.0" == real("0000:b1:00.0")
 
+    def test_each_demo_bridge_is_a_port_in_its_place(self, tmp_path: Path) -> None:
+        """Every bridge's own folder (the one its bus link names, with its files) is
+        nested below the bridges before it in its chain, as the functions below it are;
+        root ports are Intel's, switch ports Broadcom's, each on the NUMA node of the
+        functions below it."""
+        hardware = demo_hardware()
+        pci.write(tmp_path, hardware, tick=0)
+        numa = {f.address: f.numa_node for f in pci.pci_functions(hardware)}
+
+        for address, chain in hardware.pcie_bridges:
+            domain, bus, _ = chain[0].split(":", 2)
+            for depth, bridge in enumerate(chain):
+                real = (tmp_path / "bus" / "pci" / "devices" / bridge).resolve()
+                expected = tmp_path / "devices" / f"pci{domain}:{bus}" / Path(*chain[: depth + 1])
+                assert expected == real, bridge
+                vendor = "0x8086\n" if depth == 0 else "0x1000\n"
+                assert vendor == (real / "vendor").read_text(), bridge
+                assert f"{numa[address]}\n" == (real / "numa_node").read_text(), bridge
+
     def test_demo_links_as_the_kernel_writes_them(self, tmp_path: Path) -> None:
         """Every GPU and physical NIC of the demo has a Gen5 x16 link, GPU 0 trained at 8
         lanes and idle GPU 1 slowed to 2.5 GT/s; VFs and the virtio NIC have no link files."""
