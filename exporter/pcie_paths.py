@@ -5,8 +5,11 @@ without a copy through host memory. NCCL turns it on only where the path between
 two runs through PCIe switches alone (``NCCL_NET_GDR_LEVEL``, PXB by default: the
 check in src/graph/paths.cc), so a training pod given a NIC beyond its GPU's switch
 sends that GPU's traffic between nodes through the CPU and host memory, slower, with
-nothing failing. The kubelet's Topology Manager aligns devices by NUMA node only, and
-device plugins pick GPUs and NICs each on their own: only the PCIe tree tells.
+nothing failing. (On Grace nodes NCCL 2.27 and later keep GPUDirect RDMA through the
+CPU's NVLink-C2C for a NIC on the GPU's own CPU, P2C in paths.cc, ``NCCL_NET_GDR_C2C``:
+the traffic still crosses the CPU instead of the GPU's switch.) The kubelet's Topology
+Manager aligns devices by NUMA node only, and device plugins pick GPUs and NICs each on
+their own: only the PCIe tree tells.
 
 Levels follow the legend of ``nvidia-smi topo -m``, nearest first (NCCL's path types
 call NODE PHB too):
@@ -200,7 +203,7 @@ def pcie_path_families(snapshot: Snapshot) -> Iterator[Rows]:
         "container holds, as nvidia-smi topo -m says it: 1 PIX (one PCIe switch), 2 PXB "
         "(several switches), 3 PHB (through the host bridge), 4 NODE (between host "
         "bridges of a NUMA node), 5 SYS (between NUMA nodes). NCCL uses GPUDirect RDMA "
-        "only up to 2 by default.",
+        "only up to 2 by default (on Grace, 2.27+ also through the CPU's C2C).",
         (*DEVICE_LABELS, "nic_resource", "nic_device_id"),
     )
     best = gauge(
