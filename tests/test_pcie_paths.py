@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -209,21 +210,38 @@ def _snapshot(
             DeviceGroup(VF_RESOURCE, tuple(p[-1] for p in (*NEAR_VFS, FAR_VF)), (0,)),
         )
     )
-    pod = PodResources(
-        OWNER.namespace,
-        OWNER.pod,
-        (ContainerResources(OWNER.container, devices=devices, dynamic_resources=claims),),
-    )
+    return _joined(runs, allocatable, devices, claims=claims, dra=dra)
+
+
+def _joined(
+    runs: tuple[CollectorRun, ...],
+    allocatable: AllocatableResources,
+    devices: tuple[DeviceGroup, ...],
+    *,
+    claims: tuple[DynamicResource, ...] = (),
+    dra: DraState = DraState(),  # noqa: B008 - frozen
+) -> Snapshot:
+    """The node joined with OWNER's container holding ``devices`` and ``claims``."""
+    container = ContainerResources(OWNER.container, devices=devices, dynamic_resources=claims)
     return join_snapshot(
         node="node-a",
         collected_at=1000.0,
         kubelet=KubeletStatus(up=True, socket="/kubelet.sock", api=(("List", True),)),
-        pods=(pod,),
+        pods=(PodResources(OWNER.namespace, OWNER.pod, (container,)),),
         allocatable=allocatable,
         cpu_numa={},
         dra=dra,
         collector_runs=runs,
     )
+
+
+def _dra_nic_snapshot(vf: str) -> Snapshot:
+    """GPU 0 from the device plugin, and the VF at ``vf`` through an SR-IOV DRA claim."""
+    driver = "sriovnetwork.k8snetworkplumbingwg.io"
+    prepared = DraDevice(driver, "node-a", "vf-0", (HardwareKey(KeyKind.PCI, vf),), "checkpoint")
+    dra = DraState(devices=(replace(prepared, claim_namespace="ml", claim_name="rdma"),))
+    claim = DynamicResource("rdma", "ml", (ClaimDevice(driver, "node-a", "vf-0"),))
+    return _snapshot((DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),), claims=(claim,), dra=dra)
 
 
 class TestContainers:
@@ -267,28 +285,7 @@ class TestContainers:
 
     def test_a_dra_nic_has_a_level_but_no_best(self) -> None:
         """DRA devices are not in the kubelet's allocatable list: no node best to compare."""
-        vf = NEAR_VFS[0][-1]
-        dra = DraState(
-            devices=(
-                DraDevice(
-                    "sriovnetwork.k8snetworkplumbingwg.io",
-                    "node-a",
-                    "vf-0",
-                    (HardwareKey(KeyKind.PCI, vf),),
-                    "checkpoint",
-                    "ml",
-                    "rdma",
-                ),
-            )
-        )
-        claim = DynamicResource(
-            "rdma",
-            "ml",
-            (ClaimDevice("sriovnetwork.k8snetworkplumbingwg.io", "node-a", "vf-0"),),
-        )
-        snapshot = _snapshot(
-            (DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),), claims=(claim,), dra=dra
-        )
+        snapshot = _dra_nic_snapshot(NEAR_VFS[0][-1])
         (path,) = gpu_nic_paths(snapshot)
         assert ("sriovnetwork.k8snetworkplumbingwg.io", "vf-0") == (
             path.nic_resource,
@@ -418,19 +415,7 @@ def _pair_snapshot(
         DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),
         DeviceGroup(VF_RESOURCE, (held[-1],), (0,)),
     )
-    pod = PodResources(
-        OWNER.namespace, OWNER.pod, (ContainerResources(OWNER.container, devices=held_devices),)
-    )
-    return join_snapshot(
-        node="node-a",
-        collected_at=1000.0,
-        kubelet=KubeletStatus(up=True, socket="/kubelet.sock", api=(("List", True),)),
-        pods=(pod,),
-        allocatable=allocatable,
-        cpu_numa={},
-        dra=DraState(),
-        collector_runs=runs,
-    )
+    return _joined(runs, allocatable, held_devices)
 
 
 # A NIC beside the cascaded GPU, below the second switch.
@@ -489,28 +474,7 @@ class TestDebugViewMark:
 
     def test_a_dra_nic_shows_no_nearest(self) -> None:
         """A DRA NIC has no node best: "-" in the text, null in JSON, and no mark."""
-        vf = FAR_VF[-1]
-        dra = DraState(
-            devices=(
-                DraDevice(
-                    "sriovnetwork.k8snetworkplumbingwg.io",
-                    "node-a",
-                    "vf-0",
-                    (HardwareKey(KeyKind.PCI, vf),),
-                    "checkpoint",
-                    "ml",
-                    "rdma",
-                ),
-            )
-        )
-        claim = DynamicResource(
-            "rdma",
-            "ml",
-            (ClaimDevice("sriovnetwork.k8snetworkplumbingwg.io", "node-a", "vf-0"),),
-        )
-        snapshot = _snapshot(
-            (DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),), claims=(claim,), dra=dra
-        )
+        snapshot = _dra_nic_snapshot(FAR_VF[-1])
         text = render_text(snapshot, filters=Filters(), now=1000.0)
         (row,) = text.split("# GPU to NIC PCIe paths\n", 1)[1].splitlines()[1:]
         driver = "sriovnetwork.k8snetworkplumbingwg.io"
