@@ -116,7 +116,30 @@ class TestMetrics:
             for device_id in group.device_ids
         }
         assert set(_with_name(series, "podresources_container_device_info")) == expected
-        assert len(expected) == 15  # the virtio NIC of net/edge-proxy-0 included
+        assert len(expected) == 16  # the virtio NIC of net/edge-proxy-0 included
+
+    async def test_gpu_nic_paths_of_the_demo(self, exporter: Exporter, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Through the whole exporter, on the simulated tree: the trainer's GPU 0 reaches
+        its VF through one switch (1, PIX); the inference server's MIG slice reaches its VF,
+        PF 0's, only across the sockets (5, SYS) while PF 1's VFs share its GPU's switch
+        (best 1): the pair PodresourcesGPUNICNotAligned fires on."""
+        await exporter.poller.poll_once()
+        series = await _series(client)
+        vf = "mellanox.com/cx7_sriov_vf"
+        trainer = {"namespace": "ml-training", "pod": "trainer-0", "container": "trainer"}
+        server = {"namespace": "ml-inference", "pod": "llm-server-7d9f8", "container": "server"}
+        gpu_0 = {**trainer, "resource": "nvidia.com/gpu"}
+        gpu_0["device_id"] = "GPU-00000100-5e1f-4c2a-9d3b-000000000100"
+        mig = {**server, "resource": "nvidia.com/mig-3g.40gb"}
+        mig["device_id"] = "MIG-00000201-5e1f-4c2a-9d3b-000000000201"
+        level = "podresources_container_gpu_nic_pcie_level"
+        best = "podresources_container_gpu_nic_pcie_best_level"
+        assert (1, 1, 5, 1) == (
+            series[_key(level, **gpu_0, nic_resource=vf, nic_device_id="0000:4b:00.3")],
+            series[_key(best, **gpu_0, nic_resource=vf)],
+            series[_key(level, **mig, nic_resource=vf, nic_device_id="0000:4b:00.2")],
+            series[_key(best, **mig, nic_resource=vf)],
+        )
 
     async def test_scenario_elements(self, exporter: Exporter, client: TestClient) -> None:  # type: ignore[type-arg]
         """CPUs, hugepages, DRA, alignment and node counts carry the scenario's values."""

@@ -149,7 +149,7 @@ class TestPlaceInTheTree:
             "0000:4b:00.3",
         ) == paths["0000:4b:00.3"], "a VF sits beside its PF"
         assert ("pci0000:30", "0000:30:01.0", "0000:31:00.0") == paths["0000:31:00.0"]
-        assert ("pci0000:b1", "0000:b1:00.0") == paths["0000:b1:00.0"]
+        assert ("pci0000:5d", "0000:5d:00.0") == paths["0000:5d:00.0"], "off its own bridge"
         assert "0000:15:00.0" not in paths, "bridges are not a reported class"
 
     def test_a_real_vm_with_an_h100_reads_phb(self) -> None:

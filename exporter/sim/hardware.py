@@ -278,8 +278,8 @@ def demo_hardware() -> SimHardware:
     NUMA 1: CPUs 32-63, GPU 2 (MIG: three instances), GPU 3 (time-sliced by the
     scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU, GPU 6
     (allocated to nobody, busy with a host process: "free but busy").
-    PCIe: GPU 0 and PF 0, GPU 3 and PF 1, each pair below a switch of its own
-    (``_DEMO_BRIDGES``).
+    PCIe: GPU 0 and PF 0 below a switch of node 0, GPUs 2 and 3 and PF 1 below one of
+    node 1 (``_DEMO_BRIDGES``).
     DRA (``exporter.sim.dra``): GPU 4 (NUMA 0), GPU 5 (NUMA 1, one MIG device) and AMD
     card 3 (NUMA 1).
     """
@@ -364,12 +364,14 @@ def demo_hardware() -> SimHardware:
 
 
 # As on an HGX board: GPU 0 and Mellanox PF 0 (its VFs beside it) below one PCIe switch
-# of NUMA node 0, GPU 3 and PF 1 below one of node 1; GPU 1 alone below a root port of
-# another host bridge of node 0. The other functions hang off host bridges of their own.
+# of NUMA node 0, GPUs 2 and 3 and PF 1 below one of node 1; GPU 1 alone below a root
+# port of another host bridge of node 0. The other functions hang off host bridges of
+# their own.
 _DEMO_BRIDGES = (
     ("0000:17:00.0", ("0000:14:01.0", "0000:15:00.0", "0000:16:00.0")),
     ("0000:4b:00.0", ("0000:14:01.0", "0000:15:00.0", "0000:16:01.0")),
     ("0000:31:00.0", ("0000:30:01.0",)),
+    ("0000:b1:00.0", ("0000:c7:01.0", "0000:c8:00.0", "0000:c9:02.0")),
     ("0000:ca:00.0", ("0000:c7:01.0", "0000:c8:00.0", "0000:c9:00.0")),
     ("0000:d8:00.0", ("0000:c7:01.0", "0000:c8:00.0", "0000:c9:01.0")),
 )

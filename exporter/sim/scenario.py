@@ -216,10 +216,13 @@ class DemoScenario:
                 "llm-server-7d9f8",
                 (
                     # MIG slice on NUMA 1, exclusive CPUs on NUMA 0: not NUMA-aligned.
+                    # Its VF is PF 0's, on NUMA 0, though PF 1's VFs share the MIG GPU's
+                    # PCIe switch: the GPU reaches it across the sockets (SYS).
                     ContainerResources(
                         "server",
                         devices=(
                             _devices(f"nvidia.com/mig-{mig_a.profile}", mig_a.uuid, numa=(1,)),
+                            _devices("mellanox.com/cx7_sriov_vf", pf0_vfs[0], numa=(0,)),
                         ),
                         cpu_ids=tuple(range(10, 14)),
                         memory=(MemoryBlock("memory", 32 * GIB, (0,)),),

@@ -154,8 +154,8 @@ class TestPciWriter:
 
     def test_demo_hardware_has_every_function(self, tmp_path: Path) -> None:
         """The demo node's NVIDIA GPUs, DRM GPUs and NIC functions are all on the bus, and
-        the root and switch ports above them: 3 root ports and the 3 ports of each of its 2
-        switches."""
+        the root and switch ports above them: 3 root ports, and the upstream port and the
+        downstream ports of its 2 switches (2 and 3)."""
         hardware = demo_hardware()
         pci.write(tmp_path, hardware, tick=0)
 
@@ -166,7 +166,7 @@ class TestPciWriter:
             + [n.pci_address for n in hardware.nics]
             + list(bridges)
         )
-        assert 9 == len(bridges)
+        assert 10 == len(bridges)
         assert expected == sorted(os.listdir(tmp_path / "bus" / "pci" / "devices"))
 
     def test_demo_bridges_nest_as_the_kernel_nests_them(self, tmp_path: Path) -> None:
@@ -188,7 +188,9 @@ class TestPciWriter:
         ), "the other writers find it through the bus link"
         for port in ("0000:14:01.0", "0000:15:00.0", "0000:16:00.0", "0000:16:01.0"):
             assert "0x060400\n" == (real(port) / "class").read_text()
-        assert tmp_path / "devices" / "pci0000:b1" / "0000:b1:00.0" == real("0000:b1:00.0")
+        gpu_2 = tmp_path / "devices" / "pci0000:c7" / "0000:c7:01.0" / "0000:c8:00.0"
+        assert gpu_2 / "0000:c9:02.0" / "0000:b1:00.0" == real("0000:b1:00.0")
+        assert tmp_path / "devices" / "pci0000:5d" / "0000:5d:00.0" == real("0000:5d:00.0")
 
     def test_each_demo_bridge_is_a_port_in_its_place(self, tmp_path: Path) -> None:
         """Every bridge's own folder (the one its bus link names, with its files) is
