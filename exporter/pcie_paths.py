@@ -154,8 +154,10 @@ def gpu_nic_paths(snapshot: Snapshot) -> tuple[GpuNicPath, ...]:
                 if nearest is None:
                     continue
                 level, nic = nearest
-                levels = (pcie_level(gpu_function, f) for f in offered.get(nic_resource, ()))
-                best = min((level for level in levels if level is not None), default=None)
+                offered_levels = (
+                    pcie_level(gpu_function, place) for place in offered.get(nic_resource, ())
+                )
+                best = min((lv for lv in offered_levels if lv is not None), default=None)
                 found.append(
                     GpuNicPath(
                         owner,
