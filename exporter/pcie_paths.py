@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
+from exporter.collectors.pci import GPU_CLASS_PREFIXES, NIC_CLASS_PREFIX
 from exporter.metricwriter import Rows, gauge
 from exporter.model import DEVICE_LABELS, DeviceView, Owner, PciDevice, Snapshot
 
@@ -61,18 +62,12 @@ class PcieLevel(IntEnum):
     SYS = 5
 
 
-# Base class bytes (PCI Code and ID Assignment): display (0x03) and processing
-# accelerator (0x12) for GPUs, network (0x02, InfiniBand 0x0207 among it) for NICs.
-_GPU_CLASSES = ("0x03", "0x12")
-_NIC_CLASS = "0x02"
-
-
 def is_gpu(function: PciDevice) -> bool:
-    return function.class_id.startswith(_GPU_CLASSES)
+    return function.class_id.startswith(GPU_CLASS_PREFIXES)
 
 
 def is_nic(function: PciDevice) -> bool:
-    return function.class_id.startswith(_NIC_CLASS)
+    return function.class_id.startswith(NIC_CLASS_PREFIX)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -76,6 +76,8 @@ from exporter.sysfs import (
 )
 
 __all__ = [
+    "GPU_CLASS_PREFIXES",
+    "NIC_CLASS_PREFIX",
     "PCIE_AER_ERRORS",
     "PCIE_LINK_MAX_SPEED",
     "PCIE_LINK_MAX_WIDTH",
@@ -128,9 +130,11 @@ PCIE_AER_ERRORS = MetricSpec(
     ("type", "reported_by"),
 )
 
-# Base class bytes: network (0x02, InfiniBand is 0x0207), display (0x03), processing
-# accelerator (0x12).
-REPORTED_CLASS_PREFIXES = ("0x02", "0x03", "0x12")
+# Base class bytes (PCI Code and ID Assignment): network (0x02, InfiniBand is 0x0207)
+# for NICs; display (0x03) and processing accelerator (0x12) for GPUs.
+NIC_CLASS_PREFIX = "0x02"
+GPU_CLASS_PREFIXES = ("0x03", "0x12")
+REPORTED_CLASS_PREFIXES = (NIC_CLASS_PREFIX, *GPU_CLASS_PREFIXES)
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
