@@ -39,7 +39,7 @@ from exporter.model import (
     cpulist,
     numa_label,
 )
-from exporter.pcie_paths import GpuNicPath, PcieLevel, gpu_nic_paths
+from exporter.pcie_paths import GpuNicPath, gpu_nic_paths
 
 __all__ = [
     "FILTER_KEYS",
@@ -598,15 +598,13 @@ def _nic_path_table(snapshot: Snapshot, filters: Filters) -> str:
         ("GPU", "NIC_RESOURCE", "NIC", "LEVEL", "NODE_NEAREST", "HOLDER")
     ]
     for path in paths:
-        best = path.best_level
-        lost = best is not None and path.level > PcieLevel.PXB >= best
         rows.append(
             (
                 path.device_id,
                 path.nic_resource,
                 path.nic_device_id,
-                path.level.name + (" !" if lost else ""),
-                best.name if best else "-",
+                path.level.name + (" !" if path.placement_cost_gpudirect else ""),
+                path.best_level.name if path.best_level else "-",
                 "/".join((path.owner.namespace, path.owner.pod, path.owner.container or POD_POOL)),
             )
         )

@@ -117,6 +117,13 @@ class GpuNicPath:
     # None for a DRA driver's devices, which the kubelet does not list as allocatable.
     best_level: PcieLevel | None
 
+    @property
+    def placement_cost_gpudirect(self) -> bool:
+        """Past PXB, where NCCL turns GPUDirect RDMA off by default, while a NIC of the
+        resource within it was on the node: PodresourcesGPUNICNotAligned's rule."""
+        best = self.best_level
+        return best is not None and self.level > PcieLevel.PXB >= best
+
 
 def gpu_nic_paths(snapshot: Snapshot) -> tuple[GpuNicPath, ...]:
     """For each GPU each container holds and each NIC resource it holds too: the
