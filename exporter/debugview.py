@@ -33,6 +33,7 @@ from exporter.model import (
     GpuDeviceProcesses,
     KeyKind,
     MemoryBlock,
+    Owner,
     PodView,
     Snapshot,
     ViewedProcess,
@@ -536,7 +537,7 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
     a list in one cell: a time-sliced GPU's many would be cut at the cell cap."""
     holders: dict[str, dict[str, None]] = {}  # device -> its holders, in order, once each
     readings: dict[str, DeviceReading] = {}
-    for pod, container in _shown_containers(snapshot, filters):
+    for _, container in _shown_containers(snapshot, filters):
         for device in (*container.devices, *container.claim_devices):
             reading = snapshot.hardware_of(device).reading
             if reading is None or not any(
@@ -544,7 +545,7 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
             ):
                 continue
             readings[reading.name] = reading
-            holder = f"{pod.namespace}/{pod.name}/{container.owner.container or POD_POOL}"
+            holder = _holder(container.owner)
             holders.setdefault(reading.name, {})[holder] = None
     if not readings:
         return ""
@@ -566,6 +567,11 @@ def _gpu_table(snapshot: Snapshot, filters: Filters) -> str:
         )
         rows += [(*cells, holder) for holder in holders[name]]
     return "# GPUs held\n" + "\n".join(_aligned(rows)) + "\n"
+
+
+def _holder(owner: Owner) -> str:
+    """namespace/pod/container, a pod's shared pool named as the table names it."""
+    return "/".join((owner.namespace, owner.pod, owner.container or POD_POOL))
 
 
 def _shown_nic_paths(snapshot: Snapshot, filters: Filters) -> list[GpuNicPath]:
@@ -605,7 +611,7 @@ def _nic_path_table(snapshot: Snapshot, filters: Filters) -> str:
                 path.nic_device_id,
                 path.level.name + (" !" if path.placement_cost_gpudirect else ""),
                 path.best_level.name if path.best_level else "-",
-                "/".join((path.owner.namespace, path.owner.pod, path.owner.container or POD_POOL)),
+                _holder(path.owner),
             )
         )
     return "# GPU to NIC PCIe paths\n" + "\n".join(_aligned(rows)) + "\n"
