@@ -255,28 +255,34 @@ def _exporter_on(tmp_path: Path, port: int, *flags: str) -> list[str]:
     ]
 
 
+# A child that lowers its own open-files limit, then becomes the exporter. Not
+# subprocess's preexec_fn: that forks this process, whose gRPC (the simulated kubelets of
+# earlier tests) restarts its poller thread in the fork, after close_fds has closed the
+# poller's epoll descriptor, and aborts the child before it execs (SIGABRT, "epoll_wait
+# error: Bad file descriptor": grpc/grpc#43055, grpcio 1.80 on). Without preexec_fn,
+# subprocess spawns the child (vfork), and no fork handler runs.
+_LOWER_OPEN_FILES_THEN_EXEC = (
+    "import os, resource, sys; "
+    "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard)); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+
+
 def _run_on_a_taken_port(
     tmp_path: Path, *flags: str, soft_open_files: int | None = None
 ) -> tuple[int, subprocess.CompletedProcess[str]]:
     """``python -m exporter`` told to listen on a port already taken: it starts, says
     what it runs with, fails to listen and exits."""
-
-    def lower_the_soft_limit() -> None:
-        if soft_open_files is not None:
-            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft_open_files, hard))
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            _exporter_on(tmp_path, port, *flags),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            preexec_fn=lower_the_soft_limit,
-        )
+        command = _exporter_on(tmp_path, port, *flags)
+        if soft_open_files is not None:
+            command = [sys.executable, "-c", _LOWER_OPEN_FILES_THEN_EXEC, str(soft_open_files)]
+            command += _exporter_on(tmp_path, port, *flags)[1:]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     return port, result
 
 
