@@ -6,10 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
-import os
 import signal
 import ssl
-import sys
 import time
 from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, IPv6Address
@@ -334,10 +332,4 @@ def run(config: Config) -> None:
         # Logging is set up by now: the failure goes out as one event in the configured
         # format (a JSON line where the log pipeline expects JSON), with exit status 2.
         log.error("startup_failed", error=str(error))
-        # Not SystemExit: in the interpreter's teardown gRPC core's poller, started by the
-        # kubelet client, can abort the process (SIGABRT, "epoll_wait error: Bad file
-        # descriptor"; seen once in ~20 runs of the port-taken tests), and the exit status
-        # would say crash where it must say 2. Nothing is left to clean up by now.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(2)
+        raise SystemExit(2) from None
