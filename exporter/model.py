@@ -252,6 +252,10 @@ class PciDevice:
     # folder of its real sysfs path), then the functions below it down to this one's
     # address; () where the path does not say (a fixture of plain folders).
     pcie_path: tuple[str, ...] = ()
+    # Upstream ports of the switches a switch above this function has a direct link to
+    # (Broadcom's virtual switch links, which NCCL reads): peer-to-peer traffic between
+    # them stays in the switches. Empty on nodes without them.
+    switch_peers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,19 +25,22 @@ The tree is read as NCCL reads it from sysfs (``ncclTopoGetXmlFromSys``, src/gra
 xml.cc): a function's switch is the function two folders up its real path (past the
 switch's downstream port, its upstream port), that switch's own switch two folders
 further up, and so on; a function with the host bridge among the two folders above it
-hangs off the root complex. A NUMA node sysfs does not give (-1, as on one-socket
-machines and most VMs) is taken to be the other's: such a pair reads PHB or NODE.
+hangs off the root complex. Two switches with a direct link between them (Broadcom's
+virtual switch links, ``PciDevice.switch_peers``) join the functions below them at PXB,
+as NCCL joins them (a hop from switch to switch is PXB in paths.cc), where the tree
+alone would go through the host bridge. A NUMA node sysfs does not give (-1, as on
+one-socket machines and most VMs) is taken to be the other's: such a pair reads PHB or
+NODE.
 """
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 
-from exporter.collectors.pci import GPU_CLASS_PREFIXES, NIC_CLASS_PREFIX
+from exporter.collectors.pci import GPU_CLASS_PREFIXES, NIC_CLASS_PREFIX, switches_above
 from exporter.metricwriter import Rows, gauge
 from exporter.model import DEVICE_LABELS, DeviceView, Owner, PciDevice, Snapshot
 
@@ -70,28 +73,17 @@ def is_nic(function: PciDevice) -> bool:
     return function.class_id.startswith(NIC_CLASS_PREFIX)
 
 
-@functools.lru_cache(maxsize=4096)
-def _switches(path: tuple[str, ...]) -> tuple[str, ...]:
-    """The switches above the function at the end of ``path``, nearest first, each
-    named by its upstream port; () for a function that hangs off the root complex.
-    ``path[0]`` is the host bridge, which ends the climb."""
-    found = []
-    here = len(path) - 1
-    while here - 2 >= 1:
-        here -= 2
-        found.append(path[here])
-    return tuple(found)
-
-
 def pcie_level(a: PciDevice, b: PciDevice) -> PcieLevel | None:
     """How far apart ``a`` and ``b`` are; None where either's place is unknown."""
     if not a.pcie_path or not b.pcie_path:
         return None
-    above_a, above_b = _switches(a.pcie_path), _switches(b.pcie_path)
+    above_a, above_b = switches_above(a.pcie_path), switches_above(b.pcie_path)
     for climbed_a, switch in enumerate(above_a):
         if switch in above_b:
             # Each switch climbed past on the way to the shared one is one more.
             return PcieLevel.PIX if climbed_a + above_b.index(switch) == 0 else PcieLevel.PXB
+    if not a.switch_peers.isdisjoint(above_b):
+        return PcieLevel.PXB  # from a switch above a to one above b, switch to switch
     if a.numa_node is not None and b.numa_node is not None and a.numa_node != b.numa_node:
         return PcieLevel.SYS
     if a.pcie_path[0] != b.pcie_path[0]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from exporter.collectors.base import CollectorContext
-from exporter.collectors.pci import PciCollector, pcie_path_of
+from exporter.collectors.pci import PciCollector, pcie_path_of, switch_peers_of
 from exporter.debugview import Filters, render_json, render_text
 from exporter.join import join_snapshot
 from exporter.model import (
@@ -189,11 +191,23 @@ def _snapshot(
     *,
     claims: tuple[DynamicResource, ...] = (),
     dra: DraState = DraState(),  # noqa: B008 - frozen
+    extra_vfs: tuple[tuple[str, ...], ...] = (),
+    links: tuple[tuple[str, str], ...] = (),
 ) -> Snapshot:
-    functions = (
-        function(GPU0),
-        function(GPU1),
-        *(function(p, nic=True) for p in (*NEAR_VFS, FAR_VF)),
+    """OWNER's container holding ``devices`` and ``claims`` on the node above, with
+    ``extra_vfs`` more of VF_RESOURCE and ``links`` between switches."""
+    by_switch = defaultdict(set)
+    for one, other in links:
+        by_switch[one].add(other)
+        by_switch[other].add(one)
+    peers = {switch: frozenset(linked) for switch, linked in by_switch.items()}
+    functions = tuple(
+        replace(f, switch_peers=switch_peers_of(f.pcie_path, peers))
+        for f in (
+            function(GPU0),
+            function(GPU1),
+            *(function(p, nic=True) for p in (*NEAR_VFS, FAR_VF, *extra_vfs)),
+        )
     )
     runs = (
         CollectorRun(
@@ -207,7 +221,7 @@ def _snapshot(
     allocatable = AllocatableResources(
         devices=(
             DeviceGroup("nvidia.com/gpu", (GPU0_UUID, GPU1_UUID), (0,)),
-            DeviceGroup(VF_RESOURCE, tuple(p[-1] for p in (*NEAR_VFS, FAR_VF)), (0,)),
+            DeviceGroup(VF_RESOURCE, tuple(p[-1] for p in (*NEAR_VFS, FAR_VF, *extra_vfs)), (0,)),
         )
     )
     return _joined(runs, allocatable, devices, claims=claims, dra=dra)
@@ -481,3 +495,165 @@ class TestDebugViewMark:
         assert [GPU0_UUID, driver, "vf-0", "NODE", "-", "ml/trainer-0/trainer"] == row.split()
         (shown,) = render_json(snapshot, filters=Filters(), now=1000.0)["gpu_nic_paths"]
         assert ("NODE", None) == (shown["level"], shown["node_nearest_level"])
+
+
+# Two switches on other root ports of GPU 0's host bridge, as a PEX89000 split in two
+# virtual switches shows them: the NIC's switch 21:00.0 below root port 14:03.0.
+LINKED_SWITCH = ("pci0000:14", "0000:14:03.0", "0000:21:00.0")
+LINKED_NIC = (*LINKED_SWITCH, "0000:22:00.0", "0000:23:00.0")
+
+
+def _linked(path: tuple[str, ...], *peers: str, numa: int = 0, nic: bool = False) -> PciDevice:
+    return replace(function(path, numa=numa, nic=nic), switch_peers=frozenset(peers))
+
+
+class TestSwitchLinks:
+    """Broadcom's virtual switch links, as NCCL reads them: a GPU and a NIC below two
+    linked switches are PXB, not PHB, and so keep GPUDirect RDMA."""
+
+    def test_linked_switches_are_pxb_where_the_tree_says_phb(self) -> None:
+        gpu, nic = _linked(GPU0, "0000:21:00.0"), _linked(LINKED_NIC, "0000:15:00.0", nic=True)
+        assert PcieLevel.PXB == pcie_level(gpu, nic) == pcie_level(nic, gpu)
+        assert PcieLevel.PHB == pcie_level(function(GPU0), function(LINKED_NIC, nic=True))
+
+    def test_a_link_further_up_the_chain_counts(self) -> None:
+        """The GPU's nearest switch is 19:00.0; the one above it, 15:00.0, is linked."""
+        gpu = _linked(CASCADED_GPU, "0000:21:00.0")
+        assert PcieLevel.PXB == pcie_level(gpu, _linked(LINKED_NIC, "0000:15:00.0", nic=True))
+
+    def test_a_function_has_the_peers_of_every_switch_above_it(self) -> None:
+        links = {
+            "0000:15:00.0": frozenset({"0000:21:00.0"}),
+            "0000:19:00.0": frozenset({"0000:30:00.0"}),
+            "0000:21:00.0": frozenset({"0000:15:00.0"}),
+        }
+        assert {"0000:21:00.0", "0000:30:00.0"} == switch_peers_of(CASCADED_GPU, links)
+        assert {"0000:21:00.0"} == switch_peers_of(GPU0, links)
+        assert frozenset() == switch_peers_of(OTHER_ROOT_PORT_NIC, links), "no switch above"
+
+    def test_a_link_between_numa_nodes_stays_in_the_switches(self) -> None:
+        gpu = _linked(GPU0, "0000:21:00.0", numa=0)
+        nic = _linked(LINKED_NIC, "0000:15:00.0", numa=1, nic=True)
+        assert PcieLevel.PXB == pcie_level(gpu, nic)
+
+    def test_a_shared_switch_is_still_pix(self) -> None:
+        gpu, nic = _linked(GPU0, "0000:21:00.0"), _linked(NIC0, "0000:21:00.0", nic=True)
+        assert PcieLevel.PIX == pcie_level(gpu, nic)
+
+    def test_a_link_to_a_switch_elsewhere_changes_nothing(self) -> None:
+        gpu = _linked(GPU0, "0000:99:00.0")
+        assert PcieLevel.PHB == pcie_level(gpu, _linked(LINKED_NIC, nic=True))
+
+    def test_the_alert_rule_no_longer_holds_for_a_nic_beyond_a_link(self) -> None:
+        """trainer-0's VF below the linked switch: PXB, no GPUDirect cost to report."""
+        vf = (*LINKED_SWITCH, "0000:22:01.0", "0000:24:00.2")
+        snapshot = _snapshot(
+            (
+                DeviceGroup("nvidia.com/gpu", (GPU0_UUID,), (0,)),
+                DeviceGroup(VF_RESOURCE, (vf[-1],), (0,)),
+            ),
+            extra_vfs=(vf,),
+            links=(("0000:15:00.0", "0000:21:00.0"),),
+        )
+        (path,) = gpu_nic_paths(snapshot)
+        assert (PcieLevel.PXB, PcieLevel.PIX, False) == (
+            path.level,
+            path.best_level,
+            path.placement_cost_gpudirect,
+        )
+
+
+def _demo_with_links(sysfs: Path, *links: tuple[str, str]) -> None:
+    hardware = replace(demo_hardware(), switch_links=links)
+    write_tree(sysfs=sysfs, procfs_root=sysfs.parent / "proc", hardware=hardware, tick=0)
+
+
+# The demo's two switches: GPU 0 and Mellanox PF 0 below 15:00.0 (NUMA node 0); GPUs 2
+# and 3 and PF 1 below c8:00.0 (node 1).
+DEMO_SWITCHES = ("0000:15:00.0", "0000:c8:00.0")
+LINKS_DIR = ("kernel", "pci_switch_link", "virtual_switch_links")
+
+
+def _peers(readings: Readings) -> dict[str, frozenset[str]]:
+    return {d.address: d.switch_peers for d in readings.pci_devices if d.switch_peers}
+
+
+def _below(readings: Readings, switch: str) -> set[str]:
+    return {d.address for d in readings.pci_devices if switch in d.pcie_path}
+
+
+class TestSwitchLinksRead:
+    """The pci collector reads the links where Broadcom's module lists them."""
+
+    def test_every_function_below_a_linked_switch_has_the_peer(self, tmp_path: Path) -> None:
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        left, right = DEMO_SWITCHES
+        expected = {a: frozenset({right}) for a in _below(found, left)}
+        expected.update({a: frozenset({left}) for a in _below(found, right)})
+        assert 13 == len(expected), "3 GPUs, 2 PFs and their 8 VFs below the two switches"
+        assert (expected, ()) == (_peers(found), found.issues)
+        by_address = {d.address: d for d in found.pci_devices}
+        # The demo's llm-server: its GPU below c8:00.0, its VF below 15:00.0, across
+        # the sockets (SYS) but for the link.
+        gpu, vf = by_address["0000:b1:00.0"], by_address["0000:4b:00.2"]
+        assert PcieLevel.PXB == pcie_level(gpu, vf)
+        assert PcieLevel.SYS == pcie_level(
+            replace(gpu, switch_peers=frozenset()), replace(vf, switch_peers=frozenset())
+        )
+
+    def test_the_links_appear_and_go_after_the_exporter_started(self, tmp_path: Path) -> None:
+        """The module fills its folders when NCCL first reads its refresh file, after the
+        exporter started; a function's reading changes only when its peers do."""
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs)
+        collector = PciCollector(CollectorContext(sysfs=sysfs))
+        assert {} == _peers(collector.collect())
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        linked = collector.collect()
+        again = collector.collect()
+        assert 13 == len(_peers(linked))
+        assert _peers(linked) == _peers(again)
+        assert all(a is b for a, b in zip(linked.pci_devices, again.pci_devices, strict=True))
+        shutil.rmtree(sysfs / "kernel")
+        gone = collector.collect()
+        assert ({}, ()) == (_peers(gone), gone.issues)
+
+    def test_a_link_listed_from_one_end_only_is_not_a_link(self, tmp_path: Path) -> None:
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        left, right = DEMO_SWITCHES
+        sysfs.joinpath(*LINKS_DIR, right, left).unlink()
+        assert {} == _peers(PciCollector(CollectorContext(sysfs=sysfs)).collect())
+
+    def test_entries_that_name_no_function_on_the_bus_are_left_out(self, tmp_path: Path) -> None:
+        """NCCL keeps only names of PCI functions it finds; so do we, and never read
+        the refresh file, whose read rescans the bus."""
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        folders = sysfs.joinpath(*LINKS_DIR)
+        left, right = DEMO_SWITCHES
+        for here, there in ((left, "0000:ee:00.0"), ("0000:ee:00.0", left)):
+            (folders / here / there).mkdir(parents=True, exist_ok=True)
+        (folders / left / "not-a-function").mkdir()
+        (folders / "README").write_text("a stray file\n")
+        (folders / left / f".{right}.tmp").symlink_to(f"../{right}")
+        refresh = sysfs / "kernel" / "pci_switch_link" / "refresh_switch_toplogy"
+        refresh.chmod(0)  # a read would fail (as root too: it is a fixture)
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        assert {frozenset({left}), frozenset({right})} == set(_peers(found).values())
+        assert () == found.issues
+
+    def test_a_folder_that_cannot_be_listed_is_an_issue(self, tmp_path: Path) -> None:
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        left = DEMO_SWITCHES[0]
+        broken = sysfs.joinpath(*LINKS_DIR, left)
+        shutil.rmtree(broken)
+        broken.symlink_to(left)  # a loop: ELOOP, as root too
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        assert {} == _peers(found), "the other end alone lists the link"
+        (problem,) = found.issues
+        assert ("unreadable", True) == (problem.error, f"cannot list {broken}" in problem.detail)
+        assert len(found.pci_devices) > 20, "the functions are still read"

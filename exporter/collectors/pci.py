@@ -40,6 +40,19 @@ And where each function sits in the PCI tree (``PciDevice.pcie_path``), from its
 path under ``/sys/devices``: the join tells from it how far a container's GPUs are from
 its NICs (``exporter.pcie_paths``). Read once, when the function is first listed.
 
+And the direct links between PCIe switches that Broadcom's switch-link module lists
+(``<sysfs>/kernel/pci_switch_link/virtual_switch_links/<upstream port>/<peer upstream
+port>``, each link listed from both ends): a PEX89000 switch split into virtual switches,
+each with its own upstream port, still carries traffic between them inside itself, and
+NCCL 2.22 and later read these links (``ncclOsGetBcmLinks``) to call such a GPU and NIC
+PXB instead of PHB. The module is Broadcom's, not in mainline Linux (its proposal,
+``PCI_SW_DISCOVERY``, 2024), and fills the folders when its ``refresh_switch_toplogy``
+is read (the kernel's spelling), which NCCL does at each communicator's start: a read
+that rescans the PCI bus, so the exporter never reads it, and lists the links every poll
+instead. A function's ``switch_peers`` are the switches linked to any switch above it.
+A link listed from one end only is not counted (the module lists both; NCCL fails
+on such a link), nor an entry that is not a PCI address on the bus.
+
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
 ``numa_node`` loses only the node (None). A function listed on the bus whose identity
@@ -49,9 +62,10 @@ as ``vanished``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -59,6 +73,8 @@ from typing import TypeVar
 from exporter.collectors.base import (
     Collector,
     CollectorContext,
+    CollectorError,
+    CollectorUnavailable,
     Registration,
     issue,
 )
@@ -71,6 +87,7 @@ from exporter.sysfs import (
     FileError,
     KeptFiles,
     is_pci_address,
+    list_source,
     list_source_inodes,
     read_text,
 )
@@ -94,6 +111,9 @@ __all__ = [
     "parse_numa_node",
     "pcie_path_of",
     "read_pci_device",
+    "read_switch_links",
+    "switch_peers_of",
+    "switches_above",
 ]
 
 PCIE_LINK_WIDTH = MetricSpec(
@@ -260,6 +280,66 @@ def pcie_path_of(function_dir: Path) -> tuple[str, ...]:
     return tuple(parts[start - 1 :])
 
 
+@functools.lru_cache(maxsize=4096)
+def switches_above(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The switches above the function at the end of ``path`` (a ``pcie_path``),
+    nearest first, each named by its upstream port, as NCCL climbs (``xml.cc``): two
+    folders up, past the switch's downstream port; () for a function that hangs off the
+    root complex. ``path[0]`` is the host bridge, which ends the climb."""
+    found = []
+    here = len(path) - 1
+    while here - 2 >= 1:
+        here -= 2
+        found.append(path[here])
+    return tuple(found)
+
+
+# Where Broadcom's switch-link module lists the links, under the sysfs root.
+SWITCH_LINKS = ("kernel", "pci_switch_link", "virtual_switch_links")
+
+
+def read_switch_links(
+    links_dir: Path, *, on_bus: Iterable[str], issues: list[CollectorIssue]
+) -> dict[str, frozenset[str]]:
+    """The switches (by upstream port) each switch has a direct link to, where both
+    list the link and it names a function ``on_bus``; {} where the module is not loaded
+    (no folder). A folder that cannot be listed is an issue and gives no links."""
+    listed: dict[str, set[str]] = {}
+    try:
+        switches = list_source(links_dir, absent="")
+    except CollectorUnavailable:
+        return {}
+    except CollectorError as error:
+        issues.append(issue(UNREADABLE, str(error)))
+        return {}
+    functions = frozenset(on_bus)  # only where the module is: most nodes never pay it
+    for switch in switches:
+        if not is_pci_address(switch):
+            continue
+        try:
+            peers = list_source(links_dir / switch, absent="")
+        except CollectorUnavailable:
+            continue  # gone since the listing
+        except CollectorError as error:
+            issues.append(issue(UNREADABLE, str(error)))
+            continue
+        listed[switch] = {p for p in peers if p in functions}
+    return {
+        switch: both_ways
+        for switch, peers in listed.items()
+        if (both_ways := frozenset(p for p in peers if switch in listed.get(p, ())))
+    }
+
+
+def switch_peers_of(
+    pcie_path: tuple[str, ...], links: Mapping[str, frozenset[str]]
+) -> frozenset[str]:
+    """The switches linked to any switch above the function at ``pcie_path``."""
+    if not links:
+        return frozenset()
+    return frozenset().union(*(links.get(s, ()) for s in switches_above(pcie_path)))
+
+
 def _read_hex(path: Path, *, digits: int, issues: list[CollectorIssue]) -> str | None:
     try:
         text = read_text(path)
@@ -309,6 +389,7 @@ class PciCollector(Collector):
         self._functions: dict[str, _Known] = {}
         self._files = KeptFiles.under(context.sysfs)
         self._polls = 0
+        self._links_dir = context.sysfs.joinpath(*SWITCH_LINKS)
 
     def collect(self) -> Readings:
         """Every function of a reported class."""
@@ -319,6 +400,9 @@ class PciCollector(Collector):
         kept: dict[str, _Known] = {}
         self._polls += 1
         numa_due = self._polls % NUMA_RECHECK_POLLS == 0
+        links = read_switch_links(
+            self._links_dir, on_bus=(address for address, _ in listed), issues=issues
+        )
         for address, inode in listed:
             if not is_pci_address(address):
                 continue
@@ -341,6 +425,10 @@ class PciCollector(Collector):
                 known = self._with_numa_node(known, issues)
             if known.link is not None:
                 known = self._with_link_read(known, issues)
+            if known.device is not None and (links or known.device.switch_peers):
+                peers = switch_peers_of(known.device.pcie_path, links)
+                if peers != known.device.switch_peers:
+                    known = replace(known, device=replace(known.device, switch_peers=peers))
             kept[address] = known
             if known.device is not None:
                 found.append(known.device)

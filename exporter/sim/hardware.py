@@ -182,6 +182,9 @@ class SimHardware:
     # and downstream port down to it. A VF sits beside its PF. Functions not named here
     # hang off their host bridge directly, as on a VM's bus.
     pcie_bridges: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Pairs of switches (by upstream port, in pcie_bridges) with a direct link between
+    # them, as Broadcom's switch-link module lists them; none: the module is not loaded.
+    switch_links: tuple[tuple[str, str], ...] = ()
 
     def bridges_of(self, address: str) -> tuple[str, ...]:
         """The bridges above the function at ``address``, root port first."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from exporter.sim.fixtures import infiniband, net, pci
@@ -210,6 +211,23 @@ class TestPciWriter:
                 vendor = "0x8086\n" if depth == 0 else "0x1000\n"
                 assert vendor == (real / "vendor").read_text(), bridge
                 assert f"{numa[address]}\n" == (real / "numa_node").read_text(), bridge
+
+    def test_switch_links_as_broadcoms_module_lists_them(self, tmp_path: Path) -> None:
+        """A folder per linked switch's upstream port, an entry per peer, linked to the
+        peer's folder (``sysfs_create_link`` from both ends), and the refresh file whose
+        read filled them; no folder at all where no link is (no module)."""
+        pci.write(tmp_path / "none", demo_hardware(), tick=0)
+        assert not (tmp_path / "none" / "kernel").exists()
+
+        links = (("0000:15:00.0", "0000:c8:00.0"),)
+        pci.write(tmp_path, replace(demo_hardware(), switch_links=links), tick=0)
+        root = tmp_path / "kernel" / "pci_switch_link"
+        folders = root / "virtual_switch_links"
+        assert ["0000:15:00.0", "0000:c8:00.0"] == sorted(os.listdir(folders))
+        assert ["0000:c8:00.0"] == os.listdir(folders / "0000:15:00.0")
+        assert "../0000:c8:00.0" == os.readlink(folders / "0000:15:00.0" / "0000:c8:00.0")
+        assert "../0000:15:00.0" == os.readlink(folders / "0000:c8:00.0" / "0000:15:00.0")
+        assert "done\n" == (root / "refresh_switch_toplogy").read_text()
 
     def test_demo_links_as_the_kernel_writes_them(self, tmp_path: Path) -> None:
         """Every GPU and physical NIC of the demo has a Gen5 x16 link, GPU 0 trained at 8
