@@ -86,6 +86,7 @@ class TestRendering:
             "gpu-taints-only",
             "grafana",
             "non-root",
+            "pcie-switch-links",
             "prometheus-operator",
             "web-config",
         )
@@ -437,6 +438,26 @@ class TestOverlays:
             ("/host/var/log/pods", True, "/var/log/pods"),
             ("/host/var/log/containers", True, "/var/log/containers"),
         ] == [(m["mountPath"], m.get("readOnly"), volumes[m["name"]]) for m in mounts]
+        assert base == overlay
+
+    def test_pcie_switch_links_adds_one_read_only_sysfs_folder(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """pcie-switch-links is the base plus Broadcom's switch-link folder, read-only,
+        under the --path.sysfs root the collectors read, and only where it exists."""
+        base = _daemonset(rendered["manifests"])
+        overlay = copy.deepcopy(_daemonset(rendered["manifests/overlays/pcie-switch-links"]))
+        pod = overlay["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        mount = container["volumeMounts"].pop()
+        volume = pod["volumes"].pop()
+        assert "--path.sysfs=/host/sys" in container["args"]
+        assert ("/host/sys/kernel/pci_switch_link", True, volume["name"]) == (
+            mount["mountPath"],
+            mount.get("readOnly"),
+            mount["name"],
+        )
+        assert {"path": "/sys/kernel/pci_switch_link", "type": "Directory"} == volume["hostPath"]
         assert base == overlay
 
     def test_service_monitor_scrapes_the_service_and_labels_the_node(
