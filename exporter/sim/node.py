@@ -99,9 +99,21 @@ class SimulatedNode:
         self._apply()
 
     async def _tick_forever(self, interval_s: float) -> None:
+        failing = False
         while True:
             await asyncio.sleep(interval_s)
-            await self.advance()
+            try:
+                await self.advance()
+            except OSError as error:
+                # Out of file descriptors or disk: the node stays at its last tick (the
+                # exporter keeps serving it) and the next tick tries again.
+                if not failing:
+                    log.warning("simulated_node_tick_failed", tick=self.tick, error=str(error))
+                failing = True
+            else:
+                if failing:
+                    log.info("simulated_node_tick_recovered", tick=self.tick)
+                failing = False
 
     async def stop(self) -> None:
         if self._ticker is not None:

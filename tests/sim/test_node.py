@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 import time
+
+from structlog.testing import capture_logs
 
 from exporter.model import ContainerResources
 from exporter.sim.node import SimulatedNode
@@ -31,6 +34,42 @@ class TestStop:
         await node.stop()
         await asyncio.sleep(0.5)  # past the write, had it been left running
         assert not node.root.exists()
+
+    async def test_a_tick_that_cannot_write_leaves_the_node_ticking(self) -> None:
+        """Out of file descriptors, a tick's write fails: one warning, the node keeps its
+        last tick, the next ticks go on, and stop() is clean (the ticker used to die
+        silently and stop() re-raised its error: a traceback and exit 1 at SIGTERM)."""
+        node = SimulatedNode(DemoScenario.create())
+        write = node._write
+        writes = 0
+
+        def write_or_fail() -> None:
+            nonlocal writes
+            writes += 1
+            if 2 <= writes <= 4:  # start()'s own write works, the next three ticks fail
+                raise OSError(errno.EMFILE, "Too many open files")
+            write()
+
+        node._write = write_or_fail  # type: ignore[method-assign]
+        with capture_logs() as logs:
+            await node.start(tick_interval_s=0.01)
+            try:
+                for _ in range(500):
+                    if writes >= 7:
+                        break
+                    await asyncio.sleep(0.01)
+                await node.stop()
+            finally:
+                await node.kubelet.stop()  # whatever stop() did: else the test run hangs
+        events = [
+            (e["event"], e["log_level"]) for e in logs if e["event"] != "simulated_node_started"
+        ]
+        assert [
+            ("simulated_node_tick_failed", "warning"),
+            ("simulated_node_tick_recovered", "info"),
+        ] == events
+        assert "Too many open files" in logs[1]["error"]
+        assert (True, False) == (writes >= 7, node.root.exists())
 
 
 class TestDemoKubeletState:
