@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_BACKOFF_INITIAL_S",
     "DEFAULT_BACKOFF_MAX_S",
     "DEFAULT_CAPABILITY_RECHECK_S",
+    "MAX_DETAILS_SHOWN",
     "METHOD_GET",
     "METHOD_GET_ALLOCATABLE",
     "METHOD_LIST",
@@ -65,6 +66,7 @@ __all__ = [
     "RECONNECT_BACKOFF_INITIAL_MS",
     "RECONNECT_BACKOFF_MAX_MS",
     "KubeletClient",
+    "shown_details",
     "unix_target",
 ]
 
@@ -113,6 +115,21 @@ _NOT_FOUND = re.compile(r"^pod \S* in namespace \S* not found")
 _DISABLED = re.compile(r"Pod ?Resources API \w+( method)? disabled")
 _TOO_LARGE = re.compile(r"larger than max", re.IGNORECASE)
 _SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")  # gRPC: "larger than max (20971780 vs. 16777216)"
+# The most of a status's details (the kubelet's words, or gRPC's) shown in an error:
+# they go into log lines and /debug, and a peer may send up to 8 KiB of anything.
+MAX_DETAILS_SHOWN = 400
+
+
+def shown_details(details: str) -> str:
+    """``details`` fit for one log line: control characters escaped, cut to
+    MAX_DETAILS_SHOWN characters with the count of those left out."""
+    if details.isprintable() and len(details) <= MAX_DETAILS_SHOWN:
+        return details
+    cut = details[:MAX_DETAILS_SHOWN]
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
+    left_out = len(details) - len(cut)
+    return f"{shown}... ({left_out} more characters)" if left_out else shown
+
 
 _RPC_PATHS = {
     METHOD_LIST: "/v1.PodResourcesLister/List",
@@ -493,7 +510,7 @@ class KubeletClient:
         pod: tuple[str, str] | None,
         started: float,
     ) -> KubeletError:
-        message = f"{method}: {code}: {details}"
+        message = f"{method}: {code}: {shown_details(details)}"
         too_large = code == "RESOURCE_EXHAUSTED" and _TOO_LARGE.search(details) is not None
         if code not in _BACKOFF_CODES or too_large:
             # The kubelet answered (or our own size limit struck): it is reachable.
@@ -516,7 +533,7 @@ class KubeletClient:
                 self._recheck_methods()
             return unavailable
         if code == "UNIMPLEMENTED" or (code == "UNKNOWN" and _DISABLED.fullmatch(details)):
-            self._mark_unavailable(method, reason=f"{code}: {details}")
+            self._mark_unavailable(method, reason=f"{code}: {shown_details(details)}")
             return MethodUnavailable(message, method=method)
         # The kubelet says UNKNOWN "pod X in namespace Y not found"; NOT_FOUND would be the
         # proper code, should a kubelet ever send it.

@@ -130,6 +130,7 @@ class SimKubelet:
         self.unimplemented: set[str] = set()  # answer UNIMPLEMENTED, like an older kubelet
         self.disabled: set[str] = set()  # answer UNKNOWN "... disabled" (feature gate off)
         self.force_code: grpc.StatusCode | None = None  # fail every call with this code
+        self.force_details: str | None = None  # and these words, where given
         self.padding_bytes = 0  # List replies grow by at least this much
         # ... in device IDs this long: many short ones (a busy node) or few long ones (a
         # big reply that stays cheap to join and render).
@@ -240,7 +241,10 @@ class SimKubelet:
         if self._hang:
             await self._release.wait()
         if self.force_code is not None:
-            await _abort(context, self.force_code, f"forced by SimKubelet: {self.force_code.name}")
+            details = self.force_details
+            if details is None:
+                details = f"forced by SimKubelet: {self.force_code.name}"
+            await _abort(context, self.force_code, details)
         api, _, rpc = method.partition(".")
         if method in self.unimplemented:
             await _abort(

@@ -18,7 +18,12 @@ import pytest
 from manualclock import ManualClock
 from structlog.testing import capture_logs
 
-from exporter.kubelet.client import METHOD_LIST, METHOD_V1ALPHA1_LIST, KubeletClient
+from exporter.kubelet.client import (
+    MAX_DETAILS_SHOWN,
+    METHOD_LIST,
+    METHOD_V1ALPHA1_LIST,
+    KubeletClient,
+)
 from exporter.kubelet.errors import (
     KubeletError,
     KubeletRateLimited,
@@ -247,6 +252,32 @@ class TestValues:
             await client.list_pods()
         assert type(caught.value) is KubeletError
         assert caught.value.message.startswith("List: NOT_FOUND: ")
+
+    async def test_hostile_details_make_one_bounded_printable_line(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """A status's details are the peer's words, percent-encoded on the wire: any bytes,
+        up to 8 KiB. The error (which goes into the log and /debug) escapes control
+        characters and keeps the first MAX_DETAILS_SHOWN, saying how many it left out."""
+        sim.force_code = grpc.StatusCode.UNKNOWN
+        sim.force_details = "boom\x01\x00\nsecond line" + "x" * 5000
+        with pytest.raises(KubeletError) as caught:
+            await client.list_pods()
+        message = caught.value.message
+        assert message.startswith("List: UNKNOWN: boom\\x01\\x00\\nsecond line")
+        assert message.isprintable()
+        left_out = len(sim.force_details) - MAX_DETAILS_SHOWN
+        assert message.endswith(f"xxx... ({left_out} more characters)")
+        assert len(message) < MAX_DETAILS_SHOWN + 100
+
+    async def test_ordinary_details_are_shown_as_they_are(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        sim.force_code = grpc.StatusCode.UNKNOWN
+        sim.force_details = "naïve pod «x» failed"
+        with pytest.raises(KubeletError) as caught:
+            await client.list_pods()
+        assert "List: UNKNOWN: naïve pod «x» failed" == caught.value.message
 
 
 class TestCapabilities:
