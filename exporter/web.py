@@ -25,7 +25,7 @@ from http import HTTPStatus
 from typing import Any
 
 import structlog
-from aiohttp import HttpVersion10, web
+from aiohttp import HttpVersion10, HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
@@ -292,6 +292,20 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json_error(500, f"internal error: {type(error).__name__}")
 
 
+async def _expect(request: web.Request) -> web.StreamResponse | None:
+    """``Expect``, as aiohttp's default handler answers it (100 Continue, on HTTP/1.1),
+    but an expectation it cannot meet gets a JSON 417 like every other refusal: the
+    default's plain-text one comes before the middlewares, which cannot restyle it."""
+    expect = request.headers.get("Expect", "")
+    if request.version != HttpVersion11:
+        return None
+    if expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the body proper has not begun
+        return None
+    return _json_error(417, f"unknown Expect: {_cut(expect)}")
+
+
 def _published(request: web.Request) -> Published:
     published = request.app[STORE].current
     if published is None:
@@ -399,13 +413,29 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, headers=headers)
 
 
+# The most of a client's own words an error quotes back.
+MAX_QUOTED = 64
+# A "%" not followed by two hex digits: aiohttp keeps it as it is, Go refuses the query.
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _cut(text: str) -> str:
+    """``text`` quoted for an error message, cut to MAX_QUOTED characters."""
+    if len(text) <= MAX_QUOTED:
+        return repr(text)
+    return f"{text[:MAX_QUOTED]!r}... ({len(text) - MAX_QUOTED} more characters)"
+
+
 def _query(
     request: web.Request, allowed: tuple[str, ...], *, may_be_empty: tuple[str, ...] = ()
 ) -> dict[str, str]:
+    _, _, raw_query = request.raw_path.partition("?")  # as sent: yarl re-escapes a lone "%"
+    if _BAD_ESCAPE.search(raw_query):
+        raise ErrorAnswer("query string: a '%' not followed by two hex digits")
     values: dict[str, str] = {}
     for key, value in request.query.items():
         if key not in allowed:
-            raise ErrorAnswer(f"unknown query parameter {key!r}; known: {', '.join(allowed)}")
+            raise ErrorAnswer(f"unknown query parameter {_cut(key)}; known: {', '.join(allowed)}")
         if key in values:
             raise ErrorAnswer(f"query parameter {key!r} given twice")
         if len(value) > MAX_QUERY_VALUE_LENGTH or not value.isprintable():
@@ -501,9 +531,9 @@ async def pod_allocations(request: web.Request) -> web.StreamResponse:
     namespace, name = request.match_info["namespace"], request.match_info["pod"]
     # fullmatch: "$" would also match before a final newline ("%0A").
     if not _NAMESPACE.fullmatch(namespace):
-        raise ErrorAnswer(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
+        raise ErrorAnswer(f"namespace {_cut(namespace)} is not a valid Kubernetes namespace name")
     if not _POD_NAME.fullmatch(name):
-        raise ErrorAnswer(f"pod {name!r} is not a valid Kubernetes pod name")
+        raise ErrorAnswer(f"pod {_cut(name)} is not a valid Kubernetes pod name")
     snapshot = _current(request)
     filters = Filters(namespace=namespace, pod=name)
     output = query.get("format", "json")
@@ -590,13 +620,17 @@ def create_app(
         max_renders=DEBUG_MAX_RENDERS,
         max_held_bytes=DEBUG_MAX_HELD_BYTES,
     )
-    app.router.add_get("/", landing)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    routes: list[tuple[str, Handler]] = [
+        ("/", landing),
+        ("/metrics", metrics),
+        ("/healthz", healthz),
+        ("/readyz", readyz),
+    ]
     if settings.enable_debug:
-        app.router.add_get("/debug/allocations", _debug_bounded(allocations))
-        app.router.add_get("/debug/allocations/{namespace}/{pod}", _debug_bounded(pod_allocations))
+        routes.append(("/debug/allocations", _debug_bounded(allocations)))
+        routes.append(("/debug/allocations/{namespace}/{pod}", _debug_bounded(pod_allocations)))
+    for path, handler in routes:
+        app.router.add_get(path, handler, expect_handler=_expect)
     return app
 
 

@@ -20,6 +20,7 @@ from manualclock import ManualClock
 from openfiles import held_under
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
+from yarl import URL
 
 from exporter.app import LOOKUP_BURST, LOOKUP_RATE_PER_S, Exporter, demo_collectors
 from exporter.cli import parse_config
@@ -551,6 +552,8 @@ class TestDebugEndpoints:
             ("/debug/allocations?namespace=", 400),
             ("/debug/allocations?pod=&container=", 400),
             ("/debug/allocations?namespace=%ff", 400),
+            ("/debug/allocations?namespace=%zz", 400),  # escapes are two hex digits
+            ("/debug/allocations?namespace=ab%", 400),
             (f"/debug/allocations?namespace={'n' * 513}", 400),  # values of sane length
             ("/debug/allocations?pod=a%09b", 400),  # printable ones
             ("/debug/allocations?namespace=a&namespace=b", 400),  # each given once
@@ -578,7 +581,7 @@ class TestDebugEndpoints:
         Kubernetes could not have costs no kubelet call."""
         await exporter.poller.poll_once()
         asked_before = sim_node.kubelet.calls["v1.Get"]
-        response = await client.get(path)
+        response = await client.get(URL(path, encoded=True))  # sent as written
         assert response.status == status
         text = await response.text()
         assert text.count("\n") == 1

@@ -136,6 +136,40 @@ class TestParserErrors:
         assert secret.decode() not in repr(logs) + caplog.text
 
 
+class TestExpect:
+    async def test_an_expectation_not_met_is_a_json_417(self, exporter: Exporter) -> None:
+        """aiohttp refuses any Expect but 100-continue before the middlewares, in plain
+        text; the exporter's own handler refuses it as every other bad input."""
+        sent = b"GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            status, headers, body = split_response(await raw_exchange(port, sent))
+        assert (417, "application/json; charset=utf-8") == (status, headers["content-type"])
+        assert {"error": "unknown Expect: 'bogus'"} == json.loads(body)
+
+    async def test_100_continue_is_still_met(self, exporter: Exporter) -> None:
+        sent = (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        async with serving(exporter.create_app()) as port:
+            raw = await raw_exchange(port, sent)
+        first, _, rest = raw.partition(b"\r\n\r\n")
+        assert (b"HTTP/1.1 100 Continue", 200) == (first, split_response(rest)[0])
+
+
+class TestQuotedInput:
+    async def test_a_long_unknown_parameter_is_quoted_cut(self, exporter: Exporter) -> None:
+        """Values are refused past 512 characters; a name is quoted back at most 64."""
+        await exporter.poller.poll_once()
+        key = "k" * 8000
+        sent = f"GET /debug/allocations?{key}=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            status, _, body = split_response(await raw_exchange(port, sent.encode()))
+        error = json.loads(body)["error"]
+        assert (400, True) == (status, error.startswith(f"unknown query parameter '{'k' * 64}'"))
+        assert f"({8000 - 64} more characters)" in error
+        assert len(body) < 300
+
+
 class TestAnswerDeadline:
     @staticmethod
     def _with_big_answers(app: web.Application) -> web.Application:
