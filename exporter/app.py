@@ -184,6 +184,8 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     runner = make_runner(app)
     await runner.setup()
     try:
+        if stop.is_set():
+            return  # stopped while starting (SIGTERM at a rollout): nothing to listen for
         for host, port in config.listen_addresses:
             try:
                 await _listen(runner, host, port, ssl_context=ssl_context)

@@ -345,14 +345,25 @@ class TestRefusals:
 
         path = folder / "web.yml"
         path.write_text(TLS)
-        said: list[list[bool]] = []
-        for extra in (["--web.config.file", str(path)], []):
-            flags = ["--demo", "--web.listen-address=127.0.0.1:0", *extra]
-            stopped = asyncio.Event()
-            stopped.set()  # bound, logged, stopped
+
+        async def listening(flags: list[str]) -> list[bool]:
+            """What ``listening`` says, then stopped (a stop set before start-up ends
+            is never listened for)."""
+            stop = asyncio.Event()
             with capture_logs() as logs:
-                asyncio.run(serve(parse_config(flags, {}), stop=stopped))
-            said.append([e["tls"] for e in logs if e["event"] == "listening"])
+                serving = asyncio.create_task(serve(parse_config(flags, {}), stop=stop))
+                for _ in range(3000):
+                    if serving.done() or any(e["event"] == "listening" for e in logs):
+                        break
+                    await asyncio.sleep(0.01)
+                stop.set()
+                await serving
+            return [e["tls"] for e in logs if e["event"] == "listening"]
+
+        said = [
+            asyncio.run(listening(["--demo", "--web.listen-address=127.0.0.1:0", *extra]))
+            for extra in (["--web.config.file", str(path)], [])
+        ]
         assert [[True], [False]] == said
 
     def test_serve_reads_the_debug_auth_file_as_users_only(self, folder: Path) -> None:
