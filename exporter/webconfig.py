@@ -405,7 +405,13 @@ def _parse_rate_limit(reader: _Reader) -> RateLimit | None:
     else:
         raise reader.error(reader.key("interval"), f"expected a duration, got {raw!r:.60}")
     burst = reader.get("burst", int, 0)
-    if interval_s <= 0:
+    if interval_s < 0:
+        # Go's rate.Every makes a negative interval unlimited, as 0: refused here, so a
+        # limit asked for is not dropped with no word (the file would read as empty).
+        raise reader.error(
+            reader.key("interval"), f"must not be negative (0 turns the limit off), got {raw!r:.60}"
+        )
+    if interval_s == 0:
         return None  # 0 disables the limiter
     if burst < 1:
         # Go's rate.Limiter with a burst of 0 admits no request at all: every scrape 429.

@@ -217,6 +217,8 @@ REFUSALS = [
     # A burst of 0 admits nothing (Go's rate.Limiter): every scrape would be 429.
     ("rate_limit:\n  interval: 1s\n", "rate_limit.burst: must be at least 1 with an interval"),
     ("rate_limit:\n  interval: 1s\n  burst: -1\n", "rate_limit.burst: must be at least 1"),
+    ("rate_limit:\n  interval: -1s\n  burst: 0\n", "rate_limit.interval: must not be negative"),
+    ("rate_limit:\n  interval: -5\n  burst: 3\n", "rate_limit.interval: must not be negative"),
     # PyYAML keeps the last of two equal keys; exporter-toolkit's strict YAML refuses them.
     (f"{TLS}tls_server_config: {{}}\n", "line 4, column 1: 'tls_server_config' appears twice"),
     ("basic_auth_users:\n  a: x\nbasic_auth_users:\n", "'basic_auth_users' appears twice"),
