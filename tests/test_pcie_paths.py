@@ -562,6 +562,34 @@ class TestSwitchLinks:
             path.placement_cost_gpudirect,
         )
 
+    @pytest.mark.parametrize("linked", ["0000:19:00.0", "0000:15:00.0"])
+    def test_a_link_at_either_switch_of_a_cascade_counts_asked_from_either_end(
+        self, linked: str
+    ) -> None:
+        """The GPU's switches are 19:00.0 and, above it, 15:00.0: a link from either to
+        the NIC's switch is a path through switches alone (paths.cc takes any PCI-to-PCI
+        hop as PXB), whichever of the pair is asked about first."""
+        gpu = _linked(CASCADED_GPU, "0000:21:00.0")
+        nic = _linked(LINKED_NIC, linked, nic=True)
+        assert PcieLevel.PXB == pcie_level(gpu, nic) == pcie_level(nic, gpu)
+
+    def test_links_to_switches_neither_is_below_join_nothing(self) -> None:
+        """Two split switches, the GPU below one, the NIC below the other: each has a
+        peer, but no link joins their switches, so the pair still meets at the CPUs."""
+        gpu = _linked(GPU0, "0000:21:00.0")
+        other = ("pci0000:30", "0000:30:01.0", "0000:40:00.0", "0000:41:00.0", "0000:42:00.0")
+        nic = _linked(other, "0000:50:00.0", nic=True)
+        assert PcieLevel.NODE == pcie_level(gpu, nic) == pcie_level(nic, gpu)
+
+    def test_the_switch_a_pair_shares_decides_before_any_link(self) -> None:
+        """GPU and NIC below one switch, 19:00.0, linked to the switch above it: still
+        PIX, as NCCL keeps the nearer of its paths (GPU, switch, NIC) whatever links
+        the switches have."""
+        nic = (*CASCADED_GPU[:-2], "0000:1a:01.0", "0000:1c:00.0")
+        gpu = _linked(CASCADED_GPU, "0000:15:00.0", "0000:19:00.0")
+        near = _linked(nic, "0000:15:00.0", "0000:19:00.0", nic=True)
+        assert PcieLevel.PIX == pcie_level(gpu, near) == pcie_level(near, gpu)
+
 
 def _demo_with_links(sysfs: Path, *links: tuple[str, str]) -> None:
     hardware = replace(demo_hardware(), switch_links=links)
