@@ -11,12 +11,18 @@ from pathlib import Path
 import pytest
 
 from exporter.collectors.base import CollectorContext
-from exporter.collectors.pci import PciCollector, pcie_path_of, switch_peers_of
+from exporter.collectors.pci import (
+    PciCollector,
+    pcie_path_of,
+    read_switch_links,
+    switch_peers_of,
+)
 from exporter.debugview import Filters, render_json, render_text
 from exporter.join import join_snapshot
 from exporter.model import (
     AllocatableResources,
     ClaimDevice,
+    CollectorIssue,
     CollectorRun,
     ContainerResources,
     DeviceGroup,
@@ -685,3 +691,78 @@ class TestSwitchLinksRead:
         (problem,) = found.issues
         assert ("unreadable", True) == (problem.error, f"cannot list {broken}" in problem.detail)
         assert len(found.pci_devices) > 20, "the functions are still read"
+
+    def test_a_links_folder_that_cannot_be_listed_is_an_issue(self, tmp_path: Path) -> None:
+        """The module's folder is there but cannot be listed: an issue naming it, no
+        links, and every function still read."""
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        folders = sysfs.joinpath(*LINKS_DIR)
+        shutil.rmtree(folders)
+        folders.symlink_to(folders.name)  # a loop: ELOOP, as root too
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        (problem,) = found.issues
+        assert ("unreadable", True) == (problem.error, f"cannot list {folders}" in problem.detail)
+        assert {} == _peers(found)
+        assert len(found.pci_devices) > 20, "the functions are still read"
+
+
+# Three switches' upstream ports, for read_switch_links alone: the demo's two and one more.
+LEFT, RIGHT, THIRD = (*DEMO_SWITCHES, "0000:9a:00.0")
+
+
+def _links_folder(root: Path, listed: dict[str, tuple[str, ...]]) -> Path:
+    """A virtual_switch_links folder: for each switch, an entry per peer it lists."""
+    for switch, peers in listed.items():
+        (root / switch).mkdir(parents=True)
+        for peer in peers:
+            (root / switch / peer).symlink_to(f"../{peer}")
+    return root
+
+
+class TestReadSwitchLinks:
+    """read_switch_links on its own: which links count, and what a bad folder costs."""
+
+    def test_a_switch_whose_links_only_it_lists_has_no_entry(self, tmp_path: Path) -> None:
+        """THIRD lists RIGHT, which does not list it back: THIRD has no link at all, so
+        no entry (the collector then skips recomputing peers on such nodes)."""
+        folder = _links_folder(tmp_path, {LEFT: (RIGHT,), RIGHT: (LEFT,), THIRD: (RIGHT,)})
+        issues: list[CollectorIssue] = []
+        links = read_switch_links(folder, on_bus=(LEFT, RIGHT, THIRD), issues=issues)
+        assert ({LEFT: {RIGHT}, RIGHT: {LEFT}}, []) == (links, issues)
+
+    def test_a_switch_folder_that_cannot_be_listed_loses_only_its_links(
+        self, tmp_path: Path
+    ) -> None:
+        """THIRD's folder loops: an issue, and the links LEFT and RIGHT list both ways
+        are still read."""
+        folder = _links_folder(tmp_path, {LEFT: (RIGHT, THIRD), RIGHT: (LEFT,)})
+        (folder / THIRD).symlink_to(THIRD)  # a loop: ELOOP, as root too
+        issues: list[CollectorIssue] = []
+        links = read_switch_links(folder, on_bus=(LEFT, RIGHT, THIRD), issues=issues)
+        assert {LEFT: {RIGHT}, RIGHT: {LEFT}} == links
+        (problem,) = issues
+        assert ("unreadable", True) == (
+            problem.error,
+            f"cannot list {folder / THIRD}" in problem.detail,
+        )
+
+    def test_a_switch_folder_gone_since_the_listing_is_skipped_quietly(
+        self, tmp_path: Path
+    ) -> None:
+        """The module rebuilds its folders at each refresh: one listed a moment ago may
+        be gone (here, an entry whose folder is not there), which is no issue."""
+        folder = _links_folder(tmp_path, {LEFT: (RIGHT,), RIGHT: (LEFT,)})
+        (folder / THIRD).symlink_to("gone")
+        issues: list[CollectorIssue] = []
+        links = read_switch_links(folder, on_bus=(LEFT, RIGHT, THIRD), issues=issues)
+        assert ({LEFT: {RIGHT}, RIGHT: {LEFT}}, []) == (links, issues)
+
+    def test_entries_not_named_as_a_pci_address_are_never_listed(self, tmp_path: Path) -> None:
+        """Only a switch's folder is listed: a stray entry of another name is not, even
+        one that could not be (a loop), so it is no issue."""
+        folder = _links_folder(tmp_path, {LEFT: (RIGHT,), RIGHT: (LEFT,)})
+        (folder / "stray").symlink_to("stray")
+        issues: list[CollectorIssue] = []
+        links = read_switch_links(folder, on_bus=(LEFT, RIGHT), issues=issues)
+        assert ({LEFT: {RIGHT}, RIGHT: {LEFT}}, []) == (links, issues)
