@@ -692,6 +692,17 @@ class TestSwitchLinksRead:
         assert ("unreadable", True) == (problem.error, f"cannot list {broken}" in problem.detail)
         assert len(found.pci_devices) > 20, "the functions are still read"
 
+    def test_a_link_to_a_switch_not_broadcoms_is_not_a_link(self, tmp_path: Path) -> None:
+        """NCCL reads a switch's links only where its vendor is 0x1000 (xml.cc): with
+        the demo's second switch a PLX one (0x10b5), NCCL would have the link one way
+        at most, so it is no link here, and no issue."""
+        sysfs = tmp_path / "sys"
+        _demo_with_links(sysfs, DEMO_SWITCHES)
+        right = sysfs / "bus" / "pci" / "devices" / DEMO_SWITCHES[1]
+        (right / "vendor").write_text("0x10b5\n")
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        assert ({}, ()) == (_peers(found), found.issues)
+
     def test_a_links_folder_that_cannot_be_listed_is_an_issue(self, tmp_path: Path) -> None:
         """The module's folder is there but cannot be listed: an issue naming it, no
         links, and every function still read."""
@@ -729,6 +740,14 @@ class TestReadSwitchLinks:
         folder = _links_folder(tmp_path, {LEFT: (RIGHT,), RIGHT: (LEFT,), THIRD: (RIGHT,)})
         issues: list[CollectorIssue] = []
         links = read_switch_links(folder, on_bus=(LEFT, RIGHT, THIRD), issues=issues)
+        assert ({LEFT: {RIGHT}, RIGHT: {LEFT}}, []) == (links, issues)
+
+    def test_a_link_to_a_name_not_on_the_bus_is_not_a_link(self, tmp_path: Path) -> None:
+        """THIRD and LEFT list each other, but THIRD is not on the bus: NCCL keeps only
+        names whose real path it finds (ncclOsGetPciPath), and so do we."""
+        folder = _links_folder(tmp_path, {LEFT: (RIGHT, THIRD), RIGHT: (LEFT,), THIRD: (LEFT,)})
+        issues: list[CollectorIssue] = []
+        links = read_switch_links(folder, on_bus=(LEFT, RIGHT), issues=issues)
         assert ({LEFT: {RIGHT}, RIGHT: {LEFT}}, []) == (links, issues)
 
     def test_a_switch_folder_that_cannot_be_listed_loses_only_its_links(

@@ -51,7 +51,9 @@ is read (the kernel's spelling), which NCCL does at each communicator's start: a
 that rescans the PCI bus, so the exporter never reads it, and lists the links every poll
 instead. A function's ``switch_peers`` are the switches linked to any switch above it.
 A link listed from one end only is not counted (the module lists both; NCCL fails
-on such a link), nor an entry that is not a PCI address on the bus.
+on such a link), nor an entry that is not a PCI address on the bus, nor a link with a
+switch at either end whose vendor is not Broadcom's (LSI's) 0x1000: NCCL lists a
+switch's links only for that vendor (``xml.cc``), so it has such a link one way at best.
 
 Failures are per function or per figure (``Readings.issues``): a function whose
 ``vendor``, ``device`` or ``class`` holds garbage or cannot be read is left out; a bad
@@ -103,6 +105,7 @@ __all__ = [
     "REGISTRATION",
     "REPORTED_CLASS_PREFIXES",
     "PciCollector",
+    "broadcom_links_only",
     "is_reported_class",
     "parse_aer_total",
     "parse_hex_id",
@@ -331,6 +334,24 @@ def read_switch_links(
     }
 
 
+# The vendor ID of the switches NCCL reads links for (``ncclTopoGetXmlFromSys``).
+SWITCH_LINK_VENDOR = "0x1000"
+
+
+def broadcom_links_only(
+    links: Mapping[str, frozenset[str]], vendor_of: Callable[[str], str | None]
+) -> dict[str, frozenset[str]]:
+    """``links`` between switches ``vendor_of`` says are Broadcom's, as NCCL keeps
+    them: it reads a switch's links only where its vendor is SWITCH_LINK_VENDOR, so a
+    link with another switch at either end is at best one-way to it."""
+    broadcom = {s for s in links if vendor_of(s) == SWITCH_LINK_VENDOR}
+    return {
+        switch: kept
+        for switch, peers in links.items()
+        if switch in broadcom and (kept := peers & broadcom)
+    }
+
+
 def switch_peers_of(
     pcie_path: tuple[str, ...], links: Mapping[str, frozenset[str]]
 ) -> frozenset[str]:
@@ -403,6 +424,8 @@ class PciCollector(Collector):
         links = read_switch_links(
             self._links_dir, on_bus=(address for address, _ in listed), issues=issues
         )
+        if links:  # only where the module is
+            links = broadcom_links_only(links, lambda s: _vendor_of(devices_dir / s))
         for address, inode in listed:
             if not is_pci_address(address):
                 continue
