@@ -257,10 +257,23 @@ class _Signals:
     def ignore_from_now(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stopped: a late SIGTERM/SIGINT/SIGHUP is ignored. Left to the loop's clean-up,
         the handlers went back to the defaults while the process was still exiting, and a
-        second signal then killed it (exit 143, 130 or 129 instead of 0)."""
+        second signal then killed it (exit 143, 130 or 129 instead of 0).
+
+        In one step: ``loop.remove_signal_handler`` puts the default action back before
+        SIG_IGN could replace it, and a signal in between killed the process (the
+        port-taken test, sending SIGTERM every 2 ms, once died so: -15). So the action
+        goes straight from the loop's handler to SIG_IGN, and the loop forgets the handler
+        without touching the action (its close() would put the default back)."""
+        handlers = getattr(loop, "_signal_handlers", None)  # asyncio's unix loop's own
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(signum)
             signal.signal(signum, signal.SIG_IGN)
+            if isinstance(handlers, dict):
+                handlers.pop(signum, None)
+            else:  # another loop: its public way, with the gap
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, signal.SIG_IGN)
+        if isinstance(handlers, dict) and not handlers:
+            signal.set_wakeup_fd(-1)  # as remove_signal_handler does for the last one
 
     def _on_stop(self, signum: int) -> None:
         name = signal.Signals(signum).name
