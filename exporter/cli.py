@@ -42,6 +42,9 @@ ENV_PREFIX = "PODRESOURCES_EXPORTER_"
 # Ranges every numeric flag is held to: a poll below 1 s would spend the kubelet's
 # node-wide 100 QPS budget; gRPC's message limits are signed 32-bit.
 MIN_POLL_INTERVAL_S = 1.0
+# Readiness (3 intervals), the snapshot's age and the outage alerts assume polls minutes
+# apart at most; a longer interval is a typo (1e300, ms for s) more likely than a wish.
+MAX_POLL_INTERVAL_S = 3600.0
 MIN_MAX_MESSAGE_BYTES = 4096
 MAX_MAX_MESSAGE_BYTES = 2**31 - 1
 MAX_SOCKET_PATH_BYTES = 107
@@ -293,9 +296,11 @@ def _build_parser(environ: Mapping[str, str]) -> _Parser:
     add(
         "--poll.interval",
         help="time between polls of the kubelet and the collectors: seconds, or a duration "
-        "such as 30s or 1m",
+        "such as 30s or 1m; from 1s to 1h",
         default=DEFAULT_POLL_INTERVAL_S,
-        type=_number(_seconds, "--poll.interval", minimum=MIN_POLL_INTERVAL_S),
+        type=_number(
+            _seconds, "--poll.interval", minimum=MIN_POLL_INTERVAL_S, maximum=MAX_POLL_INTERVAL_S
+        ),
         metavar="SECONDS",
         dest="poll_interval",
     )

@@ -164,6 +164,19 @@ def test_bad_durations_are_refused(text: str) -> None:
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("text", ["3601", "1h1s", "99999999999999", "1e300"])
+def test_a_poll_interval_past_an_hour_is_refused(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An hour is the longest poll: readiness (3 intervals), the snapshot's age and the
+    alerts assume minutes; 1e300 polled once and stayed ready "forever"."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config([f"--poll.interval={text}"], {})
+    assert exit_info.value.code == 2
+    assert f"--poll.interval must be at most 3600, not {text!r}" in capsys.readouterr().err
+    assert 3600.0 == parse_config(["--poll.interval=1h"], {}).poll_interval_s
+
+
 @pytest.mark.parametrize(
     "argv", [["--poll.interv", "5"], ["--web.config", "w.yml"], ["--no-collector.nv"]]
 )
