@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 from aiohttp import web, web_response
 
+from exporter.outage import Throttle
 from exporter.ratelimit import TokenBucket
 from exporter.webconfig import LiveWebConfig, RateLimit, TlsSettings, bcrypt_cost, normal_san
 
@@ -285,7 +286,7 @@ def access_middleware(
 ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     """The middleware for the whole app; the config files are re-read when they change."""
     limiter = _RateLimiter()
-    overload = {"logged_at": -OVERLOAD_LOG_INTERVAL_S, "refused": 0}
+    overloaded = Throttle("basic_auth_overloaded", interval_s=OVERLOAD_LOG_INTERVAL_S, logger=log)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -310,10 +311,7 @@ def access_middleware(
                 return _unauthorized("authentication required")
             verdict = await checker.check(users, *credentials)
             if verdict is Verdict.BUSY:
-                overload["refused"] += 1
-                if time.monotonic() - overload["logged_at"] >= OVERLOAD_LOG_INTERVAL_S:
-                    log.warning("basic_auth_overloaded", refused=overload["refused"])
-                    overload.update(logged_at=time.monotonic(), refused=0)
+                overloaded.warning(path=request.path)
                 return _refusal(429, "too many password checks at once", **{"Retry-After": "1"})
             if verdict is Verdict.DENIED:
                 return _unauthorized("wrong user name or password")

@@ -10,6 +10,7 @@ line per interval, carrying how many were held back.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -72,7 +73,12 @@ class OutageLog:
 
 
 class Throttle:
-    """At most one ``event`` per ``interval_s``; the next line says how many were held back."""
+    """At most one ``event`` per ``interval_s``; the next line says how many were held back.
+
+    Under a running event loop, what an interval held back is logged when it ends, with
+    the last held call's fields, even if no call comes after it: a burst is told whole
+    within an interval of its end, not at the next burst (which may be days later).
+    """
 
     def __init__(
         self,
@@ -88,12 +94,36 @@ class Throttle:
         self._clock = clock
         self._last: float | None = None
         self._held_back = 0
+        self._held_fields: dict[str, Any] = {}
+        self._flush: asyncio.TimerHandle | None = None
 
     def warning(self, **fields: Any) -> None:
         now = self._clock()
         if self._last is not None and now - self._last < self._interval_s:
             self._held_back += 1
+            self._held_fields = fields
+            self._flush_at_interval_end(self._last + self._interval_s - now)
             return
+        self._emit(fields)
+
+    def _emit(self, fields: dict[str, Any]) -> None:
         self._log.warning(self._event, suppressed_since_last=self._held_back, **fields)
-        self._last = now
+        self._last = self._clock()
         self._held_back = 0
+        self._held_fields = {}
+
+    def _flush_at_interval_end(self, delay_s: float) -> None:
+        if self._flush is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: the next line says it
+            return
+        self._flush = loop.call_later(delay_s, self._flush_held)
+
+    def _flush_held(self) -> None:
+        """The interval is over: the last call it held back is logged, counting the rest."""
+        self._flush = None
+        if self._held_back:
+            self._held_back -= 1  # the call logged now is one of those held
+            self._emit(self._held_fields)

@@ -175,7 +175,35 @@ class TestBasicAuth:
         finally:
             checker.close()
         assert [(429, "1")] * 5 == answers  # when to come back, as every 429 says
-        assert [("basic_auth_overloaded", 1)] == [(e["event"], e["refused"]) for e in logs]
+        assert [("basic_auth_overloaded", 0)] == [
+            (e["event"], e["suppressed_since_last"]) for e in logs
+        ]
+
+    async def test_a_flood_is_counted_whole_when_its_interval_ends(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The refusals after the first line are told when the interval ends, though no
+        refusal follows: they used to wait for the next overload, days later maybe."""
+        monkeypatch.setattr("exporter.auth.OVERLOAD_LOG_INTERVAL_S", 0.2)
+        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+        checker = PasswordChecker(max_queued=0)
+        try:
+            async with served(live, checker=checker) as server, aiohttp.ClientSession() as session:
+                with capture_logs() as logs:
+                    for n in range(5):
+                        headers = basic("prometheus", f"w{n}")
+                        async with session.get(server.url("/metrics"), headers=headers) as r:
+                            assert 429 == r.status
+                    for _ in range(100):  # a bound, not a timing assertion
+                        if len(logs) >= 2:
+                            break
+                        await asyncio.sleep(0.05)
+        finally:
+            checker.close()
+        assert [
+            ("basic_auth_overloaded", 0, "/metrics"),
+            ("basic_auth_overloaded", 3, "/metrics"),
+        ] == [(e["event"], e["suppressed_since_last"], e["path"]) for e in logs]
 
 
 class TestDebugUsers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from manualclock import ManualClock
@@ -97,6 +98,27 @@ class TestOutageLog:
 
 
 class TestThrottle:
+    async def test_what_an_interval_held_back_is_told_when_it_ends(self) -> None:
+        """Under a loop, the held calls are logged at the interval's end with the last
+        one's fields, with no call after them; then nothing more."""
+        throttle = Throttle("accept_failed", interval_s=0.05)
+        with capture_logs() as logs:
+            for n in range(10):
+                throttle.warning(error="EMFILE", attempt=n)
+            for _ in range(100):  # a bound, not a timing assertion
+                if len(logs) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)  # room for a line too many
+        assert [(0, 0), (8, 9)] == [(e["suppressed_since_last"], e["attempt"]) for e in logs]
+
+    async def test_a_lone_call_schedules_nothing_to_tell(self) -> None:
+        throttle = Throttle("accept_failed", interval_s=0.05)
+        with capture_logs() as logs:
+            throttle.warning(error="EMFILE")
+            await asyncio.sleep(0.2)
+        assert [0] == [e["suppressed_since_last"] for e in logs]
+
     def test_one_line_per_interval_with_the_count_held_back(self) -> None:
         """Within an interval only the first call logs; the next one says how many were held."""
         clock = ManualClock(100.0)
