@@ -558,8 +558,21 @@ def _no_passphrase() -> bytes:
     raise _EncryptedKey
 
 
+# OpenSSL's words for the failures a person makes with certificate files, said plainly;
+# the code is kept for a search.
+_SSL_REASONS = {
+    "KEY_VALUES_MISMATCH": "the private key is not the certificate's",
+}
+
+
 def _reason(error: OSError | ssl.SSLError) -> str:
     if isinstance(error, ssl.SSLError):
+        if error.reason is None and "PEM lib" in str(error):
+            # What a file that holds no PEM certificate or key at all gives.
+            return "not a PEM certificate and private key (OpenSSL: PEM lib)"
+        plain = _SSL_REASONS.get(error.reason or "")
+        if plain is not None:
+            return f"{plain} (OpenSSL: {error.reason})"
         return error.reason or str(error)
     return error.strerror or str(error)
 

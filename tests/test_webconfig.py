@@ -327,6 +327,25 @@ class TestRefusals:
         with pytest.raises(WebConfigError, match=r"tls_server_config\.client_ca: "):
             read_web_config(path)
 
+    def test_a_file_of_no_pem_and_a_key_of_another_certificate_are_said_plainly(
+        self, folder: Path
+    ) -> None:
+        """OpenSSL says "[SSL] PEM lib (_ssl.c:3905)" for the one and KEY_VALUES_MISMATCH
+        for the other: the line says what is wrong, and keeps OpenSSL's code."""
+        path = folder / "web.yml"
+        (folder / "garbage.crt").write_text("not a certificate\n")
+        path.write_text("tls_server_config:\n  cert_file: garbage.crt\n  key_file: server.key\n")
+        with pytest.raises(
+            WebConfigError, match=r"not a PEM certificate and private key \(OpenSSL"
+        ):
+            read_web_config(path)
+        path.write_text("tls_server_config:\n  cert_file: ca.crt\n  key_file: server.key\n")
+        with pytest.raises(
+            WebConfigError,
+            match=r"the private key is not the certificate's \(OpenSSL: KEY_VALUES_MISMATCH\)",
+        ):
+            read_web_config(path)
+
     def test_serve_refuses_at_start_up(self, folder: Path) -> None:
         """The exporter does not start on a refused file: one ConfigError line."""
         from exporter.app import serve

@@ -599,7 +599,7 @@ class DraCollector(Collector):
         plugins, cdi_dirs = self.context.kubelet_plugins, self.context.cdi
         if not plugins.is_dir() and not any(d.is_dir() for d in cdi_dirs):
             raise CollectorUnavailable(
-                f"none of {', '.join(str(p) for p in (plugins, *cdi_dirs))} exists"
+                f"none of {', '.join(str(p) for p in (plugins, *cdi_dirs))} is a directory"
             )
         issues: list[CollectorIssue] = []
         devices = [*self._checkpoint(plugins, issues), *self._metadata(plugins, issues)]
