@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import shutil
 import threading
 import time
+from collections.abc import Callable
 
+import pytest
 from structlog.testing import capture_logs
 
 from exporter.model import ContainerResources
@@ -70,6 +73,64 @@ class TestStop:
         ] == events
         assert "Too many open files" in logs[1]["error"]
         assert (True, False) == (writes >= 7, node.root.exists())
+
+    @staticmethod
+    def _failing_writes(node: SimulatedNode, fails: Callable[[int], Exception | None]) -> list[int]:
+        """Makes the node's n-th write (start()'s is the first) raise ``fails(n)`` where
+        that is an exception; the list holds the count of writes so far."""
+        write = node._write
+        writes = [0]
+
+        def write_or_fail() -> None:
+            writes[0] += 1
+            error = fails(writes[0])
+            if error is not None:
+                raise error
+            write()
+
+        node._write = write_or_fail  # type: ignore[method-assign]
+        return writes
+
+    async def test_the_failed_and_recovered_lines_name_their_ticks(self) -> None:
+        """The warning names the tick that could not be written, the recovery the first
+        tick written again: where the demo's counters jump."""
+        node = SimulatedNode(DemoScenario.create())
+        writes = self._failing_writes(
+            node, lambda n: OSError(errno.ENOSPC, "No space left") if n in (2, 3) else None
+        )
+        with capture_logs() as logs:
+            await node.start(tick_interval_s=0.01)
+            try:
+                for _ in range(500):  # a bound, not a timing assertion
+                    if writes[0] >= 5:
+                        break
+                    await asyncio.sleep(0.01)
+                await node.stop()
+            finally:
+                await node.kubelet.stop()
+        assert [("simulated_node_tick_failed", 1), ("simulated_node_tick_recovered", 3)] == [
+            (e["event"], e["tick"]) for e in logs if e["event"] != "simulated_node_started"
+        ]
+
+    async def test_a_bug_in_a_tick_is_not_told_as_a_write_that_failed(self) -> None:
+        """Only OSError (no descriptors, no disk) is waited out: anything else is a bug,
+        which ends the ticker and comes out of stop() rather than being logged once as a
+        write failure and retried forever."""
+        node = SimulatedNode(DemoScenario.create())
+        writes = self._failing_writes(node, lambda n: ValueError("a bug") if n == 2 else None)
+        with capture_logs() as logs:
+            await node.start(tick_interval_s=0.01)
+            try:
+                for _ in range(500):  # a bound, not a timing assertion
+                    if writes[0] >= 2:
+                        break
+                    await asyncio.sleep(0.01)
+                with pytest.raises(ValueError, match="a bug"):
+                    await node.stop()
+            finally:
+                await node.kubelet.stop()
+                shutil.rmtree(node.root, ignore_errors=True)
+        assert not [e for e in logs if e["event"].startswith("simulated_node_tick")]
 
 
 class TestDemoKubeletState:
