@@ -279,6 +279,46 @@ class TestValues:
             await client.list_pods()
         assert "List: UNKNOWN: naïve pod «x» failed" == caught.value.message
 
+    async def test_long_details_are_cut_though_every_character_is_printable(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Length alone is enough to cut (8 KiB of plain words would still fill a log line);
+        what is kept, letters beyond ASCII included, is shown as it is."""
+        sim.force_code = grpc.StatusCode.UNKNOWN
+        sim.force_details = "naïve " * 300
+        with pytest.raises(KubeletError) as caught:
+            await client.list_pods()
+        kept = sim.force_details[:MAX_DETAILS_SHOWN]
+        left_out = len(sim.force_details) - MAX_DETAILS_SHOWN
+        assert f"List: UNKNOWN: {kept}... ({left_out} more characters)" == caught.value.message
+
+    async def test_short_details_with_a_control_character_are_escaped_not_cut(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """Escaping alone says nothing of a cut: nothing was left out."""
+        sim.force_code = grpc.StatusCode.UNKNOWN
+        sim.force_details = "bad\ttab"
+        with pytest.raises(KubeletError) as caught:
+            await client.list_pods()
+        assert "List: UNKNOWN: bad\\ttab" == caught.value.message
+
+    async def test_an_unimplemented_methods_reason_is_shown_escaped_and_cut(
+        self, sim: SimKubelet, client: KubeletClient
+    ) -> None:
+        """The reason a method is left alone is kept and repeated (its log line, and every
+        refusal until the recheck): it is the peer's words too, escaped and cut."""
+        sim.force_code = grpc.StatusCode.UNIMPLEMENTED
+        sim.force_details = "old\nkubelet" + "x" * 5000
+        with capture_logs() as logs, pytest.raises(MethodUnavailable):
+            await client.get_allocatable()
+        with pytest.raises(MethodUnavailable) as caught:
+            await client.get_allocatable()
+        [reason] = [e["reason"] for e in logs if e["event"] == "kubelet_method_unavailable"]
+        for said in (reason, caught.value.message):
+            assert "old\\nkubelet" in said
+            assert f"({len(sim.force_details) - MAX_DETAILS_SHOWN} more characters)" in said
+            assert said.isprintable()
+
 
 class TestCapabilities:
     async def test_unimplemented_method_is_not_asked_until_recheck(
