@@ -155,6 +155,41 @@ class TestExpect:
         first, _, rest = raw.partition(b"\r\n\r\n")
         assert (b"HTTP/1.1 100 Continue", 200) == (first, split_response(rest)[0])
 
+    async def test_100_continue_is_met_whatever_its_case(self, exporter: Exporter) -> None:
+        """An expectation's token is case-insensitive (RFC 9110 10.1.1)."""
+        sent = (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nConnection: close\r\n\r\n"
+        )
+        async with serving(exporter.create_app()) as port:
+            raw = await raw_exchange(port, sent)
+        first, _, rest = raw.partition(b"\r\n\r\n")
+        assert (b"HTTP/1.1 100 Continue", 200) == (first, split_response(rest)[0])
+
+    @pytest.mark.parametrize("version", [b"HTTP/1.0", b"HTTP/2.0"])
+    @pytest.mark.parametrize("expect", [b"100-continue", b"bogus"])
+    async def test_expect_outside_http_1_1_is_ignored(
+        self, exporter: Exporter, version: bytes, expect: bytes
+    ) -> None:
+        """As aiohttp's own handler: only an HTTP/1.1 request has expectations. An HTTP/1.0
+        client cannot read an interim 100 (RFC 9110: a server MUST ignore its
+        100-continue); aiohttp parses an "HTTP/2.0" request line as a request too."""
+        sent = b"GET /healthz " + version + b"\r\nHost: x\r\nExpect: " + expect + b"\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            raw = await raw_exchange(port, sent)
+        assert (200, False) == (split_response(raw)[0], b" 100 " in raw)
+
+    async def test_a_long_expectation_is_quoted_cut(self, exporter: Exporter) -> None:
+        """The header may be 8 KiB: the 417 quotes 64 characters of it, as other errors do."""
+        sent = (
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: "
+            + b"e" * 1000
+            + b"\r\nConnection: close\r\n\r\n"
+        )
+        async with serving(exporter.create_app()) as port:
+            status, _, body = split_response(await raw_exchange(port, sent))
+        expected = f"unknown Expect: '{'e' * 64}'... ({1000 - 64} more characters)"
+        assert (417, {"error": expected}) == (status, json.loads(body))
+
 
 class TestQuotedInput:
     async def test_a_long_unknown_parameter_is_quoted_cut(self, exporter: Exporter) -> None:
@@ -168,6 +203,73 @@ class TestQuotedInput:
         assert (400, True) == (status, error.startswith(f"unknown query parameter '{'k' * 64}'"))
         assert f"({8000 - 64} more characters)" in error
         assert len(body) < 300
+
+    async def test_a_name_of_exactly_the_limit_is_quoted_whole(self, exporter: Exporter) -> None:
+        """64 characters are quoted as they are, with no count of nothing left out."""
+        key = "k" * 64
+        sent = f"GET /debug/allocations?{key}=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            _, _, body = split_response(await raw_exchange(port, sent.encode()))
+        assert json.loads(body)["error"].startswith(f"unknown query parameter '{key}'; known: ")
+
+    @pytest.mark.parametrize(
+        ("path", "message"),
+        [
+            (f"/debug/allocations/{'N' * 1000}/pod", f"namespace '{'N' * 64}'... (936 more"),
+            (f"/debug/allocations/ns/{'P' * 1000}", f"pod '{'P' * 64}'... (936 more"),
+        ],
+    )
+    async def test_long_names_in_the_path_are_quoted_cut(
+        self, exporter: Exporter, path: str, message: str
+    ) -> None:
+        """A name Kubernetes could not have is refused quoting at most 64 characters."""
+        sent = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            status, _, body = split_response(await raw_exchange(port, sent.encode()))
+        assert (400, True) == (status, json.loads(body)["error"].startswith(message))
+
+
+class TestPercentEscapes:
+    """A "%" in a query not followed by two hex digits is refused, as Go refuses the query;
+    what the client escaped properly is not."""
+
+    @staticmethod
+    async def _get(exporter: Exporter, target: str) -> tuple[int, str]:
+        sent = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            status, _, body = split_response(await raw_exchange(port, sent.encode()))
+        return status, json.loads(body).get("error", "") if status != 200 else ""
+
+    @pytest.mark.parametrize(
+        "target",
+        [
+            "/debug/allocations?namespace=%fz",  # one hex digit, then not
+            "/debug/allocations?namespace=%zz?",  # a "?" in the query hides nothing before it
+        ],
+    )
+    async def test_a_bad_escape_is_refused(self, exporter: Exporter, target: str) -> None:
+        assert (400, "query string: a '%' not followed by two hex digits") == await self._get(
+            exporter, target
+        )
+
+    @pytest.mark.parametrize(
+        "target",
+        [
+            "/debug/allocations?namespace=kube%2Dsystem",  # upper-case hex digits
+            "/debug/allocations?namespace=kube%2dsystem",
+            "/debug/allocations?namespace=%25zz",  # an escaped "%": the filter '%zz'
+        ],
+    )
+    async def test_a_proper_escape_is_taken(self, exporter: Exporter, target: str) -> None:
+        assert (200, "") == await self._get(exporter, target)
+
+    async def test_a_bad_escape_in_a_path_name_is_told_as_the_name(
+        self, exporter: Exporter
+    ) -> None:
+        """Only the query is checked for escapes: a pod name holding one is refused as a
+        name Kubernetes could not have, not as a query the request does not have."""
+        status, error = await self._get(exporter, "/debug/allocations/ns/pod%zz")
+        assert (400, "pod 'pod%zz' is not a valid Kubernetes pod name") == (status, error)
 
 
 class TestAnswerDeadline:
