@@ -13,8 +13,9 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from structlog.testing import capture_logs
@@ -300,6 +301,121 @@ def _run_on_a_taken_port(
             command += _exporter_on(tmp_path, port, *flags)[1:]
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     return port, result
+
+
+_LATE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class TestLateSignals:
+    """_Signals.ignore_from_now on a loop of the test's, in the main thread; the process's
+    signal actions and wakeup fd are put back after each test."""
+
+    @pytest.fixture(autouse=True)
+    def _signal_state_restored(self) -> Iterator[None]:
+        saved = {signum: signal.getsignal(signum) for signum in (*_LATE, signal.SIGUSR1)}
+        wakeup_fd = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(wakeup_fd)
+        try:
+            yield
+        finally:
+            for signum, action in saved.items():
+                signal.signal(signum, action)
+            signal.set_wakeup_fd(wakeup_fd)
+
+    def test_once_stopped_the_three_stay_ignored_after_the_loop_closes(self) -> None:
+        """The loop's close() puts back the default for every handler it still holds: a
+        SIGTERM, SIGINT or SIGHUP between it and the exit would kill the process."""
+        from exporter.app import _Signals
+
+        loop = asyncio.new_event_loop()
+        try:
+            signals = _Signals(asyncio.Event())
+            signals.install(loop)
+            signals.ignore_from_now(loop)
+        finally:
+            loop.close()
+        assert dict.fromkeys(_LATE, signal.SIG_IGN) == {s: signal.getsignal(s) for s in _LATE}
+
+    def test_the_action_goes_to_ignored_without_passing_through_the_default(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """loop.remove_signal_handler puts the default back first: a signal in that gap
+        killed the process (-15), seen in the port-taken test's SIGTERM storm."""
+        from exporter.app import _Signals
+
+        loop = asyncio.new_event_loop()
+        actions: list[tuple[int, object]] = []
+        set_action = signal.signal
+
+        def recording(signum: int, action: Any) -> Any:
+            actions.append((signum, action))
+            return set_action(signum, action)
+
+        try:
+            signals = _Signals(asyncio.Event())
+            signals.install(loop)
+            monkeypatch.setattr(signal, "signal", recording)
+            signals.ignore_from_now(loop)
+        finally:
+            loop.close()
+        assert [(s, signal.SIG_IGN) for s in _LATE] == actions
+
+    def test_the_wakeup_fd_is_let_go_with_the_loops_last_handler(self) -> None:
+        """As remove_signal_handler does: else the wakeup fd stays the loop's socket,
+        which its close() closes, and a signal would be written into whatever file gets
+        that number next."""
+        from exporter.app import _Signals
+
+        loop = asyncio.new_event_loop()
+        try:
+            signals = _Signals(asyncio.Event())
+            signals.install(loop)
+            signals.ignore_from_now(loop)
+            assert -1 == signal.set_wakeup_fd(-1)
+        finally:
+            loop.close()
+
+    async def test_a_handler_the_loop_holds_for_another_signal_still_works(self) -> None:
+        """Only the three are taken from the loop: a handler for another signal keeps its
+        wakeup fd, and so keeps being called."""
+        from exporter.app import _Signals
+
+        loop = asyncio.get_running_loop()
+        heard = asyncio.Event()
+        signals = _Signals(asyncio.Event())
+        signals.install(loop)
+        loop.add_signal_handler(signal.SIGUSR1, heard.set)
+        try:
+            signals.ignore_from_now(loop)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            for _ in range(100):  # a bound, not a timing assertion
+                if heard.is_set():
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+        assert heard.is_set()
+
+    def test_a_loop_without_asyncios_table_is_told_through_its_public_way(self) -> None:
+        """Another loop (uvloop, say) has only remove_signal_handler, which puts the
+        default back: the handler is removed there and the action still ends ignored."""
+        from exporter.app import _Signals
+
+        class PublicOnlyLoop:
+            def __init__(self) -> None:
+                self.removed: list[int] = []
+
+            def remove_signal_handler(self, signum: int) -> bool:
+                self.removed.append(signum)
+                signal.signal(signum, signal.SIG_DFL)  # as asyncio's does
+                return True
+
+        loop = PublicOnlyLoop()
+        _Signals(asyncio.Event()).ignore_from_now(cast(asyncio.AbstractEventLoop, loop))
+        assert (list(_LATE), dict.fromkeys(_LATE, signal.SIG_IGN)) == (
+            loop.removed,
+            {s: signal.getsignal(s) for s in _LATE},
+        )
 
 
 class TestPortTaken:
