@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from manualclock import ManualClock
 from structlog.testing import capture_logs
 
@@ -118,6 +119,49 @@ class TestThrottle:
             throttle.warning(error="EMFILE")
             await asyncio.sleep(0.2)
         assert [0] == [e["suppressed_since_last"] for e in logs]
+
+    async def test_burst_after_burst_each_is_told_when_its_interval_ends(self) -> None:
+        """The flush is asked for again in every interval that holds calls back, not only in
+        the first (the clock is a test's; the loop's timers are real and short)."""
+        clock = ManualClock(100.0)
+        throttle = Throttle("accept_failed", interval_s=60.0, clock=clock)
+        with capture_logs() as logs:
+            throttle.warning(attempt=0)
+            for told, (now, attempts) in enumerate(((159.99, (1, 2)), (219.98, (3, 4))), 2):
+                clock.now = now  # 0.01 s before the interval ends
+                for attempt in attempts:
+                    throttle.warning(attempt=attempt)
+                for _ in range(100):  # a bound, not a timing assertion
+                    if len(logs) >= told:
+                        break
+                    await asyncio.sleep(0.05)
+        assert [(0, 0), (1, 2), (1, 4)] == [
+            (e["suppressed_since_last"], e["attempt"]) for e in logs
+        ]
+
+    async def test_a_flood_asks_the_loop_for_one_flush_due_when_the_interval_ends(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """One timer per interval, however many calls it holds back (a timer each would
+        grow the loop's heap with the flood), and due at the interval's end, not an
+        interval after the first held call."""
+        loop = asyncio.get_running_loop()
+        delays: list[float] = []
+        call_later = loop.call_later
+
+        def recording(delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+            delays.append(delay)
+            return call_later(delay, callback, *args)
+
+        monkeypatch.setattr(loop, "call_later", recording)
+        clock = ManualClock(100.0)
+        throttle = Throttle("accept_failed", interval_s=60.0, clock=clock)
+        with capture_logs():
+            throttle.warning(error="EMFILE")
+            clock.now = 130.0
+            for _ in range(1000):
+                throttle.warning(error="EMFILE")
+        assert [pytest.approx(30.0)] == delays
 
     def test_one_line_per_interval_with_the_count_held_back(self) -> None:
         """Within an interval only the first call logs; the next one says how many were held."""
