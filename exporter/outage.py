@@ -107,6 +107,12 @@ class Throttle:
         self._emit(fields)
 
     def _emit(self, fields: dict[str, Any]) -> None:
+        if self._flush is not None:
+            # This line tells what the flush would have: left pending (a call came at the
+            # interval's end before the timer ran), it would tell the new interval's first
+            # held call at once, a second line within the interval.
+            self._flush.cancel()
+            self._flush = None
         self._log.warning(self._event, suppressed_since_last=self._held_back, **fields)
         self._last = self._clock()
         self._held_back = 0

@@ -120,6 +120,23 @@ class TestThrottle:
             await asyncio.sleep(0.2)
         assert [0] == [e["suppressed_since_last"] for e in logs]
 
+    async def test_a_call_at_the_interval_end_leaves_that_interval_one_line(self) -> None:
+        """A call that comes when the interval has ended, before its flush ran (the loop
+        busy, or an I/O callback ahead of the timer in the same turn), is told at once and
+        tells the held ones: the flush left pending must not then tell the next interval's
+        first held call too, a second line within the interval."""
+        clock = ManualClock(100.0)
+        throttle = Throttle("accept_failed", interval_s=60.0, clock=clock)
+        with capture_logs() as logs:
+            throttle.warning(attempt=0)  # told
+            clock.now = 159.95
+            throttle.warning(attempt=1)  # held: the flush is due in 0.05 s, the interval's end
+            clock.now = 160.0
+            throttle.warning(attempt=2)  # a new interval: told now, counting attempt 1
+            throttle.warning(attempt=3)  # held: told at 220, not earlier
+            await asyncio.sleep(0.3)  # past the first interval's flush, had it been left
+        assert [(0, 0), (1, 2)] == [(e["suppressed_since_last"], e["attempt"]) for e in logs]
+
     async def test_burst_after_burst_each_is_told_when_its_interval_ends(self) -> None:
         """The flush is asked for again in every interval that holds calls back, not only in
         the first (the clock is a test's; the loop's timers are real and short)."""
