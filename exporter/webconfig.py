@@ -565,15 +565,21 @@ _SSL_REASONS = {
 }
 
 
-def _reason(error: OSError | ssl.SSLError) -> str:
+def _reason(
+    error: OSError | ssl.SSLError, *, pem: str = "a PEM certificate and private key"
+) -> str:
+    """What went wrong, in words; ``pem``: what the file should have held."""
     if isinstance(error, ssl.SSLError):
-        if error.reason is None and "PEM lib" in str(error):
+        # Not every SSLError carries OpenSSL's fields: set_ciphers raises one with only a
+        # message ("No cipher can be selected."), which has no ``reason`` at all.
+        reason = getattr(error, "reason", None)
+        if reason is None and "PEM lib" in str(error):
             # What a file that holds no PEM certificate or key at all gives.
-            return "not a PEM certificate and private key (OpenSSL: PEM lib)"
-        plain = _SSL_REASONS.get(error.reason or "")
+            return f"not {pem} (OpenSSL: PEM lib)"
+        plain = _SSL_REASONS.get(reason or "")
         if plain is not None:
-            return f"{plain} (OpenSSL: {error.reason})"
-        return error.reason or str(error)
+            return f"{plain} (OpenSSL: {reason})"
+        return reason or str(error)
     return error.strerror or str(error)
 
 
@@ -593,7 +599,8 @@ def build_ssl_context(tls: TlsSettings, *, source: Path) -> ssl.SSLContext:
             context.set_ciphers(":".join(tls.openssl_ciphers))
         except ssl.SSLError as error:
             raise WebConfigError(
-                f"{source}: tls_server_config.cipher_suites: {_reason(error)}"
+                f"{source}: tls_server_config.cipher_suites: none of them is available in "
+                f"this OpenSSL ({_reason(error)})"
             ) from None
     if tls.curve is not None:
         context.set_ecdh_curve(tls.curve)
@@ -615,7 +622,8 @@ def build_ssl_context(tls: TlsSettings, *, source: Path) -> ssl.SSLContext:
                 if tls.client_ca_file is None
                 else f"client_ca_file ({tls.client_ca_file})"
             )
-            raise WebConfigError(f"{source}: tls_server_config.{where}: {_reason(error)}") from None
+            reason = _reason(error, pem="PEM certificates")
+            raise WebConfigError(f"{source}: tls_server_config.{where}: {reason}") from None
     return context
 
 

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from webserving import basic, served
 
 from exporter.webconfig import (
+    CIPHER_SUITES,
     HttpSettings,
     LiveWebConfig,
     RateLimit,
@@ -344,6 +345,42 @@ class TestRefusals:
             WebConfigError,
             match=r"the private key is not the certificate's \(OpenSSL: KEY_VALUES_MISMATCH\)",
         ):
+            read_web_config(path)
+
+    def test_a_cipher_suite_this_openssl_lacks_is_a_refusal_not_a_traceback(
+        self, folder: Path
+    ) -> None:
+        """Go knows the 3DES suites; OpenSSL 3 as usually built and configured offers none,
+        and set_ciphers then raises an SSLError with no ``reason`` attribute at all:
+        reading it raised AttributeError, a traceback at start-up, not the one line."""
+        lacking = []
+        for name, openssl_name in CIPHER_SUITES.items():
+            if openssl_name is None:
+                continue
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(openssl_name)
+            except ssl.SSLError:
+                lacking.append(name)
+        if not lacking:
+            pytest.skip(f"{ssl.OPENSSL_VERSION} has every suite Go names")
+        path = folder / "web.yml"
+        path.write_text(f"{TLS}  max_version: TLS12\n  cipher_suites: [{lacking[0]}]\n")
+        with pytest.raises(WebConfigError) as caught:
+            read_web_config(path)
+        assert "tls_server_config.cipher_suites: none of them is available in this OpenSSL (" in (
+            str(caught.value)
+        )
+        assert "PEM" not in str(caught.value)
+
+    def test_a_client_ca_file_that_is_no_pem_is_not_said_to_lack_a_key(self, folder: Path) -> None:
+        """A CA file holds certificates only: a cut one is "not PEM certificates", not the
+        certificate-and-key pair's wording."""
+        path = folder / "web.yml"
+        (folder / "cut-ca.crt").write_text((folder / "ca.crt").read_text()[:300])
+        path.write_text(
+            f"{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: cut-ca.crt\n"
+        )
+        with pytest.raises(WebConfigError, match=r"cut-ca\.crt\): not PEM certificates \(OpenSSL"):
             read_web_config(path)
 
     def test_serve_refuses_at_start_up(self, folder: Path) -> None:
