@@ -631,7 +631,19 @@ def create_app(
         routes.append(("/debug/allocations/{namespace}/{pod}", _debug_bounded(pod_allocations)))
     for path, handler in routes:
         app.router.add_get(path, handler, expect_handler=_expect)
+        app.router.add_route("*", path, _method_not_allowed, expect_handler=_expect)
+    # What no route serves is refused by a route too: aiohttp's own 404 and 405 answer an
+    # Expect with the plain-text 417, the whole header quoted back.
+    app.router.add_route("*", "/{path:.*}", _not_found, expect_handler=_expect)
     return app
+
+
+async def _method_not_allowed(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMethodNotAllowed(request.method, ("GET", "HEAD"))
+
+
+async def _not_found(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPNotFound()
 
 
 class _JsonErrorRequestHandler(RequestHandler):

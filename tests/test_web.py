@@ -190,6 +190,48 @@ class TestExpect:
         expected = f"unknown Expect: '{'e' * 64}'... ({1000 - 64} more characters)"
         assert (417, {"error": expected}) == (status, json.loads(body))
 
+    @pytest.mark.parametrize(
+        "head",
+        [
+            b"GET /no-such-page HTTP/1.1",
+            b"POST /metrics HTTP/1.1",
+            b"PUT /debug/allocations HTTP/1.1",
+        ],
+    )
+    async def test_a_path_or_method_no_route_serves_refuses_in_json_too(
+        self, exporter: Exporter, head: bytes
+    ) -> None:
+        """aiohttp's own 404 and 405 answer an unmet Expect before any route, in plain
+        text quoting the whole header: those are routes of the exporter's now."""
+        sent = head + b"\r\nHost: x\r\nExpect: " + b"b" * 200 + b"\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            status, headers, body = split_response(await raw_exchange(port, sent))
+        assert (417, "application/json; charset=utf-8") == (status, headers["content-type"])
+        assert json.loads(body)["error"].endswith("(136 more characters)")
+
+    @pytest.mark.parametrize(
+        ("head", "status", "allow"),
+        [
+            (b"GET /no-such-page HTTP/1.1", 404, None),
+            (b"GET /debug/allocations/ns/pod/more HTTP/1.1", 404, None),
+            (b"POST /metrics HTTP/1.1", 405, "GET,HEAD"),
+            (b"DELETE /debug/allocations/ns/pod HTTP/1.1", 405, "GET,HEAD"),
+        ],
+    )
+    async def test_with_no_expectation_404_and_405_are_as_before(
+        self, exporter: Exporter, head: bytes, status: int, allow: str | None
+    ) -> None:
+        """The routes that refuse what no other route serves answer as aiohttp's did."""
+        sent = head + b"\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        async with serving(exporter.create_app()) as port:
+            answer_status, headers, body = split_response(await raw_exchange(port, sent))
+        reason = "Not Found" if status == 404 else "Method Not Allowed"
+        assert (status, allow, {"error": reason}) == (
+            answer_status,
+            headers.get("allow"),
+            json.loads(body),
+        )
+
 
 class TestQuotedInput:
     async def test_a_long_unknown_parameter_is_quoted_cut(self, exporter: Exporter) -> None:
