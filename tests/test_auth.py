@@ -162,18 +162,7 @@ class TestBasicAuth:
         """Refused for want of a bcrypt slot: 429 with Retry-After, and one log line per
         interval, not one per request: a flood must not flood the log too."""
         monkeypatch.setattr("exporter.auth.OVERLOAD_LOG_INTERVAL_S", 3600.0)
-        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
-        checker = PasswordChecker(max_queued=0)  # every check that needs bcrypt: refused
-        answers = []
-        try:
-            async with served(live, checker=checker) as server, aiohttp.ClientSession() as session:
-                with capture_logs() as logs:
-                    for n in range(5):
-                        headers = basic("prometheus", f"w{n}")
-                        async with session.get(server.url("/metrics"), headers=headers) as r:
-                            answers.append((r.status, r.headers.get("Retry-After")))
-        finally:
-            checker.close()
+        answers, logs = await _refused_five_times(tmp_path, wait_for_lines=1)
         assert [(429, "1")] * 5 == answers  # when to come back, as every 429 says
         assert [("basic_auth_overloaded", 0)] == [
             (e["event"], e["suppressed_since_last"]) for e in logs
@@ -185,25 +174,36 @@ class TestBasicAuth:
         """The refusals after the first line are told when the interval ends, though no
         refusal follows: they used to wait for the next overload, days later maybe."""
         monkeypatch.setattr("exporter.auth.OVERLOAD_LOG_INTERVAL_S", 0.2)
-        live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
-        checker = PasswordChecker(max_queued=0)
-        try:
-            async with served(live, checker=checker) as server, aiohttp.ClientSession() as session:
-                with capture_logs() as logs:
-                    for n in range(5):
-                        headers = basic("prometheus", f"w{n}")
-                        async with session.get(server.url("/metrics"), headers=headers) as r:
-                            assert 429 == r.status
-                    for _ in range(100):  # a bound, not a timing assertion
-                        if len(logs) >= 2:
-                            break
-                        await asyncio.sleep(0.05)
-        finally:
-            checker.close()
+        answers, logs = await _refused_five_times(tmp_path, wait_for_lines=2)
+        assert [429] * 5 == [status for status, _ in answers]
         assert [
             ("basic_auth_overloaded", 0, "/metrics"),
             ("basic_auth_overloaded", 3, "/metrics"),
         ] == [(e["event"], e["suppressed_since_last"], e["path"]) for e in logs]
+
+
+async def _refused_five_times(
+    tmp_path: Path, *, wait_for_lines: int
+) -> tuple[list[tuple[int, str | None]], list[dict[str, Any]]]:
+    """Five scrapes with a password while no bcrypt slot is free: their status and
+    Retry-After, and what was logged until ``wait_for_lines`` lines came (or a bound)."""
+    live = _users_file(tmp_path, {"prometheus": _hash(b"s3cret")})
+    checker = PasswordChecker(max_queued=0)  # every check that needs bcrypt: refused
+    answers = []
+    try:
+        async with served(live, checker=checker) as server, aiohttp.ClientSession() as session:
+            with capture_logs() as logs:
+                for n in range(5):
+                    headers = basic("prometheus", f"w{n}")
+                    async with session.get(server.url("/metrics"), headers=headers) as r:
+                        answers.append((r.status, r.headers.get("Retry-After")))
+                for _ in range(100):  # a bound, not a timing assertion
+                    if len(logs) >= wait_for_lines:
+                        break
+                    await asyncio.sleep(0.05)
+    finally:
+        checker.close()
+    return answers, logs
 
 
 class TestDebugUsers:
