@@ -12,7 +12,7 @@ from typing import TextIO, cast
 
 import structlog
 
-__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging", "escape_line"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging", "cut_line", "escape_line"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "logfmt", "console")
@@ -78,6 +78,16 @@ def escape_line(text: str) -> str:
     if text.isprintable() and "\\" not in text:
         return text
     return "".join(c if c.isprintable() and c != "\\" else _escaped(c) for c in text)
+
+
+def cut_line(text: str, limit: int, *, quoted: bool = False) -> str:
+    """``escape_line`` of ``text``'s first ``limit`` characters (in single quotes if
+    ``quoted``), then how many were left out: words from outside (a peer's error
+    details, a client's query) quoted in a log line or an error answer, bounded."""
+    kept = escape_line(text[:limit])
+    shown = f"'{kept}'" if quoted else kept
+    left_out = len(text) - limit
+    return f"{shown}... ({left_out} more characters)" if left_out > 0 else shown
 
 
 def _escaped(char: str) -> str:

@@ -41,6 +41,7 @@ from exporter.debugview import (
 from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from exporter.join import join_fresh_pod
 from exporter.kubelet.errors import KubeletError, MethodUnavailable, PodNotFound
+from exporter.logs import cut_line
 from exporter.lookup import CoalescingLookup, LookupRefused
 from exporter.model import Snapshot
 from exporter.outage import Throttle
@@ -421,9 +422,7 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 def _cut(text: str) -> str:
     """``text`` quoted for an error message, cut to MAX_QUOTED characters."""
-    if len(text) <= MAX_QUOTED:
-        return repr(text)
-    return f"{text[:MAX_QUOTED]!r}... ({len(text) - MAX_QUOTED} more characters)"
+    return cut_line(text, MAX_QUOTED, quoted=True)
 
 
 def _query(

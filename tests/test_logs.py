@@ -9,7 +9,7 @@ import logging
 import pytest
 import structlog
 
-from exporter.logs import configure_logging
+from exporter.logs import configure_logging, cut_line
 
 
 def test_exporter_and_library_lines_go_to_the_stream_as_json() -> None:
@@ -261,3 +261,18 @@ def test_a_closed_stream_stops_nothing_and_writes_nowhere_else(
         root.handlers[:] = handlers
         root.setLevel(level)
     assert ("", "") == capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted", "shown"),
+    [
+        ("x" * 8, False, "x" * 8),  # at the limit: nothing left out, nothing said
+        ("x" * 9, False, "x" * 8 + "... (1 more characters)"),
+        ("a\nb", True, "'a\\nb'"),  # escaped as escape_line escapes, then quoted
+        ("\x00" * 20, True, "'" + "\\x00" * 8 + "'... (12 more characters)"),  # cut, then escaped
+    ],
+)
+def test_cut_line_bounds_what_it_quotes(text: str, quoted: bool, shown: str) -> None:
+    """The limit counts characters of the text, not of their escapes; the count says
+    how many of the text's were left out."""
+    assert shown == cut_line(text, 8, quoted=quoted)

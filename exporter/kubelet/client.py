@@ -52,6 +52,7 @@ from exporter.kubelet.errors import (
     ReplyUndecodable,
 )
 from exporter.kubelet.stats import KubeletRequestStats, StatsRecorder
+from exporter.logs import cut_line
 from exporter.model import AllocatableResources, PodResources
 
 __all__ = [
@@ -66,7 +67,6 @@ __all__ = [
     "RECONNECT_BACKOFF_INITIAL_MS",
     "RECONNECT_BACKOFF_MAX_MS",
     "KubeletClient",
-    "shown_details",
     "unix_target",
 ]
 
@@ -118,17 +118,6 @@ _SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")  # gRPC: "larger than max (20971780
 # The most of a status's details (the kubelet's words, or gRPC's) shown in an error:
 # they go into log lines and /debug, and a peer may send up to 8 KiB of anything.
 MAX_DETAILS_SHOWN = 400
-
-
-def shown_details(details: str) -> str:
-    """``details`` fit for one log line: control characters escaped, cut to
-    MAX_DETAILS_SHOWN characters with the count of those left out."""
-    if details.isprintable() and len(details) <= MAX_DETAILS_SHOWN:
-        return details
-    cut = details[:MAX_DETAILS_SHOWN]
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
-    left_out = len(details) - len(cut)
-    return f"{shown}... ({left_out} more characters)" if left_out else shown
 
 
 _RPC_PATHS = {
@@ -510,7 +499,7 @@ class KubeletClient:
         pod: tuple[str, str] | None,
         started: float,
     ) -> KubeletError:
-        message = f"{method}: {code}: {shown_details(details)}"
+        message = f"{method}: {code}: {cut_line(details, MAX_DETAILS_SHOWN)}"
         too_large = code == "RESOURCE_EXHAUSTED" and _TOO_LARGE.search(details) is not None
         if code not in _BACKOFF_CODES or too_large:
             # The kubelet answered (or our own size limit struck): it is reachable.
@@ -533,7 +522,7 @@ class KubeletClient:
                 self._recheck_methods()
             return unavailable
         if code == "UNIMPLEMENTED" or (code == "UNKNOWN" and _DISABLED.fullmatch(details)):
-            self._mark_unavailable(method, reason=f"{code}: {shown_details(details)}")
+            self._mark_unavailable(method, reason=f"{code}: {cut_line(details, MAX_DETAILS_SHOWN)}")
             return MethodUnavailable(message, method=method)
         # The kubelet says UNKNOWN "pod X in namespace Y not found"; NOT_FOUND would be the
         # proper code, should a kubelet ever send it.
