@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-__all__ = ["OutageLog", "Throttle"]
+__all__ = ["OutageLog", "Throttle", "flush_throttles"]
 
 
 class OutageLog:
@@ -77,7 +78,8 @@ class Throttle:
 
     Under a running event loop, what an interval held back is logged when it ends, with
     the last held call's fields, even if no call comes after it: a burst is told whole
-    within an interval of its end, not at the next burst (which may be days later).
+    within an interval of its end, not at the next burst (which may be days later). At
+    exit ``flush_throttles`` logs what is still held, which no timer will.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Throttle:
         if self._last is not None and now - self._last < self._interval_s:
             self._held_back += 1
             self._held_fields = fields
+            _holding.add(self)
             self._flush_at_interval_end(self._last + self._interval_s - now)
             return
         self._emit(fields)
@@ -117,6 +120,7 @@ class Throttle:
         self._last = self._clock()
         self._held_back = 0
         self._held_fields = {}
+        _holding.discard(self)
 
     def _flush_at_interval_end(self, delay_s: float) -> None:
         if self._flush is not None:
@@ -130,6 +134,22 @@ class Throttle:
     def _flush_held(self) -> None:
         """The interval is over: the last call it held back is logged, counting the rest."""
         self._flush = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Log the last call held back now, counting the rest; nothing if none is."""
         if self._held_back:
             self._held_back -= 1  # the call logged now is one of those held
             self._emit(self._held_fields)
+
+
+# Throttles holding calls back, until they log them: what flush_throttles tells at exit.
+# Weak: a throttle whose owner is gone has no one left to tell about.
+_holding: weakref.WeakSet[Throttle] = weakref.WeakSet()
+
+
+def flush_throttles() -> None:
+    """Log what every throttle still holds back, as its interval's end would have: at
+    exit, where the timers that would log it are never run."""
+    for throttle in list(_holding):
+        throttle.flush()

@@ -13,11 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from pki import make_pki
 from structlog.testing import capture_logs
 from webserving import KernelWithoutIPv6, free_dual_stack_port, has_ipv6_loopback
 
@@ -493,3 +495,49 @@ class TestPortTaken:
         assert ["startup_failed"] == [
             json.loads(line)["event"] for line in result.stderr.splitlines()
         ]
+
+
+class TestExit:
+    def test_what_a_throttle_holds_is_logged_before_stopped(self, tmp_path: Path) -> None:
+        """Three plain-HTTP requests to the HTTPS port within one interval: the first is
+        logged, the other two held back. A SIGTERM then ends the process before the
+        interval does; the held two are told on the way out, not lost with the timer."""
+        pki = make_pki(tmp_path / "pki")
+        web_config = tmp_path / "web.yml"
+        web_config.write_text(
+            f"tls_server_config:\n  cert_file: {pki.cert('server')}\n"
+            f"  key_file: {pki.key('server')}\n"
+        )
+        port = free_dual_stack_port()
+        log_path = tmp_path / "exporter.log"
+        command = _exporter_on(tmp_path, port, "--demo", f"--web.config.file={web_config}")
+        with log_path.open("wb") as log, subprocess.Popen(command, stderr=log) as process:
+            try:
+                answered = 0
+                deadline = time.monotonic() + 30  # a bound for a slow start, not a timing
+                while answered < 3 and time.monotonic() < deadline:
+                    assert process.poll() is None, log_path.read_text()[-2000:]
+                    try:
+                        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                            if conn.recv(64).startswith(b"HTTP/1.1 400"):
+                                answered += 1
+                    except ConnectionRefusedError:
+                        time.sleep(0.2)  # not listening yet
+                assert answered == 3, log_path.read_text()[-2000:]
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=30) == 0
+            finally:
+                if process.poll() is None:
+                    process.kill()
+        events = [json.loads(line) for line in log_path.read_text().splitlines()]
+        told = [
+            (e["event"], e.get("suppressed_since_last"))
+            for e in events
+            if e["event"] in ("http_request_on_https_port", "stopped")
+        ]
+        assert [
+            ("http_request_on_https_port", 0),
+            ("http_request_on_https_port", 1),
+            ("stopped", None),
+        ] == told

@@ -9,7 +9,7 @@ import pytest
 from manualclock import ManualClock
 from structlog.testing import capture_logs
 
-from exporter.outage import OutageLog, Throttle
+from exporter.outage import OutageLog, Throttle, flush_throttles
 
 
 def events(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -201,3 +201,33 @@ class TestThrottle:
                     throttle.warning(error="EMFILE")
                 clock.now += 10
         assert [0, 3, 5] == [e["suppressed_since_last"] for e in logs]
+
+
+class TestFlushThrottles:
+    async def test_what_is_held_at_exit_is_told_once(self) -> None:
+        """At exit the interval's end never comes: flush_throttles tells what each throttle
+        holds, counting the rest, and the timer it cancels tells nothing more."""
+        clock = ManualClock(100.0)
+        held = Throttle("held_at_exit", interval_s=0.05, clock=clock)
+        quiet = Throttle("none_held_at_exit", interval_s=0.05, clock=clock)
+        with capture_logs() as logs:
+            for attempt in range(4):
+                held.warning(attempt=attempt)
+            quiet.warning(attempt=0)
+            flush_throttles()
+            flush_throttles()  # nothing is held any more
+            await asyncio.sleep(0.2)  # past the cancelled timer's due time
+        ours = [e for e in logs if e["event"].endswith("held_at_exit")]  # not earlier tests'
+        assert [("held_at_exit", 0, 0), ("none_held_at_exit", 0, 0), ("held_at_exit", 2, 3)] == [
+            (e["event"], e["suppressed_since_last"], e["attempt"]) for e in ours
+        ]
+
+    def test_without_a_loop_the_held_calls_are_told_at_exit_too(self) -> None:
+        clock = ManualClock(100.0)
+        throttle = Throttle("held_without_a_loop", interval_s=10.0, clock=clock)
+        with capture_logs() as logs:
+            for attempt in range(3):
+                throttle.warning(attempt=attempt)
+            flush_throttles()
+        ours = [e for e in logs if e["event"] == "held_without_a_loop"]  # not earlier tests'
+        assert [(0, 0), (1, 2)] == [(e["suppressed_since_last"], e["attempt"]) for e in ours]
