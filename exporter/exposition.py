@@ -668,6 +668,15 @@ def _self_families(
     )
     poll.add((), snapshot.poll_duration_seconds)
     yield poll
+    interval = gauge(
+        "podresources_poll_interval_seconds",
+        "Time between polls (--poll.interval), in seconds: how far behind time() "
+        "podresources_snapshot_timestamp_seconds falls between two polls.",
+        (),
+    )
+    if snapshot.poll_interval_seconds is not None:
+        interval.add((), snapshot.poll_interval_seconds)
+    yield interval
     success = gauge(
         "podresources_collector_success",
         "1 when the collector's last run succeeded; an absent source counts as success "

@@ -578,6 +578,9 @@ class Snapshot:
     cpu_times: Mapping[int, CpuTimes] = field(default_factory=dict)
     dra: DraState = field(default_factory=DraState)  # what DRA driver files said
     poll_duration_seconds: float = 0.0
+    # --poll.interval, for the page: how far behind time() the timestamp may fall between
+    # polls. None for a snapshot made outside a poller.
+    poll_interval_seconds: float | None = None
     kubelet_requests: KubeletRequestStats = field(default_factory=KubeletRequestStats)
     # Per-process GPU use; None when the gpu_processes collector is off.
     gpu_processes: tuple[GpuDeviceProcesses, ...] | None = None

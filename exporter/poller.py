@@ -315,6 +315,7 @@ class Poller:
         snapshot = replace(
             snapshot,
             poll_duration_seconds=time.perf_counter() - started,
+            poll_interval_seconds=self._interval_s,
             kubelet_requests=request_stats,
             readings_at=readings_at,
         )

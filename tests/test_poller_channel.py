@@ -1,4 +1,5 @@
-"""Between polls 5 s or more apart no kubelet channel stays open (gRPC's threads idle)."""
+"""Between polls 5 s or more apart no kubelet channel stays open (gRPC's threads idle);
+the page says the interval."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import grpc
 import pytest
 
 from exporter.collectors.runner import CollectorRunner
+from exporter.exposition import render
 from exporter.kubelet.client import KubeletClient
 from exporter.poller import RELEASE_CHANNEL_MIN_INTERVAL_S, Poller
 from exporter.sim.kubelet import V1_GET
@@ -91,3 +93,28 @@ async def test_get_is_probed_again_after_the_kubelet_went_away_not_after_rate_li
         await client.close()
 
     assert (after_rate_limits, kubelet.calls[V1_GET]) == (1, 2)
+
+
+async def test_the_page_says_the_poll_interval_its_data_may_lag_by(
+    sim_node: SimulatedNode,
+) -> None:
+    """podresources_poll_interval_seconds is the poller's own interval: the stale-data
+    alert waits 3 of them where that is longer than 2 minutes."""
+    client = KubeletClient(
+        socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
+    )
+    poller = Poller(
+        client=client,
+        runner=CollectorRunner([], timeout_s=1.0),
+        store=SnapshotStore(),
+        node="demo-node",
+        interval_s=420.0,
+    )
+    try:
+        page = render((await poller.poll_once()).snapshot).page(openmetrics=False, gzipped=False)
+    finally:
+        await client.close()
+
+    assert [b"podresources_poll_interval_seconds 420.0"] == [
+        line for line in page.splitlines() if line.startswith(b"podresources_poll_interval")
+    ]

@@ -41,11 +41,12 @@ def _failing_while(
 
 
 def _comparable(snapshot: Snapshot) -> Snapshot:
-    """The snapshot without what the poller stamps on it (duration, request counts,
-    when the readings were taken), for comparing with a join made by hand."""
+    """The snapshot without what the poller stamps on it (duration, interval, request
+    counts, when the readings were taken), for comparing with a join made by hand."""
     return replace(
         snapshot,
         poll_duration_seconds=0.0,
+        poll_interval_seconds=None,
         kubelet_requests=KubeletRequestStats(),
         readings_at=None,
     )
