@@ -436,8 +436,12 @@ class NetdevCollector(Collector):
                 if not failed_with(error, errno.EINVAL):
                     issues.append(file_issue(error))
                 continue
-            if value is not None:
-                samples.append(Sample(spec, float(value), labels))
+            if value is None:
+                continue
+            if value < 0:  # read_int takes a sign; the kernel prints these unsigned
+                issues.append(issue(GARBAGE, f"{path}: negative: {value}"))
+                continue
+            samples.append(Sample(spec, float(value), labels))
         return tuple(samples)
 
     def _read_moved_vfs(

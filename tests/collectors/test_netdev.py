@@ -665,13 +665,15 @@ class TestPartialFailures:
             (b"18446744073709551616\n", "not a 64-bit integer: '18446744073709551616'"),
             (b"\x00\xff\xfe\x01\n", "binary contents"),
             (b"7" * (1024 * 1024), "longer than 65536 bytes"),
+            (b"-5\n", "negative: -5"),
         ],
-        ids=["garbage", "beyond-64-bits", "binary", "huge"],
+        ids=["garbage", "beyond-64-bits", "binary", "huge", "negative"],
     )
     def test_bad_counter_loses_that_figure(
         self, tmp_path: Path, contents: bytes, shown: str
     ) -> None:
-        """Garbage, a 65-bit value, binary or a huge file: that one figure goes, an issue comes."""
+        """Garbage, a 65-bit value, binary, a huge file or a negative count (a counter
+        served below zero): that one figure goes, an issue comes."""
         _tree(tmp_path)
         bad = pci_device_dir(tmp_path, VF1.pci_address) / "net/ens1f0v1/statistics/rx_bytes"
         bad.write_bytes(contents)
