@@ -48,6 +48,7 @@ __all__ = [
     "parse_cpulist",
     "raise_open_files_limit",
     "read_int",
+    "read_pci_id",
     "read_text",
     "vendor_name",
 ]
@@ -257,6 +258,24 @@ def read_int(path: Path | str, *, base: int = 10) -> int | None:
     """
     text = read_text(path)
     return None if text is None else _attribute_int(text, path, base=base)
+
+
+_PCI_ID = re.compile(r"^0x[0-9a-f]{4}$")
+
+
+def read_pci_id(path: Path | str) -> str | None:
+    """A PCI ID attribute (``vendor``, ``device``: ``0x10de``) in lower case, or None when
+    the file does not exist.
+
+    Raises GarbageFile naming the path for anything else (it would become a label as
+    it is), and UnreadableFile where read_text does.
+    """
+    text = read_text(path)
+    if text is None:
+        return None
+    if _PCI_ID.match(text.lower()) is None:
+        raise GarbageFile(f"{path}: not a PCI ID: {text[:40]!r}")
+    return text.lower()
 
 
 def _attribute_int(text: str, path: Path | str, *, base: int) -> int:

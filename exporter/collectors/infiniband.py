@@ -92,6 +92,7 @@ from exporter.sysfs import (
     file_issue,
     is_pci_address,
     list_source_inodes,
+    read_pci_id,
     read_text,
     vendor_name,
 )
@@ -539,7 +540,7 @@ def _device_layout(device_dir: Path, *, issues: list[CollectorIssue]) -> _Device
     vendor = None
     if function is not None:
         try:
-            vendor = vendor_name(read_text(function / "vendor"))
+            vendor = vendor_name(read_pci_id(function / "vendor"))
         except CollectorError as error:
             issues.append(file_issue(error))
     return _DeviceLayout(

@@ -76,6 +76,7 @@ from exporter.sysfs import (
     file_issue,
     is_pci_address,
     list_source_inodes,
+    read_pci_id,
     read_text,
     vendor_name,
 )
@@ -617,7 +618,7 @@ def _list_vfs(
 
 def _identity(function: str, issues: list[CollectorIssue]) -> DeviceIdentity:
     try:
-        vendor = vendor_name(read_text(f"{function}/vendor"))
+        vendor = vendor_name(read_pci_id(f"{function}/vendor"))
     except CollectorError as error:
         issues.append(file_issue(error))
         vendor = None

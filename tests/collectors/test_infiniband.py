@@ -6,6 +6,7 @@ import errno
 import inspect
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -650,6 +651,22 @@ class TestPartialFailures:
                 _reading(MLX5_1, tick=0),
             ),
             issues=(CollectorIssue("unreadable", f"cannot read {vendor}: not a regular file"),),
+        )
+        assert expected == _collect(tmp_path)
+
+    def test_garbage_vendor_loses_only_the_vendor(self, tmp_path: Path) -> None:
+        """A vendor file that is no PCI ID is garbage, not a ``vendor`` label."""
+        _tree(tmp_path)
+        vendor = pci_fixture.pci_device_dir(tmp_path, MLX5_0.pci_address) / "vendor"
+        write_attribute(vendor, "garbage\n")
+
+        mlx5_0 = _reading(MLX5_0, tick=0)
+        expected = Readings(
+            devices=(
+                replace(mlx5_0, identity=DeviceIdentity(pci_address=MLX5_0.pci_address)),
+                _reading(MLX5_1, tick=0),
+            ),
+            issues=(CollectorIssue("garbage", f"{vendor}: not a PCI ID: 'garbage'"),),
         )
         assert expected == _collect(tmp_path)
 

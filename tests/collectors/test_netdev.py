@@ -836,6 +836,26 @@ class TestPartialFailures:
         )
         assert expected == (readings.devices[2].identity, tuple(i.error for i in readings.issues))
 
+    @pytest.mark.parametrize("text", ["garbage", "0x1af", "0x1af4x", "-5", "1.5", "\u00ff\u00fe"])
+    def test_garbage_vendor_loses_only_the_vendor(self, tmp_path: Path, text: str) -> None:
+        """A vendor file that is no PCI ID is garbage, not a ``vendor`` label: the
+        identity has no vendor, the figures stay."""
+        _tree(tmp_path)
+        vendor = pci_device_dir(tmp_path, VIRTIO.pci_address) / "vendor"
+        write_attribute(vendor, f"{text}\n")
+
+        readings = _collect(tmp_path)
+        expected = (
+            DeviceIdentity(pci_address=VIRTIO.pci_address),
+            _host_reading(VIRTIO, tick=0, vendor="virtio").samples,
+            (CollectorIssue("garbage", f"{vendor}: not a PCI ID: {text!r}"),),
+        )
+        assert expected == (
+            readings.devices[2].identity,
+            readings.devices[2].samples,
+            readings.issues,
+        )
+
     def test_physfn_and_virtfn_link_loops_are_issues(self, tmp_path: Path) -> None:
         """A VF's physfn link and a PF's virtfn link that loop are each one issue; the
         rest is read."""
