@@ -112,6 +112,7 @@ from exporter.sysfs import (
     is_pci_address,
     list_source,
     read_int,
+    read_pci_id,
     read_text,
     vendor_name,
 )
@@ -275,7 +276,7 @@ def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) 
         return None
     if not is_pci_address(address):
         return None  # a virtual or platform device (vkms, simpledrm)
-    vendor_id = _attribute(device / "vendor", issues)
+    vendor_id = _pci_id(device / "vendor", issues)  # garbage: the driver link decides
     vendor: str | None = None
     if vendor_id in _DRM_VENDOR_IDS:
         vendor = vendor_name(vendor_id)
@@ -283,7 +284,7 @@ def read_drm_card(card_dir: Path, number: int, *, issues: list[CollectorIssue]) 
         vendor = _VENDOR_BY_DRIVER.get(_link_basename(device / "driver") or "")
     if vendor is None:
         return None  # another vendor's card: NVIDIA has its own collector
-    device_id = _attribute(device / "device", issues)
+    device_id = _pci_id(device / "device", issues)
     hwmon = _hwmon_dir(device, issues)
     partition = None
     if vendor == "amd":
@@ -404,6 +405,14 @@ def _attribute(path: Path, issues: list[CollectorIssue]) -> str | None:
         issues.append(issue(error.label, str(error)))
         return None
     return text.lower() if text else None
+
+
+def _pci_id(path: Path, issues: list[CollectorIssue]) -> str | None:
+    try:
+        return read_pci_id(path)
+    except FileError as error:
+        issues.append(issue(error.label, str(error)))
+        return None
 
 
 def _figure(

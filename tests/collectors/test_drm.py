@@ -405,6 +405,27 @@ class TestReadDrmCard:
         expected = replace(AMD_CARD, model=None)  # the model needs the PCI vendor ID
         assert expected == read_drm_card(_card_dir(tmp_path, 1), 1, issues=[])
 
+    def test_garbage_vendor_and_device_ids_are_issues(self, tmp_path: Path) -> None:
+        """A vendor or device file that is no PCI ID is garbage, reported: the card is
+        not dropped as another vendor's (the driver link decides, as without a vendor
+        file), and only the model, which needs both IDs, is lost."""
+        device_dir = _amd(tmp_path)
+        write_attribute(device_dir / "vendor", "0x10zz\n")
+        write_attribute(device_dir / "device", "lots\n")
+        driver_dir = tmp_path / "bus" / "pci" / "drivers" / "amdgpu"
+        driver_dir.mkdir(parents=True)
+        replace_symlink(device_dir / "driver", driver_dir)
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        card_device = _card_dir(tmp_path, 1) / "device"
+        expected = [
+            issue("garbage", f"{card_device / 'vendor'}: not a PCI ID: '0x10zz'"),
+            issue("garbage", f"{card_device / 'device'}: not a PCI ID: 'lots'"),
+        ]
+        assert (replace(AMD_CARD, model=None), expected) == (actual, issues)
+
     def test_other_vendors_are_skipped(self, tmp_path: Path) -> None:
         """nvidia-drm and the BMC's ast card are not read: NVIDIA has its own collector."""
         _card(tmp_path, 0, _pci_function(tmp_path, "0000:02:00.0", "0x1a03", "0x2000"))
