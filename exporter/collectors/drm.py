@@ -448,10 +448,13 @@ def _first(
     *,
     signed: bool = False,
 ) -> float | None:
-    """The first of ``paths`` that gives a figure."""
+    """The first of ``paths`` that gives a figure; None once one that is there fails
+    (garbage, unreadable): the next is another sensor or figure (junction for edge,
+    the requested clock for the actual one), not the same one's to serve."""
     for path in paths:
+        reported = len(issues)
         value = _figure(path, issues, unit, signed=signed)
-        if value is not None:
+        if value is not None or len(issues) > reported:
             return value
     return None
 

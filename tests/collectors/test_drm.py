@@ -370,6 +370,46 @@ class TestReadDrmCard:
         expected = replace(INTEL_CARD, clock_hertz=1450000000.0)
         assert expected == read_drm_card(card_dir, 2, issues=[])
 
+    @pytest.mark.parametrize(
+        ("relative", "spec"),
+        [
+            ("gt_act_freq_mhz", "clock_hertz"),  # not the requested gt_cur_freq_mhz
+            ("device/hwmon/hwmon4/energy1_input", "energy_joules"),  # nor the package's
+        ],
+    )
+    def test_a_bad_first_choice_is_not_stood_in_for(
+        self, tmp_path: Path, relative: str, spec: str
+    ) -> None:
+        """A first-choice file that is there but garbage loses its figure, with an
+        issue: the next file is another figure, which would be served in its place."""
+        card_dir = _i915(tmp_path)
+        write_attribute(card_dir / "device/hwmon/hwmon4/energy2_input", "7000000\n")
+        write_attribute(card_dir / relative, "junk\n")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(card_dir, 2, issues=issues)
+
+        detail = f"{card_dir / relative}: not a 64-bit integer: 'junk'"
+        assert (replace(INTEL_CARD, **{spec: None}), [issue("garbage", detail)]) == (
+            actual,
+            issues,
+        )
+
+    def test_a_bad_edge_temperature_is_not_the_junction(self, tmp_path: Path) -> None:
+        """amdgpu's temp1 (edge) unreadable: no temperature, not temp2 (junction)."""
+        hwmon = _amd(tmp_path) / "hwmon" / "hwmon3"
+        write_attribute(hwmon / "temp2_input", "90000\n")
+        (hwmon / "temp1_input").unlink()
+        (hwmon / "temp1_input").mkdir()
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (replace(AMD_CARD, temperature_celsius=None), ["unreadable"]) == (
+            actual,
+            [i.error for i in issues],
+        )
+
     def test_xe_tiles_and_package_channel(self, tmp_path: Path) -> None:
         """xe: VRAM summed over tiles, clock from tile0/gt0, package energy and temperature."""
         device_dir = _pci_function(tmp_path, "0000:03:00.0", "0x8086", "0xe20b")
