@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,15 +276,17 @@ def parse_state(text: str) -> int:
 
 
 _BYTES_PER_GIGABIT = 125_000_000
+# ASCII digits, bounded: float() takes any Unicode digits, and hundreds of them give inf.
+_RATE = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?) Gb/sec")
 
 
 def parse_rate(text: str) -> float:
     """A ``rate`` file (``"400 Gb/sec (4X NDR)"``, ``"2.5 Gb/sec (1X SDR)"``) in bytes per
     second. Raises ValueError for anything else."""
-    figure, _, unit = text.strip().partition(" ")
-    if not unit.startswith("Gb/sec") or not figure.replace(".", "", 1).isdigit():
+    match = _RATE.match(text.strip())
+    if match is None:
         raise ValueError(f"not a port rate: {text.strip()[:40]!r}")
-    return float(figure) * _BYTES_PER_GIGABIT
+    return float(match[1]) * _BYTES_PER_GIGABIT
 
 
 def ib_samples(device: IbDevice) -> tuple[Sample, ...]:

@@ -743,7 +743,19 @@ class TestParseRate:
         assert bytes_per_second == pytest.approx(parse_rate(text), rel=1e-12)
 
     @pytest.mark.parametrize(
-        "text", ["", "fast", "400 Mb/sec", "Gb/sec", "4.0.0 Gb/sec", "x Gb/sec", "400 Gb/s"]
+        "text",
+        [
+            "",
+            "fast",
+            "400 Mb/sec",
+            "Gb/sec",
+            "4.0.0 Gb/sec",
+            "x Gb/sec",
+            "400 Gb/s",
+            "1" * 400 + " Gb/sec (4X NDR)",  # float() gives inf
+            "\u0664\u0660\u0660 Gb/sec",  # Arabic-Indic 400: float() takes it
+        ],
+        ids=lambda text: text[:16],
     )
     def test_garbage_raises(self, text: str) -> None:
         with pytest.raises(ValueError, match="not a port rate"):
