@@ -125,6 +125,7 @@ MAX_PROC_STAT_BYTES = 4 * 1024 * 1024
 PCI_BUS_ID_ATTRIBUTES = ("resource.kubernetes.io/pciBusID", "resource.k8s.io/pciBusID")
 
 _BOOT_ID = Path("sys") / "kernel" / "random" / "boot_id"
+_UPTIME = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 _PCI_BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _NVML_UUID = re.compile(r"^(GPU|MIG)-([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})$", re.IGNORECASE)
 # Device nodes a CDI device injects, by path prefix, and the key their number is.
@@ -553,11 +554,14 @@ def _read_boot_start(procfs: Path) -> float | None:
         pass
     try:
         uptime = read_text(procfs / "uptime")
-        if uptime:
-            return time.time() - float(uptime.split()[0])
-    except (CollectorError, ValueError):
-        pass
-    return None
+    except CollectorError:
+        return None
+    # The kernel's "%lu.%02lu": float() alone would take "nan", "inf" or "-1e9", and a
+    # boot dated nan or -inf would take any checkpoint for this boot's.
+    seconds = (uptime or "").partition(" ")[0]
+    if _UPTIME.fullmatch(seconds) is None:
+        return None
+    return time.time() - float(seconds)
 
 
 def _entries(directory: Path) -> list[Path]:

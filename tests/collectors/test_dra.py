@@ -1039,12 +1039,17 @@ class TestBootStartFallbacks:
         _install(tree, "v25.12.0", modified_s=time.time() - 60)
         assert () == _collect(tree).issues
 
-    def test_an_uptime_that_is_no_number_dates_nothing(self, tree: Path) -> None:
+    @pytest.mark.parametrize(
+        "uptime", ["not-a-number", "nan 1.00", "inf 1.00", "-inf", "-3600.25 1.00", "1_000 2"]
+    )
+    def test_an_uptime_that_is_no_number_dates_nothing(self, tree: Path, uptime: str) -> None:
         """Neither /proc/stat's btime nor a number in /proc/uptime: the boot is not dated
-        and a checkpoint without nodeBootID is stale, not garbage."""
+        and a checkpoint without nodeBootID is stale, not garbage. float() would take
+        "nan" or "inf", and a boot dated nan or -inf took a years-old checkpoint's MIG
+        devices for this boot's."""
         (tree / "proc" / "stat").unlink()
-        (tree / "proc" / "uptime").write_text("not-a-number\n")
-        _install(tree, "v25.12.0", modified_s=time.time())
+        (tree / "proc" / "uptime").write_text(f"{uptime}\n")
+        _install(tree, "v25.12.0", modified_s=BOOT_STARTED_S - 365 * 86400)
         assert [("stale_checkpoint", True)] == [
             (i.error, i.detail.endswith("and no boot time")) for i in _collect(tree).issues
         ]
