@@ -10,10 +10,10 @@ Hugepage series carry ``memory_type`` in the kubelet's naming (``hugepages-2Mi``
 ``hugepages-1Gi``), so dashboards can set them beside
 ``podresources_node_allocated_memory_bytes{memory_type}``. A kernel without NUMA has no
 node directory: the collector is then unavailable, not failed. Failures are per figure
-(``Readings.issues``): a garbage ``meminfo`` line or hugepage count loses that figure,
-a file gone between listing its node and reading it is ``vanished``; the other figures
-and nodes are still reported. Only when nothing at all could be read has the collector
-failed.
+(``Readings.issues``): a garbage ``meminfo`` line (or a missing one) or hugepage count
+loses that figure, a file gone between listing its node and reading it is
+``vanished``; the other figures and nodes are still reported. Only when nothing at
+all could be read has the collector failed.
 """
 
 from __future__ import annotations
@@ -173,6 +173,9 @@ def _memory_samples(
         return []
     fields, problems = parse_node_meminfo(text)
     issues.extend(issue(GARBAGE, f"{path}: {problem}") for problem in problems)
+    missing = [field for field in ("MemTotal", "MemFree") if field not in fields]
+    if missing and not problems:  # the kernel prints both; a garbage line said why already
+        issues.append(issue(GARBAGE, f"{path}: no {' or '.join(missing)} line"))
     samples = []
     for spec, field in ((NUMA_MEMORY_TOTAL, "MemTotal"), (NUMA_MEMORY_FREE, "MemFree")):
         if field in fields:

@@ -196,6 +196,30 @@ class TestNumaCollector:
         )
         assert expected == _collect(tmp_path)
 
+    @pytest.mark.parametrize(
+        ("text", "missing", "memory"),
+        [
+            ("", "MemTotal or MemFree", ()),
+            (" \n\t\n", "MemTotal or MemFree", ()),
+            ("Node 0 MemFree: 1 kB\n", "MemTotal", (Sample(NUMA_MEMORY_FREE, 1024.0, ("0",)),)),
+        ],
+        ids=["empty", "blank", "no-total"],
+    )
+    def test_meminfo_without_its_figures_is_garbage(
+        self, tmp_path: Path, text: str, missing: str, memory: tuple[Sample, ...]
+    ) -> None:
+        """An empty or blank meminfo, or one without MemTotal, is no node's (the kernel
+        prints both lines): its figures go with an issue, not silently."""
+        root = _tree(tmp_path)
+        meminfo = root / "node0" / "meminfo"
+        write_attribute(meminfo, text)
+
+        expected = Readings(
+            node_samples=(*memory, *NODE0[2:], *NODE1),
+            issues=(issue("garbage", f"{meminfo}: no {missing} line"),),
+        )
+        assert expected == _collect(tmp_path)
+
     def test_400_digit_hugepage_count_loses_one_figure(self, tmp_path: Path) -> None:
         """A 400-digit free_hugepages drops that one figure; total and other nodes stay."""
         root = _tree(tmp_path)
