@@ -46,6 +46,7 @@ __all__ = [
     "open_regular",
     "parse_boot_time",
     "parse_cpulist",
+    "parse_hex_id",
     "raise_open_files_limit",
     "read_int",
     "read_pci_id",
@@ -260,12 +261,28 @@ def read_int(path: Path | str, *, base: int = 10) -> int | None:
     return None if text is None else _attribute_int(text, path, base=base)
 
 
-_PCI_ID = re.compile(r"^0x[0-9a-f]{4}$")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def parse_hex_id(text: str, *, digits: int) -> str:
+    """A sysfs hex ID (``0x10DE``) as lower-case ``0x`` plus ``digits`` hex digits.
+
+    Raises ValueError on anything else, wider IDs included.
+    """
+    stripped = text.strip()
+    if not stripped.lower().startswith("0x"):
+        raise ValueError(f"not a 0x-prefixed hex number: {stripped[:40]!r}")
+    if len(stripped) > 2 + digits:  # also keeps int() off thousands of digits
+        raise ValueError(f"more than {digits} hex digits: {stripped[:40]!r}")
+    # Digits only: int() would also take "0x1_de", "0x-1" and surrounding blanks.
+    if not stripped[2:] or not all(c in _HEX_DIGITS for c in stripped[2:]):
+        raise ValueError(f"not a hex number: {stripped[:40]!r}")
+    return f"0x{int(stripped, 16):0{digits}x}"
 
 
 def read_pci_id(path: Path | str) -> str | None:
-    """A PCI ID attribute (``vendor``, ``device``: ``0x10de``) in lower case, or None when
-    the file does not exist.
+    """A PCI ID attribute (``vendor``, ``device``: ``0x10de``) as ``parse_hex_id`` gives
+    it, or None when the file does not exist.
 
     Raises GarbageFile naming the path for anything else (it would become a label as
     it is), and UnreadableFile where read_text does.
@@ -273,9 +290,10 @@ def read_pci_id(path: Path | str) -> str | None:
     text = read_text(path)
     if text is None:
         return None
-    if _PCI_ID.match(text.lower()) is None:
-        raise GarbageFile(f"{path}: not a PCI ID: {text[:40]!r}")
-    return text.lower()
+    try:
+        return parse_hex_id(text, digits=4)
+    except ValueError as error:
+        raise GarbageFile(f"{path}: {error}") from None
 
 
 def _attribute_int(text: str, path: Path | str, *, base: int) -> int:

@@ -91,6 +91,7 @@ from exporter.sysfs import (
     is_pci_address,
     list_source,
     list_source_inodes,
+    parse_hex_id,
     read_text,
 )
 
@@ -108,7 +109,6 @@ __all__ = [
     "broadcom_links_only",
     "is_reported_class",
     "parse_aer_total",
-    "parse_hex_id",
     "parse_link_speed",
     "parse_link_width",
     "parse_numa_node",
@@ -158,23 +158,6 @@ PCIE_AER_ERRORS = MetricSpec(
 NIC_CLASS_PREFIX = "0x02"
 GPU_CLASS_PREFIXES = ("0x03", "0x12")
 REPORTED_CLASS_PREFIXES = (NIC_CLASS_PREFIX, *GPU_CLASS_PREFIXES)
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-
-
-def parse_hex_id(text: str, *, digits: int) -> str:
-    """A sysfs hex ID (``0x10DE``) as lower-case ``0x`` plus ``digits`` hex digits.
-
-    Raises ValueError on anything else, wider IDs included.
-    """
-    stripped = text.strip()
-    if not stripped.lower().startswith("0x"):
-        raise ValueError(f"not a 0x-prefixed hex number: {stripped[:40]!r}")
-    if len(stripped) > 2 + digits:  # also keeps int() off thousands of digits
-        raise ValueError(f"more than {digits} hex digits: {stripped[:40]!r}")
-    # Digits only: int() would also take "0x1_de", "0x-1" and surrounding blanks.
-    if not stripped[2:] or not all(c in _HEX_DIGITS for c in stripped[2:]):
-        raise ValueError(f"not a hex number: {stripped[:40]!r}")
-    return f"0x{int(stripped, 16):0{digits}x}"
 
 
 def parse_numa_node(text: str) -> int | None:

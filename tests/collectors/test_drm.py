@@ -461,8 +461,8 @@ class TestReadDrmCard:
 
         card_device = _card_dir(tmp_path, 1) / "device"
         expected = [
-            issue("garbage", f"{card_device / 'vendor'}: not a PCI ID: '0x10zz'"),
-            issue("garbage", f"{card_device / 'device'}: not a PCI ID: 'lots'"),
+            issue("garbage", f"{card_device / 'vendor'}: not a hex number: '0x10zz'"),
+            issue("garbage", f"{card_device / 'device'}: not a 0x-prefixed hex number: 'lots'"),
         ]
         assert (replace(AMD_CARD, model=None), expected) == (actual, issues)
 

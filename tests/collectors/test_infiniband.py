@@ -666,7 +666,9 @@ class TestPartialFailures:
                 replace(mlx5_0, identity=DeviceIdentity(pci_address=MLX5_0.pci_address)),
                 _reading(MLX5_1, tick=0),
             ),
-            issues=(CollectorIssue("garbage", f"{vendor}: not a PCI ID: 'garbage'"),),
+            issues=(
+                CollectorIssue("garbage", f"{vendor}: not a 0x-prefixed hex number: 'garbage'"),
+            ),
         )
         assert expected == _collect(tmp_path)
 

@@ -24,7 +24,6 @@ from exporter.collectors.pci import (
     REGISTRATION,
     PciCollector,
     parse_aer_total,
-    parse_hex_id,
     parse_link_speed,
     parse_link_width,
     parse_numa_node,
@@ -48,6 +47,7 @@ from exporter.sim.hardware import (
     SimPcieLink,
     SimRdmaDevice,
 )
+from exporter.sysfs import parse_hex_id
 
 PF = SimNic("0000:4b:00.0", "ens1f0np0", 0, "0x15b3", "0x101d")
 VF = SimNic("0000:4b:00.2", "ens1f0v0", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=0)
