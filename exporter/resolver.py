@@ -65,18 +65,18 @@ AMD_DRIVER = "gpu.amd.com"
 SRIOV_DRIVER = "sriovnetwork.k8snetworkplumbingwg.io"
 
 _NVIDIA_GPU = re.compile(r"^GPU-[0-9a-fA-F-]+$")
-_NVIDIA_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
+_NVIDIA_MIG_LEGACY = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/([0-9]+)/([0-9]+)$")
 _NVIDIA_MIG = re.compile(r"^MIG-[0-9a-fA-F-]+$")
-_GKE = re.compile(r"^nvidia(\d+)(?:/(gi|vgpu)(\d+))?$")
-_INTEL_CARD = re.compile(r"^card(\d+)(?:-\d+)?$")
-_NVIDIA_DRA_GPU = re.compile(r"^gpu-(\d+)$")
+_GKE = re.compile(r"^nvidia([0-9]+)(?:/(gi|vgpu)([0-9]+))?$")
+_INTEL_CARD = re.compile(r"^card([0-9]+)(?:-[0-9]+)?$")
+_NVIDIA_DRA_GPU = re.compile(r"^gpu-([0-9]+)$")
 # The profile part is the profile name made RFC 1123-safe ("1g10gb", and "1g10gb-me"
 # for 1g.10gb+me: toRFC1123Compliant writes "+" as "-").
-_NVIDIA_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-[a-z0-9-]+-(\d+)-(\d+)$")
+_NVIDIA_DRA_MIG = re.compile(r"^gpu-([0-9]+)-mig-[a-z0-9-]+-([0-9]+)-([0-9]+)$")
 # v25.3/v25.8: numbers only, the placement size last. Tried first: a profile name
 # always has letters ("1g10gb"), so no v25.12 name is all numbers.
-_NVIDIA_DRA_MIG_V25_8 = re.compile(r"^gpu-(\d+)-mig-(\d+)-(\d+)-\d+$")
-_AMD_DRA_GPU = re.compile(r"^gpu-(\d+)-(\d+)$")
+_NVIDIA_DRA_MIG_V25_8 = re.compile(r"^gpu-([0-9]+)-mig-([0-9]+)-([0-9]+)-[0-9]+$")
+_AMD_DRA_GPU = re.compile(r"^gpu-([0-9]+)-([0-9]+)$")
 _SRIOV_DRA_VF = re.compile(r"^([0-9a-f]{4})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])$")
 # A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>".
 _CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
@@ -88,7 +88,14 @@ _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 # whole GPU ("nvidia0/vgpu1") or of a MIG partition ("nvidia0/gi1/vgpu0", physical ID
 # "nvidia0/gi1": container-engine-accelerators pkg/gpu/nvidia/gpusharing/gpusharing.go)
 # and Intel's GPU plugin with shared-dev-num ("card0-1").
-_SHARE = re.compile(r"^(nvidia\d+(?:/gi\d+)?)/vgpu\d+$|^(card\d+)-\d+$")
+_SHARE = re.compile(r"^(nvidia[0-9]+(?:/gi[0-9]+)?)/vgpu[0-9]+$|^(card[0-9]+)-[0-9]+$")
+
+
+def _number(digits: str) -> str:
+    """ASCII digits as a key's decimal, leading zeros dropped: "007" -> "7". Not int():
+    a device ID is the plugin's free text, and int() refuses more than 4,300 digits
+    (ValueError), which would fail the whole join on one ID."""
+    return digits.lstrip("0") or "0"
 
 
 def physical_id(device_id: str) -> str:
@@ -107,17 +114,21 @@ def _device_keys(base: str) -> tuple[HardwareKey, ...]:
     if _NVIDIA_GPU.match(base):
         return (HardwareKey(KeyKind.GPU_UUID, base),)
     if match := _NVIDIA_MIG_LEGACY.match(base):
-        return (HardwareKey(KeyKind.MIG_PATH, f"{match[1]}/{int(match[2])}/{int(match[3])}"),)
+        return (
+            HardwareKey(KeyKind.MIG_PATH, f"{match[1]}/{_number(match[2])}/{_number(match[3])}"),
+        )
     if _NVIDIA_MIG.match(base):
         return (HardwareKey(KeyKind.MIG_UUID, base),)
     if match := _GKE.match(base):
         if match[2] == "gi":
-            return (HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{int(match[1])}/{int(match[3])}"),)
-        return (HardwareKey(KeyKind.NVIDIA_MINOR, str(int(match[1]))),)  # vgpuK: whole GPU
+            return (
+                HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{_number(match[1])}/{_number(match[3])}"),
+            )
+        return (HardwareKey(KeyKind.NVIDIA_MINOR, _number(match[1])),)  # vgpuK: whole GPU
     if is_pci_address(base.lower()):
         return (HardwareKey(KeyKind.PCI, base.lower()),)
     if match := _INTEL_CARD.match(base):
-        return (HardwareKey(KeyKind.DRM_CARD, str(int(match[1]))),)
+        return (HardwareKey(KeyKind.DRM_CARD, _number(match[1])),)
     if _NAME.match(base):
         return (HardwareKey(KeyKind.NETDEV, base), HardwareKey(KeyKind.RDMA, base))
     return ()
@@ -190,14 +201,14 @@ def _cdi_keys(device: ClaimDevice, dra: DraState) -> tuple[HardwareKey, ...]:
 def _dra_name_keys(driver: str, name: str) -> tuple[HardwareKey, ...]:
     if driver == NVIDIA_DRIVER:
         if match := _NVIDIA_DRA_GPU.match(name):
-            return (HardwareKey(KeyKind.NVIDIA_MINOR, str(int(match[1]))),)
+            return (HardwareKey(KeyKind.NVIDIA_MINOR, _number(match[1])),)
         if match := _NVIDIA_DRA_MIG_V25_8.match(name) or _NVIDIA_DRA_MIG.match(name):
-            slot = f"{int(match[1])}/{int(match[2])}/{int(match[3])}"
+            slot = f"{_number(match[1])}/{_number(match[2])}/{_number(match[3])}"
             return (HardwareKey(KeyKind.MIG_PLACEMENT, slot),)
     elif driver == AMD_DRIVER and (match := _AMD_DRA_GPU.match(name)):
         return (
-            HardwareKey(KeyKind.DRM_CARD, str(int(match[1]))),
-            HardwareKey(KeyKind.DRM_RENDER, str(int(match[2]))),
+            HardwareKey(KeyKind.DRM_CARD, _number(match[1])),
+            HardwareKey(KeyKind.DRM_RENDER, _number(match[2])),
         )
     elif driver == SRIOV_DRIVER and (match := _SRIOV_DRA_VF.match(name)):
         return (HardwareKey(KeyKind.PCI, f"{match[1]}:{match[2]}:{match[3]}.{match[4]}"),)

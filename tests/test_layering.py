@@ -28,8 +28,8 @@ SHAPE_MARKERS: dict[str, re.Pattern[str]] = {
     "NVIDIA GPU UUID prefix": re.compile(rf"(?:^|[\^(])GPU-{_PATTERN_TAIL}"),
     "NVIDIA MIG prefix": re.compile(rf"(?:^|[\^(])MIG-(?:GPU-|{_PATTERN_TAIL})"),
     "replica separator": re.compile(r"::"),
-    "GKE nvidiaN": re.compile(r"nvidia(?:\\d|\(\\d|\[0-9)"),
-    "Intel cardN-M": re.compile(r"card(?:\\d\+?|\(\\d\+\)|\[0-9\]\+?)(?:\(\?:|\()?-"),
+    "GKE nvidiaN": re.compile(r"nvidia\(?(?:\\d|\[0-9)"),
+    "Intel cardN-M": re.compile(r"card(?:\\d\+?|\[0-9\]\+?|\((?:\\d|\[0-9\])\+\))(?:\(\?:|\()?-"),
     "DRA gpu-<n> name": re.compile(rf"(?:^|[\^(])gpu-{_PATTERN_TAIL}|-mig-"),
 }
 
@@ -150,6 +150,8 @@ class TestOnlyTheResolverKnowsIdShapes:
             ('head, _, n = device_id.rpartition("::")', ["replica separator"]),
             ('GKE = re.compile(r"^nvidia(\\d+)(?:/(gi|vgpu)(\\d+))?$")', ["GKE nvidiaN"]),
             ('CARD = re.compile(r"^card(\\d+)(?:-\\d+)?$")', ["Intel cardN-M"]),
+            ('GKE = re.compile(r"^nvidia([0-9]+)$")', ["GKE nvidiaN"]),
+            ('CARD = re.compile(r"^card([0-9]+)(?:-[0-9]+)?$")', ["Intel cardN-M"]),
             ('DRA = re.compile(r"^gpu-(\\d+)-mig-")', ["DRA gpu-<n> name"]),
             ('uuid = "GPU-8f3c2a10-5e1f-4c2a-9d3b-000000000100"', []),
             ('name = f"{uuid}::{n}"', []),

@@ -97,3 +97,30 @@ def test_resolve_device_id(device_id: str, expected: Resolution) -> None:
 )
 def test_physical_id_strips_only_share_and_replica_suffixes(device_id: str, expected: str) -> None:
     assert expected == physical_id(device_id)
+
+
+# Numbers past int()'s 4,300 digits: a device plugin names its devices freely.
+_DIGITS = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("device_id", "expected"),
+    [
+        (f"nvidia{_DIGITS}", (key(KeyKind.NVIDIA_MINOR, _DIGITS),)),
+        (f"nvidia0/gi{_DIGITS}", (key(KeyKind.NVIDIA_MINOR_GI, f"0/{_DIGITS}"),)),
+        (f"card{_DIGITS}", (key(KeyKind.DRM_CARD, _DIGITS),)),
+        (f"MIG-{UUID}/{_DIGITS}/0", (key(KeyKind.MIG_PATH, f"{UUID}/{_DIGITS}/0"),)),
+        # Leading zeros go, as int() dropped them.
+        ("nvidia007", (key(KeyKind.NVIDIA_MINOR, "7"),)),
+        ("card00", (key(KeyKind.DRM_CARD, "0"),)),
+        # Digits of other scripts are no GPU minor: "nvidia٣" is not GPU 3.
+        ("nvidia\u0663", ()),
+        ("card\u0663", ()),
+    ],
+)
+def test_numbers_in_device_ids_are_taken_as_text(
+    device_id: str, expected: tuple[HardwareKey, ...]
+) -> None:
+    """A number of any length keys as its digits (no ValueError failing the join), and
+    only ASCII digits are numbers."""
+    assert expected == resolve_device_id(device_id).keys

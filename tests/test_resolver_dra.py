@@ -359,3 +359,31 @@ class TestUnresolved:
         assert resolution.unresolved is not None
         assert "fpga.example.com" in resolution.unresolved
         assert "\n" not in resolution.unresolved
+
+
+@pytest.mark.parametrize(
+    ("driver", "name", "expected"),
+    [
+        ("gpu.nvidia.com", "gpu-" + "9" * 5000, (HardwareKey(KeyKind.NVIDIA_MINOR, "9" * 5000),)),
+        (
+            "gpu.nvidia.com",
+            f"gpu-0-mig-1g10gb-{'9' * 5000}-0",
+            (HardwareKey(KeyKind.MIG_PLACEMENT, f"0/{'9' * 5000}/0"),),
+        ),
+        (
+            "gpu.amd.com",
+            "gpu-01-0128",
+            (HardwareKey(KeyKind.DRM_CARD, "1"), HardwareKey(KeyKind.DRM_RENDER, "128")),
+        ),
+        ("gpu.nvidia.com", "gpu-\u0663", ()),
+    ],
+)
+def test_numbers_in_device_names_are_taken_as_text(
+    driver: str, name: str, expected: tuple[HardwareKey, ...]
+) -> None:
+    """A number past int()'s 4,300 digits keys as its digits rather than failing the
+    join; digits of other scripts are no number."""
+    resolution = resolve_claim_device(
+        ClaimDevice(driver, "pool", name), claim_namespace="ns", claim_name="c", dra=DraState()
+    )
+    assert expected == resolution.keys
