@@ -459,7 +459,8 @@ def _allocatable_totals(
     return _AllocatableTotals(
         topology=topology,
         devices=Counter((resource, numa_label(t)) for (resource, _), t in topology.items()),
-        cpus=_cpus_by_numa(allocatable.cpu_ids, cpu_numa),
+        # Each CPU once, as allocated CPUs are: an ID listed twice is one CPU.
+        cpus=_cpus_by_numa(set(allocatable.cpu_ids), cpu_numa),
         memory=_memory_totals(allocatable.memory),
     )
 

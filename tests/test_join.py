@@ -222,6 +222,14 @@ class TestNodeCounts:
         assert snapshot.allocatable_cpus == (NodeCount(("0",), 6), NodeCount(("1",), 8))
         assert snapshot.allocated_cpus == (NodeCount(("0",), 3), NodeCount(("1",), 1))
 
+    def test_a_cpu_listed_twice_as_allocatable_counts_once(self) -> None:
+        """Each CPU ID once on both sides, as allocated CPUs and device IDs are: a reply
+        naming one twice must not make free CPUs (allocatable - allocated) out of none."""
+        pods = (_pod("p", ContainerResources("c", cpu_ids=(2, 3, 3))),)
+        snapshot = _join(pods, AllocatableResources(cpu_ids=(2, 3, 3, 2)))
+        assert snapshot.allocatable_cpus == (NodeCount(("0",), 2),)
+        assert snapshot.allocated_cpus == (NodeCount(("0",), 2),)
+
     def test_a_numa_node_without_allocated_cpus_has_a_zero_series(self) -> None:
         """A node none of whose allocatable CPUs is held reads 0 allocated CPUs, not no
         series, so allocatable - allocated shows it all free instead of vanishing."""
