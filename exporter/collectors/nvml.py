@@ -144,6 +144,8 @@ GPU_IS_LOST = "GPU_IS_LOST"
 UNKNOWN = "UNKNOWN"
 TIMEOUT = "TIMEOUT"
 NO_PERMISSION = "NO_PERMISSION"
+# Not nvml.h's: text NVML answered (a name, a UUID) in bytes that are not UTF-8.
+NOT_UTF8 = "NOT_UTF8"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
 ARGUMENT_VERSION_MISMATCH = "ARGUMENT_VERSION_MISMATCH"
 _ABSENT = {
@@ -487,12 +489,15 @@ class PynvmlSource(NvmlSource):
         }
 
     def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call pynvml; its NVMLError becomes NvmlError, named as in nvml.h."""
+        """Call pynvml; its NVMLError becomes NvmlError, named as in nvml.h. pynvml
+        decodes the strings it returns as UTF-8: text that is not fails as NOT_UTF8."""
         try:
             return function(*args, **kwargs)
         except self._pynvml.NVMLError as error:
             code = int(error.value)
             raise self._error(code) from error
+        except UnicodeDecodeError as error:
+            raise NvmlError(NOT_UTF8) from error
 
     def _error(self, code: int) -> NvmlError:
         """NVML's return code as NvmlError, named as in nvml.h."""
@@ -528,7 +533,7 @@ class PynvmlSource(NvmlSource):
 
     def pci_bus_id(self, handle: NvmlHandle) -> str:
         bus_id = self._call(self._pynvml.nvmlDeviceGetPciInfo, handle).busId
-        return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+        return self._call(bytes.decode, bus_id) if isinstance(bus_id, bytes) else str(bus_id)
 
     def minor_number(self, handle: NvmlHandle) -> int:
         return int(self._call(self._pynvml.nvmlDeviceGetMinorNumber, handle))

@@ -2972,6 +2972,51 @@ class TestXidErrors:
         assert [expected, expected] == [xid_counts(before, UUID_A), xid_counts(after, UUID_A)]
 
 
+class TestHostileAnswers:
+    """Answers NVML gives with SUCCESS that are no figure: each loses that figure only,
+    with an issue; the GPU's other figures and the other GPUs stay."""
+
+    @staticmethod
+    def as_latin1(fake_nvml: FakeNvml) -> None:
+        """Rewrite the fake's config in Latin-1: "\xe9" in a name becomes the byte 0xE9,
+        which is not UTF-8, as NVML hands back whatever bytes the board holds."""
+        text = fake_nvml.config_path.read_text()
+        fake_nvml.config_path.write_text(text, encoding="latin-1")
+
+    def test_a_name_not_utf8_loses_the_model_only(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        gpu_b = replace(GPU_B, name="NVIDIA H100 \xe9")
+        fake_nvml.configure(GPU_A, gpu_b)
+        self.as_latin1(fake_nvml)
+
+        readings = collector.collect()
+
+        unnamed = gpu_reading(gpu_b, "0000:b1:00.0")
+        unnamed = replace(unnamed, identity=replace(unnamed.identity, model=None))
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(gpu_reading(GPU_A, "0000:17:00.0"), unnamed),
+            issues=(issue("NOT_UTF8", UUID_B, "name"),),
+        )
+        assert expected == readings
+
+    def test_a_uuid_not_utf8_loses_that_gpu_only(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        fake_nvml.configure(FakeGpu("GPU-\xe9", minor=1), GPU_A)
+        self.as_latin1(fake_nvml)
+
+        readings = collector.collect()
+
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(gpu_reading(GPU_A, "0000:17:00.0"),),
+            issues=(issue("NOT_UTF8", "GPU index 0", "uuid"),),
+        )
+        assert expected == readings
+
+
 class TestLostGpu:
     def test_gpu_lost_between_polls(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
