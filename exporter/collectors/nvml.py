@@ -42,6 +42,7 @@ import contextlib
 import ctypes
 import functools
 import importlib
+import math
 import re
 import threading
 import time
@@ -144,6 +145,9 @@ GPU_IS_LOST = "GPU_IS_LOST"
 UNKNOWN = "UNKNOWN"
 TIMEOUT = "TIMEOUT"
 NO_PERMISSION = "NO_PERMISSION"
+# nvml.h's NVML_VALUE_NOT_AVAILABLE: SUCCESS with a value that is no figure (a NaN or
+# infinite double).
+VALUE_NOT_AVAILABLE = "VALUE_NOT_AVAILABLE"
 # Not nvml.h's: text NVML answered (a name, a UUID) in bytes that are not UTF-8.
 NOT_UTF8 = "NOT_UTF8"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
@@ -736,7 +740,11 @@ class PynvmlSource(NvmlSource):
         for field, lenient in zip(values, unknown_id_absent, strict=True):
             code = int(field.nvmlReturn)
             if code == pynvml.NVML_SUCCESS:
-                answered.append(int(_field_number(pynvml, field)))
+                try:
+                    answered.append(int(_field_number(pynvml, field)))
+                except NvmlError as unreadable:  # that field's value only
+                    answered.append(None)
+                    failure = failure or unreadable
                 continue
             answered.append(None)
             if code == pynvml.NVML_ERROR_NOT_SUPPORTED or (
@@ -957,7 +965,10 @@ def _field_number(pynvml: Any, field: Any) -> float:
     member = _value_members(pynvml).get(int(field.valueType))
     if member is None:  # a type newer than these bindings: not a number we can read
         raise NvmlError(UNKNOWN)
-    return float(getattr(field.value, member))
+    number = float(getattr(field.value, member))
+    if not math.isfinite(number):  # a double: int() of it would raise
+        raise NvmlError(VALUE_NOT_AVAILABLE)
+    return number
 
 
 @functools.cache

@@ -81,6 +81,12 @@
  *                            a link ID, UINT_MAX only for the throughput; DCGM asks 0).
  *                            "fail nvlink_fields CODE": each NVLink field the GPU answers
  *                            has CODE as its own nvmlReturn (the call itself succeeds)
+ *   field_as FIELD_ID TYPE VALUE
+ *                            that field, where it answers SUCCESS, answers VALUE with
+ *                            valueType TYPE (nvml.h's nvmlValueType_t: 0 double, "nan" and
+ *                            "inf" too; 1 unsigned int ... 6 unsigned short; a number past
+ *                            those: the value as an unsigned long long), as a driver whose
+ *                            type or value differs from the one this fake gives (up to 4)
  *   nvlink_count C           field 91 answers C, not N: a driver counting other links than
  *                            it answers the state of (0: none, yet the links answer)
  *   nvlink_down LINK         that link is inactive (one line per link)
@@ -501,6 +507,10 @@ typedef struct fake_dev {
     unsigned int nvlink_error_links[4]; /* nvlink_error: these links answer ... */
     int nvlink_error_codes[4];          /* ... these codes */
     unsigned int nvlink_error_count;
+    unsigned int field_as_ids[4];       /* field_as: these fields answer ... */
+    unsigned int field_as_types[4];     /* ... this valueType ... */
+    nvmlValue_t field_as_values[4];     /* ... and value */
+    unsigned int field_as_count;
     long long nvlink_errors[NVML_NVLINK_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
     long long nvlink5_errors[NVML_NVLINK5_ERROR_FIELDS]; /* -1: NOT_SUPPORTED */
     long long nvlink_tx_kib, nvlink_rx_kib; /* -1: NOT_SUPPORTED */
@@ -714,6 +724,23 @@ static nvmlReturn_t load_config(void) {
             int n = sscanf(rest, "%u %15s", &current->nvlinks, mode);
             ok = n == 1 || (n == 2 && strcmp(mode, "uncounted") == 0);
             current->nvlinks_uncounted = n == 2;
+        } else if (strcmp(key, "field_as") == 0) {
+            unsigned int n = current->field_as_count, type = 0;
+            char text[64] = "";
+            ok = n < 4 && sscanf(rest, "%u %u %63s", &current->field_as_ids[n], &type, text) == 3;
+            nvmlValue_t *value = &current->field_as_values[n];
+            memset(value, 0, sizeof *value);
+            switch (type) {
+            case 0: value->dVal = strtod(text, NULL); break;
+            case 1: value->uiVal = (unsigned int)strtoull(text, NULL, 0); break;
+            case 2: value->ulVal = strtoul(text, NULL, 0); break;
+            case 4: value->sllVal = strtoll(text, NULL, 0); break;
+            case 5: value->siVal = (int)strtol(text, NULL, 0); break;
+            case 6: value->usVal = (unsigned short)strtoul(text, NULL, 0); break;
+            default: value->ullVal = strtoull(text, NULL, 0); break;
+            }
+            current->field_as_types[n] = type;
+            if (ok) current->field_as_count++;
         } else if (strcmp(key, "nvlink_count") == 0) {
             ok = sscanf(rest, "%lld", &current->nvlink_count) == 1 && current->nvlink_count >= 0;
         } else if (strcmp(key, "nvlink_down") == 0) {
@@ -1428,6 +1455,14 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
             v->nvmlReturn = NVML_SUCCESS;
             v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
             v->value.uiVal = d->memory_temperature;
+        }
+    }
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        for (unsigned int k = 0; k < d->field_as_count; k++) {
+            if (v->nvmlReturn != NVML_SUCCESS || v->fieldId != d->field_as_ids[k]) continue;
+            v->valueType = d->field_as_types[k];
+            v->value = d->field_as_values[k];
         }
     }
     return NVML_SUCCESS;

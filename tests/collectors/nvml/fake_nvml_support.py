@@ -220,6 +220,8 @@ class FakeGpu:
     virtualization: int = 0  # nvml.h's NVML_GPU_VIRTUALIZATION_MODE_* (2: a vGPU guest)
     fail: tuple[tuple[str, int], ...] = ()  # (figure, NVML return code)
     fail_while: tuple[tuple[str, int, Path], ...] = ()  # ... while the file exists
+    # (field ID, nvmlValueType_t, value): a field that answers SUCCESS answers so instead
+    fields_as: tuple[tuple[int, int, str], ...] = ()
     migs: tuple[FakeMig, ...] = field(default=())
     lost_flag: Path | None = None  # lost while this file exists
     mig_off_flag: Path | None = None  # MIG mode off while this file exists (with migs)
@@ -304,6 +306,7 @@ def render_config(
             f"virtualization {gpu.virtualization}",
             *(f"fail {figure} {code}" for figure, code in gpu.fail),
             *(f"fail {figure} {code} {path}" for figure, code, path in gpu.fail_while),
+            *(f"field_as {field} {kind} {value}" for field, kind, value in gpu.fields_as),
             *_process_lines(gpu.processes, gpu.samples),
         ]
         if gpu.lost_flag is not None:

@@ -3016,6 +3016,54 @@ class TestHostileAnswers:
         )
         assert expected == readings
 
+    @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+    def test_a_field_value_that_is_no_number_loses_that_figure_only(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, value: str
+    ) -> None:
+        """A double field value (nvmlValueType_t 0) NaN or infinite: int() of it raised
+        ValueError or OverflowError, out of collect(), and every GPU was lost."""
+        gpu_a = replace(GPU_A, fields_as=((82, 0, value),))  # NVML_FI_DEV_MEMORY_TEMP
+        fake_nvml.configure(gpu_a, GPU_B)
+
+        readings = collector.collect()
+
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(
+                gpu_reading(gpu_a, "0000:17:00.0", samples(gpu_a, without=("memory_temperature",))),
+                gpu_reading(GPU_B, "0000:b1:00.0"),
+            ),
+            issues=(issue("VALUE_NOT_AVAILABLE", UUID_A, "memory_temperature"),),
+        )
+        assert expected == readings
+
+    @pytest.mark.parametrize(
+        ("value_type", "value", "error"),
+        [(0, "nan", "VALUE_NOT_AVAILABLE"), (7, "14", "UNKNOWN")],  # 7: newer than pynvml
+    )
+    def test_an_nvlink_field_that_is_no_number_loses_that_field_only(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        value_type: int,
+        value: str,
+        error: str,
+    ) -> None:
+        """The CRC flit count (field 38) unreadable: the GPU's other NVLink counters, its
+        traffic and its links stay, as for a field that answers an error."""
+        gpu = replace(GPU_A, fields_as=((38, value_type, value),))
+        fake_nvml.configure(gpu)
+
+        readings = collector.collect()
+
+        without_crc_flit = replace(gpu, nvlink_errors=(None, *gpu.nvlink_errors[1:]))
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(gpu_reading(gpu, "0000:17:00.0", samples(without_crc_flit)),),
+            issues=(issue(error, UUID_A, "nvlink"),),
+        )
+        assert expected == readings
+
 
 class TestLostGpu:
     def test_gpu_lost_between_polls(
