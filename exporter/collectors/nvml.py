@@ -23,6 +23,9 @@ reported as an issue, counted in
 ``podresources_collector_errors_total{collector="nvml",error=<NVML name>}``
 -- except ``NOT_SUPPORTED``, which many boards answer for many figures (and MIG devices
 for most) on every poll: it is the board's nature, not a fault, so it is not counted.
+A SUCCESS whose value is no figure (nvml.h's NVML_VALUE_NOT_AVAILABLE: all bits of an
+unsigned field set; or a NaN) fails as ``VALUE_NOT_AVAILABLE``, and text that is not
+UTF-8 as ``NOT_UTF8``.
 ``GPU_IS_LOST`` abandons that GPU and its MIG devices for the rest of the poll (each
 further call would fail too, and can be slow), so a lost GPU counts once a poll.
 A GPU instance's placement is read once per MIG device (it is fixed while the instance
@@ -145,9 +148,11 @@ GPU_IS_LOST = "GPU_IS_LOST"
 UNKNOWN = "UNKNOWN"
 TIMEOUT = "TIMEOUT"
 NO_PERMISSION = "NO_PERMISSION"
-# nvml.h's NVML_VALUE_NOT_AVAILABLE: SUCCESS with a value that is no figure (a NaN or
-# infinite double).
+# nvml.h's NVML_VALUE_NOT_AVAILABLE: SUCCESS with a value that is no figure (-1 in an
+# unsigned field, all its bits set; a NaN or infinite double).
 VALUE_NOT_AVAILABLE = "VALUE_NOT_AVAILABLE"
+_UINT_NOT_AVAILABLE = 0xFFFFFFFF  # (unsigned int)NVML_VALUE_NOT_AVAILABLE
+_ULL_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # (unsigned long long)NVML_VALUE_NOT_AVAILABLE
 # Not nvml.h's: text NVML answered (a name, a UUID) in bytes that are not UTF-8.
 NOT_UTF8 = "NOT_UTF8"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
@@ -419,6 +424,23 @@ _FABRIC_NOT_SUPPORTED = 0
 FABRIC_STATE_COMPLETED = 3
 
 
+def _available(value: Any, not_available: int = _UINT_NOT_AVAILABLE) -> int:
+    """An unsigned NVML figure; NVML_VALUE_NOT_AVAILABLE (all its bits set: 4294967295
+    mW, MHz or percent, 2**64 - 1 bytes or mJ) raises VALUE_NOT_AVAILABLE."""
+    number = int(value)
+    if number == not_available:
+        raise NvmlError(VALUE_NOT_AVAILABLE)
+    return number
+
+
+def _memory_info(info: Any) -> NvmlMemory:
+    """nvmlMemory_t or nvmlMemory_v2_t, each figure NVML gave."""
+    return NvmlMemory(
+        total_bytes=_available(info.total, _ULL_NOT_AVAILABLE),
+        used_bytes=_available(info.used, _ULL_NOT_AVAILABLE),
+    )
+
+
 def _fabric_state(raw: int) -> int:
     """nvmlGpuFabricState_t is an unsigned char; pynvml reads it with the three padding
     bytes after it (little-endian: above it), which nvml.h leaves undefined."""
@@ -571,15 +593,17 @@ class PynvmlSource(NvmlSource):
 
     def utilization(self, handle: NvmlHandle) -> NvmlUtilization:
         rates = self._call(self._pynvml.nvmlDeviceGetUtilizationRates, handle)
-        return NvmlUtilization(gpu_percent=int(rates.gpu), memory_percent=int(rates.memory))
+        return NvmlUtilization(
+            gpu_percent=_available(rates.gpu), memory_percent=_available(rates.memory)
+        )
 
     def encoder_percent(self, handle: NvmlHandle) -> int:
         percent, _period_us = self._call(self._pynvml.nvmlDeviceGetEncoderUtilization, handle)
-        return int(percent)
+        return _available(percent)
 
     def decoder_percent(self, handle: NvmlHandle) -> int:
         percent, _period_us = self._call(self._pynvml.nvmlDeviceGetDecoderUtilization, handle)
-        return int(percent)
+        return _available(percent)
 
     def memory(self, handle: NvmlHandle) -> NvmlMemory:
         # v2 reports driver-reserved memory apart from used, as nvidia-smi shows it.
@@ -588,36 +612,39 @@ class PynvmlSource(NvmlSource):
                 info = self._call(
                     self._pynvml.nvmlDeviceGetMemoryInfo, handle, version=self._pynvml.nvmlMemory_v2
                 )
-                return NvmlMemory(total_bytes=int(info.total), used_bytes=int(info.used))
+                return _memory_info(info)
             except NvmlError as error:
                 if error.error_name != FUNCTION_NOT_FOUND:
                     raise
                 self._memory_v2 = False
-        info = self._call(self._pynvml.nvmlDeviceGetMemoryInfo, handle)
-        return NvmlMemory(total_bytes=int(info.total), used_bytes=int(info.used))
+        return _memory_info(self._call(self._pynvml.nvmlDeviceGetMemoryInfo, handle))
 
     def power_milliwatts(self, handle: NvmlHandle) -> int:
-        return int(self._call(self._pynvml.nvmlDeviceGetPowerUsage, handle))
+        return _available(self._call(self._pynvml.nvmlDeviceGetPowerUsage, handle))
 
     def energy_millijoules(self, handle: NvmlHandle) -> int:
-        return int(self._call(self._pynvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+        energy = self._call(self._pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        return _available(energy, _ULL_NOT_AVAILABLE)
 
     def temperature_celsius(self, handle: NvmlHandle) -> int:
         # nvmlDeviceGetTemperature is deprecated (gone in CUDA 14); older drivers lack V.
         if self._temperature_v:
             try:
-                return int(
+                celsius = int(
                     self._call(
                         self._pynvml.nvmlDeviceGetTemperatureV,
                         handle,
                         self._pynvml.NVML_TEMPERATURE_GPU,
                     )
                 )
+                if celsius == -1:  # nvmlTemperature_v1_t's is a signed int: all bits set
+                    raise NvmlError(VALUE_NOT_AVAILABLE)
+                return celsius
             except NvmlError as error:
                 if error.error_name != FUNCTION_NOT_FOUND:
                     raise
                 self._temperature_v = False
-        return int(
+        return _available(
             self._call(
                 self._pynvml.nvmlDeviceGetTemperature, handle, self._pynvml.NVML_TEMPERATURE_GPU
             )
@@ -649,7 +676,7 @@ class PynvmlSource(NvmlSource):
         return int(_field_number(pynvml, field))
 
     def sm_clock_mhz(self, handle: NvmlHandle) -> int:
-        return int(
+        return _available(
             self._call(self._pynvml.nvmlDeviceGetClockInfo, handle, self._pynvml.NVML_CLOCK_SM)
         )
 
@@ -671,14 +698,13 @@ class PynvmlSource(NvmlSource):
             if error_type == "corrected"
             else self._pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         )
-        return int(
-            self._call(
-                self._pynvml.nvmlDeviceGetTotalEccErrors,
-                handle,
-                nvml_type,
-                self._pynvml.NVML_VOLATILE_ECC,
-            )
+        count = self._call(
+            self._pynvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml_type,
+            self._pynvml.NVML_VOLATILE_ECC,
         )
+        return _available(count, _ULL_NOT_AVAILABLE)
 
     def remapped_rows(self, handle: NvmlHandle) -> NvmlRemappedRows:
         try:
@@ -708,7 +734,7 @@ class PynvmlSource(NvmlSource):
         return NvmlRetiredPages(len(single), len(double), bool(pending))
 
     def pcie_replays(self, handle: NvmlHandle) -> int:
-        return int(self._call(self._pynvml.nvmlDeviceGetPcieReplayCounter, handle))
+        return _available(self._call(self._pynvml.nvmlDeviceGetPcieReplayCounter, handle))
 
     def nvlink_fields(self, handle: NvmlHandle) -> NvmlNvLinkFields:
         # One call for all: the link count at scope 0, the error counters as DCGM reads
@@ -965,10 +991,22 @@ def _field_number(pynvml: Any, field: Any) -> float:
     member = _value_members(pynvml).get(int(field.valueType))
     if member is None:  # a type newer than these bindings: not a number we can read
         raise NvmlError(UNKNOWN)
-    number = float(getattr(field.value, member))
-    if not math.isfinite(number):  # a double: int() of it would raise
+    raw = getattr(field.value, member)
+    number = float(raw)
+    # A double NaN or infinite (int() of it would raise), or an unsigned member all set.
+    if not math.isfinite(number) or raw == _FIELD_NOT_AVAILABLE.get(member):
         raise NvmlError(VALUE_NOT_AVAILABLE)
     return number
+
+
+# NVML_VALUE_NOT_AVAILABLE in nvmlValue_t's unsigned members (unsigned long: 64 bits on
+# the Linux LP64 ABI).
+_FIELD_NOT_AVAILABLE = {
+    "uiVal": _UINT_NOT_AVAILABLE,
+    "ulVal": _ULL_NOT_AVAILABLE,
+    "ullVal": _ULL_NOT_AVAILABLE,
+    "usVal": 0xFFFF,
+}
 
 
 @functools.cache

@@ -510,9 +510,10 @@ class TestWholeGpus:
         ("value_type", "member", "value"),
         [
             (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", -0.25),
-            (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2**32 - 1),
+            # Below all bits set: that is NVML_VALUE_NOT_AVAILABLE (TestNotAvailable).
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2**32 - 2),
             (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**40),
-            (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 1),
+            (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 2),
             (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -5),
             (pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -5),
             (pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65),
@@ -3061,6 +3062,100 @@ class TestHostileAnswers:
             node_samples=DRIVER,
             devices=(gpu_reading(gpu, "0000:17:00.0", samples(without_crc_flit)),),
             issues=(issue(error, UUID_A, "nvlink"),),
+        )
+        assert expected == readings
+
+
+# NVML_VALUE_NOT_AVAILABLE, (-1), in an unsigned int and an unsigned long long
+UINT_NA = 0xFFFFFFFF
+ULL_NA = 0xFFFFFFFFFFFFFFFF
+
+
+class TestNotAvailable:
+    """nvml.h's NVML_VALUE_NOT_AVAILABLE (-1): an unsigned figure with all its bits set
+    under SUCCESS is no reading. It loses that figure with an issue, not a power draw of
+    4294967 W, a utilization of 42949672 or an energy counter of 1.8e16 J."""
+
+    @pytest.mark.parametrize(
+        ("figures", "without", "calls"),
+        [
+            ({"power_mw": UINT_NA}, ("power",), ("power",)),
+            ({"energy_mj": ULL_NA}, ("energy",), ("energy",)),
+            ({"util": (UINT_NA, 40)}, ("util",), ("utilization",)),
+            ({"util": (85, UINT_NA)}, ("util",), ("utilization",)),
+            ({"memory": (ULL_NA, ULL_NA, 0)}, ("memory",), ("memory",)),
+            ({"memory": (80 * GIB, ULL_NA, 0)}, ("memory",), ("memory",)),
+            ({"temperature": UINT_NA}, ("temperature",), ("temperature",)),
+            ({"sm_clock_mhz": UINT_NA}, ("clock",), ("sm_clock",)),
+            ({"ecc": (ULL_NA, ULL_NA)}, ("ecc",), ("ecc_corrected", "ecc_uncorrected")),
+            ({"pcie_replays": UINT_NA}, ("replays",), ("pcie_replays",)),
+            ({"video": (UINT_NA, UINT_NA)}, ("video",), ("encoder", "decoder")),
+            ({"memory_temperature": UINT_NA}, ("memory_temperature",), ("memory_temperature",)),
+            ({"recovery_action": UINT_NA}, ("recovery_action",), ("recovery_action",)),
+        ],
+        ids=lambda value: "-".join(value) if isinstance(value, tuple) else None,
+    )
+    def test_loses_that_figure_only(
+        self,
+        fake_nvml: FakeNvml,
+        collector: NvmlCollector,
+        figures: dict[str, Any],
+        without: tuple[str, ...],
+        calls: tuple[str, ...],
+    ) -> None:
+        gpu_a = replace(GPU_A, **figures)
+        fake_nvml.configure(gpu_a, GPU_B)
+
+        readings = collector.collect()
+
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(
+                gpu_reading(gpu_a, "0000:17:00.0", samples(gpu_a, without=without)),
+                gpu_reading(GPU_B, "0000:b1:00.0"),
+            ),
+            issues=tuple(issue("VALUE_NOT_AVAILABLE", UUID_A, call) for call in calls),
+        )
+        assert expected == readings
+
+    def test_through_the_older_temperature_call(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """A driver before R565 answers through nvmlDeviceGetTemperature, an unsigned
+        int, where nvmlDeviceGetTemperatureV's is signed (-1): both are no reading."""
+        gpu = replace(GPU_A, temperature=UINT_NA)
+        fake_nvml.configure(gpu, driver_version="550.54.15")
+
+        readings = collector.collect()
+
+        assert (
+            samples(gpu, without=("temperature",)),
+            (issue("VALUE_NOT_AVAILABLE", UUID_A, "temperature"),),
+        ) == (device(readings, UUID_A).samples, readings.issues)
+
+    @pytest.mark.parametrize(
+        ("field", "value_type", "value"),
+        [(38, 3, str(ULL_NA)), (138, 3, str(ULL_NA)), (38, 6, "65535")],
+        ids=["crc_flit", "transmit", "unsigned_short"],
+    )
+    def test_an_nvlink_field_loses_that_field_only(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, field: int, value_type: int, value: str
+    ) -> None:
+        """Field values carry their own type: all bits of an unsigned one set is no
+        count (the CRC flit errors, field 38) nor traffic (field 138)."""
+        gpu = replace(GPU_A, fields_as=((field, value_type, value),))
+        fake_nvml.configure(gpu)
+
+        readings = collector.collect()
+
+        if field == 38:
+            left = replace(gpu, nvlink_errors=(None, *gpu.nvlink_errors[1:]))
+        else:
+            left = replace(gpu, nvlink_traffic_kib=(None, gpu.nvlink_traffic_kib[1]))
+        expected = Readings(
+            node_samples=DRIVER,
+            devices=(gpu_reading(gpu, "0000:17:00.0", samples(left)),),
+            issues=(issue("VALUE_NOT_AVAILABLE", UUID_A, "nvlink"),),
         )
         assert expected == readings
 
