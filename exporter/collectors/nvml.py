@@ -315,7 +315,7 @@ class NvmlFabric:
 @dataclass(frozen=True, slots=True)
 class NvmlGpmMetrics:
     """nvmlGpmMetricsGet between two samples: each metric asked, in order, None where
-    NVML could not answer it (NOT_SUPPORTED, or a NaN: no time measured); ``failure``,
+    NVML could not answer it (NOT_SUPPORTED, or a NaN or infinity: no time measured); ``failure``,
     the first other error a metric answered."""
 
     values: tuple[float | None, ...]
@@ -900,7 +900,8 @@ class PynvmlSource(NvmlSource):
             metric = request.metrics[slot]
             code = int(metric.nvmlReturn)
             value = float(metric.value)
-            if code == pynvml.NVML_SUCCESS and value == value:  # NaN: nothing measured
+            # NaN, or an infinity (a count over no time): nothing measured
+            if code == pynvml.NVML_SUCCESS and math.isfinite(value):
                 values.append(value)
                 continue
             values.append(None)

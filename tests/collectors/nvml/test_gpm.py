@@ -216,6 +216,25 @@ class TestMetrics:
             readings.issues,
         )
 
+    def test_an_infinite_metric_is_left_out_as_a_nan_is(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """An infinity (a count over no time, as a NaN is nothing over none) is no ratio:
+        it was served as +Inf, and an infinite PCIe rate made the GPU's byte counter
+        +Inf for as long as the GPU is listed (every later interval adds to it)."""
+        infinite = (97.5, "inf", 41.0, "inf", 71.0, 0.5, 22.0, 9.75)
+        fake_nvml.configure(replace(GPU, gpm=infinite, gpm_pcie=("inf", 100.0)))
+        collector.collect()
+        readings = collector.collect()
+        served = ratios(BUSY)
+        del served[(GPU_SM_ACTIVE.name, ())]
+        del served[(GPU_PIPE_ACTIVE.name, ("tensor",))]
+        assert (served, [GPU_PCIE_RECEIVE.name], ()) == (
+            gpm(readings, UUID),
+            list(pcie(readings, UUID)),
+            readings.issues,
+        )
+
     @pytest.mark.parametrize(("code", "name"), [(TIMEOUT, "TIMEOUT"), (GPU_IS_LOST, "GPU_IS_LOST")])
     def test_the_first_metric_error_is_the_issue_and_the_answers_stay(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, code: int, name: str
