@@ -156,6 +156,12 @@ def _looked_back(expr: str) -> list[str]:
     return parts
 
 
+_REPLICA_CUT = re.compile(
+    r'label_replace\(podresources_device_info(?:\{[^}]*\})?, "physical_id", "\$1\$2\$3", '
+    r'"device_id", "([^"]*)"\)'
+)
+
+
 def test_no_recorded_series_is_read_back_in_time() -> None:
     """A recorded series exists from its rule's first evaluation on, and at a past step
     is up to one evaluation old: a subquery or range over it would lose an increase
@@ -173,16 +179,18 @@ def test_no_recorded_series_is_read_back_in_time() -> None:
         if _reads(part, name)
     ]
     assert [] == back
-    # The written-out joins are the recording rule's own: a new replica ID form is cut
-    # in every copy.
-    joins = {
-        line.strip()
+    # The written-out joins cut replica IDs as the recording rule does: a new replica ID
+    # form is cut in every copy, those to the uuid and to the pci_address, in the
+    # expressions and in the annotations' queries alike.
+    texts = [
+        text
         for group in _groups()
         for rule in group["rules"]
-        for line in rule["expr"].splitlines()
-        if "label_replace(podresources_device_info" in line
-    }
-    assert 1 == len(joins), joins
+        for text in (rule["expr"], *rule.get("annotations", {}).values())
+    ]
+    copies = sum(text.count("label_replace(podresources_device_info") for text in texts)
+    cuts = [cut for text in texts for cut in _REPLICA_CUT.findall(text)]
+    assert (copies, 1) == (len(cuts), len(set(cuts))), set(cuts)
 
 
 def test_unit_tests_load_the_shipped_rules_file() -> None:
