@@ -157,7 +157,7 @@ def _looked_back(expr: str) -> list[str]:
 
 
 _REPLICA_CUT = re.compile(
-    r'label_replace\(podresources_device_info(?:\{[^}]*\})?, "physical_id", "\$1\$2\$3", '
+    r'label_replace\(podresources_device_info(?:\{[^}]*\})?, "physical_id", "\$1\$2\$3\$4", '
     r'"device_id", "([^"]*)"\)'
 )
 
