@@ -26,6 +26,17 @@ class CountingClient(KubeletClient):
         self.released += had_channel and self._channel is None
 
 
+def _poller(client: KubeletClient, *, interval_s: float) -> Poller:
+    """A poller of the kubelet alone, no collectors."""
+    return Poller(
+        client=client,
+        runner=CollectorRunner([], timeout_s=1.0),
+        store=SnapshotStore(),
+        node="demo-node",
+        interval_s=interval_s,
+    )
+
+
 @pytest.mark.parametrize(
     ("interval_s", "released"),
     [(RELEASE_CHANNEL_MIN_INTERVAL_S, 3), (10.0, 3), (1.0, 0)],
@@ -39,13 +50,7 @@ async def test_polls_release_the_channel_from_5_s_apart(
     client = CountingClient(
         socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
     )
-    poller = Poller(
-        client=client,
-        runner=CollectorRunner([], timeout_s=1.0),
-        store=SnapshotStore(),
-        node="demo-node",
-        interval_s=interval_s,
-    )
+    poller = _poller(client, interval_s=interval_s)
     try:
         pods = [len((await poller.poll_once()).snapshot.pods) for _ in range(3)]
     finally:
@@ -67,13 +72,7 @@ async def test_get_is_probed_again_after_the_kubelet_went_away_not_after_rate_li
         backoff_initial_s=0.0,
         backoff_max_s=0.0,
     )
-    poller = Poller(
-        client=client,
-        runner=CollectorRunner([], timeout_s=1.0),
-        store=SnapshotStore(),
-        node="demo-node",
-        interval_s=1.0,
-    )
+    poller = _poller(client, interval_s=1.0)
     kubelet = sim_node.kubelet
     try:
         await poller.poll_once()  # the first poll probes Get
@@ -103,13 +102,7 @@ async def test_the_page_says_the_poll_interval_its_data_may_lag_by(
     client = KubeletClient(
         socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
     )
-    poller = Poller(
-        client=client,
-        runner=CollectorRunner([], timeout_s=1.0),
-        store=SnapshotStore(),
-        node="demo-node",
-        interval_s=420.0,
-    )
+    poller = _poller(client, interval_s=420.0)
     try:
         page = render((await poller.poll_once()).snapshot).page(openmetrics=False, gzipped=False)
     finally:
