@@ -481,6 +481,14 @@ def _load_yaml(text: str) -> Mapping[str, Any]:
         raise ValueError(f"not YAML: {str(error).splitlines()[0]}") from error
     except RecursionError:
         raise ValueError("not YAML this exporter reads: nested too deeply") from None
+    except (ArithmeticError, AttributeError, LookupError, ValueError) as error:
+        # SafeLoader's constructors raise these, not YAMLError, for a scalar that its
+        # tag cannot take (!!bool x: KeyError, !!timestamp x: AttributeError, !!int '':
+        # IndexError, !!float '1:1:…': OverflowError) or an integer past int()'s limit.
+        raise ValueError(
+            f"not YAML this exporter reads: a value it cannot construct "
+            f"({type(error).__name__}: {str(error)[:80]})"
+        ) from error
     if not isinstance(value, dict):
         raise ValueError("not a YAML mapping")
     return value

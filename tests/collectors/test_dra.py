@@ -1152,3 +1152,26 @@ class TestStrayEntries:
         readings = _collect(tree)
         assert readings.dra is not None
         assert (CDI_DEVICES, ()) == (readings.dra.cdi_devices, readings.issues)
+
+
+class TestHostileYaml:
+    @pytest.mark.parametrize(
+        "scalar",
+        ["!!bool maybe", "!!timestamp yesterday", "!!int ''", "!!float '1:" + "1:" * 400 + "1'"],
+    )
+    def test_a_scalar_its_tag_cannot_take_loses_that_spec_only(
+        self, tree: Path, scalar: str
+    ) -> None:
+        """SafeLoader's constructors raise KeyError, AttributeError, IndexError or
+        OverflowError, not YAMLError, for such a scalar: that escaped the collector and
+        lost every driver's files each poll. It is one bad spec now."""
+        (tree / "cdi" / "tagged.yaml").write_text(f"kind: {scalar}\ndevices: []\n")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (CHECKPOINT_DEVICES + METADATA_DEVICES, CDI_DEVICES) == (
+            readings.dra.devices,
+            readings.dra.cdi_devices,
+        )
+        assert [("garbage", True)] == [
+            (i.error, "cannot construct" in i.detail) for i in readings.issues
+        ]
