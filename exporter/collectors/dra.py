@@ -587,6 +587,15 @@ def _entries(directory: Path) -> list[Path]:
     return [directory / name for name in sorted(names)]
 
 
+def _listed(directory: Path, issues: list[CollectorIssue]) -> list[Path]:
+    """``_entries``, or [] and an issue where the directory cannot be listed."""
+    try:
+        return _entries(directory)
+    except CollectorError as error:
+        issues.append(file_issue(error))
+        return []
+
+
 _CdiDevices = tuple[tuple[str, tuple[HardwareKey, ...]], ...]
 
 
@@ -646,37 +655,27 @@ class DraCollector(Collector):
 
     def _metadata(self, plugins: Path, issues: list[CollectorIssue]) -> list[DraDevice]:
         devices: list[DraDevice] = []
-        for files in self._metadata_files(plugins, issues):
-            for claim_dir, path in files:
-                namespace, _, name = claim_dir.name.partition("_")
-                try:
-                    text = read_bounded(path, limit=MAX_METADATA_BYTES)
-                    if text is not None:
-                        devices.extend(
-                            parse_device_metadata(text, claim_namespace=namespace, claim_name=name)
-                        )
-                except (CollectorError, ValueError) as error:
-                    issues.append(_issue(path, error))
+        for claim_dir, path in self._metadata_files(plugins, issues):
+            namespace, _, name = claim_dir.name.partition("_")
+            try:
+                text = read_bounded(path, limit=MAX_METADATA_BYTES)
+                if text is not None:
+                    devices.extend(
+                        parse_device_metadata(text, claim_namespace=namespace, claim_name=name)
+                    )
+            except (CollectorError, ValueError) as error:
+                issues.append(_issue(path, error))
         return devices
 
     def _metadata_files(
         self, plugins: Path, issues: list[CollectorIssue]
-    ) -> Iterable[list[tuple[Path, Path]]]:
-        """Per driver: (claim directory, metadata.json) pairs, one listing failure each."""
-        try:
-            drivers = _entries(plugins)
-        except CollectorError as error:
-            issues.append(file_issue(error))
-            return
-        for driver_dir in drivers:
-            try:
-                yield [
-                    (claim_dir, request_dir / METADATA_FILE)
-                    for claim_dir in _entries(driver_dir / METADATA_DIR)
-                    for request_dir in _entries(claim_dir)
-                ]
-            except CollectorError as error:
-                issues.append(file_issue(error))
+    ) -> Iterable[tuple[Path, Path]]:
+        """(claim directory, metadata.json) pairs. A directory that cannot be listed is
+        one issue and loses what is under it only: a driver's, or one claim's."""
+        for driver_dir in _listed(plugins, issues):
+            for claim_dir in _listed(driver_dir / METADATA_DIR, issues):
+                for request_dir in _listed(claim_dir, issues):
+                    yield claim_dir, request_dir / METADATA_FILE
 
     def _cdi(self, cdi_dirs: Sequence[Path], issues: list[CollectorIssue]) -> _CdiDevices:
         found: dict[str, tuple[HardwareKey, ...]] = {}

@@ -1109,6 +1109,18 @@ class TestListingFailuresStayLocal:
             (i.error, str(broken) in i.detail) for i in readings.issues
         ]
 
+    def test_one_unlistable_claim_directory_loses_that_claim_only(self, tree: Path) -> None:
+        """A claim's metadata directory the kernel will not resolve (ELOOP) is one issue;
+        the other claims of its driver still read (they were all lost with it)."""
+        broken = tree / "plugins" / SRIOV / "dra-device-metadata" / "net_a-broken-claim"
+        broken.symlink_to(broken)
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CHECKPOINT_DEVICES + METADATA_DEVICES == readings.dra.devices
+        assert [("unreadable", True)] == [
+            (i.error, str(broken) in i.detail) for i in readings.issues
+        ]
+
     def test_an_unlistable_cdi_directory_loses_that_directory_only(self, tree: Path) -> None:
         """A CDI directory the kernel will not resolve (ELOOP) is one issue; the next
         directory's specs still read."""
