@@ -229,7 +229,11 @@ def _check_boot(
 
 
 def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        # Past datetime's years 1-9999: an mtime set so on tmpfs, a btime of 20 digits.
+        return f"{seconds:.0f} s since the epoch"
 
 
 def _checkpoint_device(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import shutil
 import socket
 import textwrap
@@ -486,6 +487,33 @@ class TestReleases:
         readings = _collect(tree)
         assert [("stale_checkpoint", True)] == [
             (i.error, i.detail.endswith("and no boot time")) for i in readings.issues
+        ]
+
+
+class TestDatesPastDatetime:
+    def test_a_checkpoint_dated_before_year_1_is_stale(self) -> None:
+        """tmpfs keeps an mtime of -1e11 s (year -1199), where datetime raised ValueError
+        while the stale message was written: the file was reported garbage, the detail
+        "year -1199 is out of range"."""
+        text = (RELEASES / "v25.12.0.json").read_text()
+        with pytest.raises(StaleCheckpointError, match="-100000000000 s since the epoch"):
+            parse_nvidia_checkpoint(
+                text, boot_id=BOOT_ID, modified_s=-1e11, boot_started_s=BOOT_STARTED_S
+            )
+
+    def test_a_boot_dated_past_time_t_is_no_crash(self, tree: Path) -> None:
+        """parse_boot_time takes a btime of up to 20 digits; dating such a boot raised
+        OverflowError, out of the collector, every poll: all DRA files were lost."""
+        stat_path = tree / "proc" / "stat"
+        stat_path.write_text(
+            re.sub(r"(?m)^btime .*$", "btime 99999999999999999999", stat_path.read_text())
+        )
+        _install(tree, "v25.12.0", modified_s=BOOT_STARTED_S + 60)
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert (METADATA_DEVICES, CDI_DEVICES) == (readings.dra.devices, readings.dra.cdi_devices)
+        assert [("stale_checkpoint", True)] == [
+            (i.error, "before this boot started at 1" in i.detail) for i in readings.issues
         ]
 
 
