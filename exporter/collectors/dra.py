@@ -117,6 +117,10 @@ MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 MAX_METADATA_BYTES = 1024 * 1024
 MAX_CDI_SPEC_BYTES = 4 * 1024 * 1024
 MAX_DIRECTORY_ENTRIES = 4096
+# The pure-Python YAML parser holds ~1 KiB per node until it returns: a 4 MiB spec of
+# CDI's own shape is ~220,000 nodes, 280 MiB of RSS and 10 s. A real NVIDIA spec is a
+# few thousand nodes.
+MAX_CDI_YAML_NODES = 50_000
 # /proc/stat, read once for btime: its intr line grows with the IRQs of big hosts.
 MAX_PROC_STAT_BYTES = 4 * 1024 * 1024
 
@@ -460,16 +464,22 @@ def _skip_space(text: str, position: int) -> int:
 @functools.cache
 def _no_alias_loader() -> type[Any]:
     """Safe YAML without anchors and aliases: a few bytes of aliases can expand to
-    gigabytes ("billion laughs"), and no CDI spec needs them.
+    gigabytes ("billion laughs"), and no CDI spec needs them; and of at most
+    MAX_CDI_YAML_NODES nodes.
 
     Made on first use: PyYAML costs ~0.9 MiB of RSS, paid only where a CDI spec is YAML.
     """
     import yaml
 
     class NoAliasLoader(yaml.SafeLoader):
+        nodes = 0  # composed so far, per load: yaml.load makes a loader each call
+
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 raise yaml.YAMLError("YAML aliases are not accepted")
+            self.nodes += 1
+            if self.nodes > MAX_CDI_YAML_NODES:
+                raise yaml.YAMLError(f"more than {MAX_CDI_YAML_NODES} YAML nodes")
             return super().compose_node(parent, index)
 
     return NoAliasLoader

@@ -1215,3 +1215,18 @@ class TestHostileYaml:
         assert [("garbage", True)] == [
             (i.error, "cannot construct" in i.detail) for i in readings.issues
         ]
+
+    def test_a_spec_of_too_many_nodes_is_refused_before_it_takes_the_memory(
+        self, tree: Path
+    ) -> None:
+        """The pure-Python parser holds ~1 KiB per node: a 4 MiB spec (under
+        MAX_CDI_SPEC_BYTES) of CDI's own shape took 280 MiB of RSS and 10 s, past the
+        DaemonSet's 256 MiB limit. Past MAX_CDI_YAML_NODES the spec is refused."""
+        zeros = ", ".join(["0"] * 50_001)  # MAX_CDI_YAML_NODES + 1
+        (tree / "cdi" / "wide.yaml").write_text(f"kind: a.b/c\ndevices: []\nx: [{zeros}]\n")
+        readings = _collect(tree)
+        assert readings.dra is not None
+        assert CDI_DEVICES == readings.dra.cdi_devices
+        assert [("garbage", True)] == [
+            (i.error, "more than 50000 YAML nodes" in i.detail) for i in readings.issues
+        ]
