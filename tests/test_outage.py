@@ -231,3 +231,15 @@ class TestFlushThrottles:
             flush_throttles()
         ours = [e for e in logs if e["event"] == "held_without_a_loop"]  # not earlier tests'
         assert [(0, 0), (1, 2)] == [(e["suppressed_since_last"], e["attempt"]) for e in ours]
+
+    def test_flush_with_nothing_held_logs_nothing(self) -> None:
+        """flush() is public: on a throttle holding nothing it tells nothing (no line
+        counting -1 held back)."""
+        clock = ManualClock(100.0)
+        throttle = Throttle("nothing_held", interval_s=10.0, clock=clock)
+        with capture_logs() as logs:
+            throttle.flush()
+            throttle.warning(attempt=0)
+            throttle.flush()
+        ours = [e for e in logs if e["event"] == "nothing_held"]
+        assert [(0, 0)] == [(e["suppressed_since_last"], e["attempt"]) for e in ours]
