@@ -756,6 +756,10 @@ class TestParseRate:
             "400 Gb/s",
             "1" * 400 + " Gb/sec (4X NDR)",  # float() gives inf
             "\u0664\u0660\u0660 Gb/sec",  # Arabic-Indic 400: float() takes it
+            "400Gb/sec",  # rate_show writes a space
+            "400. Gb/sec",  # a point with no fraction
+            "2.1234567 Gb/sec",  # more fraction than rate_show or procfs give
+            "400 Gb/se",
         ],
         ids=lambda text: text[:16],
     )

@@ -666,8 +666,9 @@ class TestPartialFailures:
             (b"\x00\xff\xfe\x01\n", "binary contents"),
             (b"7" * (1024 * 1024), "longer than 65536 bytes"),
             (b"-5\n", "negative: -5"),
+            (b"-1\n", "negative: -1"),
         ],
-        ids=["garbage", "beyond-64-bits", "binary", "huge", "negative"],
+        ids=["garbage", "beyond-64-bits", "binary", "huge", "negative", "minus-one"],
     )
     def test_bad_counter_loses_that_figure(
         self, tmp_path: Path, contents: bytes, shown: str
