@@ -1067,8 +1067,24 @@ class TestBootStartFallbacks:
         _install(tree, "v25.12.0", modified_s=time.time() - 60)
         assert () == _collect(tree).issues
 
+    def test_an_uptime_without_a_fraction_dates_the_boot(self, tree: Path) -> None:
+        """The fraction is optional: a whole number of seconds is an uptime."""
+        (tree / "proc" / "stat").write_text("cpu  1 2 3 4\nintr 0\n")
+        (tree / "proc" / "uptime").write_text("3600 1800\n")
+        _install(tree, "v25.12.0", modified_s=time.time() - 60)
+        assert () == _collect(tree).issues
+
     @pytest.mark.parametrize(
-        "uptime", ["not-a-number", "nan 1.00", "inf 1.00", "-inf", "-3600.25 1.00", "1_000 2"]
+        "uptime",
+        [
+            "not-a-number",
+            "nan 1.00",
+            "inf 1.00",
+            "-inf",
+            "-3600.25 1.00",
+            "1_000 2",
+            "9" * 400 + " 1.00",  # float() gives inf: a boot dated -inf
+        ],
     )
     def test_an_uptime_that_is_no_number_dates_nothing(self, tree: Path, uptime: str) -> None:
         """Neither /proc/stat's btime nor a number in /proc/uptime: the boot is not dated
