@@ -93,6 +93,7 @@ def test_resolve_device_id(device_id: str, expected: Resolution) -> None:
         ("nvidia2/gi1/vgpu0", "nvidia2/gi1"),  # a share of one is
         ("card0-12", "card0"),
         ("card0-x", "card0-x"),
+        ("card0-\u0663", "card0-\u0663"),  # only ASCII digits number a share
     ],
 )
 def test_physical_id_strips_only_share_and_replica_suffixes(device_id: str, expected: str) -> None:
@@ -116,6 +117,11 @@ _DIGITS = "9" * 5000
         # Digits of other scripts are no GPU minor: "nvidia٣" is not GPU 3.
         ("nvidia\u0663", ()),
         ("card\u0663", ()),
+        # Each number of each form, leading zeros and other scripts' digits alike.
+        ("nvidia0/gi007", (key(KeyKind.NVIDIA_MINOR_GI, "0/7"),)),
+        (f"MIG-{UUID}/07/0", (key(KeyKind.MIG_PATH, f"{UUID}/7/0"),)),
+        (f"MIG-{UUID}/\u0663/0", ()),
+        ("card2-\u0663", ()),
     ],
 )
 def test_numbers_in_device_ids_are_taken_as_text(

@@ -376,6 +376,16 @@ class TestUnresolved:
             (HardwareKey(KeyKind.DRM_CARD, "1"), HardwareKey(KeyKind.DRM_RENDER, "128")),
         ),
         ("gpu.nvidia.com", "gpu-\u0663", ()),
+        # Each number of each form, leading zeros and other scripts' digits alike.
+        ("gpu.nvidia.com", "gpu-04", (HardwareKey(KeyKind.NVIDIA_MINOR, "4"),)),
+        (
+            "gpu.nvidia.com",
+            "gpu-0-mig-1g10gb-03-01",
+            (HardwareKey(KeyKind.MIG_PLACEMENT, "0/3/1"),),
+        ),
+        ("gpu.nvidia.com", "gpu-0-mig-1g10gb-\u0663-0", ()),
+        ("gpu.nvidia.com", "gpu-0-mig-\u0663-0-1", ()),
+        ("gpu.amd.com", "gpu-\u0663-128", ()),
     ],
 )
 def test_numbers_in_device_names_are_taken_as_text(
