@@ -558,7 +558,10 @@ class PynvmlSource(NvmlSource):
         return str(self._call(self._pynvml.nvmlDeviceGetName, handle))
 
     def pci_bus_id(self, handle: NvmlHandle) -> str:
-        bus_id = self._call(self._pynvml.nvmlDeviceGetPciInfo, handle).busId
+        info = self._call(self._pynvml.nvmlDeviceGetPciInfo, handle)
+        # pynvml's structures decode their char arrays as UTF-8 on attribute access
+        # (_PrintableStructure.__getattribute__): reading busId is what can fail.
+        bus_id = self._call(getattr, info, "busId")
         return self._call(bytes.decode, bus_id) if isinstance(bus_id, bytes) else str(bus_id)
 
     def minor_number(self, handle: NvmlHandle) -> int:

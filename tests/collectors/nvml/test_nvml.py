@@ -3017,6 +3017,22 @@ class TestHostileAnswers:
         )
         assert expected == readings
 
+    def test_a_bus_id_not_utf8_is_an_issue_not_a_failed_poll(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """busId is decoded by PynvmlSource itself, not pynvml: its bytes not UTF-8 fail
+        as NOT_UTF8 too, and the other GPU is read whole."""
+        gpu_b = replace(GPU_B, pci="00000000:b1:00.\xe9")
+        fake_nvml.configure(GPU_A, gpu_b)
+        self.as_latin1(fake_nvml)
+
+        readings = collector.collect()
+
+        assert (gpu_reading(GPU_A, "0000:17:00.0"), ["NOT_UTF8"]) == (
+            device(readings, UUID_A),
+            [i.error for i in readings.issues],
+        )
+
     @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
     def test_a_field_value_that_is_no_number_loses_that_figure_only(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, value: str
