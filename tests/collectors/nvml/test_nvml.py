@@ -3101,6 +3101,7 @@ class TestNotAvailable:
             ({"util": (85, UINT_NA)}, ("util",), ("utilization",)),
             ({"memory": (ULL_NA, ULL_NA, 0)}, ("memory",), ("memory",)),
             ({"memory": (80 * GIB, ULL_NA, 0)}, ("memory",), ("memory",)),
+            ({"memory": (ULL_NA, 20 * GIB, 0)}, ("memory",), ("memory",)),
             ({"temperature": UINT_NA}, ("temperature",), ("temperature",)),
             ({"sm_clock_mhz": UINT_NA}, ("clock",), ("sm_clock",)),
             ({"ecc": (ULL_NA, ULL_NA)}, ("ecc",), ("ecc_corrected", "ecc_uncorrected")),
@@ -3149,10 +3150,25 @@ class TestNotAvailable:
             (issue("VALUE_NOT_AVAILABLE", UUID_A, "temperature"),),
         ) == (device(readings, UUID_A).samples, readings.issues)
 
+    def test_a_temperature_below_zero_is_a_reading(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector
+    ) -> None:
+        """nvmlDeviceGetTemperatureV's value is a signed int: only -1 is
+        NVML_VALUE_NOT_AVAILABLE, a GPU at -5 C reads -5."""
+        gpu = replace(GPU_A, temperature=UINT_NA - 4)  # (int)-5
+        fake_nvml.configure(gpu)
+
+        readings = collector.collect()
+
+        assert ((), -5.0) == (
+            readings.issues,
+            next(s.value for s in device(readings, UUID_A).samples if s.spec == GPU_TEMPERATURE),
+        )
+
     @pytest.mark.parametrize(
         ("field", "value_type", "value"),
-        [(38, 3, str(ULL_NA)), (138, 3, str(ULL_NA)), (38, 6, "65535")],
-        ids=["crc_flit", "transmit", "unsigned_short"],
+        [(38, 3, str(ULL_NA)), (138, 3, str(ULL_NA)), (38, 6, "65535"), (38, 2, str(ULL_NA))],
+        ids=["crc_flit", "transmit", "unsigned_short", "unsigned_long"],
     )
     def test_an_nvlink_field_loses_that_field_only(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, field: int, value_type: int, value: str
