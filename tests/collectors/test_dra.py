@@ -1139,6 +1139,13 @@ class TestStreamsAndNames:
             parse_cdi_spec(json.dumps(spec), yaml_format=False)
 
 
+def _assert_all_read_but(broken: Path, readings: Readings) -> None:
+    """Every device of the tree read, and one issue: ``broken`` unreadable."""
+    assert readings.dra is not None
+    assert CHECKPOINT_DEVICES + METADATA_DEVICES == readings.dra.devices
+    assert [("unreadable", True)] == [(i.error, str(broken) in i.detail) for i in readings.issues]
+
+
 class TestListingFailuresStayLocal:
     def test_one_drivers_unlistable_metadata_loses_that_driver_only(self, tree: Path) -> None:
         """A driver's metadata directory the kernel will not resolve (ELOOP) is one issue;
@@ -1146,24 +1153,14 @@ class TestListingFailuresStayLocal:
         broken = tree / "plugins" / "a.example.com" / "dra-device-metadata"
         broken.parent.mkdir()
         broken.symlink_to(broken)
-        readings = _collect(tree)
-        assert readings.dra is not None
-        assert CHECKPOINT_DEVICES + METADATA_DEVICES == readings.dra.devices
-        assert [("unreadable", True)] == [
-            (i.error, str(broken) in i.detail) for i in readings.issues
-        ]
+        _assert_all_read_but(broken, _collect(tree))
 
     def test_one_unlistable_claim_directory_loses_that_claim_only(self, tree: Path) -> None:
         """A claim's metadata directory the kernel will not resolve (ELOOP) is one issue;
         the other claims of its driver still read (they were all lost with it)."""
         broken = tree / "plugins" / SRIOV / "dra-device-metadata" / "net_a-broken-claim"
         broken.symlink_to(broken)
-        readings = _collect(tree)
-        assert readings.dra is not None
-        assert CHECKPOINT_DEVICES + METADATA_DEVICES == readings.dra.devices
-        assert [("unreadable", True)] == [
-            (i.error, str(broken) in i.detail) for i in readings.issues
-        ]
+        _assert_all_read_but(broken, _collect(tree))
 
     def test_an_unlistable_cdi_directory_loses_that_directory_only(self, tree: Path) -> None:
         """A CDI directory the kernel will not resolve (ELOOP) is one issue; the next
