@@ -270,37 +270,27 @@ class TestValues:
         assert message.endswith(f"xxx... ({left_out} more characters)")
         assert len(message) < MAX_DETAILS_SHOWN + 100
 
-    async def test_ordinary_details_are_shown_as_they_are(
-        self, sim: SimKubelet, client: KubeletClient
+    @pytest.mark.parametrize(
+        ("details", "shown"),
+        [
+            # Printable words beyond ASCII: shown as they are.
+            ("naïve pod «x» failed", "naïve pod «x» failed"),
+            # Length alone is enough to cut (8 KiB of plain words would still fill a log
+            # line); what is kept, letters beyond ASCII included, is shown as it is.
+            ("naïve " * 300, ("naïve " * 300)[:MAX_DETAILS_SHOWN] + "... (1400 more characters)"),
+            # Escaping alone says nothing of a cut: nothing was left out.
+            ("bad\ttab", "bad\\ttab"),
+        ],
+        ids=["ordinary", "long", "control-character"],
+    )
+    async def test_details_are_shown_escaped_and_cut_only_when_long(
+        self, sim: SimKubelet, client: KubeletClient, details: str, shown: str
     ) -> None:
         sim.force_code = grpc.StatusCode.UNKNOWN
-        sim.force_details = "naïve pod «x» failed"
+        sim.force_details = details
         with pytest.raises(KubeletError) as caught:
             await client.list_pods()
-        assert "List: UNKNOWN: naïve pod «x» failed" == caught.value.message
-
-    async def test_long_details_are_cut_though_every_character_is_printable(
-        self, sim: SimKubelet, client: KubeletClient
-    ) -> None:
-        """Length alone is enough to cut (8 KiB of plain words would still fill a log line);
-        what is kept, letters beyond ASCII included, is shown as it is."""
-        sim.force_code = grpc.StatusCode.UNKNOWN
-        sim.force_details = "naïve " * 300
-        with pytest.raises(KubeletError) as caught:
-            await client.list_pods()
-        kept = sim.force_details[:MAX_DETAILS_SHOWN]
-        left_out = len(sim.force_details) - MAX_DETAILS_SHOWN
-        assert f"List: UNKNOWN: {kept}... ({left_out} more characters)" == caught.value.message
-
-    async def test_short_details_with_a_control_character_are_escaped_not_cut(
-        self, sim: SimKubelet, client: KubeletClient
-    ) -> None:
-        """Escaping alone says nothing of a cut: nothing was left out."""
-        sim.force_code = grpc.StatusCode.UNKNOWN
-        sim.force_details = "bad\ttab"
-        with pytest.raises(KubeletError) as caught:
-            await client.list_pods()
-        assert "List: UNKNOWN: bad\\ttab" == caught.value.message
+        assert f"List: UNKNOWN: {shown}" == caught.value.message
 
     async def test_an_unimplemented_methods_reason_is_shown_escaped_and_cut(
         self, sim: SimKubelet, client: KubeletClient

@@ -91,6 +91,13 @@ class TestStop:
         node._write = write_or_fail  # type: ignore[method-assign]
         return writes
 
+    @staticmethod
+    async def _until_written(writes: list[int], count: int) -> None:
+        for _ in range(500):  # a bound, not a timing assertion
+            if writes[0] >= count:
+                return
+            await asyncio.sleep(0.01)
+
     async def test_the_failed_and_recovered_lines_name_their_ticks(self) -> None:
         """The warning names the tick that could not be written, the recovery the first
         tick written again: where the demo's counters jump."""
@@ -101,10 +108,7 @@ class TestStop:
         with capture_logs() as logs:
             await node.start(tick_interval_s=0.01)
             try:
-                for _ in range(500):  # a bound, not a timing assertion
-                    if writes[0] >= 5:
-                        break
-                    await asyncio.sleep(0.01)
+                await self._until_written(writes, 5)
                 await node.stop()
             finally:
                 await node.kubelet.stop()
@@ -121,10 +125,7 @@ class TestStop:
         with capture_logs() as logs:
             await node.start(tick_interval_s=0.01)
             try:
-                for _ in range(500):  # a bound, not a timing assertion
-                    if writes[0] >= 2:
-                        break
-                    await asyncio.sleep(0.01)
+                await self._until_written(writes, 2)
                 with pytest.raises(ValueError, match="a bug"):
                     await node.stop()
             finally:
