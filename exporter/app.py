@@ -266,8 +266,8 @@ class _Signals:
         without touching the action (its close() would put the default back)."""
         handlers = getattr(loop, "_signal_handlers", None)  # asyncio's unix loop's own
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)
             if isinstance(handlers, dict):
+                signal.signal(signum, signal.SIG_IGN)
                 handlers.pop(signum, None)
             else:  # another loop: its public way, with the gap
                 loop.remove_signal_handler(signum)
