@@ -6,7 +6,8 @@
 #
 # 1. The NVML tests: the real-driver checks (nvidia-smi and the kernel as witnesses, a
 #    CUDA process, the exporter with a simulated kubelet holding the real GPU) and the
-#    fake-library tests beside them in the same process.
+#    fake-library tests beside them in the same process. The exporter's pages from the
+#    real-driver test go to OUT_DIR/metrics.txt and OUT_DIR/allocations.json.
 # 2. bench/nvml_calls.py: what each NVML call the collectors make costs on this driver.
 # 3. tests/collectors/nvml/real_driver_probe.py: what the collectors read, and each
 #    poll's time, into OUT_DIR/probe.json.
@@ -34,6 +35,7 @@ nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,driver_version,mig.mode.curren
 uname -r
 
 echo "== NVML tests"
+export PODRESOURCES_REAL_GPU_PAGES="$out"  # the exporter's /metrics and /debug/allocations there
 "$python" -m pytest -p no:cacheprovider -q -rs tests/collectors/nvml tests/collectors/test_gpu_processes.py
 tests=$?
 
