@@ -62,6 +62,7 @@ def collector_context(config: Config) -> CollectorContext:
         cdi=config.cdi,
         pod_logs=config.pod_logs,
         nvml_energy_interval_s=config.nvml_energy_interval_s,
+        nvml_gpm_interval_s=config.nvml_gpm_interval_s,
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_LISTEN_ADDRESS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_NVML_ENERGY_INTERVAL_S",
+    "DEFAULT_NVML_GPM_INTERVAL_S",
     "DEFAULT_POLL_INTERVAL_S",
     "DEFAULT_SOCKET",
     "Config",
@@ -44,6 +45,10 @@ DEFAULT_CDI = "/var/run/cdi:/etc/cdi"
 # rest of a poll (docs/benchmarks.md, "On a real GPU"). Read every 10 s poll, two readings
 # in three were never scraped at the ServiceMonitor's 30 s interval.
 DEFAULT_NVML_ENERGY_INTERVAL_S = 30.0
+# A GPM measurement (nvmlGpmMetricsGet, 0.9-1.8 ms of CPU per GPU on an H200) averages
+# its metrics over the time between two samples: at the ServiceMonitor's 30 s interval
+# each scrape sees a whole 30 s window, as dcgm-exporter's 30 s collect interval does.
+DEFAULT_NVML_GPM_INTERVAL_S = 30.0
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -93,6 +98,7 @@ class Config:
     demo: bool
     pod_logs: Path = Path("/var/log/pods")
     nvml_energy_interval_s: float = DEFAULT_NVML_ENERGY_INTERVAL_S
+    nvml_gpm_interval_s: float = DEFAULT_NVML_GPM_INTERVAL_S
     # Variables named like a flag's (PODRESOURCES_EXPORTER_*) that no flag reads: a
     # misspelt one is otherwise silently ignored.
     unknown_environment: tuple[str, ...] = ()
@@ -115,6 +121,7 @@ class Config:
             "cdi": [str(p) for p in self.cdi],
             "pod_logs": str(self.pod_logs),
             "nvml_energy_interval_s": self.nvml_energy_interval_s,
+            "nvml_gpm_interval_s": self.nvml_gpm_interval_s,
             "collectors": list(self.collectors),
             "node_name": self.node_name,
             "demo": self.demo,

@@ -8,7 +8,8 @@
 #    CUDA process, the exporter with a simulated kubelet holding the real GPU) and the
 #    fake-library tests beside them in the same process. The exporter's pages from the
 #    real-driver test go to OUT_DIR/metrics.txt and OUT_DIR/allocations.json.
-# 2. bench/nvml_calls.py: what each NVML call the collectors make costs on this driver.
+# 2. bench/nvml_calls.py: what each NVML call the collectors make costs on this driver;
+#    bench/nvml_intervals.py: what reading the energy counter and GPM less often saves.
 # 3. tests/collectors/nvml/real_driver_probe.py: what the collectors read, and each
 #    poll's time, into OUT_DIR/probe.json.
 # 4. scripts/capture_fixtures.py: this machine's /sys and /proc, reduced to the files
@@ -41,6 +42,9 @@ tests=$?
 
 echo "== the cost of each NVML call (GPU 0)"
 "$python" bench/nvml_calls.py
+
+echo "== what the energy and GPM intervals save"
+"$python" bench/nvml_intervals.py
 
 echo "== the collectors' readings, 21 polls"
 "$python" tests/collectors/nvml/real_driver_probe.py --polls 21 --interval 0 >"$out/probe.json"

@@ -402,6 +402,8 @@ def test_process_exits_2_with_one_line(argv: list[str]) -> None:
         (["--kubelet.max-message-bytes", "100"], "must be at least 4096"),
         (["--collector.nvml.energy-interval=-1"], "energy-interval must be at least 0"),
         (["--collector.nvml.energy-interval", "nan"], "energy-interval must be a finite"),
+        (["--collector.nvml.gpm-interval=-1"], "gpm-interval must be at least 0"),
+        (["--collector.nvml.gpm-interval", "inf"], "gpm-interval must be a finite"),
         (["--kubelet.socket", ""], "--kubelet.socket must not be empty"),
         (["--kubelet.socket", "/" + "s" * 107], "108 bytes long"),
     ],
@@ -502,19 +504,32 @@ def test_gpu_processes_is_opt_in_with_its_pod_log_path() -> None:
     assert env_name("--path.pod-logs") in help_text
 
 
-def test_energy_interval_reaches_the_collectors() -> None:
-    """--collector.nvml.energy-interval: 30 s by default, a duration or its variable
-    otherwise, 0 for every poll; the collectors' context carries it."""
+@pytest.mark.parametrize(
+    ("flag", "field", "variable"),
+    [
+        (
+            "--collector.nvml.energy-interval",
+            "nvml_energy_interval_s",
+            "PODRESOURCES_EXPORTER_COLLECTOR_NVML_ENERGY_INTERVAL",
+        ),
+        (
+            "--collector.nvml.gpm-interval",
+            "nvml_gpm_interval_s",
+            "PODRESOURCES_EXPORTER_COLLECTOR_NVML_GPM_INTERVAL",
+        ),
+    ],
+)
+def test_nvml_intervals_reach_the_collectors(flag: str, field: str, variable: str) -> None:
+    """The energy counter's and GPM's intervals: 30 s by default, a duration or the
+    flag's variable otherwise, 0 for every poll; the collectors' context carries each."""
     default = parse_config([], {})
-    minute = parse_config(["--collector.nvml.energy-interval", "1m"], {})
-    from_env = parse_config([], {env_name("--collector.nvml.energy-interval"): "0"})
+    minute = parse_config([flag, "1m"], {})
+    from_env = parse_config([], {env_name(flag): "0"})
     assert (30.0, 60.0, 0.0) == tuple(
-        collector_context(c).nvml_energy_interval_s for c in (default, minute, from_env)
+        getattr(collector_context(c), field) for c in (default, minute, from_env)
     )
-    assert 60.0 == minute.as_log_fields()["nvml_energy_interval_s"]  # in "starting"
-    assert "PODRESOURCES_EXPORTER_COLLECTOR_NVML_ENERGY_INTERVAL" == env_name(
-        "--collector.nvml.energy-interval"
-    )
+    assert 60.0 == minute.as_log_fields()[field]  # in "starting"
+    assert variable == env_name(flag)
 
 
 def test_path_flags_reach_the_collectors(tmp_path: Path) -> None:
@@ -568,6 +583,7 @@ def test_the_starting_line_names_the_effective_configuration(tmp_path: Path) -> 
             "--path.cdi=/host/run-cdi:/host/etc-cdi",
             "--path.pod-logs=/host/pods",
             "--collector.nvml.energy-interval=1m",
+            "--collector.nvml.gpm-interval=15s",
             "--no-collector.nvml",
             "--no-collector.dra",
             "--node-name=gpu-7",
@@ -591,6 +607,7 @@ def test_the_starting_line_names_the_effective_configuration(tmp_path: Path) -> 
         "cdi": ["/host/run-cdi", "/host/etc-cdi"],
         "pod_logs": "/host/pods",
         "nvml_energy_interval_s": 60.0,
+        "nvml_gpm_interval_s": 15.0,
         "collectors": ["pci", "netdev", "infiniband", "drm", "cpu", "numa", "topology"],
         "node_name": "gpu-7",
         "demo": False,

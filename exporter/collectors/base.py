@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from exporter.config import DEFAULT_NVML_ENERGY_INTERVAL_S
+from exporter.config import DEFAULT_NVML_ENERGY_INTERVAL_S, DEFAULT_NVML_GPM_INTERVAL_S
 from exporter.errors import CollectorError, CollectorUnavailable
 from exporter.model import CollectorIssue, MetricKind, MetricSpec, Readings
 
@@ -60,6 +60,8 @@ class CollectorContext:
     # How long a GPU's energy counter reading is served before NVML is asked again
     # (nvml); 0: every poll.
     nvml_energy_interval_s: float = DEFAULT_NVML_ENERGY_INTERVAL_S
+    # How long a GPU's GPM measurement is served before the next (nvml); 0: every poll.
+    nvml_gpm_interval_s: float = DEFAULT_NVML_GPM_INTERVAL_S
 
 
 def issue(error: str, detail: str) -> CollectorIssue:

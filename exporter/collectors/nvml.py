@@ -1057,10 +1057,11 @@ def _energy(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
     return (Sample(GPU_ENERGY, source.energy_millijoules(handle) / 1000),)
 
 
-# A reading of the energy counter is served until it is this much short of
-# --collector.nvml.energy-interval: polls start milliseconds early or late, and a reading
-# due at the 30 s poll must not wait for the 40 s one.
-ENERGY_INTERVAL_SLACK_S = 0.5
+# A reading of the energy counter, or a GPM measurement, is served until it is this much
+# short of its interval (--collector.nvml.energy-interval, .gpm-interval): polls start
+# milliseconds early or late, and a reading due at the 30 s poll must not wait for the
+# 40 s one.
+INTERVAL_SLACK_S = 0.5
 
 
 def _temperature(source: NvmlSource, handle: NvmlHandle) -> tuple[Sample, ...]:
@@ -1309,12 +1310,24 @@ _GPM_GPU_METRIC_IDS = (
 )
 _MIB = 1024 * 1024
 # nvml.h: two samples should be more than 100 ms apart ("the internal sample refresh
-# rate"); a poll sooner than that keeps the older sample and serves no GPM figures.
+# rate"); a poll sooner than that keeps the older sample. On an H200 (driver 580), two
+# samples 0-50 ms apart answered NaN for DRAM activity and 0 for PCIe traffic.
 GPM_MIN_INTERVAL_S = 0.1
 # How a failed sample and metrics call are named in issues: a MIG device's own, and its
 # GPU instance's, kept apart so that on-call can tell which of the two failed.
 _DEVICE_CALLS = ("gpm_sample", "gpm_metrics")
 _INSTANCE_CALLS = ("gpm_mig_sample", "gpm_mig_metrics")
+
+
+@dataclass(frozen=True, slots=True)
+class _GpmKept:
+    """A device's latest GPM sample, taken at ``taken`` (the clock at its poll's start),
+    and the metrics measured from the sample before it up to this one (None: nothing
+    measured, as at a device's first sample or after a failed metrics call)."""
+
+    taken: float
+    sample: NvmlGpmSample
+    measured: NvmlGpmMetrics | None
 
 
 def _bytes_added(total: float | None, rate_mib_s: float | None, seconds: float) -> float | None:
@@ -1638,14 +1651,18 @@ class NvmlCollector(Collector):
         # poll's, and the last poll's to serve again while young (so departed ones drop).
         self._energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
         self._last_energy: dict[Hashable, tuple[float, tuple[Sample, ...]]] = {}
-        self._energy_max_age_s = context.nvml_energy_interval_s - ENERGY_INTERVAL_SLACK_S
+        self._energy_max_age_s = context.nvml_energy_interval_s - INTERVAL_SLACK_S
         # GPM, by device UUID (a MIG device's is new with each reconfiguration; its GPU
         # instance's is "<UUID>/gpu-instance"): whether it can be sampled, asked once an
-        # NVML session; its sample of this poll, and of the last poll to measure from
-        # (freed once used, or when its device is gone).
+        # NVML session; its latest sample with what was measured up to it, this poll's
+        # and the last poll's (a sample is freed once measured from, or when its device
+        # is gone). A sample younger than the interval is kept, and its measurement served.
         self._gpm_supported: dict[str, bool] = {}
-        self._gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
-        self._last_gpm: dict[str, tuple[float, NvmlGpmSample]] = {}
+        self._gpm: dict[str, _GpmKept] = {}
+        self._last_gpm: dict[str, _GpmKept] = {}
+        self._gpm_min_age_s = max(
+            GPM_MIN_INTERVAL_S, context.nvml_gpm_interval_s - INTERVAL_SLACK_S
+        )
         # Each whole GPU's PCIe bytes measured so far, sent and received (None: that
         # direction never answered), kept while the GPU is listed.
         self._pcie_bytes: dict[str, tuple[float | None, float | None]] = {}
@@ -1922,14 +1939,19 @@ class NvmlCollector(Collector):
     ) -> tuple[NvmlGpmMetrics, float] | None:
         """The metrics between the sample under ``key`` kept from the last poll and one
         ``take``n now, with the seconds between them; this poll's sample is kept for the
-        next, the last one freed. None for a first sample, a poll too soon, or a failure
-        (reported, named by ``calls``: the sample's, the metrics')."""
+        next, the last one freed. Before --collector.nvml.gpm-interval has passed since
+        the kept sample, no sample is taken: the kept sample stays, and what was measured
+        up to it is served again, over 0 seconds and with no failure (already reported).
+        None for a first sample, or a failure (reported, named by ``calls``: the sample's,
+        the metrics')."""
         call, metrics_call = calls
         last = self._last_gpm.pop(key, None)
         now = self._poll_started
-        if last is not None and now - last[0] < GPM_MIN_INTERVAL_S:
-            self._gpm[key] = last  # too soon to measure: the older sample stays
-            return None
+        if last is not None and now - last.taken < self._gpm_min_age_s:
+            self._gpm[key] = last  # too soon to measure again: the older sample stays
+            if last.measured is None:
+                return None
+            return replace(last.measured, failure=None), 0.0
         try:
             try:
                 sample = take()
@@ -1937,17 +1959,19 @@ class NvmlCollector(Collector):
                 if not self._gpm_refused(key, error, call):
                     self._count(error, call)
                 return None
-            self._gpm[key] = (now, sample)
+            self._gpm[key] = _GpmKept(now, sample, None)
             if last is None:
-                return None  # the first sample: figures from the next poll on
+                return None  # the first sample: figures from the next measurement on
             try:
-                return self._source.gpm_metrics(last[1], sample, metric_ids), now - last[0]
+                metrics = self._source.gpm_metrics(last.sample, sample, metric_ids)
             except NvmlError as error:
                 self._count(error, metrics_call)
                 return None
+            self._gpm[key] = _GpmKept(now, sample, metrics)
+            return metrics, now - last.taken
         finally:
             if last is not None:
-                self._free_gpm_sample(last[1])
+                self._free_gpm_sample(last.sample)
 
     def _gpu_instance_dram(self, gpu: _Gpu, mig: _Mig) -> _Mig:
         """A MIG device alone in its GPU instance, with the instance's DRAM bandwidth
@@ -2010,10 +2034,10 @@ class NvmlCollector(Collector):
             self._issues.append(issue(NO_PERMISSION, detail))
         return True
 
-    def _free_gpm(self, kept: dict[str, tuple[float, NvmlGpmSample]]) -> None:
+    def _free_gpm(self, kept: dict[str, _GpmKept]) -> None:
         """Free GPM samples and forget them."""
-        for _, sample in kept.values():
-            self._free_gpm_sample(sample)
+        for gpm in kept.values():
+            self._free_gpm_sample(gpm.sample)
         kept.clear()
 
     def _free_gpm_sample(self, sample: NvmlGpmSample) -> None:

@@ -394,6 +394,10 @@ def demo_prometheus(
                 # Collectors must finish within one 1 s poll.
                 "--collector.timeout",
                 "0.8",
+                # GPM measured at each poll: its panels must have data within the
+                # seconds this test runs, not from the first measurement 30 s on.
+                "--collector.nvml.gpm-interval",
+                "0",
                 "--log.level",
                 "warning",
             ],

@@ -207,9 +207,12 @@ def main(argv: list[str]) -> int:
         help="cause an Xid 31 on the first CUDA device after the first nvml poll",
     )
     args = parser.parse_args(argv)
-    # The energy counter read every poll, as every other figure: these polls are a
-    # fraction of a second apart, and test_energy_only_grows compares their readings.
-    context = CollectorContext(pod_logs=Path(args.pod_logs), nvml_energy_interval_s=0.0)
+    # The energy counter read and GPM measured every poll, as every other figure: these
+    # polls are a fraction of a second apart, and test_energy_only_grows and the GPM
+    # tests compare their readings.
+    context = CollectorContext(
+        pod_logs=Path(args.pod_logs), nvml_energy_interval_s=0.0, nvml_gpm_interval_s=0.0
+    )
     nvml = NvmlCollector(context)
     processes = GpuProcessesCollector(context)
     provoked: dict[str, Any] = {}

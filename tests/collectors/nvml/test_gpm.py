@@ -88,11 +88,14 @@ def counting(
 
 
 class Clocked:
-    """An NvmlCollector polled at chosen clock times, for the intervals GPM measures."""
+    """An NvmlCollector polled at chosen clock times, for the intervals GPM measures; by
+    default measuring at every poll (--collector.nvml.gpm-interval=0), so that NVML's
+    100 ms between samples is the only rule."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpm_interval_s: float = 0.0) -> None:
         self.now = 0.0
-        self.collector = NvmlCollector(CollectorContext(), clock=lambda: self.now)
+        context = CollectorContext(nvml_gpm_interval_s=gpm_interval_s)
+        self.collector = NvmlCollector(context, clock=lambda: self.now)
 
     def at(self, seconds: float) -> Readings:
         self.now = seconds
@@ -860,3 +863,135 @@ class TestPcieTraffic:
         first = {GPU_PCIE_TRANSMIT.name: 10.0 * MIB, GPU_PCIE_RECEIVE.name: 20.0 * MIB}
         both = {GPU_PCIE_TRANSMIT.name: 20.0 * MIB, GPU_PCIE_RECEIVE.name: 40.0 * MIB}
         assert [first, first, both] == [pcie(readings, UUID) for readings in polls]
+
+
+class TestInterval:
+    """--collector.nvml.gpm-interval: a measurement costs NVIDIA's driver 0.9-1.8 ms of
+    CPU a GPU (docs/benchmarks.md, an H200), so one sample and one metrics call are made
+    an interval, averaging over all of it, and the polls between serve that measurement."""
+
+    @pytest.fixture
+    def every_30s(self, fake_nvml: FakeNvml) -> Iterator[Clocked]:
+        polled = Clocked(gpm_interval_s=30.0)
+        yield polled
+        polled.collector.close()
+
+    @staticmethod
+    def polls(
+        fake_nvml: FakeNvml, clocked: Clocked, times: tuple[float, ...], name: str = UUID
+    ) -> list[tuple[tuple[int, ...], dict[tuple[str, tuple[str, ...]], float], int]]:
+        """For each poll at ``times``: the samples and metrics calls it made, the GPM
+        figures it served for ``name``, and its issues' count."""
+        seen = []
+        for seconds in times:
+            clocked.now = seconds
+            calls = ("gpm_sample", "gpm_metrics")
+            readings, made = counting(fake_nvml, clocked.collector, *calls)
+            seen.append((made, gpm(readings, name), len(readings.issues)))
+        return seen
+
+    def test_measured_once_an_interval_and_served_between(
+        self, fake_nvml: FakeNvml, every_30s: Clocked
+    ) -> None:
+        """Polls every 10 s measure at every third; a poll due a little early (polls
+        start milliseconds off) measures, one half a second early does not. Nothing is
+        served before the first measurement, one interval after the first sample."""
+        fake_nvml.configure(GPU)
+        seen = self.polls(fake_nvml, every_30s, (0.0, 10.0, 29.4, 29.6, 40.0, 59.0, 60.0))
+        busy = ratios(BUSY)
+        assert [
+            ((1, 0), {}, 0),
+            ((0, 0), {}, 0),
+            ((0, 0), {}, 0),
+            ((1, 1), busy, 0),
+            ((0, 0), busy, 0),
+            ((0, 0), busy, 0),
+            ((1, 1), busy, 0),
+        ] == seen
+
+    def test_pcie_bytes_are_added_once_a_measurement(
+        self, fake_nvml: FakeNvml, every_30s: Clocked
+    ) -> None:
+        """The whole interval's bytes at its measurement; the polls between serve the
+        counts unchanged, never adding a rate twice."""
+        fake_nvml.configure(replace(GPU, gpm_pcie=(1.0, 2.0)))
+        polls = [every_30s.at(seconds) for seconds in (0.0, 10.0, 30.0, 40.0, 50.0, 60.0)]
+        counted = [
+            {GPU_PCIE_TRANSMIT.name: seconds * MIB, GPU_PCIE_RECEIVE.name: 2 * seconds * MIB}
+            for seconds in (30.0, 30.0, 30.0, 60.0)
+        ]
+        assert [{}, {}, *counted] == [pcie(readings, UUID) for readings in polls]
+
+    def test_a_metric_error_is_one_issue_and_the_answers_are_served_between(
+        self, fake_nvml: FakeNvml, every_30s: Clocked
+    ) -> None:
+        """A metric answering an error is reported at the measurement, not again by
+        each poll that serves it; the metrics that answered are served between."""
+        fake_nvml.configure(replace(GPU, gpm=(-TIMEOUT, 88.25, 41.0, 63.5, 71.0, 0.5, 22.0, 9.75)))
+        served = ratios(BUSY)
+        del served[(GPU_GRAPHICS_ENGINE_ACTIVE.name, ())]
+        seen = self.polls(fake_nvml, every_30s, (0.0, 30.0, 40.0, 50.0))
+        assert [((1, 0), {}, 0), ((1, 1), served, 1), ((0, 0), served, 0), ((0, 0), served, 0)] == (
+            seen
+        )
+
+    def test_a_failed_metrics_call_serves_nothing_until_the_next_measurement(
+        self, fake_nvml: FakeNvml, every_30s: Clocked, tmp_path: Path
+    ) -> None:
+        """A metrics call that fails is one issue; the polls until the next measurement
+        serve nothing rather than an older measurement as if it were this interval's.
+        The sample it failed to measure to is kept: the next measurement is from it."""
+        failing = tmp_path / "failing"
+        fake_nvml.configure(replace(GPU, fail_while=(("gpm_metrics", UNKNOWN, failing),)))
+        seen = self.polls(fake_nvml, every_30s, (0.0, 30.0))
+        failing.touch()
+        seen += self.polls(fake_nvml, every_30s, (60.0,))
+        failing.unlink()
+        seen += self.polls(fake_nvml, every_30s, (70.0, 90.0))
+        busy = ratios(BUSY)
+        assert [
+            ((1, 0), {}, 0),
+            ((1, 1), busy, 0),
+            ((1, 1), {}, 1),
+            ((0, 0), {}, 0),
+            ((1, 1), busy, 0),
+        ] == seen
+
+    def test_a_mig_devices_instance_dram_is_served_between_too(
+        self, fake_nvml: FakeNvml, every_30s: Clocked
+    ) -> None:
+        """A MIG device's own metrics and its GPU instance's DRAM follow the interval
+        alike: one sample of each a measurement, both served between."""
+        fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),)))
+        every_30s.at(0.0)
+        polls = []
+        for seconds in (30.0, 40.0):
+            every_30s.now = seconds
+            polls.append(counting(fake_nvml, every_30s.collector, "gpm_mig_sample"))
+        assert [(ratios(BUSY), (1,)), (ratios(BUSY), (0,))] == [
+            (gpm(readings, MIG_1), made) for readings, made in polls
+        ]
+
+    def test_a_gpu_unlisted_for_a_poll_is_measured_afresh(
+        self, fake_nvml: FakeNvml, every_30s: Clocked, tmp_path: Path
+    ) -> None:
+        """A GPU NVML did not list for a poll loses its kept sample and measurement (its
+        sample freed): back, it is sampled anew and served nothing until measured, never
+        the measurement from before it went."""
+        away = tmp_path / "away"
+        unnamed = tmp_path / "unnamed"
+        unnamed.touch()  # never cached, so its handle is asked each poll
+        fails = (("name", UNKNOWN, unnamed), ("handle", UNKNOWN, away))
+        fake_nvml.configure(replace(GPU, fail_while=fails))
+        live = fake_nvml.library.gpm_samples_live()
+        seen = self.polls(fake_nvml, every_30s, (0.0, 30.0))
+        away.touch()
+        every_30s.at(40.0)
+        held_while_away = fake_nvml.library.gpm_samples_live() - live
+        away.unlink()
+        seen += self.polls(fake_nvml, every_30s, (50.0, 80.0))
+        busy = ratios(BUSY)
+        assert ([((1, 0), {}, 1), ((1, 1), busy, 1), ((1, 0), {}, 1), ((1, 1), busy, 1)], 0) == (
+            seen,
+            held_while_away,
+        )

@@ -2429,7 +2429,7 @@ class TestEnergyInterval:
         fake_nvml.configure(GPU_A)
         energy = (Sample(GPU_ENERGY, GPU_A.energy_mj / 1000),)
 
-        seen = self.polls(fake_nvml, (0.0, 30.0 - nvml_module.ENERGY_INTERVAL_SLACK_S))
+        seen = self.polls(fake_nvml, (0.0, 30.0 - nvml_module.INTERVAL_SLACK_S))
 
         assert [(1, energy), (1, energy)] == seen
 

@@ -1,4 +1,4 @@
-"""bench/nvml_calls.py and bench/nvml_energy_interval.py, timings of the real driver,
+"""bench/nvml_calls.py and bench/nvml_intervals.py, timings of the real driver,
 run against the fake so that they keep working for the next machine with a GPU."""
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def test_times_every_call_the_collectors_make(fake_nvml: FakeNvml) -> None:
     assert all(" us  cpu " in line for line in lines[1:-2]), stdout
 
 
-def test_energy_interval_bench_runs_both_intervals(fake_nvml: FakeNvml) -> None:
-    """A row for each interval, each round, with its median and mean."""
-    stdout = _bench(fake_nvml, "bench/nvml_energy_interval.py", "--polls", "7", "--rounds", "1")
+def test_intervals_bench_runs_each_setting(fake_nvml: FakeNvml) -> None:
+    """A row for each setting, each round, with its median and mean."""
+    stdout = _bench(fake_nvml, "bench/nvml_intervals.py", "--polls", "7", "--rounds", "1")
     rows = [line.split() for line in stdout.splitlines()[1:]]
-    assert [["0", "s"], ["30", "s"]] == [row[:2] for row in rows], stdout
-    assert all(row[3] == "ms" and row[5] == "ms" for row in rows), stdout
+    settings = [["0", "s", "0", "s"], ["30", "s", "0", "s"], ["30", "s", "30", "s"]]
+    assert settings == [row[:4] for row in rows], stdout
+    assert all(row[5] == "ms" and row[7] == "ms" for row in rows), stdout

@@ -130,9 +130,11 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def collector(clock: ManualClock) -> Iterator[NvmlCollector]:
-    """An NvmlCollector on the simulated demo GPUs, both on ``clock``."""
+    """An NvmlCollector on the simulated demo GPUs, both on ``clock``, measuring GPM at
+    every poll (test_gpm.py has the interval's rules)."""
     source = SimulatedNvmlSource(HARDWARE, clock=clock)
-    nvml = NvmlCollector(CollectorContext(), source=source, clock=clock)
+    context = CollectorContext(nvml_gpm_interval_s=0.0)
+    nvml = NvmlCollector(context, source=source, clock=clock)
     yield nvml
     nvml.close()
 
@@ -605,7 +607,8 @@ class TestOverTime:
                 return NvmlGpmMetrics(values, NvmlError("UNKNOWN") if lost else None)
 
         source = Unanswered(HARDWARE, clock=clock)
-        nvml = NvmlCollector(CollectorContext(), source=source, clock=clock)
+        context = CollectorContext(nvml_gpm_interval_s=0.0)
+        nvml = NvmlCollector(context, source=source, clock=clock)
         polls = []
         try:
             for now in (0.0, 10.0, 20.0, 30.0):
