@@ -9,7 +9,8 @@
 #    fake-library tests beside them in the same process. The exporter's pages from the
 #    real-driver test go to OUT_DIR/metrics.txt and OUT_DIR/allocations.json.
 # 2. bench/nvml_calls.py: what each NVML call the collectors make costs on this driver;
-#    bench/nvml_intervals.py: what reading the energy counter and GPM less often saves.
+#    bench/nvml_intervals.py: what reading the energy counter and GPM less often saves;
+#    bench/exporter_on_gpu.py: the whole exporter's CPU over a minute at its defaults.
 # 3. tests/collectors/nvml/real_driver_probe.py: what the collectors read, and each
 #    poll's time, into OUT_DIR/probe.json.
 # 4. scripts/capture_fixtures.py: this machine's /sys and /proc, reduced to the files
@@ -19,7 +20,7 @@
 # Xid 31 on the first GPU, and checks that it is counted once. The GPU carries on, but
 # its Xid log (and any Xid alert) will show it: only where that is welcome.
 #
-# Needs nvidia-smi and gcc; takes about a minute. Prints figures; records nothing.
+# Needs nvidia-smi and gcc; takes about three minutes. Prints figures; records nothing.
 set -u
 if [ "${1:-}" = --provoke-xid ]; then
   export PODRESOURCES_PROVOKE_XID=1
@@ -45,6 +46,9 @@ echo "== the cost of each NVML call (GPU 0)"
 
 echo "== what the energy and GPM intervals save"
 "$python" bench/nvml_intervals.py
+
+echo "== the whole exporter's CPU at its defaults, a pod holding GPU 0"
+"$python" bench/exporter_on_gpu.py
 
 echo "== the collectors' readings, 21 polls"
 "$python" tests/collectors/nvml/real_driver_probe.py --polls 21 --interval 0 >"$out/probe.json"

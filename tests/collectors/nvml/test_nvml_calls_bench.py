@@ -4,6 +4,7 @@ run against the fake so that they keep working for the next machine with a GPU."
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -63,3 +64,26 @@ def test_intervals_bench_runs_each_setting(fake_nvml: FakeNvml) -> None:
     settings = [["0", "s", "0", "s"], ["30", "s", "0", "s"], ["30", "s", "30", "s"]]
     assert settings == [row[:4] for row in rows], stdout
     assert all(row[5] == "ms" and row[7] == "ms" for row in rows), stdout
+
+
+def test_exporter_on_gpu_bench_serves_and_measures(fake_nvml: FakeNvml) -> None:
+    """The exporter polls the simulated kubelet, serves GPU 0's energy under the pod
+    holding it at each mark, and its CPU closes the output in millicores."""
+    stdout = _bench(
+        fake_nvml,
+        "bench/exporter_on_gpu.py",
+        *("--warmup", "2", "--seconds", "1"),
+        *("--", "--poll.interval=1", "--collector.nvml.gpm-interval=0"),
+    )
+    lines = stdout.splitlines()
+    assert lines[0].startswith("1 GPU(s), the pod holding GPU-aaaa; exporter "), stdout
+    marks = [index for index, line in enumerate(lines) if line.startswith("== at ")]
+    assert 3 == len(marks), stdout
+    served = [
+        line.split("{")[0].strip()
+        for line in lines[marks[-1] + 1 : -1]
+        if 'pod="trainer-0"' in line
+    ]
+    assert "podresources_gpu_energy_joules_total" in served, stdout
+    assert "podresources_gpu_sm_active_ratio" in served, stdout
+    assert re.fullmatch(r"CPU over 1 s: \d+ ms, \d+\.\d\d millicores", lines[-1]), stdout
