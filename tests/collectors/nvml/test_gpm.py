@@ -961,14 +961,18 @@ class TestInterval:
         self, fake_nvml: FakeNvml, every_30s: Clocked
     ) -> None:
         """A MIG device's own metrics and its GPU instance's DRAM follow the interval
-        alike: one sample of each a measurement, both served between."""
+        alike: one sample of each a measurement, both served between. (Counted: the
+        fake answers the same figures whenever it is measured, so only the calls tell a
+        device measured at every poll from one served again.)"""
         fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),)))
         every_30s.at(0.0)
         polls = []
+        calls = ("gpm_sample", "gpm_mig_sample", "gpm_metrics")
         for seconds in (30.0, 40.0):
             every_30s.now = seconds
-            polls.append(counting(fake_nvml, every_30s.collector, "gpm_mig_sample"))
-        assert [(ratios(BUSY), (1,)), (ratios(BUSY), (0,))] == [
+            polls.append(counting(fake_nvml, every_30s.collector, *calls))
+        # At 30 s: the GPU's and the device's samples, the instance's, three metrics calls.
+        assert [(ratios(BUSY), (2, 1, 3)), (ratios(BUSY), (0, 0, 0))] == [
             (gpm(readings, MIG_1), made) for readings, made in polls
         ]
 
