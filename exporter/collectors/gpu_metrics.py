@@ -65,49 +65,53 @@ GPU_MEMORY_BANDWIDTH_UTILIZATION = MetricSpec(
     "Fraction of the last sample period the GPU's memory was being read or written (0-1).",
 )
 # Hopper and later GPUs' performance monitors (NVML's GPM): what DCGM calls its profiling
-# fields (DCGM_FI_PROF_*), each a ratio over the time between two polls.
+# fields (DCGM_FI_PROF_*), each a ratio over the time between the last two GPM samples,
+# --collector.nvml.gpm-interval apart (the polls between serve it again).
 GPU_GRAPHICS_ENGINE_ACTIVE = MetricSpec(
     "podresources_gpu_graphics_engine_active_ratio",
     MetricKind.GAUGE,
-    "Fraction of the time since the last poll a graphics or compute context was active on "
-    "the GPU or MIG device (0-1, NVML GPM).",
+    "Fraction of the last GPM interval a graphics or compute context was active on the GPU "
+    "or MIG device (0-1, NVML GPM, measured every --collector.nvml.gpm-interval).",
 )
 GPU_SM_ACTIVE = MetricSpec(
     "podresources_gpu_sm_active_ratio",
     MetricKind.GAUGE,
-    "Fraction of the time since the last poll the SMs had at least one warp assigned, "
-    "averaged over the SMs (0-1, NVML GPM).",
+    "Fraction of the last GPM interval the SMs had at least one warp assigned, averaged "
+    "over the SMs (0-1, NVML GPM, measured every --collector.nvml.gpm-interval).",
 )
 GPU_SM_OCCUPANCY = MetricSpec(
     "podresources_gpu_sm_occupancy_ratio",
     MetricKind.GAUGE,
-    "Warps resident on the SMs against the most they can hold, averaged over the time since "
-    "the last poll (0-1, NVML GPM).",
+    "Warps resident on the SMs against the most they can hold, averaged over the last GPM "
+    "interval (0-1, NVML GPM, measured every --collector.nvml.gpm-interval).",
 )
 GPU_PIPE_ACTIVE = MetricSpec(
     "podresources_gpu_pipe_active_ratio",
     MetricKind.GAUGE,
-    "Fraction of the time since the last poll the SMs' pipe was busy (0-1, NVML GPM), by "
-    "pipe (tensor: any tensor core operation; fp64, fp32, fp16: non-tensor math).",
+    "Fraction of the last GPM interval the SMs' pipe was busy (0-1, NVML GPM, measured "
+    "every --collector.nvml.gpm-interval), by pipe (tensor: any tensor core operation; "
+    "fp64, fp32, fp16: non-tensor math).",
     labels=("pipe",),
 )
 GPU_DRAM_ACTIVE = MetricSpec(
     "podresources_gpu_dram_active_ratio",
     MetricKind.GAUGE,
-    "Device memory bandwidth used since the last poll against its peak (0-1, NVML GPM): "
-    "a whole GPU's, or a MIG device's GPU instance's where the device is alone in it.",
+    "Device memory bandwidth used over the last GPM interval against its peak (0-1, NVML "
+    "GPM, measured every --collector.nvml.gpm-interval): a whole GPU's, or a MIG device's "
+    "GPU instance's where the device is alone in it.",
 )
 GPU_PCIE_TRANSMIT = MetricSpec(
     "podresources_gpu_pcie_transmit_bytes_total",
     MetricKind.COUNTER,
     "Bytes the GPU sent over PCIe, headers included, since the exporter began measuring "
-    "it (NVML GPM's rate between each two polls, times their interval).",
+    "it (NVML GPM's rate over each --collector.nvml.gpm-interval, times its length).",
 )
 GPU_PCIE_RECEIVE = MetricSpec(
     "podresources_gpu_pcie_receive_bytes_total",
     MetricKind.COUNTER,
     "Bytes the GPU received over PCIe, headers included, since the exporter began "
-    "measuring it (NVML GPM's rate between each two polls, times their interval).",
+    "measuring it (NVML GPM's rate over each --collector.nvml.gpm-interval, times its "
+    "length).",
 )
 GPU_MEMORY_USED = MetricSpec(
     "podresources_gpu_memory_used_bytes", MetricKind.GAUGE, "GPU memory in use, in bytes."
