@@ -156,10 +156,11 @@ def _looked_back(expr: str) -> list[str]:
     return parts
 
 
-_REPLICA_CUT = re.compile(
-    r'label_replace\(podresources_device_info(?:\{[^}]*\})?, "physical_id", "\$1\$2\$3\$4", '
-    r'"device_id", "([^"]*)"\)'
-)
+# Each label_replace that reads device_id: (destination, replacement, regex). A cut is one
+# whose regex is not "(.*)" (a plain copy of the ID, as into a fallback's uuid).
+_READS_DEVICE_ID = re.compile(r'"(\w+)", "([^"]*)", "device_id", "([^"]*)"\s*\)')
+# In every copy of the cut, and nowhere else: its first form.
+_CUT_MARK = "(.+)::[0-9]+"
 
 
 def test_no_recorded_series_is_read_back_in_time() -> None:
@@ -181,16 +182,24 @@ def test_no_recorded_series_is_read_back_in_time() -> None:
     assert [] == back
     # The written-out joins cut replica IDs as the recording rule does: a new replica ID
     # form is cut in every copy, those to the uuid and to the pci_address, in the
-    # expressions and in the annotations' queries alike.
+    # expressions and in the annotations' queries alike, and in any rule that cuts a
+    # series' own device_id.
     texts = [
         text
         for group in _groups()
         for rule in group["rules"]
         for text in (rule["expr"], *rule.get("annotations", {}).values())
     ]
-    copies = sum(text.count("label_replace(podresources_device_info") for text in texts)
-    cuts = [cut for text in texts for cut in _REPLICA_CUT.findall(text)]
-    assert (copies, 1) == (len(cuts), len(set(cuts))), set(cuts)
+    copies = sum(text.count(_CUT_MARK) for text in texts)
+    cuts = [
+        (into, replacement, regex)
+        for text in texts
+        for into, replacement, regex in _READS_DEVICE_ID.findall(text)
+        if regex != "(.*)"
+    ]
+    forms = {(replacement, regex) for _, replacement, regex in cuts}
+    assert (copies, 1) == (len(cuts), len(forms)), forms
+    assert {into for into, _, _ in cuts} <= {"physical_id", "device_id"}
 
 
 def test_unit_tests_load_the_shipped_rules_file() -> None:
