@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -182,8 +183,8 @@ def test_no_recorded_series_is_read_back_in_time() -> None:
     assert [] == back
     # The written-out joins cut replica IDs as the recording rule does: a new replica ID
     # form is cut in every copy, those to the uuid and to the pci_address, in the
-    # expressions and in the annotations' queries alike, and in any rule that cuts a
-    # series' own device_id.
+    # expressions and in the annotations' queries alike, and in the device alerts that
+    # cut their own device_id.
     texts = [
         text
         for group in _groups()
@@ -200,6 +201,54 @@ def test_no_recorded_series_is_read_back_in_time() -> None:
     forms = {(replacement, regex) for _, replacement, regex in cuts}
     assert (copies, 1) == (len(cuts), len(forms)), forms
     assert {into for into, _, _ in cuts} <= {"physical_id", "device_id"}
+
+
+def _cut_forms() -> list[tuple[str, str]]:
+    """The cut's forms, as (the device's own ID, the replica's suffix): (".+", "::[0-9]+"),
+    ("nvidia[0-9]+(?:/gi[0-9]+)?", "/vgpu[0-9]+"), ...; the last, "(.+)", is no replica."""
+    record = next(
+        rule
+        for group in _groups()
+        for rule in group["rules"]
+        if rule.get("record") == "physical_device:podresources_device_info:max"
+    )
+    found = _READS_DEVICE_ID.search(record["expr"])
+    assert found is not None
+    forms = []
+    for alternative in found.group(3).split("|")[:-1]:
+        depths = itertools.accumulate({"(": 1, ")": -1}.get(char, 0) for char in alternative)
+        end = next(i for i, depth in enumerate(depths) if depth == 0)
+        forms.append((alternative[1:end], alternative[end + 1 :]))
+    return forms
+
+
+def test_replica_selectors_know_every_form_the_cut_knows() -> None:
+    """An alert that cuts its own device_id to the device's gives on-call a selector for
+    all of the device's IDs: every replica suffix the cut strips, after the IDs it strips
+    it from (any ID for `::n`, nvidiaN[/giM] for `/vgpuN`, ...)."""
+    forms = _cut_forms()
+    assert (".+", "::[0-9]+") in forms
+    cutting = [
+        rule
+        for group in _groups()
+        for rule in group["rules"]
+        if "alert" in rule
+        and any(
+            into == "device_id" and regex != "(.*)"
+            for into, _, regex in _READS_DEVICE_ID.findall(rule["expr"])
+        )
+    ]
+    missing = [
+        f"{rule['alert']}: {own} {suffix}"
+        for rule in cutting
+        for own, suffix in forms
+        if suffix not in rule["annotations"]["description"]
+        or (
+            own != ".+"
+            and f"match `^{own}$` $labels.device_id" not in rule["annotations"]["description"]
+        )
+    ]
+    assert (2, []) == (len(cutting), missing)
 
 
 def test_unit_tests_load_the_shipped_rules_file() -> None:
