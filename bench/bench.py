@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing
 import os
@@ -348,7 +349,11 @@ def _exporter(
     context = CollectorContext(sysfs=config.sysfs, procfs=config.procfs)
     built = build_collectors([n for n in config.collectors if n != "nvml"], context)
     source = SimulatedNvmlSource(_hardware(issue_node=issue_node), clock=time.monotonic)
-    built.insert(0, NvmlCollector(context, source=source))
+    # The polls here come back to back; the collector's clock steps 10 s a call (one a
+    # poll once NVML is up), so its energy and GPM intervals act as at the default
+    # --poll.interval: a GPM measurement and an energy read every third poll.
+    ticks = itertools.count(step=DEFAULT_INTERVAL_S)
+    built.insert(0, NvmlCollector(context, source=source, clock=lambda: float(next(ticks))))
     return Exporter(config, collectors=built)
 
 
