@@ -1702,8 +1702,8 @@ class NvmlCollector(Collector):
             finally:
                 self._free_gpm(self._last_gpm)  # devices not read this poll
             # A GPU no longer listed is counted from 0 if it comes back; one listed keeps
-            # its counts (never falling) through a failed sample or a lost poll, without
-            # the interval left unmeasured.
+            # its counts (never falling) through a failed sample or metrics call or a
+            # lost poll, without any interval left unmeasured.
             listed = {device.name for device in devices}
             self._pcie_bytes = {
                 uuid: counted for uuid, counted in self._pcie_bytes.items() if uuid in listed
@@ -1943,7 +1943,8 @@ class NvmlCollector(Collector):
         the kept sample, no sample is taken: the kept sample stays, and what was measured
         up to it is served again, over 0 seconds and with no failure (already reported).
         None for a first sample, or a failure (reported, named by ``calls``: the sample's,
-        the metrics')."""
+        the metrics'). A sample that fails keeps the older one for the next poll to
+        measure from (not when the GPU is lost or refuses GPM: it is freed)."""
         call, metrics_call = calls
         last = self._last_gpm.pop(key, None)
         now = self._poll_started
@@ -1957,7 +1958,12 @@ class NvmlCollector(Collector):
                 sample = take()
             except NvmlError as error:
                 if not self._gpm_refused(key, error, call):
-                    self._count(error, call)
+                    self._count(error, call)  # raises for GPU_IS_LOST: the sample goes
+                    if last is not None:
+                        # The older sample stays, its measurement no longer served: the
+                        # next poll that samples measures the whole time since it.
+                        self._gpm[key] = replace(last, measured=None)
+                        last = None
                 return None
             self._gpm[key] = _GpmKept(now, sample, None)
             if last is None:

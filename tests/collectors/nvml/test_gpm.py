@@ -567,8 +567,9 @@ class TestUnsupported:
 class TestFailures:
     @pytest.mark.parametrize(
         ("figure", "measured_after"),
-        # A failed sample leaves no baseline: the poll after it takes one, the next
-        # measures. A failed metrics call keeps this poll's sample: the next measures.
+        # From the first poll on: a sample failing with none taken before leaves no
+        # baseline, so the poll after it takes one and the next measures. A failed
+        # metrics call keeps this poll's sample: the next measures.
         [("gpm_sample", [False, True]), ("gpm_metrics", [True, True])],
     )
     def test_a_failed_call_is_an_issue_and_measuring_goes_on(
@@ -593,6 +594,26 @@ class TestFailures:
         expected += [(ratios(BUSY) if measured else {}, ()) for measured in measured_after]
         assert expected == [(gpm(readings, UUID), readings.issues) for readings in (during, *after)]
 
+    def test_a_failed_sample_keeps_the_older_one_to_measure_from(
+        self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path
+    ) -> None:
+        """A sample failing after a good one is one issue, and serves no figures; the
+        older sample stays, so the next poll measures the whole time since it: with
+        --collector.nvml.gpm-interval at 30 s, dropping it would leave the GPU without
+        figures for an interval more."""
+        failing = tmp_path / "failing"
+        fake_nvml.configure(replace(GPU, fail_while=(("gpm_sample", UNKNOWN, failing),)))
+        collector.collect()
+        failing.touch()
+        during, made_during = counting(fake_nvml, collector, "gpm_metrics")
+        failing.unlink()
+        after, made_after = counting(fake_nvml, collector, "gpm_sample", "gpm_metrics")
+        failed = CollectorIssue("UNKNOWN", f"{UUID}: gpm_sample: NVML UNKNOWN")
+        assert [({}, (failed,), (0,)), (ratios(BUSY), (), (1, 1))] == [
+            (gpm(during, UUID), during.issues, made_during),
+            (gpm(after, UUID), after.issues, made_after),
+        ]
+
     def test_a_gpu_lost_while_measuring_keeps_what_was_read(
         self, fake_nvml: FakeNvml, collector: NvmlCollector
     ) -> None:
@@ -607,17 +628,20 @@ class TestFailures:
 
     @pytest.mark.parametrize(
         ("failing", "held"),
-        [("gpm_sample", 0), ("gpm_metrics", 1), ("lost", 1)],
+        [("gpm_sample", 1), ("gpm_metrics", 1), ("lost", 1), ("lost_sampling", 0)],
     )
-    def test_a_failed_poll_frees_the_sample_it_would_have_measured_from(
+    def test_a_failed_poll_holds_one_sample_at_most(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, tmp_path: Path, failing: str, held: int
     ) -> None:
-        """The last poll's sample is freed whatever this poll's fails: the sample (none
-        held), the metrics call or the GPU lost during it (this poll's sample held, the
-        next poll's baseline)."""
+        """A failed poll holds one sample, the next poll's baseline, never two: the last
+        poll's when this poll's sample fails; this poll's when the metrics call fails, or
+        the GPU is lost during it (the last poll's freed); none when the GPU is lost while
+        sampling (nothing is measured across a GPU's loss)."""
         flag = tmp_path / "failing"
         if failing == "lost":
             gpu = replace(GPU, lost_at=("gpm_metrics", 1))
+        elif failing == "lost_sampling":
+            gpu = replace(GPU, lost_at=("gpm_sample", 1))
         else:
             gpu = replace(GPU, fail_while=((failing, UNKNOWN, flag),))
         fake_nvml.configure(gpu)
@@ -777,11 +801,11 @@ class TestPcieTraffic:
     @pytest.mark.parametrize(
         ("figure", "seconds_counted"),
         # Polls at 10, 20 (failing), 30 and 35 s, after one at 0 s. A failed sample
-        # leaves no baseline: the poll at 30 s takes one, and 35 s adds its 5 s. A failed
-        # metrics call keeps the 20 s sample: 30 s adds its 10 s, 35 s its 5 s.
-        [("gpm_sample", [10, 10, 10, 15]), ("gpm_metrics", [10, 10, 20, 25])],
+        # keeps the 10 s one: 30 s adds its 20 s, 35 s its 5 s. A failed metrics call
+        # keeps the 20 s sample, its 10 s unmeasured: 30 s adds its 10 s, 35 s its 5 s.
+        [("gpm_sample", [10, 10, 30, 35]), ("gpm_metrics", [10, 10, 20, 25])],
     )
-    def test_a_failure_keeps_the_counts_and_leaves_its_interval_uncounted(
+    def test_a_failure_keeps_the_counts_never_guessing_an_interval(
         self,
         fake_nvml: FakeNvml,
         clocked: Clocked,
@@ -791,8 +815,9 @@ class TestPcieTraffic:
     ) -> None:
         """A failing sample or metrics call keeps the counts as they were, never falling
         (a restart from 0 that overtook the last scraped value would read to Prometheus
-        as no reset at all); the interval it left unmeasured is not counted, never
-        guessed, and counting goes on from the next pair of samples."""
+        as no reset at all). A failed sample's interval is measured by the next sample,
+        from the older one; the interval a failed metrics call left unmeasured is not
+        counted, never guessed, and counting goes on from the next pair of samples."""
         failing = tmp_path / "failing"
         fake_nvml.configure(
             replace(GPU, gpm_pcie=(1.0, 2.0), fail_while=((figure, UNKNOWN, failing),))
