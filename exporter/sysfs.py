@@ -251,14 +251,15 @@ def failed_with(error: CollectorError, *codes: int) -> bool:
     return isinstance(cause, OSError) and cause.errno in codes
 
 
-def read_int(path: Path | str, *, base: int = 10) -> int | None:
+def read_int(path: Path | str, *, base: int = 10, unsigned: bool = False) -> int | None:
     """An integer attribute (base 10 or 16), or None when the file does not exist.
 
-    Raises GarbageFile naming the path for garbage or a number beyond 64 bits, and
-    UnreadableFile where read_text does.
+    Raises GarbageFile naming the path for garbage, a number beyond 64 bits, or with
+    ``unsigned`` (a count the kernel prints unsigned) a negative one; and UnreadableFile
+    where read_text does.
     """
     text = read_text(path)
-    return None if text is None else _attribute_int(text, path, base=base)
+    return None if text is None else _attribute_int(text, path, base=base, unsigned=unsigned)
 
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -296,13 +297,15 @@ def read_pci_id(path: Path | str) -> str | None:
         raise GarbageFile(f"{path}: {error}") from None
 
 
-def _attribute_int(text: str, path: Path | str, *, base: int) -> int:
+def _attribute_int(text: str, path: Path | str, *, base: int, unsigned: bool = False) -> int:
     # int() alone would take "1_000" and cost quadratic time on thousands of digits.
     if len(text) > _MAX_DIGITS or not _INTEGER[base].match(text):
         raise GarbageFile(f"{path}: not a 64-bit integer: {text[:_MAX_DIGITS]!r}")
     value = int(text, base)
     if abs(value) > MAX_COUNTER:
         raise GarbageFile(f"{path}: not a 64-bit integer: {text[:_MAX_DIGITS]!r}")
+    if unsigned and value < 0:
+        raise GarbageFile(f"{path}: negative: {value}")
     return value
 
 
@@ -374,7 +377,7 @@ class KeptFiles:
         data = self._read(path)
         return None if data is None else _attribute_text(data, path)
 
-    def read_int(self, path: str, *, base: int = 10) -> int | None:
+    def read_int(self, path: str, *, base: int = 10, unsigned: bool = False) -> int | None:
         """What module-level ``read_int`` gives for ``path``, through a kept descriptor."""
         data = self._read(path)
         if data is None:
@@ -386,7 +389,7 @@ class KeptFiles:
             value = int(digits)
             if value <= MAX_COUNTER:
                 return value
-        return _attribute_int(_attribute_text(data, path), path, base=base)
+        return _attribute_int(_attribute_text(data, path), path, base=base, unsigned=unsigned)
 
     def _read(self, path: str) -> bytes | None:
         self._read_paths.add(path)

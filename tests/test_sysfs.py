@@ -201,6 +201,26 @@ class TestReadInt:
         """A missing attribute is None, like read_text."""
         assert read_int(tmp_path / "value") is None
 
+    @pytest.mark.parametrize("kept", [False, True])
+    def test_unsigned_refuses_a_sign_the_kernel_never_prints(
+        self, tmp_path: Path, kept: bool
+    ) -> None:
+        """A count the kernel prints unsigned (a netdev counter, a hugepage count, a
+        sensor's reading) with a minus sign is garbage, kept descriptor or not; without
+        ``unsigned`` it is a number (numa_node's -1), and 0 is a count either way."""
+        path = tmp_path / "value"
+
+        def read(text: str, *, unsigned: bool) -> int | None:
+            write_attribute(path, f"{text}\n")
+            if kept:
+                return KeptFiles(max_open=0).read_int(str(path), unsigned=unsigned)
+            return read_int(path, unsigned=unsigned)
+
+        assert (-1, 0) == (read("-1", unsigned=False), read("-0", unsigned=True))
+        with pytest.raises(GarbageFile, match=f"^{path}: negative: -1$") as caught:
+            read("-1", unsigned=True)
+        assert GARBAGE == caught.value.label
+
 
 class TestKeptFiles:
     def test_rewritten_in_place_is_read_afresh(self, tmp_path: Path) -> None:

@@ -423,7 +423,7 @@ def _figure(
     signed: bool = False,
 ) -> float | None:
     try:
-        value = read_int(path)
+        value = read_int(path, unsigned=not signed)
     except FileError as error:
         # EPERM: amdgpu's answer to a sensor read while the GPU is runtime-suspended or
         # in reset (amdgpu_pm_get_access_if_active): no figure now, not a broken file.
@@ -433,9 +433,6 @@ def _figure(
             issues.append(issue(error.label, str(error)))
         return None
     if value is None:
-        return None
-    if value < 0 and not signed:
-        issues.append(issue(GARBAGE, f"{path}: negative: {value}"))
         return None
     multiplier, divisor = unit
     return value * multiplier / divisor

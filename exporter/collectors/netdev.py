@@ -430,19 +430,15 @@ class NetdevCollector(Collector):
         read_int = self._files.read_int
         for path, (_, spec) in zip(files, counters, strict=True):
             try:
-                value = read_int(path)
+                value = read_int(path, unsigned=True)
             except CollectorError as error:
                 # EINVAL: netstat_show's answer for a netdev being unregistered (a VF
                 # going away): gone, like a file gone since the listing.
                 if not failed_with(error, errno.EINVAL):
                     issues.append(file_issue(error))
                 continue
-            if value is None:
-                continue
-            if value < 0:  # read_int takes a sign; the kernel prints these unsigned
-                issues.append(issue(GARBAGE, f"{path}: negative: {value}"))
-                continue
-            samples.append(Sample(spec, float(value), labels))
+            if value is not None:
+                samples.append(Sample(spec, float(value), labels))
         return tuple(samples)
 
     def _read_moved_vfs(

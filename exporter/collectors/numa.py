@@ -205,14 +205,12 @@ def _hugepages_samples(
         ):
             path = f"{size_dir}/{file}"
             try:
-                pages = files.read_int(path)
+                pages = files.read_int(path, unsigned=True)
             except FileError as error:
                 issues.append(issue(error.label, str(error)))
                 continue
             if pages is None:
                 issues.append(issue(VANISHED, f"{path}: gone while its node was read"))
-            elif pages < 0:
-                issues.append(issue(GARBAGE, f"{path}: negative: {pages}"))
             else:
                 samples.append(Sample(spec, float(pages * size_kib * KIB), labels))
     return samples
