@@ -118,8 +118,9 @@ MAX_METADATA_BYTES = 1024 * 1024
 MAX_CDI_SPEC_BYTES = 4 * 1024 * 1024
 MAX_DIRECTORY_ENTRIES = 4096
 # The pure-Python YAML parser holds ~1 KiB per node until it returns: a 4 MiB spec of
-# CDI's own shape is ~220,000 nodes, 280 MiB of RSS and 10 s. A real NVIDIA spec is a
-# few thousand nodes.
+# CDI's own shape is ~220,000 nodes, 280 MiB of RSS and 10 s. The claim specs in
+# tests/fixtures/dra/cdi are 16-67 nodes; a node-wide NVIDIA spec (a hundred or so
+# library mounts, hooks) is estimated at a few thousand, not measured here.
 MAX_CDI_YAML_NODES = 50_000
 # /proc/stat, read once for btime: its intr line grows with the IRQs of big hosts.
 MAX_PROC_STAT_BYTES = 4 * 1024 * 1024
