@@ -2973,6 +2973,11 @@ class TestXidErrors:
         assert [expected, expected] == [xid_counts(before, UUID_A), xid_counts(after, UUID_A)]
 
 
+# NVML_VALUE_NOT_AVAILABLE, (-1), in an unsigned int and an unsigned long long
+UINT_NA = 0xFFFFFFFF
+ULL_NA = 0xFFFFFFFFFFFFFFFF
+
+
 class TestHostileAnswers:
     """Answers NVML gives with SUCCESS that are no figure: each loses that figure only,
     with an issue; the GPU's other figures and the other GPUs stay."""
@@ -3055,36 +3060,44 @@ class TestHostileAnswers:
         assert expected == readings
 
     @pytest.mark.parametrize(
-        ("value_type", "value", "error"),
-        [(0, "nan", "VALUE_NOT_AVAILABLE"), (7, "14", "UNKNOWN")],  # 7: newer than pynvml
+        ("field", "value_type", "value", "lost", "error"),
+        [
+            (38, 0, "nan", "nvlink_errors", "VALUE_NOT_AVAILABLE"),
+            (38, 7, "14", "nvlink_errors", "UNKNOWN"),  # 7: a type newer than pynvml
+            # NVML_VALUE_NOT_AVAILABLE: all bits of the field's own unsigned type set.
+            (38, 3, str(ULL_NA), "nvlink_errors", "VALUE_NOT_AVAILABLE"),
+            (138, 3, str(ULL_NA), "nvlink_traffic_kib", "VALUE_NOT_AVAILABLE"),
+            (38, 6, "65535", "nvlink_errors", "VALUE_NOT_AVAILABLE"),
+            (38, 2, str(ULL_NA), "nvlink_errors", "VALUE_NOT_AVAILABLE"),
+        ],
+        ids=["nan", "unknown_type", "all_bits", "transmit", "unsigned_short", "unsigned_long"],
     )
     def test_an_nvlink_field_that_is_no_number_loses_that_field_only(
         self,
         fake_nvml: FakeNvml,
         collector: NvmlCollector,
+        field: int,
         value_type: int,
         value: str,
+        lost: str,
         error: str,
     ) -> None:
-        """The CRC flit count (field 38) unreadable: the GPU's other NVLink counters, its
-        traffic and its links stay, as for a field that answers an error."""
-        gpu = replace(GPU_A, fields_as=((38, value_type, value),))
+        """Field values carry their own type: a NaN, a type pynvml does not know, or all
+        bits of an unsigned one set is no count (the CRC flit errors, field 38) nor
+        traffic (field 138). That field goes, with an issue; the GPU's other NVLink
+        counters, its traffic and its links stay, as for a field that answers an error."""
+        gpu = replace(GPU_A, fields_as=((field, value_type, value),))
         fake_nvml.configure(gpu)
 
         readings = collector.collect()
 
-        without_crc_flit = replace(gpu, nvlink_errors=(None, *gpu.nvlink_errors[1:]))
+        left = replace(gpu, **{lost: (None, *getattr(gpu, lost)[1:])})
         expected = Readings(
             node_samples=DRIVER,
-            devices=(gpu_reading(gpu, "0000:17:00.0", samples(without_crc_flit)),),
+            devices=(gpu_reading(gpu, "0000:17:00.0", samples(left)),),
             issues=(issue(error, UUID_A, "nvlink"),),
         )
         assert expected == readings
-
-
-# NVML_VALUE_NOT_AVAILABLE, (-1), in an unsigned int and an unsigned long long
-UINT_NA = 0xFFFFFFFF
-ULL_NA = 0xFFFFFFFFFFFFFFFF
 
 
 class TestNotAvailable:
@@ -3164,32 +3177,6 @@ class TestNotAvailable:
             readings.issues,
             next(s.value for s in device(readings, UUID_A).samples if s.spec == GPU_TEMPERATURE),
         )
-
-    @pytest.mark.parametrize(
-        ("field", "value_type", "value"),
-        [(38, 3, str(ULL_NA)), (138, 3, str(ULL_NA)), (38, 6, "65535"), (38, 2, str(ULL_NA))],
-        ids=["crc_flit", "transmit", "unsigned_short", "unsigned_long"],
-    )
-    def test_an_nvlink_field_loses_that_field_only(
-        self, fake_nvml: FakeNvml, collector: NvmlCollector, field: int, value_type: int, value: str
-    ) -> None:
-        """Field values carry their own type: all bits of an unsigned one set is no
-        count (the CRC flit errors, field 38) nor traffic (field 138)."""
-        gpu = replace(GPU_A, fields_as=((field, value_type, value),))
-        fake_nvml.configure(gpu)
-
-        readings = collector.collect()
-
-        if field == 38:
-            left = replace(gpu, nvlink_errors=(None, *gpu.nvlink_errors[1:]))
-        else:
-            left = replace(gpu, nvlink_traffic_kib=(None, gpu.nvlink_traffic_kib[1]))
-        expected = Readings(
-            node_samples=DRIVER,
-            devices=(gpu_reading(gpu, "0000:17:00.0", samples(left)),),
-            issues=(issue("VALUE_NOT_AVAILABLE", UUID_A, "nvlink"),),
-        )
-        assert expected == readings
 
 
 class TestLostGpu:
