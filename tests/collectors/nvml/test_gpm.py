@@ -903,14 +903,18 @@ class TestInterval:
 
     @staticmethod
     def polls(
-        fake_nvml: FakeNvml, clocked: Clocked, times: tuple[float, ...], name: str = UUID
+        fake_nvml: FakeNvml,
+        clocked: Clocked,
+        times: tuple[float, ...],
+        name: str = UUID,
+        calls: tuple[str, ...] = ("gpm_sample", "gpm_metrics"),
     ) -> list[tuple[tuple[int, ...], dict[tuple[str, tuple[str, ...]], float], int]]:
-        """For each poll at ``times``: the samples and metrics calls it made, the GPM
-        figures it served for ``name``, and its issues' count."""
+        """For each poll at ``times``: how many of ``calls`` it made (by default the
+        samples and metrics calls), the GPM figures it served for ``name``, and its
+        issues' count."""
         seen = []
         for seconds in times:
             clocked.now = seconds
-            calls = ("gpm_sample", "gpm_metrics")
             readings, made = counting(fake_nvml, clocked.collector, *calls)
             seen.append((made, gpm(readings, name), len(readings.issues)))
         return seen
@@ -991,15 +995,10 @@ class TestInterval:
         device measured at every poll from one served again.)"""
         fake_nvml.configure(replace(GPU, migs=(FakeMig(0, MIG_1, 1, 0, gpm=BUSY),)))
         every_30s.at(0.0)
-        polls = []
         calls = ("gpm_sample", "gpm_mig_sample", "gpm_metrics")
-        for seconds in (30.0, 40.0):
-            every_30s.now = seconds
-            polls.append(counting(fake_nvml, every_30s.collector, *calls))
+        seen = self.polls(fake_nvml, every_30s, (30.0, 40.0), name=MIG_1, calls=calls)
         # At 30 s: the GPU's and the device's samples, the instance's, three metrics calls.
-        assert [(ratios(BUSY), (2, 1, 3)), (ratios(BUSY), (0, 0, 0))] == [
-            (gpm(readings, MIG_1), made) for readings, made in polls
-        ]
+        assert [((2, 1, 3), ratios(BUSY), 0), ((0, 0, 0), ratios(BUSY), 0)] == seen
 
     def test_a_gpu_unlisted_for_a_poll_is_measured_afresh(
         self, fake_nvml: FakeNvml, every_30s: Clocked, tmp_path: Path
