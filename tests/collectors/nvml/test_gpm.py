@@ -922,9 +922,10 @@ class TestInterval:
     def test_measured_once_an_interval_and_served_between(
         self, fake_nvml: FakeNvml, every_30s: Clocked
     ) -> None:
-        """Polls every 10 s measure at every third; a poll due a little early (polls
-        start milliseconds off) measures, one half a second early does not. Nothing is
-        served before the first measurement, one interval after the first sample."""
+        """Polls every 10 s measure at every third; a poll due up to half a second
+        early (polls start milliseconds off) measures, as at 29.6 s, one 0.6 s early does
+        not. Nothing is served before the first measurement, one interval after the first
+        sample."""
         fake_nvml.configure(GPU)
         seen = self.polls(fake_nvml, every_30s, (0.0, 10.0, 29.4, 29.6, 40.0, 59.0, 60.0))
         busy = ratios(BUSY)
