@@ -590,6 +590,10 @@ class Snapshot:
     # stays where it was while List fails and the collectors go on (and is Get's time in
     # a view of one pod Get has just answered for, joined with the last poll's readings).
     readings_at: float | None = None
+    # time.monotonic() when collected_at was taken, for the data's age: a step of the
+    # wall clock (NTP, a corrected RTC) moves time() but not this. None in a snapshot
+    # made outside a poller: ages are then taken from collected_at.
+    collected_monotonic: float | None = None
     # False where the kubelet gave no inventory (``allocatable`` then stands empty): no
     # held device is "no longer offered" for being absent from it.
     allocatable_known: bool = True

@@ -87,6 +87,9 @@ class _KubeletData:
     pods: tuple[PodResources, ...]
     allocatable: AllocatableResources
     collected_at: float | None  # None until the kubelet first answers
+    # The monotonic clock at collected_at: ages are measured on it, as a step of the
+    # wall clock (NTP, a corrected RTC) must not make data stale or fresh.
+    collected_monotonic: float | None
     # False where the kubelet has given no inventory (GetAllocatableResources missing or
     # disabled, or failing before it ever answered): the empty one stands in, and no
     # device may be called "no longer offered" for its absence from it.
@@ -96,7 +99,7 @@ class _KubeletData:
 # One object each, so that a kubelet without an inventory (or without data yet) reads as
 # unchanged from poll to poll: the join is skipped on identity.
 _NO_INVENTORY = AllocatableResources()
-_NO_DATA = _KubeletData((), _NO_INVENTORY, None, False)
+_NO_DATA = _KubeletData((), _NO_INVENTORY, None, None, False)
 
 
 class Poller:
@@ -109,6 +112,7 @@ class Poller:
         node: str,
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._runner = runner
@@ -116,6 +120,7 @@ class Poller:
         self._node = node
         self._interval_s = interval_s
         self._clock = clock
+        self._monotonic = monotonic
         self._last_good: _KubeletData | None = None
         self._answered = False  # a List answer has been published since the start
         self._last_error: str | None = None
@@ -318,6 +323,7 @@ class Poller:
             poll_interval_seconds=self._interval_s,
             kubelet_requests=request_stats,
             readings_at=readings_at,
+            collected_monotonic=kubelet_data.collected_monotonic,
         )
         if refreshed is not None:
             return snapshot, (), joined_from
@@ -347,7 +353,7 @@ class Poller:
             self._probe_get(),
             return_exceptions=True,
         )
-        now = self._clock()
+        now, now_monotonic = self._clock(), self._monotonic()
         previous = self._last_good
         error: KubeletError | None = None
         if isinstance(pods_result, BaseException):
@@ -372,10 +378,10 @@ class Poller:
             # no pods would say every device and CPU of the node is free.
             data = previous or _NO_DATA
         else:
-            data = _KubeletData(pods_result, allocatable, now, allocatable_known)
+            data = _KubeletData(pods_result, allocatable, now, now_monotonic, allocatable_known)
             self._last_good = data
         listed = not isinstance(pods_result, BaseException)
-        self._note_error(error, served_from=data.collected_at, up=listed)
+        self._note_error(error, served_from=data.collected_monotonic, up=listed)
         status = KubeletStatus(
             up=listed,
             socket=self._client.socket_path,
@@ -387,6 +393,7 @@ class Poller:
     def _note_error(
         self, error: KubeletError | None, *, served_from: float | None, up: bool
     ) -> None:
+        """``served_from``: the monotonic clock when the data served was collected."""
         socket = self._client.socket_path
         if error is None:
             if self._client.take_went_away():
@@ -394,7 +401,7 @@ class Poller:
             self._outage.succeeded(socket=socket)
             self._last_error = None
             return
-        age = None if not served_from else round(self._clock() - served_from, 1)
+        age = None if served_from is None else round(self._monotonic() - served_from, 1)
         # Keyed on up too: List failing beside a failing GetAllocatableResources (or
         # answering again) flips kubelet_up and /readyz, and says so in the log.
         self._outage.failed(

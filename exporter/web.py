@@ -563,14 +563,23 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
+def _data_age_s(snapshot: Snapshot) -> float | None:
+    """How old the snapshot's kubelet data is, None without any: on the monotonic clock
+    where the poller noted it, so NTP stepping the wall clock neither flips /readyz to
+    503 (forward) nor keeps stale data ready (back)."""
+    if snapshot.collected_monotonic is not None:
+        return time.monotonic() - snapshot.collected_monotonic
+    return None if snapshot.collected_at is None else time.time() - snapshot.collected_at
+
+
 async def readyz(request: web.Request) -> web.Response:
     published = request.app[STORE].current
     limit = 3 * request.app[SETTINGS].poll_interval_s
     if published is None:
         return web.Response(status=503, text="not ready: no snapshot yet\n")
-    if published.snapshot.collected_at is None:
+    age = _data_age_s(published.snapshot)
+    if age is None:
         return web.Response(status=503, text="not ready: no kubelet data yet\n")
-    age = time.time() - published.snapshot.collected_at
     if age > limit:
         return web.Response(status=503, text=f"not ready: kubelet data is {age:.0f}s old\n")
     return web.Response(text="ok\n")

@@ -745,14 +745,52 @@ class TestDebugEndpoints:
         older than three poll intervals (1 s here), is not ready; /healthz stays 200."""
         published = await exporter.poller.poll_once()
         answers = []
-        for collected_at in (None, time.time() - 60, time.time() - 2):
-            exporter.store.current = replace(
-                published, snapshot=replace(published.snapshot, collected_at=collected_at)
+        for age in (None, 60, 2):
+            collected_at = None if age is None else time.time() - age
+            collected_monotonic = None if age is None else time.monotonic() - age
+            snapshot = replace(
+                published.snapshot,
+                collected_at=collected_at,
+                collected_monotonic=collected_monotonic,
             )
+            exporter.store.current = replace(published, snapshot=snapshot)
             ready = await client.get("/readyz")
             answers.append((ready.status, (await ready.text()).split(":")[0]))
         assert [(503, "not ready"), (503, "not ready"), (200, "ok\n")] == answers
         assert 200 == (await client.get("/healthz")).status
+
+    async def test_readyz_holds_when_the_wall_clock_steps_forward(
+        self, exporter: Exporter, client: TestClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:  # type: ignore[type-arg]
+        """NTP stepping the clock an hour on (a node booted with its RTC behind) ages no
+        kubelet data: data just polled stays ready, the pod stays in its endpoints."""
+        await exporter.poller.poll_once()
+        stepped = time.time() + 3600
+        monkeypatch.setattr("exporter.web.time.time", lambda: stepped)
+        ready = await client.get("/readyz")
+        assert (200, "ok\n") == (ready.status, await ready.text())
+
+    async def test_readyz_still_sees_stale_data_after_the_clock_steps_back(
+        self, exporter: Exporter, client: TestClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:  # type: ignore[type-arg]
+        """Kubelet data polled 60 s ago (on the monotonic clock), and since then the wall
+        clock stepped back an hour: the data is still 60 s old, not ready; an hour
+        behind, it would pass for fresh for an hour while the kubelet stays down."""
+        published = await exporter.poller.poll_once()
+        collected_at = published.snapshot.collected_at
+        assert published.snapshot.collected_monotonic is not None
+        assert collected_at is not None
+        exporter.store.current = replace(
+            published,
+            snapshot=replace(
+                published.snapshot,
+                collected_monotonic=published.snapshot.collected_monotonic - 60,
+            ),
+        )
+        stepped = collected_at - 3600
+        monkeypatch.setattr("exporter.web.time.time", lambda: stepped)
+        ready = await client.get("/readyz")
+        assert (503, "not ready: kubelet data is 60s old\n") == (ready.status, await ready.text())
 
     async def test_readyz_follows_the_snapshot(
         self, exporter: Exporter, client: TestClient

@@ -24,7 +24,14 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def poller(sim_node: SimulatedNode, clock: ManualClock) -> AsyncIterator[Poller]:
+def monotonic() -> ManualClock:
+    return ManualClock(500.0)
+
+
+@pytest.fixture
+async def poller(
+    sim_node: SimulatedNode, clock: ManualClock, monotonic: ManualClock
+) -> AsyncIterator[Poller]:
     client = KubeletClient(
         socket_path=sim_node.socket_path, max_message_bytes=1 << 20, timeout_s=2.0
     )
@@ -35,6 +42,7 @@ async def poller(sim_node: SimulatedNode, clock: ManualClock) -> AsyncIterator[P
         node="demo-node",
         interval_s=1.0,
         clock=clock,
+        monotonic=monotonic,
     )
     await client.close()
 
@@ -98,13 +106,28 @@ class TestInventory:
 
 class TestOutageLog:
     async def test_the_failure_says_how_old_the_data_served_is(
-        self, sim_node: SimulatedNode, poller: Poller, clock: ManualClock
+        self, sim_node: SimulatedNode, poller: Poller, clock: ManualClock, monotonic: ManualClock
     ) -> None:
         """kubelet_failed gives the age of the data still served, in seconds."""
         await poller.poll_once()
         clock.now += 12.5
+        monotonic.now += 12.5
         sim_node.kubelet.undecodable = {V1_LIST}
         with capture_logs() as logs:
             await poller.poll_once()
         (failed,) = [e for e in logs if e["event"] == "kubelet_failed"]
         assert (failed["serving_snapshot_age_seconds"], failed["kubelet_up"]) == (12.5, False)
+
+    async def test_the_age_said_is_not_moved_by_a_wall_clock_step(
+        self, sim_node: SimulatedNode, poller: Poller, clock: ManualClock, monotonic: ManualClock
+    ) -> None:
+        """12.5 s after the last good List, with NTP having stepped the wall clock back an
+        hour meanwhile: the data served is 12.5 s old, not -3587.5."""
+        await poller.poll_once()
+        monotonic.now += 12.5
+        clock.now += 12.5 - 3600
+        sim_node.kubelet.undecodable = {V1_LIST}
+        with capture_logs() as logs:
+            await poller.poll_once()
+        (failed,) = [e for e in logs if e["event"] == "kubelet_failed"]
+        assert failed["serving_snapshot_age_seconds"] == 12.5

@@ -42,13 +42,15 @@ def _failing_while(
 
 def _comparable(snapshot: Snapshot) -> Snapshot:
     """The snapshot without what the poller stamps on it (duration, interval, request
-    counts, when the readings were taken), for comparing with a join made by hand."""
+    counts, when the readings were taken, the data's monotonic time), for comparing with
+    a join made by hand."""
     return replace(
         snapshot,
         poll_duration_seconds=0.0,
         poll_interval_seconds=None,
         kubelet_requests=KubeletRequestStats(),
         readings_at=None,
+        collected_monotonic=None,
     )
 
 
