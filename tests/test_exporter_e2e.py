@@ -8,6 +8,7 @@ import gc
 import gzip
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -623,6 +624,23 @@ class TestDebugEndpoints:
             "ok",
         )
         assert body["telemetry_older_by_seconds"] < 0.4
+
+    async def test_the_age_shown_is_not_moved_by_a_wall_clock_step(
+        self, exporter: Exporter, client: TestClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:  # type: ignore[type-arg]
+        """NTP stepping the wall clock back an hour after a poll: the view still says the
+        data is a moment old, not -3600 s (nor, stepped on, an hour: on-call would take
+        the kubelet for stuck)."""
+        await exporter.poller.poll_once()
+        real = time.time
+        for step in (-3600, 3600):
+            monkeypatch.setattr("exporter.web.time.time", lambda step=step: real() + step)
+            body = await (await client.get("/debug/allocations")).json()
+            assert 0 <= body["age_seconds"] < 5
+            text = await (await client.get("/debug/allocations?format=text")).text()
+            shown = re.search(r", data age (-?[0-9.]+)s,", text.splitlines()[0])
+            assert shown is not None
+            assert 0 <= float(shown.group(1)) < 5
 
     async def test_fresh_pod_says_its_telemetry_is_the_polls(
         self, exporter: Exporter, client: TestClient
