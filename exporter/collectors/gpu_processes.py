@@ -280,10 +280,12 @@ class GpuProcessesCollector(Collector):
         *,
         source: NvmlSource | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(context)
         self._session = NvmlSession(source, clock=clock)
         self._source = self._session.source
+        self._wall_clock = wall_clock  # the clock NVML stamps samples with
         # Per device UUID: the newest sample timestamp seen, so each poll asks NVML
         # for the samples since the previous one.
         self._last_sample_us: dict[str, int] = {}
@@ -398,6 +400,12 @@ class GpuProcessesCollector(Collector):
         """Mean SM utilization per PID of the samples since the last poll's newest;
         None where the device gives none."""
         since = self._last_sample_us.get(key.value, 0)
+        # NVML stamps samples with the wall clock, in unix microseconds (an H200 on driver
+        # 580: within 0.2 s of time()). A newest sample seen in the future means NTP
+        # stepped the clock back: asked for samples after it, NVML would give none until
+        # the clock caught up (an hour for an hour's step). Then all it holds are asked.
+        if since > self._wall_clock() * 1e6:
+            since = 0
         try:
             samples = self._source.process_utilization(handle, since)
         except NvmlError as error:
@@ -407,6 +415,11 @@ class GpuProcessesCollector(Collector):
                 self._count(error, f"process_utilization {key.value}")
             return None
         self._gives_samples[key.value] = True
+        # Samples stamped after now (read after NVML answered, so none just taken is
+        # among them) were taken before the clock stepped back: counted already, and
+        # never the newest seen (which would hide the later ones again).
+        now_us = self._wall_clock() * 1e6
+        samples = tuple(s for s in samples if s.timestamp_us <= now_us)
         if samples:
             self._last_sample_us[key.value] = max(since, *(s.timestamp_us for s in samples))
         return _mean_sm_ratio(tuple(s for s in samples if s.timestamp_us > since))

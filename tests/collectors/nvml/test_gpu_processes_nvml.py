@@ -26,6 +26,7 @@ from fake_nvml_support import (
     FakeProcess,
     FakeSample,
 )
+from manualclock import ManualClock
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_processes import GpuProcessesCollector
@@ -110,6 +111,13 @@ def _two_processes(*, first_sm: float) -> Readings:
             ),
         )
     )
+
+
+def _processes(readings: Readings) -> tuple[GpuProcess, ...]:
+    """The processes of the one device the readings list."""
+    assert readings.gpu_processes is not None
+    (device,) = readings.gpu_processes
+    return device.processes
 
 
 class TestListing:
@@ -223,6 +231,43 @@ class TestListing:
 
         assert back is not None
         assert [0.1] == [p.sm_utilization_ratio for p in back[0].processes]
+
+    def test_samples_after_the_wall_clock_stepped_back_are_counted(
+        self, fake_nvml: FakeNvml, node: Path, tmp_path: Path
+    ) -> None:
+        """NVML stamps samples with the wall clock (unix microseconds; an H200 on driver
+        580 answered within 0.2 s of time()). After NTP steps it back an hour, the
+        samples are stamped an hour before the newest one seen: asked for samples after
+        that one, NVML gives none, and the process reads idle for the hour. The samples
+        NVML still holds from before the step were counted already, and are not again."""
+        before_us = 1_800_000_000 * 1_000_000  # unix microseconds
+        after_us = before_us - 3600 * 1_000_000 + 5_000_000  # stepped back, 5 s on
+        stepped, later = tmp_path / "stepped", tmp_path / "later"
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB),),
+                samples=(
+                    FakeSample(100, before_us, 40),  # still in NVML's buffer
+                    FakeSample(100, after_us, 80, present_flag=stepped),
+                    FakeSample(100, after_us + 10_000_000, 20, present_flag=later),
+                ),
+            )
+        )
+        wall = ManualClock(before_us / 1e6 + 1)
+        context = CollectorContext(procfs=node / "proc", pod_logs=node / "log" / "pods")
+        collector = GpuProcessesCollector(context, wall_clock=wall)
+        try:
+            ratios = [[p.sm_utilization_ratio for p in _processes(collector.collect())]]
+            wall.now = after_us / 1e6 + 1  # NTP stepped the clock back an hour
+            stepped.touch()
+            ratios.append([p.sm_utilization_ratio for p in _processes(collector.collect())])
+            wall.now += 10
+            later.touch()
+            ratios.append([p.sm_utilization_ratio for p in _processes(collector.collect())])
+        finally:
+            collector.close()
+        assert [[0.4], [0.8], [0.2]] == ratios
 
     def test_idle_mig_device_gives_no_samples(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
