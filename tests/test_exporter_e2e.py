@@ -445,6 +445,53 @@ class TestKubeletFailures:
         assert "DEADLINE_EXCEEDED" in (published.snapshot.kubelet.last_error or "")
         assert 'pod="trainer-0"' in (await (await client.get("/metrics")).text())
 
+    async def test_cpu_seconds_never_fall_when_a_page_is_rendered_during_the_next_poll(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """A snapshot's page is rendered by its first scrape; while the next poll waits on
+        a hung kubelet, that scrape comes after the poll has read /proc/stat. iowait going
+        back a little in between (as the kernel's does) must not fall on the next page:
+        Prometheus reads any decrease as a reset and counts the CPUs' lifetime again."""
+        stat = sim_node.procfs / "stat"
+        text = stat.read_text()
+
+        def iowait_plus(ticks: int) -> str:
+            lines = []
+            for line in text.splitlines():
+                fields = line.split()
+                if fields and fields[0].startswith("cpu") and fields[0] != "cpu":
+                    fields[5] = str(int(fields[5]) + ticks)  # name, user, nice, ... iowait
+                lines.append(" ".join(fields))
+            return "\n".join(lines) + "\n"
+
+        iowait = _key(
+            "podresources_container_exclusive_cpu_seconds_total",
+            namespace="ml-training",
+            pod="trainer-0",
+            container="trainer",
+            cpus="2-9",
+            mode="iowait",
+        )
+        await exporter.poller.poll_once()
+        first = (await _series(client))[iowait]
+        stat.write_text(iowait_plus(10))
+        await exporter.poller.poll_once()  # published; its first scrape comes later
+        stat.write_text(iowait_plus(5))  # back by 5 ticks
+        lists = sim_node.kubelet.calls["v1.List"]
+        sim_node.kubelet.hang = True
+        try:
+            polling = asyncio.ensure_future(exporter.poller.poll_once())
+            for _ in range(1000):  # until the poll waits on the kubelet, its readings taken
+                await asyncio.sleep(0.005)
+                if sim_node.kubelet.calls["v1.List"] > lists and not exporter.runner.busy():
+                    break
+            late = (await _series(client))[iowait]  # the second poll's page, rendered now
+            await polling
+        finally:
+            sim_node.kubelet.hang = False
+        latest = (await _series(client))[iowait]
+        assert (first + 8 * 0.1, late, late) == pytest.approx((late, late, latest))
+
     async def test_rate_limited_kubelet_backs_off(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]

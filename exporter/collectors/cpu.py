@@ -113,7 +113,7 @@ def _parse_lines(text: str, *, user_hz: int) -> tuple[tuple[CpuTimes, ...], tupl
 
 
 def _parse_uniform(
-    text: str, *, user_hz: int, floors: Mapping[int, CpuTimes] | None = None
+    text: str, *, user_hz: int, floors: dict[int, CpuTimes] | None = None
 ) -> ProcStatTimes | None:
     """parse_proc_stat's result for the kernel's usual output, else None.
 
@@ -159,7 +159,11 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
     looked up: a poll reads every CPU's line, but the join needs only the exclusive
     CPUs' (a 256-CPU node converts the few dozen lines containers hold, not 256).
     A CPU found in ``floors`` (the figures given before) never goes below them
-    (``not_backwards``).
+    (``not_backwards``), and what it gives becomes its floor. ``floors`` is the
+    collector's, shared by the tables of every poll: a snapshot's page is rendered by
+    its first scrape, which may come after the next poll has read /proc/stat (a scrape
+    while that poll waits on the kubelet or a slow collector), and the figures it gives
+    then must floor the next poll's as well.
 
     Plain data once built: the counters were checked when read, nothing is read later.
     Two threads converting the same CPU at once both store the same figures.
@@ -175,14 +179,14 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
         width: int,
         kept: int,
         user_hz: int,
-        floors: Mapping[int, CpuTimes] | None = None,
+        floors: dict[int, CpuTimes] | None = None,
     ) -> None:
         self._rows = rows  # CPU -> its row of counters, in CPU order
         self._counters = counters  # every row's counters, as digits
         self._width = width  # counters per row
         self._kept = kept  # the leading counters that are MODES
         self._user_hz = user_hz
-        self._floors: Mapping[int, CpuTimes] = floors or {}
+        self._floors: dict[int, CpuTimes] = {} if floors is None else floors
         self._converted: dict[int, CpuTimes] = {}
 
     def __getitem__(self, cpu: int) -> CpuTimes:
@@ -196,14 +200,8 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
             if floor is not None:
                 found = not_backwards(found, floor)
             self._converted[cpu] = found
+            self._floors[cpu] = found
         return found
-
-    def given(self) -> dict[int, CpuTimes]:
-        """The figures given so far, and the floors of CPUs not looked up: the floors of
-        the next poll's times (a poll nobody scraped converts nothing, and must not
-        lose them)."""
-        rows = self._rows  # an offline CPU's floor goes: its figures restart when back
-        return {cpu: t for cpu, t in self._floors.items() if cpu in rows} | self._converted
 
     def __contains__(self, cpu: object) -> bool:
         return cpu in self._rows
@@ -291,14 +289,15 @@ class CpuCollector(Collector):
         super().__init__(context)
         # USER_HZ is fixed for the life of the kernel (100 on every common architecture).
         self._user_hz = user_hz if user_hz is not None else os.sysconf("SC_CLK_TCK")
-        self._last: Mapping[int, CpuTimes] = {}  # the last poll's times: this one's floors
+        # Each CPU's figures last given, by whichever poll's table gave them: the floors
+        # of every table, kept across polls nobody scraped (nothing converted then).
+        self._floors: dict[int, CpuTimes] = {}
 
     def collect(self) -> Readings:
         """Read ``/proc/stat`` once."""
         path = self.context.procfs / "stat"
         text = read_proc_stat(path)
-        last = self._last
-        floors = last.given() if isinstance(last, ProcStatTimes) else last
+        floors = self._floors
         cpu_times: Mapping[int, CpuTimes] | None = _parse_uniform(
             text, user_hz=self._user_hz, floors=floors
         )
@@ -308,10 +307,14 @@ class CpuCollector(Collector):
             cpu_times = {
                 t.cpu: t if t.cpu not in floors else not_backwards(t, floors[t.cpu]) for t in listed
             }
+            floors.update(cpu_times)  # all given: converted at once
         if not cpu_times:
             reason = problems[0] if problems else "no per-CPU lines"
             raise CollectorError(f"{path}: {reason}")
-        self._last = cpu_times
+        # An offline CPU's floor goes: its figures restart when it is back. (list(): a
+        # render thread may be adding floors meanwhile.)
+        for cpu in [cpu for cpu in list(floors) if cpu not in cpu_times]:
+            floors.pop(cpu, None)
         return Readings(
             cpu_times=cpu_times,
             issues=tuple(issue(GARBAGE, f"{path}: {problem}") for problem in problems),

@@ -468,6 +468,25 @@ class TestNeverBackwards:
             _times(0, 110, 0, 70, 100200, 510, 0, 0, 0),
         ] == seen
 
+    def test_a_snapshot_scraped_after_the_next_poll_read_is_a_floor_too(
+        self, tmp_path: Path
+    ) -> None:
+        """The page of a snapshot is rendered by its first scrape, which may come after
+        the next poll has read /proc/stat (a scrape between that read and the publish):
+        iowait 500, 510 (converted only then), 505 serves 510, not 505 under the older
+        floor 500. Prometheus would read 510 -> 505 as a counter reset."""
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100)
+        polls = []
+        for iowait in (500, 510, 505):
+            (tmp_path / "stat").write_text(f"cpu0 100 0 50 1000 {iowait} 0 0 0\n")
+            times = collector.collect().cpu_times
+            assert times is not None
+            polls.append(times)
+        first, late, latest = polls
+        assert first[0] == _times(0, 100, 0, 50, 1000, 500, 0, 0, 0)
+        assert late[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)  # after the next read
+        assert latest[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)
+
     def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
         """Four hours of 10 s polls nobody scraped keep the floors without chaining every
         poll's behind the next, which a lookup would follow into a RecursionError."""
