@@ -242,7 +242,8 @@ def _run_queue(calls: deque[_Call], clock: Callable[[], float]) -> None:
 
 def _identities_of(readings: Readings | None) -> Readings:
     """What a failed run still says: the devices its last good run found, with their
-    identities and keys but no figures, and its node-level ``_info`` samples (the
+    identities and keys but no figures, the PCI functions where they sit (NUMA node,
+    PCIe path) without their link's figures, and its node-level ``_info`` samples (the
     driver's version). A device's identity (UUID, model, PCI address) is its
     hardware's: an NVML call that fails or hangs for a poll must not blank
     ``podresources_device_info``'s labels (a new series, then the old one back) or drop
@@ -251,7 +252,7 @@ def _identities_of(readings: Readings | None) -> Readings:
         return Readings()
     return Readings(
         devices=tuple(replace(d, samples=()) for d in readings.devices),
-        pci_devices=readings.pci_devices,
+        pci_devices=tuple(replace(p, samples=()) if p.samples else p for p in readings.pci_devices),
         node_samples=tuple(s for s in readings.node_samples if s.spec.name.endswith("_info")),
     )
 

@@ -655,6 +655,29 @@ class TestFailedRunsKeepIdentities:
             (False, Readings()),
         ]
 
+    async def test_a_failed_run_keeps_no_figure_of_a_pci_function(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """The pci collector's functions carry figures of their own (the PCIe link, its
+        AER counts): a failed run keeps where each function sits (NUMA node, PCIe path),
+        not those figures, which would pass for fresh for as long as it fails."""
+        width = MetricSpec("podresources_pcie_link_width", MetricKind.GAUGE, "Lanes.")
+        pci = PciDevice(
+            "0000:17:00.0",
+            "0x10de",
+            "0x2330",
+            "0x030200",
+            0,
+            samples=(Sample(width, 16.0),),
+            pcie_path=("pci0000:15", "0000:16:00.0", "0000:17:00.0"),
+        )
+        script = [lambda: Readings(pci_devices=(pci,)), _failing]
+        runner = make_runner([_Scripted(CONTEXT, script)], timeout_s=BOUND_S)
+
+        runs = [(await runner.run_all())[0] for _ in script]
+
+        assert runs[1].readings == Readings(pci_devices=(replace(pci, samples=()),))
+
 
 class TestNoLeak:
     async def test_failing_collector_leaks_no_exceptions_or_frames(
