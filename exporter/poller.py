@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import structlog
@@ -100,6 +100,23 @@ class _KubeletData:
 # unchanged from poll to poll: the join is skipped on identity.
 _NO_INVENTORY = AllocatableResources()
 _NO_DATA = _KubeletData((), _NO_INVENTORY, None, None, False)
+
+
+def log_allocation_changes(
+    changes: Iterable[AllocationChange], logger: structlog.typing.FilteringBoundLogger = log
+) -> None:
+    """One ``allocation_changed`` event for each container whose devices or CPUs changed."""
+    for change in changes:
+        logger.info(
+            "allocation_changed",
+            namespace=change.owner.namespace,
+            pod=change.owner.pod,
+            container=change.owner.container,
+            devices_added=list(change.devices_added),
+            devices_removed=list(change.devices_removed),
+            cpus_added=list(change.cpus_added),
+            cpus_removed=list(change.cpus_removed),
+        )
 
 
 class Poller:
@@ -178,17 +195,7 @@ class Poller:
             first_answer,
         )
         self._note_judged_failures(snapshot.collectors)
-        for change in changes:
-            log.info(
-                "allocation_changed",
-                namespace=change.owner.namespace,
-                pod=change.owner.pod,
-                container=change.owner.container,
-                devices_added=list(change.devices_added),
-                devices_removed=list(change.devices_removed),
-                cpus_added=list(change.cpus_added),
-                cpus_removed=list(change.cpus_removed),
-            )
+        log_allocation_changes(changes)
         if first_answer:
             self._answered = True
             log.info("allocations_loaded", pods=len(snapshot.pods), holders=holder_count(snapshot))

@@ -68,6 +68,7 @@ from exporter.model import (
     Sample,
     Snapshot,
 )
+from exporter.poller import log_allocation_changes
 from exporter.resolver import physical_id
 
 # FUZZ_KUBELET_EXAMPLES=5000 searches deeper, with fresh random examples each run.
@@ -978,25 +979,15 @@ def test_promtool_accepts_a_sample_of_pages(node: Node) -> None:
 
 def _logged_changes(before: Snapshot, after: Snapshot, fmt: str) -> tuple[int, str]:
     """The poller's allocation_changed events between two snapshots, logged in ``fmt``
-    (as ``Poller.poll_once`` logs them): how many, and the stream's text."""
+    (by the poller's own ``log_allocation_changes``): how many, and the stream's text."""
     stream = io.StringIO()
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     changes = diff_allocations(before, after)
     try:
         configure_logging(level="info", fmt=fmt, stream=stream)
-        log = structlog.get_logger("fuzz")  # a new logger: cached ones keep their config
-        for change in changes:
-            log.info(
-                "allocation_changed",
-                namespace=change.owner.namespace,
-                pod=change.owner.pod,
-                container=change.owner.container,
-                devices_added=list(change.devices_added),
-                devices_removed=list(change.devices_removed),
-                cpus_added=list(change.cpus_added),
-                cpus_removed=list(change.cpus_removed),
-            )
+        # A new logger: cached ones keep their config.
+        log_allocation_changes(changes, structlog.get_logger("fuzz"))
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
