@@ -195,12 +195,8 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
             start = self._rows[cpu] * self._width
             ticks = self._counters[start : start + self._kept]
             seconds = [int(count) / self._user_hz for count in ticks]
-            found = CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False)))
-            floor = self._floors.get(cpu)
-            if floor is not None:
-                found = not_backwards(found, floor)
+            found = _given(CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False))), self._floors)
             self._converted[cpu] = found
-            self._floors[cpu] = found
         return found
 
     def __contains__(self, cpu: object) -> bool:
@@ -214,6 +210,48 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
 
     def __repr__(self) -> str:
         return f"ProcStatTimes({len(self._rows)} CPUs)"
+
+
+class _ParsedTimes(Mapping[int, CpuTimes]):
+    """The per-line parser's CPU times, floored as ``ProcStatTimes`` floors them: when
+    first looked up, not when read. Floored at the read, a poll of unusual text would
+    take the floors of before a late render of the last snapshot (its first scrape,
+    after this read), and fall below the figures that page gave."""
+
+    __slots__ = ("_converted", "_floors", "_parsed")
+
+    def __init__(self, parsed: dict[int, CpuTimes], floors: dict[int, CpuTimes]) -> None:
+        self._parsed = parsed
+        self._floors = floors
+        self._converted: dict[int, CpuTimes] = {}
+
+    def __getitem__(self, cpu: int) -> CpuTimes:
+        found = self._converted.get(cpu)
+        if found is None:
+            found = self._converted[cpu] = _given(self._parsed[cpu], self._floors)
+        return found
+
+    def __contains__(self, cpu: object) -> bool:
+        return cpu in self._parsed
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._parsed)
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    def __repr__(self) -> str:
+        return f"_ParsedTimes({len(self._parsed)} CPUs)"
+
+
+def _given(times: CpuTimes, floors: dict[int, CpuTimes]) -> CpuTimes:
+    """``times`` kept from going below its CPU's floor, and made that floor: what a
+    table gives when a CPU is first looked up."""
+    floor = floors.get(times.cpu)
+    if floor is not None:
+        times = not_backwards(times, floor)
+    floors[times.cpu] = times
+    return times
 
 
 def not_backwards(times: CpuTimes, floor: CpuTimes) -> CpuTimes:
@@ -304,10 +342,7 @@ class CpuCollector(Collector):
         problems: tuple[str, ...] = ()
         if cpu_times is None:  # unusual text: the per-line parser says what is wrong
             listed, problems = _parse_lines(text, user_hz=self._user_hz)
-            cpu_times = {
-                t.cpu: t if t.cpu not in floors else not_backwards(t, floors[t.cpu]) for t in listed
-            }
-            floors.update(cpu_times)  # all given: converted at once
+            cpu_times = _ParsedTimes({t.cpu: t for t in listed}, floors)
         if not cpu_times:
             reason = problems[0] if problems else "no per-CPU lines"
             raise CollectorError(f"{path}: {reason}")

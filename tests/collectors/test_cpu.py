@@ -487,6 +487,26 @@ class TestNeverBackwards:
         assert late[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)  # after the next read
         assert latest[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)
 
+    def test_a_late_render_floors_a_poll_the_per_line_parser_read(self, tmp_path: Path) -> None:
+        """As above, with the next poll's text unusual (a garbage counter on another CPU):
+        the per-line parser's figures are floored when looked up too, not at the read,
+        so iowait 500, 510 (converted only after the next read), 505 serves 510 on the
+        next page, not 505 under the floor of before the late render."""
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100)
+        polls = []
+        for iowait, other in ((500, "1"), (510, "1"), (505, "x")):
+            (tmp_path / "stat").write_text(
+                f"cpu0 100 0 50 1000 {iowait} 0 0 0\ncpu1 {other} 1 1 1 1 1 1 1\n"
+            )
+            times = collector.collect().cpu_times
+            assert times is not None
+            polls.append(times)
+            if len(polls) == 1:
+                assert times[0] == _times(0, 100, 0, 50, 1000, 500, 0, 0, 0)  # rendered
+        _, late, latest = polls
+        assert late[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)  # after the next read
+        assert latest[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)
+
     def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
         """Four hours of 10 s polls nobody scraped keep the floors without chaining every
         poll's behind the next, which a lookup would follow into a RecursionError."""
