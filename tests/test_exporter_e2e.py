@@ -492,6 +492,54 @@ class TestKubeletFailures:
         latest = (await _series(client))[iowait]
         assert (first + 8 * 0.1, late, late) == pytest.approx((late, late, latest))
 
+    async def test_cpu_seconds_never_fall_when_the_next_poll_finds_a_cpu_offline(
+        self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
+    ) -> None:  # type: ignore[type-arg]
+        """As above, with the next poll's read finding one of the container's CPUs
+        offline: the page rendered late still floors that CPU on the figures last given
+        (iowait 10 ticks on, then 5 back), instead of giving a sum that fell."""
+        stat = sim_node.procfs / "stat"
+        text = stat.read_text()
+
+        def stat_with(ticks: int, *, offline: str = "") -> str:
+            lines = []
+            for line in text.splitlines():
+                fields = line.split()
+                if fields and fields[0] == offline:
+                    continue
+                if fields and fields[0].startswith("cpu") and fields[0] != "cpu":
+                    fields[5] = str(int(fields[5]) + ticks)  # name, user, nice, ... iowait
+                lines.append(" ".join(fields))
+            return "\n".join(lines) + "\n"
+
+        iowait = _key(
+            "podresources_container_exclusive_cpu_seconds_total",
+            namespace="ml-training",
+            pod="trainer-0",
+            container="trainer",
+            cpus="2-9",
+            mode="iowait",
+        )
+        stat.write_text(stat_with(10))
+        await exporter.poller.poll_once()
+        rendered = (await _series(client))[iowait]
+        stat.write_text(stat_with(5))  # back by 5 ticks
+        await exporter.poller.poll_once()  # published; its first scrape comes later
+        stat.write_text(stat_with(5, offline="cpu2"))
+        lists = sim_node.kubelet.calls["v1.List"]
+        sim_node.kubelet.hang = True
+        try:
+            polling = asyncio.ensure_future(exporter.poller.poll_once())
+            for _ in range(1000):  # until the poll waits on the kubelet, its readings taken
+                await asyncio.sleep(0.005)
+                if sim_node.kubelet.calls["v1.List"] > lists and not exporter.runner.busy():
+                    break
+            late = (await _series(client))[iowait]  # the second poll's page, rendered now
+            await polling
+        finally:
+            sim_node.kubelet.hang = False
+        assert late == pytest.approx(rendered)
+
     async def test_rate_limited_kubelet_backs_off(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]

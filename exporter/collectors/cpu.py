@@ -163,7 +163,8 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
     collector's, shared by the tables of every poll: a snapshot's page is rendered by
     its first scrape, which may come after the next poll has read /proc/stat (a scrape
     while that poll waits on the kubelet or a slow collector), and the figures it gives
-    then must floor the next poll's as well.
+    then must floor the next poll's as well. (The collector drops a CPU's floor when a
+    poll lists it again after one that did not: a late render still finds it.)
 
     Plain data once built: the counters were checked when read, nothing is read later.
     Two threads converting the same CPU at once both store the same figures.
@@ -330,6 +331,7 @@ class CpuCollector(Collector):
         # Each CPU's figures last given, by whichever poll's table gave them: the floors
         # of every table, kept across polls nobody scraped (nothing converted then).
         self._floors: dict[int, CpuTimes] = {}
+        self._listed: frozenset[int] = frozenset()  # the CPUs the last table listed
 
     def collect(self) -> Readings:
         """Read ``/proc/stat`` once."""
@@ -346,10 +348,14 @@ class CpuCollector(Collector):
         if not cpu_times:
             reason = problems[0] if problems else "no per-CPU lines"
             raise CollectorError(f"{path}: {reason}")
-        # An offline CPU's floor goes: its figures restart when it is back. (list(): a
-        # render thread may be adding floors meanwhile.)
-        for cpu in [cpu for cpu in list(floors) if cpu not in cpu_times]:
-            floors.pop(cpu, None)
+        # An offline CPU's floor goes when it is back, not when it goes: its figures
+        # restart from what the kernel says, but the late render of the last snapshot
+        # (its first scrape, after this read) still floors it on the figures last given.
+        cpus = frozenset(cpu_times)
+        if cpus != self._listed:
+            for cpu in cpus - self._listed:
+                floors.pop(cpu, None)
+            self._listed = cpus
         return Readings(
             cpu_times=cpu_times,
             issues=tuple(issue(GARBAGE, f"{path}: {problem}") for problem in problems),

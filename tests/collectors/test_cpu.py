@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -506,6 +506,29 @@ class TestNeverBackwards:
         _, late, latest = polls
         assert late[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)  # after the next read
         assert latest[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)
+
+    def test_a_late_render_keeps_the_floor_of_a_cpu_the_next_poll_found_offline(
+        self, tmp_path: Path
+    ) -> None:
+        """A CPU the next poll does not list (offlined) keeps its floor for the late render
+        of the last snapshot: iowait 510 (rendered), 505 (rendered after the next read,
+        which found cpu0 offline) serves 510, not 505, which Prometheus would read as a
+        reset. Back online, its figures restart from what the kernel says."""
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100)
+
+        def poll(text: str) -> Mapping[int, CpuTimes]:
+            (tmp_path / "stat").write_text(text)
+            times = collector.collect().cpu_times
+            assert times is not None
+            return times
+
+        first = poll("cpu0 100 0 50 1000 510 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n")
+        assert first[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)  # rendered
+        late = poll("cpu0 100 0 50 1100 505 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n")
+        poll("cpu1 1 1 1 1 1 1 1 1\n")  # cpu0 offline
+        assert late[0] == _times(0, 100, 0, 50, 1100, 510, 0, 0, 0)  # after the next read
+        back = poll("cpu0 90 0 40 1098 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n")
+        assert back[0] == _times(0, 90, 0, 40, 1098, 400, 0, 0, 0)
 
     def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
         """Four hours of 10 s polls nobody scraped keep the floors without chaining every
