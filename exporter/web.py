@@ -396,7 +396,10 @@ def _wants_gzip(accept_encoding: str) -> bool:
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
-    # Rendered by the first scrape of this snapshot (in a thread), then kept.
+    # Rendered by the first scrape of this snapshot (in a thread), then kept. Nothing
+    # may be awaited between reading the published snapshot and asking for its render:
+    # renders run in publish order, which the cpu collector's floors rely on (a page
+    # rendered after a newer one would be floored on the newer poll's figures).
     exposition = await request.app[STORE].exposition(_published(request))
     # A header sent on several lines is one comma-separated list (RFC 9110 5.3).
     openmetrics_type = _openmetrics_type(",".join(request.headers.getall("Accept", ())))
