@@ -435,11 +435,30 @@ class CollectorRunner:
                     "collector_read_failed", collector=name, error=found.error, detail=found.detail
                 )
 
+    def _let_reads_end(self) -> None:
+        """Wait for each call still running to end, until ``handover_s`` after its start:
+        a stop that cancels a poll finds a collector in an ordinary read (milliseconds)
+        far more often than in a hung one, and a read that ends is no hang; its
+        collector is closed as the others are. A call that ran longer (a timed-out one)
+        is not waited for."""
+        for call in self._in_flight.values():
+            if call.outcome is not None:
+                continue
+            started = call.started
+            left = (
+                self._handover_s if started is None else started + self._handover_s - self._clock()
+            )
+            # Real time: the runner's clock may be a test's, which only a collector moves.
+            deadline = time.monotonic() + max(0.0, left)
+            while call.outcome is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+
     def close(self) -> None:
         """Stop the lanes and close the collectors; one whose call still runs is left be."""
         for lane in self._lanes:
             lane.stop()  # a lane in a hung call ends when the call returns
         self._lanes.clear()
+        self._let_reads_end()
         busy = self.busy()
         for collector in self._collectors:
             if collector.name in busy:

@@ -521,6 +521,27 @@ class TestClose:
             {"event": "collector_abandoned", "collector": "hung", "log_level": "warning"}
         ] == logs
 
+    async def test_close_at_a_stop_mid_read_waits_for_the_read(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """SIGTERM cancels a poll while a collector is in an ordinary read (milliseconds):
+        close() lets the read end and closes the collector. It is not stuck, and saying
+        so (collector_abandoned: "a wedged driver, check dmesg") at a routine rollout
+        sent on-call looking for a hang that never was."""
+        runner = make_runner([hung], timeout_s=BOUND_S)
+        poll = asyncio.ensure_future(runner.run_all())
+        await _until(lambda: hung.calls == 1)
+        poll.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poll
+        # The read ends a moment after the stop began, as an ordinary one does.
+        threading.Timer(0.05, hung.release.set).start()
+
+        with capture_logs() as logs:
+            runner.close()
+
+        assert ([], 1) == (logs, hung.closed)
+
     async def test_close_ends_every_lane(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung
     ) -> None:
