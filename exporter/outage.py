@@ -18,11 +18,21 @@ from typing import Any
 
 import structlog
 
+from exporter.ratelimit import TokenBucket
+
 __all__ = ["OutageLog", "Throttle", "flush_throttles"]
 
 
 class OutageLog:
-    """Logs ``<name>_failed``, ``<name>_failure_changed`` and ``<name>_recovered``."""
+    """Logs ``<name>_failed``, ``<name>_failure_changed`` and ``<name>_recovered``.
+
+    A failure that comes and goes (a kubelet whose rate limit another client spends,
+    failing every other poll) is an outage of a poll or two each time: two lines an
+    outage made a line every poll. So after ``burst`` outages, those starting within
+    the same ``interval_s`` get no lines of their own: the next line counts them
+    (``outages_not_logged``); one still going when the interval ends is told then, and
+    those that ended are told in one ``<name>_recovered`` line once it does.
+    """
 
     def __init__(
         self,
@@ -30,6 +40,8 @@ class OutageLog:
         *,
         logger: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        interval_s: float = 60.0,
+        burst: int = 2,
     ) -> None:
         self._name = name
         self._log = logger if logger is not None else structlog.get_logger(__name__)
@@ -38,6 +50,14 @@ class OutageLog:
         self._key: object = None
         self._failures = 0
         self._since = 0.0
+        self._logged = False  # this outage's start was told
+        self._starts = TokenBucket(rate_per_s=1 / interval_s, burst=burst, clock=clock)
+        # Outages that came and went without lines since the last line: how many, their
+        # failures, their time, the last one's kind.
+        self._untold = 0
+        self._untold_failures = 0
+        self._untold_s = 0.0
+        self._untold_kind: str | None = None
 
     def failed(self, *, kind: str, error: str, key: object = None, **fields: Any) -> None:
         """One failure; ``kind`` is stable across repeats (an exception class, a code).
@@ -46,7 +66,17 @@ class OutageLog:
         self._failures += 1
         if self._kind is None:
             self._since = self._clock()
-            self._log.warning(f"{self._name}_failed", kind=kind, error=error, **fields)
+            self._logged = False
+        if not self._logged:
+            if self._starts.try_take():
+                self._logged = True
+                self._log.warning(
+                    f"{self._name}_failed",
+                    kind=kind,
+                    error=error,
+                    **self._take_untold(),
+                    **fields,
+                )
         elif (kind, key) != (self._kind, self._key):
             self._log.warning(
                 f"{self._name}_failure_changed",
@@ -60,17 +90,50 @@ class OutageLog:
 
     def succeeded(self, **fields: Any) -> None:
         """A success: ends the outage, if one was running."""
-        if self._kind is None:
-            return
+        if self._kind is not None:
+            duration_s = self._clock() - self._since
+            if self._logged:
+                self._log.info(
+                    f"{self._name}_recovered",
+                    failures=self._failures,
+                    last_kind=self._kind,
+                    duration_seconds=round(duration_s, 3),
+                    **fields,
+                )
+            else:  # told with the next line
+                self._untold += 1
+                self._untold_failures += self._failures
+                self._untold_s += duration_s
+                self._untold_kind = self._kind
+                _untold_logs.add(self)
+            self._kind = self._key = None
+            self._failures = 0
+            self._logged = False
+        if self._untold and self._starts.try_take():
+            self._tell_untold(**fields)
+
+    def flush(self) -> None:
+        """Tell now the outages that came and went untold: at exit, where no later poll
+        will."""
+        if self._untold:
+            self._tell_untold()
+
+    def _tell_untold(self, **fields: Any) -> None:
         self._log.info(
             f"{self._name}_recovered",
-            failures=self._failures,
-            last_kind=self._kind,
-            duration_seconds=round(self._clock() - self._since, 3),
+            failures=self._untold_failures,
+            last_kind=self._untold_kind,
+            duration_seconds=round(self._untold_s, 3),
+            **self._take_untold(),
             **fields,
         )
-        self._kind = self._key = None
-        self._failures = 0
+
+    def _take_untold(self) -> dict[str, Any]:
+        """``outages_not_logged`` for the line being logged, where there were any."""
+        untold, self._untold = self._untold, 0
+        _untold_logs.discard(self)
+        self._untold_failures, self._untold_s, self._untold_kind = 0, 0.0, None
+        return {"outages_not_logged": untold} if untold else {}
 
 
 class Throttle:
@@ -148,8 +211,15 @@ class Throttle:
 _holding: weakref.WeakSet[Throttle] = weakref.WeakSet()
 
 
+# Outage logs with outages that came and went untold: what flush_throttles tells at exit.
+_untold_logs: weakref.WeakSet[OutageLog] = weakref.WeakSet()
+
+
 def flush_throttles() -> None:
-    """Log what every throttle still holds back, as its interval's end would have: at
-    exit, where the timers that would log it are never run."""
+    """Log what every throttle still holds back, as its interval's end would have, and
+    the outages each outage log has not told yet: at exit, where the timers and polls
+    that would log them are never run."""
     for throttle in list(_holding):
         throttle.flush()
+    for outage in list(_untold_logs):
+        outage.flush()

@@ -97,6 +97,75 @@ class TestOutageLog:
         assert ["kubelet_failed", "kubelet_recovered"] * 2 == [e["event"] for e in logs]
         assert [1, 1] == [e["failures"] for e in logs if e["event"] == "kubelet_recovered"]
 
+    def test_a_flapping_failure_is_not_a_line_every_poll(self) -> None:
+        """A kubelet whose rate limit another client spends fails every other poll: each
+        failure is an outage of one poll, and two lines each made a line every poll
+        (60 a minute at 1 s polls) for as long as the neighbour stays. After two outages,
+        one outage a minute is told; those that came and went in between are counted in
+        the next line, and none is left untold once the flapping stops."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            for _ in range(300):  # 10 minutes of polls 1 s apart, every other one failing
+                outage.failed(kind="KubeletRateLimited", error="rejected by rate limit")
+                clock.advance(1.0)
+                outage.succeeded()
+                clock.advance(1.0)
+            for _ in range(120):  # the neighbour is gone: 2 minutes of good polls
+                outage.succeeded()
+                clock.advance(1.0)
+        untold = sum(e.get("outages_not_logged", 0) for e in logs)
+        told = sum(1 for e in logs if e["event"] == "kubelet_failed")
+        # Two outages at once, then one a minute over 12 minutes: two lines each at most.
+        assert (True, 300) == (len(logs) <= 2 * (2 + 12), told + untold), len(logs)
+        assert "kubelet_recovered" == logs[-1]["event"]
+
+    def test_a_long_outage_after_flapping_is_told_within_a_minute(self) -> None:
+        """An outage that starts while the lines of a flapping one are held back is told
+        once a minute has passed, not only when it ends."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            for _ in range(3):
+                outage.failed(kind="KubeletRateLimited", error="rate")
+                clock.advance(1.0)
+                outage.succeeded()
+                clock.advance(1.0)
+            began = clock.now
+            told_after = None
+            for _ in range(120):
+                outage.failed(kind="KubeletUnavailable", error="gone")
+                if told_after is None and logs[-1].get("kind") == "KubeletUnavailable":
+                    told_after = clock.now - began
+                clock.advance(1.0)
+        assert told_after is not None
+        assert told_after <= 60.0
+        # The third short outage came and went untold: the late line counts it.
+        assert ("kubelet_failed", 1) == (logs[-1]["event"], logs[-1]["outages_not_logged"])
+
+    def test_outages_untold_at_exit_are_told_by_the_flush(self) -> None:
+        """The exit's flush tells the outages that came and went untold: a kubelet that
+        flapped in the last minute before a stop is not left out of the log."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("flapped_at_exit", clock=clock)
+        with capture_logs() as logs:
+            for _ in range(5):
+                outage.failed(kind="KubeletUnavailable", error="gone")
+                clock.advance(1.0)
+                outage.succeeded()
+                clock.advance(1.0)
+            told = len([e for e in logs if e["event"].startswith("flapped_at_exit")])
+            flush_throttles()
+            flush_throttles()
+        ours = [e for e in logs if e["event"].startswith("flapped_at_exit")]  # not earlier tests'
+        assert (4, "flapped_at_exit_recovered", 3, 3) == (
+            told,
+            ours[-1]["event"],
+            ours[-1]["outages_not_logged"],
+            ours[-1]["failures"],
+        )
+        assert 5 == len(ours)
+
 
 class TestThrottle:
     async def test_what_an_interval_held_back_is_told_when_it_ends(self) -> None:
