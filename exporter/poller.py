@@ -41,7 +41,7 @@ from exporter.join import (
     join_snapshot,
     refresh_readings,
 )
-from exporter.kubelet.client import KubeletClient
+from exporter.kubelet.client import METHOD_V1ALPHA1_LIST, KubeletClient
 from exporter.kubelet.errors import KubeletError, MethodUnavailable
 from exporter.kubelet.stats import KubeletRequestStats
 from exporter.memory import trim
@@ -198,7 +198,13 @@ class Poller:
         log_allocation_changes(changes)
         if first_answer:
             self._answered = True
-            log.info("allocations_loaded", pods=len(snapshot.pods), holders=holder_count(snapshot))
+            log.info(
+                "allocations_loaded",
+                pods=len(snapshot.pods),
+                holders=holder_count(snapshot),
+                # v1alpha1 (kubelets before 1.20) gives device IDs only
+                api="v1alpha1" if self._client.list_method == METHOD_V1ALPHA1_LIST else "v1",
+            )
         published = Published(snapshot, allocations=self._allocations)
         self._store.current = published
         self._published_from = (published, joined_from)

@@ -28,6 +28,7 @@ from exporter.cli import parse_config
 from exporter.debugview import EncodedView, rfc3339
 from exporter.kubelet.errors import KubeletError
 from exporter.ratelimit import TokenBucket
+from exporter.sim.kubelet import V1_LIST
 from exporter.sim.node import SimulatedNode
 from exporter.web import DEBUG_VIEWS, SETTINGS
 
@@ -250,6 +251,22 @@ class TestMetrics:
             (e["pods"], e["holders"]) for e in logs if e["event"] == "allocations_loaded"
         ]
         assert holders > 10
+
+    @pytest.mark.parametrize(("unimplemented", "api"), [((), "v1"), ((V1_LIST,), "v1alpha1")])
+    async def test_the_first_answer_says_which_api_gave_it(
+        self,
+        exporter: Exporter,
+        sim_node: SimulatedNode,
+        unimplemented: tuple[str, ...],
+        api: str,
+    ) -> None:
+        """allocations_loaded names the PodResources API that answered: on a kubelet
+        without v1 (before 1.20) v1alpha1 gives device IDs only, no exclusive CPUs,
+        memory or DRA claims, and nothing at the start said which one was read."""
+        sim_node.kubelet.unimplemented |= set(unimplemented)
+        with capture_logs() as logs:
+            await exporter.poller.poll_once()
+        assert [api] == [e["api"] for e in logs if e["event"] == "allocations_loaded"]
 
     async def test_a_first_answer_never_published_is_still_loaded_not_changed(
         self, exporter: Exporter, sim_node: SimulatedNode, monkeypatch: pytest.MonkeyPatch
