@@ -141,6 +141,7 @@ class Poller:
         self._last_good: _KubeletData | None = None
         self._answered = False  # a List answer has been published since the start
         self._last_error: str | None = None
+        self._poll_error: str | None = None  # what the last poll raised, if it did
         self._cpu_numa: Mapping[int, int] = {}
         self._dra = DraState()
         self._failed_collectors: dict[str, str] = {}
@@ -162,12 +163,28 @@ class Poller:
         """Poll every interval until cancelled; a poll that fails is logged, never fatal."""
         while True:
             started = time.monotonic()
-            try:
-                await self.poll_once()
-            except Exception:  # keep polling: the last snapshot stays published
-                log.exception("poll_failed")
+            await self.poll_reporting_failure()
             elapsed = time.monotonic() - started
             await asyncio.sleep(max(0.0, self._interval_s - elapsed))
+
+    async def poll_reporting_failure(self) -> None:
+        """One poll; one that raises (a bug) is logged, never fatal: the last snapshot
+        stays published. The traceback comes with the first failure; while later polls
+        fail with the same error, each logs one line naming it (as ``render_failed``),
+        and the first poll that works again says so."""
+        try:
+            await self.poll_once()
+        except Exception as error:
+            text = f"{type(error).__name__}: {error}"
+            if text == self._poll_error:
+                log.error("poll_failed", error=text, repeated=True)
+            else:
+                log.exception("poll_failed")
+            self._poll_error = text
+            return
+        if self._poll_error is not None:
+            log.info("poll_recovered", after_error=self._poll_error)
+            self._poll_error = None
 
     async def poll_once(self) -> Published:
         started = time.perf_counter()

@@ -293,3 +293,42 @@ async def test_a_recovery_is_logged_once(demo: Exporter, renders: CountedRender)
         for _ in range(3):
             await demo.store.exposition(await demo.poller.poll_once())
     assert ["render_recovered"] == [e["event"] for e in logs if e["event"].startswith("render_")]
+
+
+async def test_a_poll_that_keeps_failing_logs_its_traceback_once(
+    demo: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug that breaks every poll gives one traceback, then one line per poll naming
+    the error, and the last snapshot stays published; the first poll that works again
+    says so."""
+    poller = demo.poller
+    await poller.poll_reporting_failure()
+    published = demo.store.current
+
+    def broken_join(*args: Any) -> Any:
+        raise RuntimeError("join broke")
+
+    with capture_logs() as logs:
+        monkeypatch.setattr(poller, "_join", broken_join)
+        for _ in range(3):
+            await poller.poll_reporting_failure()
+        kept = demo.store.current
+        monkeypatch.undo()
+        await poller.poll_reporting_failure()
+
+    seen = [
+        (e["event"], e.get("exc_info"), e.get("error"), e.get("repeated"), e.get("after_error"))
+        for e in logs
+        if e["event"].startswith("poll_")
+    ]
+    repeated = ("poll_failed", None, "RuntimeError: join broke", True, None)
+    assert (
+        published,
+        [
+            ("poll_failed", True, None, None, None),
+            repeated,
+            repeated,
+            ("poll_recovered", None, None, None, "RuntimeError: join broke"),
+        ],
+    ) == (kept, seen)
+    assert demo.store.current is not published
