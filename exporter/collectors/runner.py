@@ -63,6 +63,8 @@ MAX_LOGGED_ISSUES = 256
 # How long one call may hold up the rest of its poll's queue. Far above any collector's
 # normal run (milliseconds), so a second lane is made only for a collector in trouble.
 HANDOVER_S = 0.5
+# The error of a call that ran past its timeout.
+_TIMED_OUT = "timed out after "
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,10 +355,14 @@ class CollectorRunner:
     def _report(self, collector: Collector, call: _Call | None, poll: _Poll) -> CollectorRun:
         name = collector.name
         if call is None:
-            return self._failed(collector, "previous collection still running", 0.0)
+            # Where the call still running is one that timed out, this is the same
+            # failure, not a new one: the log keeps its "timed out" line, and
+            # collector_recovered names it.
+            still = self._state.get(name, "").startswith(f"failed: {_TIMED_OUT}")
+            return self._failed(collector, "previous collection still running", 0.0, note=not still)
         if call in poll.timed_out:
             ran = poll.timed_out[call]
-            return self._failed(collector, f"timed out after {self._timeout_s:g}s", ran)
+            return self._failed(collector, f"{_TIMED_OUT}{self._timeout_s:g}s", ran)
         outcome = call.outcome
         assert outcome is not None  # the poll ended: every call returned or timed out
         if outcome.error is not None:
@@ -385,9 +391,12 @@ class CollectorRunner:
             serves=collector.serves,
         )
 
-    def _failed(self, collector: Collector, error: str, duration_s: float) -> CollectorRun:
+    def _failed(
+        self, collector: Collector, error: str, duration_s: float, *, note: bool = True
+    ) -> CollectorRun:
         name = collector.name
-        self._note_state(name, f"failed: {error}")
+        if note:
+            self._note_state(name, f"failed: {error}")
         return CollectorRun(
             name,
             False,

@@ -333,6 +333,25 @@ class TestHungCollector:
 
         assert (("hung", True, None, None), 2) == (_summary(run), hung.calls)
 
+    async def test_a_hang_is_one_failure_in_the_log_until_it_ends(
+        self, make_runner: Callable[..., CollectorRunner], hung: _Hung
+    ) -> None:
+        """The polls that find the timed-out call still running log nothing more: the
+        hang's one line says it timed out, and its recovery names that."""
+        runner = make_runner([hung], timeout_s=0.05)
+
+        with capture_logs() as logs:
+            for _ in range(3):
+                await runner.run_all()
+            hung.release.set()
+            await _until(lambda: not runner.busy())
+            await runner.run_all()
+
+        assert [
+            ("collector_failed", "timed out after 0.05s", None),
+            ("collector_recovered", None, "failed: timed out after 0.05s"),
+        ] == [(e["event"], e.get("error"), e.get("was")) for e in logs]
+
     async def test_collectors_after_a_hung_one_are_collected(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung
     ) -> None:
