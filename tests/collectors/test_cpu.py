@@ -421,6 +421,26 @@ class TestNeverBackwards:
             ),
             pytest.param(
                 (
+                    "cpu0 100 0 50 1000 500 0 0 0\ncpu1 x 2 3 4\n",
+                    "cpu0 100 0 50 1100 510 0 0 0\ncpu1 x 2 3 4\n",
+                    "cpu0 100 0 50 1200 505 0 0 0\ncpu1 x 2 3 4\n",
+                ),
+                (True, True, True),
+                (100, 0, 50, 1200, 510, 0, 0, 0),
+                id="the-per-line-parser-floors-on-the-last-figure-given",
+            ),
+            pytest.param(
+                (
+                    "cpu0 100 0 50 1000 500 0 0 0\n",
+                    "cpu0 100 0 50 1100 490 0 0 0\n",
+                    "cpu0 100 0 50 1200 495 0 0 0\n",
+                ),
+                (True, True, True),
+                (100, 0, 50, 1200, 500, 0, 0, 0),
+                id="a-floor-is-the-figure-given-not-the-one-read",
+            ),
+            pytest.param(
+                (
                     "cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
                     "cpu1 1 1 1 1 1 1 1 1\n",
                     "cpu0 90 0 40 998 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
@@ -435,8 +455,9 @@ class TestNeverBackwards:
         self, tmp_path: Path, stats: tuple[str, ...], look: tuple[bool, ...], last: tuple[int, ...]
     ) -> None:
         """Floors carry over polls whose snapshot nobody scraped (nothing converted) and
-        hold in the per-line parser; idle JUMP_BACK_S or more back (a CPU offlined and
-        back) and a CPU absent from a poll restart from what the kernel says."""
+        hold in the per-line parser; a floor is the figure last given (floored itself),
+        not the one read; idle JUMP_BACK_S or more back (a CPU offlined and back) and a
+        CPU absent from a poll restart from what the kernel says."""
         assert _times(0, *last) == self._polls(tmp_path, *stats, look=look)[-1]
 
     def test_a_floor_is_the_last_figure_given(self, tmp_path: Path) -> None:
