@@ -269,6 +269,53 @@ class TestListing:
             collector.close()
         assert [[0.4], [0.8], [0.2]] == ratios
 
+    def test_a_clock_stepped_back_just_behind_the_newest_sample_is_a_step_too(
+        self, fake_nvml: FakeNvml, node: Path, tmp_path: Path
+    ) -> None:
+        """Any step that leaves the clock behind the newest sample seen hides the samples
+        taken since from a question for those after it, however short: here the clock
+        reads half a second before that sample, and the one taken after the step counts."""
+        before_us = 1_800_000_000 * 1_000_000  # unix microseconds
+        stepped = tmp_path / "stepped"
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB),),
+                samples=(
+                    FakeSample(100, before_us, 40),
+                    FakeSample(100, before_us - 750_000, 80, present_flag=stepped),
+                ),
+            )
+        )
+        wall = ManualClock(before_us / 1e6 + 1)
+        context = CollectorContext(procfs=node / "proc", pod_logs=node / "log" / "pods")
+        collector = GpuProcessesCollector(context, wall_clock=wall)
+        try:
+            ratios = [[p.sm_utilization_ratio for p in _processes(collector.collect())]]
+            wall.now = before_us / 1e6 - 0.5  # stepped back a second and a half
+            stepped.touch()
+            ratios.append([p.sm_utilization_ratio for p in _processes(collector.collect())])
+        finally:
+            collector.close()
+        assert [[0.4], [0.8]] == ratios
+
+    def test_samples_are_taken_on_the_wall_clock_by_default(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """NVML stamps samples with time() in unix microseconds, so that is the clock a
+        collector made with its defaults compares them with: a sample stamped a minute
+        ago is counted, not taken for one from the future (on the monotonic clock, the
+        seconds since boot, every real stamp would look decades ahead)."""
+        stamped_us = int((time.time() - 60) * 1_000_000)
+        fake_nvml.configure(
+            FakeGpu(
+                UUID,
+                processes=(FakeProcess(100, GIB),),
+                samples=(FakeSample(100, stamped_us, 30),),
+            )
+        )
+        assert [0.3] == [p.sm_utilization_ratio for p in _processes(collector.collect())]
+
     def test_idle_mig_device_gives_no_samples(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
     ) -> None:
