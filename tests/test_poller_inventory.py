@@ -131,3 +131,19 @@ class TestOutageLog:
             await poller.poll_once()
         (failed,) = [e for e in logs if e["event"] == "kubelet_failed"]
         assert failed["serving_snapshot_age_seconds"] == 12.5
+
+    async def test_a_kubelet_that_never_answered_serves_data_of_no_age(
+        self, sim_node: SimulatedNode, poller: Poller
+    ) -> None:
+        """List failing from the first poll on: no kubelet data is served, so the failure
+        gives it no age, and the snapshot holds no time to take one from (/readyz says
+        'no kubelet data yet', not that data is as old as the node's uptime)."""
+        sim_node.kubelet.undecodable = {V1_LIST}
+        with capture_logs() as logs:
+            snapshot = (await poller.poll_once()).snapshot
+        (failed,) = [e for e in logs if e["event"] == "kubelet_failed"]
+        assert (None, None, None) == (
+            failed.get("serving_snapshot_age_seconds", "absent"),
+            snapshot.collected_at,
+            snapshot.collected_monotonic,
+        )
