@@ -551,6 +551,27 @@ class TestNeverBackwards:
         back = poll("cpu0 90 0 40 1098 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n")
         assert back[0] == _times(0, 90, 0, 40, 1098, 400, 0, 0, 0)
 
+    def test_a_late_page_gives_no_floor_back_to_a_cpu_gone_offline(self, tmp_path: Path) -> None:
+        """A snapshot's page rendered after the next poll found one of its CPUs offline
+        (a scrape while that poll waits on the kubelet) gives that CPU no floor back:
+        online again, its figures restart from what the kernel says, as after any poll
+        that does not list it."""
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100)
+        stat = tmp_path / "stat"
+        stat.write_text("cpu0 100 0 50 1000 500 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n")
+        before = collector.collect().cpu_times
+        assert before is not None
+        stat.write_text("cpu1 1 1 1 1 1 1 1 1\n")  # cpu0 offline
+        collector.collect()
+        late = before[0]  # the first poll's page, rendered only now
+        stat.write_text("cpu0 90 0 40 998 400 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n")  # back
+        back = collector.collect().cpu_times
+        assert back is not None
+        assert (late, back[0]) == (
+            _times(0, 100, 0, 50, 1000, 500, 0, 0, 0),
+            _times(0, 90, 0, 40, 998, 400, 0, 0, 0),
+        )
+
     def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
         """Four hours of 10 s polls nobody scraped keep the floors without chaining every
         poll's behind the next, which a lookup would follow into a RecursionError."""
