@@ -223,6 +223,28 @@ class TestMetrics:
             ("etl-0", ["mellanox.com/cx7_sriov_vf/0000:4b:00.4"], [18, 19, 20, 21])
         ]
 
+    async def test_every_change_of_a_poll_is_logged_in_full(
+        self, exporter: Exporter, sim_node: SimulatedNode
+    ) -> None:
+        """A poll after the demo's batch pod went and the next one started: one
+        allocation_changed event for each, naming its container, with what it gained
+        and lost as lists (as every log format renders them alike)."""
+        await exporter.poller.poll_once()
+        for _ in range(6):
+            await sim_node.advance()
+        with capture_logs() as logs:
+            await exporter.poller.poll_once()
+        fields = ("pod", "container", "devices_added", "devices_removed", "cpus_added")
+        vf = "mellanox.com/cx7_sriov_vf/0000:4b:00.4"
+        assert [
+            ("etl-0", "etl", [], [vf], [], [18, 19, 20, 21]),
+            ("etl-1", "etl", [vf], [], [18, 19, 20, 21], []),
+        ] == [
+            (*[e[f] for f in fields], e["cpus_removed"])
+            for e in logs
+            if e["event"] == "allocation_changed"
+        ]
+
     async def test_the_first_answer_is_loaded_not_changed(
         self, exporter: Exporter, sim_node: SimulatedNode
     ) -> None:
