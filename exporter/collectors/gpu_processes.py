@@ -433,7 +433,11 @@ class GpuProcessesCollector(Collector):
                 origins[pid] = _read_origin(procfs, pid)
             except _Exited:
                 origins[pid] = None
-                detail = f"{procfs / str(pid) / 'cgroup'}: gone, the process exited"
+                # Routine (a short CUDA process): counted, and one detail for all PIDs,
+                # so that the runner logs it once, not once a process.
+                detail = (
+                    f"{procfs / '<pid>' / 'cgroup'}: gone, the process exited after NVML listed it"
+                )
                 self._issues.append(issue(PROCESS_EXITED, detail))
             except UnknownCgroupError as error:
                 origins[pid] = ProcessOrigin(pod_uid="")

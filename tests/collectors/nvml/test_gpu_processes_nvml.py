@@ -500,6 +500,19 @@ class TestDegrading:
         assert [100] == [p.pid for p in readings.gpu_processes[0].processes]
         assert ["process_exited"] == [i.error for i in readings.issues]
 
+    def test_exited_processes_share_one_detail(
+        self, fake_nvml: FakeNvml, collector: GpuProcessesCollector
+    ) -> None:
+        """Processes exiting between NVML's list and their cgroup's read are routine (a
+        short CUDA job): each is counted, under one detail naming no PID, so the runner
+        logs the first and not a line per process."""
+        gone = tuple(FakeProcess(pid, GIB) for pid in (300, 301, 302))
+        fake_nvml.configure(FakeGpu(UUID, processes=gone))
+        details = [(i.error, i.detail) for i in collector.collect().issues]
+        assert 3 == len(details)
+        assert 1 == len(set(details)), details
+        assert "<pid>" in details[0][1]
+
     def test_unknown_cgroup_shape(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, node: Path
     ) -> None:
