@@ -166,6 +166,85 @@ class TestOutageLog:
         )
         assert 5 == len(ours)
 
+    def test_the_line_telling_untold_outages_sums_them(self) -> None:
+        """The kubelet_recovered line that tells outages which came and went untold gives
+        their failures and time summed, the last one's kind and the success's fields; the
+        next such line counts only the outages since."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+
+        def short_outage(kind: str, failures: int) -> None:
+            for _ in range(failures):
+                outage.failed(kind=kind, error="e")
+                clock.advance(0.625)
+            outage.succeeded(socket="/s")
+            clock.advance(1.0)
+
+        with capture_logs() as logs:
+            for _ in range(2):  # told: the burst
+                short_outage("KubeletUnavailable", 1)
+            told = len(logs)
+            short_outage("KubeletUnavailable", 2)
+            short_outage("KubeletUnavailable", 2)
+            short_outage("KubeletRateLimited", 2)
+            untold = len(logs)
+            clock.advance(60.0)
+            outage.succeeded(socket="/s")
+            short_outage("KubeletUnavailable", 1)  # untold: the minute's line was spent
+            clock.advance(60.0)
+            outage.succeeded(socket="/s")
+        fields = ("event", "outages_not_logged", "failures", "duration_seconds", "last_kind")
+        assert (4, 4) == (told, untold)
+        assert [
+            ("kubelet_recovered", 3, 6, 3.75, "KubeletRateLimited", "/s"),
+            ("kubelet_recovered", 1, 1, 0.625, "KubeletUnavailable", "/s"),
+        ] == [(*(e[f] for f in fields), e["socket"]) for e in logs[4:]]
+
+    def test_after_two_outages_one_starting_within_the_minute_waits_for_its_line(
+        self,
+    ) -> None:
+        """Two outages are told at once; a third starting 40 s after the first has no line
+        until a minute has passed since the first was told, then it is told."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            for _ in range(2):
+                outage.failed(kind="KubeletUnavailable", error="gone")
+                clock.advance(0.5)
+                outage.succeeded()
+            clock.now = 140.0
+            outage.failed(kind="KubeletUnavailable", error="gone")
+            held = len(logs)
+            clock.now = 161.0
+            outage.failed(kind="KubeletUnavailable", error="gone")
+        assert (4, "kubelet_failed") == (held, logs[-1]["event"])
+
+    def test_a_lone_outage_says_nothing_of_untold_ones(self) -> None:
+        """A lone outage's lines are as they always were: no outages_not_logged."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            outage.failed(kind="KubeletUnavailable", error="gone", socket="/s")
+            clock.advance(1.0)
+            outage.succeeded(socket="/s")
+        assert [
+            {
+                "event": "kubelet_failed",
+                "kind": "KubeletUnavailable",
+                "error": "gone",
+                "socket": "/s",
+                "log_level": "warning",
+            },
+            {
+                "event": "kubelet_recovered",
+                "failures": 1,
+                "last_kind": "KubeletUnavailable",
+                "duration_seconds": 1.0,
+                "socket": "/s",
+                "log_level": "info",
+            },
+        ] == logs
+
 
 class TestThrottle:
     async def test_what_an_interval_held_back_is_told_when_it_ends(self) -> None:
