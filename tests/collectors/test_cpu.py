@@ -353,6 +353,31 @@ class TestProcStatTimes:
         assert list(readings.cpu_times) == [0, 1]
         assert [i.error for i in readings.issues] == ["garbage"]
 
+    def test_the_per_line_parsers_table_needs_no_lookup_first_either(self, tmp_path: Path) -> None:
+        """As for the usual table: a CPU the per-line parser listed is in its table
+        before its times are converted (the join asks ``in`` first)."""
+        (tmp_path / "stat").write_text("cpu3 1 2 3 4\ncpu1 x 6 7 8\n")
+        table = _collect(tmp_path).cpu_times
+        assert (True, True, False) == (3 in table, 1 in table, 2 in table)
+
+    @pytest.mark.parametrize(
+        "other", ["1 1 1 1 1 1 1 1", "x 1 1 1 1 1 1 1"], ids=["usual", "per-line"]
+    )
+    def test_a_table_gives_the_same_figures_at_every_lookup(
+        self, tmp_path: Path, other: str
+    ) -> None:
+        """A snapshot's figures are plain data once given: looked up again after the next
+        poll's table gave higher ones (its floors), they are what they were."""
+        collector = CpuCollector(CollectorContext(procfs=tmp_path), user_hz=100)
+        tables = []
+        for iowait in (500, 510):
+            (tmp_path / "stat").write_text(f"cpu0 100 0 50 1000 {iowait} 0 0 0\ncpu1 {other}\n")
+            tables.append(collector.collect().cpu_times)
+        first, second = tables
+        given = first[0]
+        assert second[0] == _times(0, 100, 0, 50, 1000, 510, 0, 0, 0)
+        assert (given, given) == (first[0], _times(0, 100, 0, 50, 1000, 500, 0, 0, 0))
+
 
 class TestNeverBackwards:
     """Figures that go back a little keep their last value: Prometheus would read the
@@ -571,6 +596,17 @@ class TestNeverBackwards:
             _times(0, 100, 0, 50, 1000, 500, 0, 0, 0),
             _times(0, 90, 0, 40, 998, 400, 0, 0, 0),
         )
+
+    def test_a_cpu_going_offline_leaves_the_other_cpus_floors(self, tmp_path: Path) -> None:
+        """cpu1 offlined drops no floor but its own (when it is back): cpu0's iowait
+        going back at that poll, 510 then 505, still serves 510."""
+        seen = self._polls(
+            tmp_path,
+            "cpu0 100 0 50 1000 510 0 0 0\ncpu1 1 1 1 1 1 1 1 1\n",
+            "cpu0 100 0 50 1100 505 0 0 0\n",
+            look=(True, True),
+        )
+        assert _times(0, 100, 0, 50, 1100, 510, 0, 0, 0) == seen[-1]
 
     def test_floors_do_not_chain_over_polls_nobody_scraped(self, tmp_path: Path) -> None:
         """Four hours of 10 s polls nobody scraped keep the floors without chaining every
