@@ -25,7 +25,7 @@ from structlog.testing import capture_logs
 from exporter.collectors import runner as runner_module
 from exporter.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from exporter.collectors.gpu_metrics import GPU_DRIVER_INFO
-from exporter.collectors.runner import MAX_LOGGED_ISSUES, CollectorRunner
+from exporter.collectors.runner import HANDOVER_S, MAX_LOGGED_ISSUES, CollectorRunner
 from exporter.model import (
     CollectorIssue,
     CollectorRun,
@@ -200,6 +200,49 @@ async def _until(condition: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"still not so after {BOUND_S:g}s")
         await asyncio.sleep(0.01)
+
+
+class _FakeTime:
+    """The runner module's ``time`` for close(): ``monotonic`` moves only by what
+    ``sleep`` is asked for, and ``on_sleep`` runs at each sleep."""
+
+    def __init__(self, on_sleep: Callable[[], None] = lambda: None) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+        self._on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        self._on_sleep()
+
+
+class _StallingClock(_Clock):
+    """Holds a lane's readings of the clock until ``go`` is set: a call a lane has taken
+    from the queue but not yet marked started."""
+
+    def __init__(self, now: float) -> None:
+        super().__init__(now)
+        self.go = threading.Event()
+        self.held = threading.Event()
+
+    def __call__(self) -> float:
+        if threading.current_thread() is not threading.main_thread() and not self.go.is_set():
+            self.held.set()
+            self.go.wait(BOUND_S)
+        return self.now
+
+
+async def _stopped_mid_call(runner: CollectorRunner, started: Callable[[], bool]) -> None:
+    """A poll cancelled (a stop) once ``started`` holds."""
+    poll = asyncio.ensure_future(runner.run_all())
+    await _until(started)
+    poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await poll
 
 
 def _summary(run: CollectorRun) -> tuple[str, bool, str | None, str | None]:
@@ -560,6 +603,84 @@ class TestClose:
             runner.close()
 
         assert ([], 1) == (logs, hung.closed)
+
+    async def test_close_does_not_wait_for_a_call_past_its_handover(
+        self,
+        make_runner: Callable[..., CollectorRunner],
+        hung: _Hung,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A call that has run longer than the handover by the runner's clock (a hang, if
+        not yet timed out) is not waited for: the stop goes on at once and says so."""
+        clock = _Clock(100.0)
+        runner = make_runner([hung], timeout_s=BOUND_S, clock=clock)
+        await _stopped_mid_call(runner, lambda: hung.calls == 1)
+        clock.advance(HANDOVER_S + 0.5)  # past the handover, well within the timeout
+        fake = _FakeTime()
+        monkeypatch.setattr(runner_module, "time", fake)
+
+        with capture_logs() as logs:
+            runner.close()
+
+        assert ([], ["collector_abandoned"], 0) == (
+            fake.slept,
+            [e["event"] for e in logs],
+            hung.closed,
+        )
+
+    async def test_close_stops_waiting_once_the_read_ends(
+        self,
+        make_runner: Callable[..., CollectorRunner],
+        hung: _Hung,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A read that ends a moment into the wait is closed then: the stop is not held
+        for the rest of the handover."""
+        runner = make_runner([hung], timeout_s=BOUND_S, clock=_Clock(100.0))
+        await _stopped_mid_call(runner, lambda: hung.calls == 1)
+        ended_at: list[float] = []
+
+        def read_ends() -> None:
+            if not ended_at:
+                hung.release.set()
+                deadline = time.monotonic() + BOUND_S
+                while runner.busy() and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                ended_at.append(fake.now)
+
+        fake = _FakeTime(read_ends)
+        monkeypatch.setattr(runner_module, "time", fake)
+
+        with capture_logs() as logs:
+            runner.close()
+
+        assert ([], 1, fake.now) == (logs, hung.closed, ended_at[0])
+        assert ended_at[0] < HANDOVER_S
+
+    async def test_close_waits_for_a_call_taken_but_not_yet_started(
+        self, make_runner: Callable[..., CollectorRunner], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A stop between a lane taking a call and marking it started still gives the
+        call its handover: it runs, ends, and its collector is closed."""
+        clock = _StallingClock(100.0)
+        working = _Working(CONTEXT)
+        runner = make_runner([working], timeout_s=BOUND_S, clock=clock)
+        try:
+            await _stopped_mid_call(runner, clock.held.is_set)
+
+            def call_runs() -> None:
+                clock.go.set()
+                deadline = time.monotonic() + BOUND_S
+                while runner.busy() and time.monotonic() < deadline:
+                    time.sleep(0.001)
+
+            monkeypatch.setattr(runner_module, "time", _FakeTime(call_runs))
+            with capture_logs() as logs:
+                runner.close()
+        finally:
+            clock.go.set()
+
+        assert ([], 1, 1) == (logs, len(working.threads), working.closed)
 
     async def test_close_ends_every_lane(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung
