@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -332,3 +333,61 @@ async def test_a_poll_that_keeps_failing_logs_its_traceback_once(
         ],
     ) == (kept, seen)
     assert demo.store.current is not published
+
+
+async def test_a_poll_failing_again_after_a_recovery_is_a_new_failure(
+    demo: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery is said once, and the same error after it is a new failure, with its
+    traceback: not a repeat of the one before the recovery."""
+    poller = demo.poller
+    join = poller._join
+
+    def broken_join(*args: Any) -> Any:
+        raise RuntimeError("join broke")
+
+    with capture_logs() as logs:
+        for broken in (True, False, False, True, False):
+            monkeypatch.setattr(poller, "_join", broken_join if broken else join)
+            await poller.poll_reporting_failure()
+
+    assert [
+        ("poll_failed", True, None),
+        ("poll_recovered", None, None),
+        ("poll_failed", True, None),
+        ("poll_recovered", None, None),
+    ] == [
+        (e["event"], e.get("exc_info"), e.get("repeated"))
+        for e in logs
+        if e["event"].startswith("poll_")
+    ]
+
+
+async def test_polling_goes_on_after_a_poll_that_raised(
+    demo: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run() outlives a poll that raises (a bug): the next poll runs and publishes."""
+    poller = demo.poller
+    join = poller._join
+    joins = 0
+
+    def join_broken_once(*args: Any) -> Any:
+        nonlocal joins
+        joins += 1
+        if joins == 1:
+            raise RuntimeError("join broke")
+        return join(*args)
+
+    monkeypatch.setattr(poller, "_join", join_broken_once)
+    monkeypatch.setattr(poller, "_interval_s", 0.0)
+    polling = asyncio.ensure_future(poller.run())
+    try:
+        for _ in range(1000):  # a bound, not a timing assertion
+            if demo.store.current is not None or polling.done():
+                break
+            await asyncio.sleep(0.01)
+        assert (False, True) == (polling.done(), demo.store.current is not None)
+    finally:
+        polling.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RuntimeError):  # RuntimeError: run() died
+            await polling
