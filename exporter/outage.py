@@ -51,6 +51,9 @@ class OutageLog:
         self._failures = 0
         self._since = 0.0
         self._logged = False  # this outage's start was told
+        # The last failure of an outage whose start is not told yet: what the exit's
+        # flush tells, if no later failure has.
+        self._held: tuple[str, str, dict[str, Any]] | None = None
         self._starts = TokenBucket(rate_per_s=1 / interval_s, burst=burst, clock=clock)
         # Outages that came and went without lines since the last line: how many, their
         # failures, their time, the last one's kind.
@@ -69,14 +72,10 @@ class OutageLog:
             self._logged = False
         if not self._logged:
             if self._starts.try_take():
-                self._logged = True
-                self._log.warning(
-                    f"{self._name}_failed",
-                    kind=kind,
-                    error=error,
-                    **self._take_untold(),
-                    **fields,
-                )
+                self._tell_start(kind, error, fields)
+            else:  # told when the interval ends, or at exit
+                self._held = (kind, error, fields)
+                _untold_logs.add(self)
         elif (kind, key) != (self._kind, self._key):
             self._log.warning(
                 f"{self._name}_failure_changed",
@@ -109,14 +108,25 @@ class OutageLog:
             self._kind = self._key = None
             self._failures = 0
             self._logged = False
+            self._held = None
         if self._untold and self._starts.try_take():
             self._tell_untold(**fields)
 
     def flush(self) -> None:
-        """Tell now the outages that came and went untold: at exit, where no later poll
-        will."""
-        if self._untold:
+        """Tell now the outage still going whose start is untold, else the outages that
+        came and went untold: at exit, where no later poll will. (An outage still going
+        at exit must not be left out: the last line would say the kubelet recovered.)"""
+        if self._held is not None:
+            self._tell_start(*self._held)
+        elif self._untold:
             self._tell_untold()
+
+    def _tell_start(self, kind: str, error: str, fields: dict[str, Any]) -> None:
+        self._logged = True
+        self._held = None
+        self._log.warning(
+            f"{self._name}_failed", kind=kind, error=error, **self._take_untold(), **fields
+        )
 
     def _tell_untold(self, **fields: Any) -> None:
         self._log.info(

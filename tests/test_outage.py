@@ -166,6 +166,35 @@ class TestOutageLog:
         )
         assert 5 == len(ours)
 
+    def test_an_outage_going_on_untold_at_exit_is_told_by_the_flush(self) -> None:
+        """A kubelet that flapped, then went down for good less than a minute before a
+        stop: the exit's flush tells that outage's start (its last failure), counting
+        the short one untold, instead of a kubelet_recovered line that would end the log
+        as if the kubelet were back."""
+        clock = ManualClock(100.0)
+        outage = OutageLog("kubelet", clock=clock)
+        with capture_logs() as logs:
+            for _ in range(3):
+                outage.failed(kind="KubeletUnavailable", error="gone")
+                clock.advance(1.0)
+                outage.succeeded(socket="/s")
+                clock.advance(1.0)
+            for n in range(3):
+                outage.failed(kind="KubeletUnavailable", error=f"gone for good {n}", socket="/s")
+                clock.advance(10.0)
+            told = len(logs)
+            flush_throttles()
+            flush_throttles()
+        assert (4, 5) == (told, len(logs))
+        assert {
+            "event": "kubelet_failed",
+            "kind": "KubeletUnavailable",
+            "error": "gone for good 2",
+            "outages_not_logged": 1,
+            "socket": "/s",
+            "log_level": "warning",
+        } == logs[-1]
+
     def test_the_line_telling_untold_outages_sums_them(self) -> None:
         """The kubelet_recovered line that tells outages which came and went untold gives
         their failures and time summed, the last one's kind and the success's fields; the
