@@ -86,6 +86,53 @@ def _key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return (name, tuple(sorted(labels.items())))
 
 
+# The trainer's exclusive CPUs' iowait seconds, whose floors the two late-render tests watch.
+TRAINER_IOWAIT = _key(
+    "podresources_container_exclusive_cpu_seconds_total",
+    namespace="ml-training",
+    pod="trainer-0",
+    container="trainer",
+    cpus="2-9",
+    mode="iowait",
+)
+
+
+def _stat_with_iowait(text: str, ticks: int, *, offline: str = "") -> str:
+    """/proc/stat ``text`` with every CPU's iowait ``ticks`` on, and CPU ``offline``'s
+    line left out."""
+    lines = []
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == offline:
+            continue
+        if fields and fields[0].startswith("cpu") and fields[0] != "cpu":
+            fields[5] = str(int(fields[5]) + ticks)  # name, user, nice, ... iowait
+        lines.append(" ".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+async def _iowait_rendered_during_a_hung_poll(
+    exporter: Exporter,
+    client: TestClient,  # type: ignore[type-arg]
+    sim_node: SimulatedNode,
+) -> float:
+    """The trainer's iowait on the published snapshot's page, first scraped while the
+    next poll waits on a hung kubelet, its collectors' readings already taken."""
+    lists = sim_node.kubelet.calls["v1.List"]
+    sim_node.kubelet.hang = True
+    try:
+        polling = asyncio.ensure_future(exporter.poller.poll_once())
+        for _ in range(1000):
+            await asyncio.sleep(0.005)
+            if sim_node.kubelet.calls["v1.List"] > lists and not exporter.runner.busy():
+                break
+        late = (await _series(client))[TRAINER_IOWAIT]
+        await polling
+    finally:
+        sim_node.kubelet.hang = False
+    return late
+
+
 def _with_name(series: Series, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return {labels: value for (n, labels), value in series.items() if n == name}
 
@@ -493,42 +540,13 @@ class TestKubeletFailures:
         Prometheus reads any decrease as a reset and counts the CPUs' lifetime again."""
         stat = sim_node.procfs / "stat"
         text = stat.read_text()
-
-        def iowait_plus(ticks: int) -> str:
-            lines = []
-            for line in text.splitlines():
-                fields = line.split()
-                if fields and fields[0].startswith("cpu") and fields[0] != "cpu":
-                    fields[5] = str(int(fields[5]) + ticks)  # name, user, nice, ... iowait
-                lines.append(" ".join(fields))
-            return "\n".join(lines) + "\n"
-
-        iowait = _key(
-            "podresources_container_exclusive_cpu_seconds_total",
-            namespace="ml-training",
-            pod="trainer-0",
-            container="trainer",
-            cpus="2-9",
-            mode="iowait",
-        )
         await exporter.poller.poll_once()
-        first = (await _series(client))[iowait]
-        stat.write_text(iowait_plus(10))
+        first = (await _series(client))[TRAINER_IOWAIT]
+        stat.write_text(_stat_with_iowait(text, 10))
         await exporter.poller.poll_once()  # published; its first scrape comes later
-        stat.write_text(iowait_plus(5))  # back by 5 ticks
-        lists = sim_node.kubelet.calls["v1.List"]
-        sim_node.kubelet.hang = True
-        try:
-            polling = asyncio.ensure_future(exporter.poller.poll_once())
-            for _ in range(1000):  # until the poll waits on the kubelet, its readings taken
-                await asyncio.sleep(0.005)
-                if sim_node.kubelet.calls["v1.List"] > lists and not exporter.runner.busy():
-                    break
-            late = (await _series(client))[iowait]  # the second poll's page, rendered now
-            await polling
-        finally:
-            sim_node.kubelet.hang = False
-        latest = (await _series(client))[iowait]
+        stat.write_text(_stat_with_iowait(text, 5))  # back by 5 ticks
+        late = await _iowait_rendered_during_a_hung_poll(exporter, client, sim_node)
+        latest = (await _series(client))[TRAINER_IOWAIT]
         assert (first + 8 * 0.1, late, late) == pytest.approx((late, late, latest))
 
     async def test_cpu_seconds_never_fall_when_the_next_poll_finds_a_cpu_offline(
@@ -539,44 +557,13 @@ class TestKubeletFailures:
         (iowait 10 ticks on, then 5 back), instead of giving a sum that fell."""
         stat = sim_node.procfs / "stat"
         text = stat.read_text()
-
-        def stat_with(ticks: int, *, offline: str = "") -> str:
-            lines = []
-            for line in text.splitlines():
-                fields = line.split()
-                if fields and fields[0] == offline:
-                    continue
-                if fields and fields[0].startswith("cpu") and fields[0] != "cpu":
-                    fields[5] = str(int(fields[5]) + ticks)  # name, user, nice, ... iowait
-                lines.append(" ".join(fields))
-            return "\n".join(lines) + "\n"
-
-        iowait = _key(
-            "podresources_container_exclusive_cpu_seconds_total",
-            namespace="ml-training",
-            pod="trainer-0",
-            container="trainer",
-            cpus="2-9",
-            mode="iowait",
-        )
-        stat.write_text(stat_with(10))
+        stat.write_text(_stat_with_iowait(text, 10))
         await exporter.poller.poll_once()
-        rendered = (await _series(client))[iowait]
-        stat.write_text(stat_with(5))  # back by 5 ticks
+        rendered = (await _series(client))[TRAINER_IOWAIT]
+        stat.write_text(_stat_with_iowait(text, 5))  # back by 5 ticks
         await exporter.poller.poll_once()  # published; its first scrape comes later
-        stat.write_text(stat_with(5, offline="cpu2"))
-        lists = sim_node.kubelet.calls["v1.List"]
-        sim_node.kubelet.hang = True
-        try:
-            polling = asyncio.ensure_future(exporter.poller.poll_once())
-            for _ in range(1000):  # until the poll waits on the kubelet, its readings taken
-                await asyncio.sleep(0.005)
-                if sim_node.kubelet.calls["v1.List"] > lists and not exporter.runner.busy():
-                    break
-            late = (await _series(client))[iowait]  # the second poll's page, rendered now
-            await polling
-        finally:
-            sim_node.kubelet.hang = False
+        stat.write_text(_stat_with_iowait(text, 5, offline="cpu2"))
+        late = await _iowait_rendered_during_a_hung_poll(exporter, client, sim_node)
         assert late == pytest.approx(rendered)
 
     async def test_rate_limited_kubelet_backs_off(
