@@ -127,6 +127,11 @@ class _SimGpmSample:
     taken_at: float  # clock() seconds
 
 
+# Drains (polls) after a GPU is first watched that its Xids are raised: a minute at the
+# default 10 s poll, so that a Prometheus scraping every 30 s has seen the count at 0.
+XID_AFTER_DRAINS = 6
+
+
 class SimulatedNvmlSource(NvmlSource):
     """``NvmlSource`` for simulated GPUs; telemetry follows ``clock()`` in seconds."""
 
@@ -139,6 +144,13 @@ class SimulatedNvmlSource(NvmlSource):
         self._clock = clock
         self._initialized = False
         self._xids_raised: set[str] = set()
+        # Xids raised XID_AFTER_DRAINS drains after their GPU is first watched (with the
+        # drain each is due at), and those raised, read at the next drain: a fault while
+        # the GPU is watched, its counters served at 0 for a minute of polls before (one
+        # raised at the first poll would be born at 1, and increase(), which the Xid
+        # alert reads, never sees a series' first value).
+        self._drains = 0
+        self._xids_due: list[tuple[int, SimGpu, int]] = []
         self._xids_waiting: list[tuple[SimGpu, int]] = []
 
     def init(self) -> None:
@@ -152,20 +164,27 @@ class SimulatedNvmlSource(NvmlSource):
         return NvmlEventSet(object())
 
     def register_xid_events(self, handle: NvmlHandle, events: NvmlEventSet) -> None:
-        # A GPU's Xids are raised once it is first watched, once in the process's life
-        # (the driver does not raise an Xid again for a new watcher).
+        # A GPU's Xids are raised once after it is first watched, once in the process's
+        # life (the driver does not raise an Xid again for a new watcher).
         gpu = _whole(handle)
         if gpu.uuid not in self._xids_raised:
             self._xids_raised.add(gpu.uuid)
-            self._xids_waiting.extend((gpu, xid) for xid in gpu.xids)
+            due = self._drains + XID_AFTER_DRAINS
+            self._xids_due.extend((due, gpu, xid) for xid in gpu.xids)
 
     def next_xid(self, events: NvmlEventSet) -> tuple[NvmlHandle, int] | None:
         if not self._xids_waiting:
+            # The end of a drain: what is due by now is raised, for the next one to read.
+            self._drains += 1
+            now = self._drains
+            self._xids_waiting = [(gpu, xid) for due, gpu, xid in self._xids_due if due <= now]
+            self._xids_due = [entry for entry in self._xids_due if entry[0] > now]
             return None
         gpu, xid = self._xids_waiting.pop(0)
         return NvmlHandle(_SimHandle(gpu)), xid
 
     def free_event_set(self, events: NvmlEventSet) -> None:
+        self._xids_due.clear()
         self._xids_waiting.clear()
 
     def device_key(self, handle: NvmlHandle) -> Hashable:
