@@ -1654,9 +1654,10 @@ class NvmlCollector(Collector):
         self._energy_max_age_s = context.nvml_energy_interval_s - INTERVAL_SLACK_S
         # GPM, by device UUID (a MIG device's is new with each reconfiguration; its GPU
         # instance's is "<UUID>/gpu-instance"): whether it can be sampled, asked once an
-        # NVML session; its latest sample with what was measured up to it, this poll's
-        # and the last poll's (a sample is freed once measured from, or when its device
-        # is gone). A sample younger than the interval is kept, and its measurement served.
+        # NVML session while the device is listed; its latest sample with what was
+        # measured up to it, this poll's and the last poll's (a sample is freed once
+        # measured from, or when its device is gone). A sample younger than the interval
+        # is kept, and its measurement served.
         self._gpm_supported: dict[str, bool] = {}
         self._gpm: dict[str, _GpmKept] = {}
         self._last_gpm: dict[str, _GpmKept] = {}
@@ -1707,6 +1708,14 @@ class NvmlCollector(Collector):
             listed = {device.name for device in devices}
             self._pcie_bytes = {
                 uuid: counted for uuid, counted in self._pcie_bytes.items() if uuid in listed
+            }
+            # Whether a device can be sampled goes with it too: a MIG reconfiguration
+            # names its devices (and GPU instances, "<UUID>/gpu-instance") anew, and the
+            # old names would stay for the process's life. One listed again is asked again.
+            self._gpm_supported = {
+                key: supported
+                for key, supported in self._gpm_supported.items()
+                if key.partition("/")[0] in listed
             }
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
             self._xids.drain()

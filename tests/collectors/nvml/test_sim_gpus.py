@@ -66,8 +66,8 @@ from exporter.model import (
     Readings,
     Sample,
 )
-from exporter.sim.gpus import XID_AFTER_DRAINS, SimulatedNvmlSource
-from exporter.sim.hardware import GIB, demo_hardware
+from exporter.sim.gpus import XID_AFTER_DRAINS, SimulatedNvmlSource, _SimHandle
+from exporter.sim.hardware import GIB, SimGpu, SimHardware, demo_hardware
 
 HARDWARE = demo_hardware()
 GPU_0, GPU_1, GPU_2, GPU_3 = HARDWARE.gpus[:4]  # 4 and 5 are DRA's (exporter.sim.dra)
@@ -471,6 +471,64 @@ class TestMig:
         found = attributed_names(collector.collect(), "nvidia2/gi2", mig_1.uuid)
 
         assert {"nvidia2/gi2": mig_2.uuid, mig_1.uuid: mig_1.uuid} == found
+
+    def test_what_is_kept_per_device_stays_bounded_over_mig_reconfigurations(
+        self, clock: ManualClock
+    ) -> None:
+        """Each MIG reconfiguration names its MIG devices, and their GPU instances, anew:
+        what the collector keeps per device goes with the old ones, so a node whose MIG
+        layout churns for months keeps what one layout needs."""
+        gpus = HARDWARE.gpus
+        source = _Reconfigured(HARDWARE, clock=clock)
+        nvml = NvmlCollector(CollectorContext(nvml_gpm_interval_s=0.0), source=source, clock=clock)
+
+        def kept() -> int:
+            held = (*vars(nvml).values(), *vars(nvml._xids).values())
+            return sum(len(v) for v in held if isinstance(v, dict | set))
+
+        def remade(generation: int) -> tuple[SimGpu, ...]:
+            return tuple(
+                replace(
+                    gpu,
+                    mig_devices=tuple(
+                        replace(mig, uuid=f"MIG-{generation:08x}-{gpu.index:04x}-{n:04x}-0000-0")
+                        for n, mig in enumerate(gpu.mig_devices)
+                    ),
+                )
+                for gpu in gpus
+            )
+
+        sizes = []
+        try:
+            for generation in range(200):
+                source.gpus = remade(generation)
+                for _ in range(2):  # the second measures GPM from the first's samples
+                    clock.advance(1.0)
+                    assert () == nvml.collect().issues
+                sizes.append(kept())
+        finally:
+            nvml.close()
+        assert [sizes[0]] * len(sizes) == sizes
+
+
+class _Reconfigured(SimulatedNvmlSource):
+    """The simulated GPUs with ``gpus`` to reconfigure their MIG devices while NVML runs:
+    a GPU's handle stays (a pointer to the GPU, in NVML), and its MIG devices are those
+    of its configuration now."""
+
+    def __init__(self, hardware: SimHardware, *, clock: ManualClock) -> None:
+        super().__init__(hardware, clock=clock)
+        self.gpus = hardware.gpus
+
+    def _now(self, handle: NvmlHandle) -> NvmlHandle:
+        uuid = self.uuid(handle)
+        return NvmlHandle(_SimHandle(next(g for g in self.gpus if g.uuid == uuid)))
+
+    def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle:
+        return super().mig_device_handle(self._now(handle), index)
+
+    def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample:
+        return super().gpm_mig_sample(self._now(handle), gpu_instance)
 
 
 class TestMigPlacement:
