@@ -293,6 +293,9 @@ class GpuProcessesCollector(Collector):
         # (False: NOT_SUPPORTED); and the devices that ran a process at the last poll.
         self._gives_samples: dict[str, bool] = {}
         self._busy: set[str] = set()
+        # Per device UUID kept above: the index of the GPU it was listed under, so that a
+        # GPU that fails keeps its own devices' state, not every device's.
+        self._gpu_of: dict[str, int] = {}
         self._issues: list[CollectorIssue] = []
 
     def collect(self) -> Readings:
@@ -300,23 +303,33 @@ class GpuProcessesCollector(Collector):
             self._issues = []
             count = self._session.device_count()
             listed: list[_Listed] = []
+            failed: set[int] = set()  # GPUs with a failure this poll
             for index in range(count):
-                listed.extend(self._list_gpu(index))
-            if not self._issues:
-                self._forget_devices_not_in(listed)
+                before = len(self._issues)
+                found = self._list_gpu(index)
+                if len(self._issues) > before:
+                    failed.add(index)
+                for entry in found:
+                    self._gpu_of[entry.key.value] = index
+                listed.extend(found)
+            self._forget_devices_not_in(listed, failed)
             return Readings(gpu_processes=self._place(listed), issues=tuple(self._issues))
 
     def close(self) -> None:
         self._session.close()
 
-    def _forget_devices_not_in(self, listed: list[_Listed]) -> None:
-        """Drop the state of devices this poll did not list, with every device listed:
-        they are gone (each MIG reconfiguration names its MIG devices anew). After a
-        poll that failed somewhere the state stays, for the device that failed."""
-        present = {entry.key.value for entry in listed}
-        self._busy &= present
-        for by_device in (self._last_sample_us, self._gives_samples):
-            for uuid in by_device.keys() - present:
+    def _forget_devices_not_in(self, listed: list[_Listed], failed: set[int]) -> None:
+        """Drop the state of devices this poll did not list: they are gone (each MIG
+        reconfiguration names its MIG devices anew). The devices of a GPU that failed
+        somewhere this poll keep theirs, for the device that failed; not the others: a
+        GPU failing every poll (fallen off the bus) would keep every MIG device made
+        and destroyed meanwhile for good."""
+        kept = {entry.key.value for entry in listed}
+        if failed:
+            kept.update(uuid for uuid, index in self._gpu_of.items() if index in failed)
+        self._busy &= kept
+        for by_device in (self._last_sample_us, self._gives_samples, self._gpu_of):
+            for uuid in by_device.keys() - kept:
                 del by_device[uuid]
 
     def _count(self, error: NvmlError, call: str) -> None:

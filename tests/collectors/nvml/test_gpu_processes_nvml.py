@@ -30,6 +30,8 @@ from manualclock import ManualClock
 
 from exporter.collectors.base import CollectorContext
 from exporter.collectors.gpu_processes import GpuProcessesCollector
+from exporter.collectors.nvml import NOT_SUPPORTED as NOT_SUPPORTED_NAME
+from exporter.collectors.nvml import NvmlError, NvmlHandle, NvmlProcess
 from exporter.exposition import render
 from exporter.join import join_snapshot
 from exporter.model import (
@@ -585,6 +587,31 @@ class TestDegrading:
         gone.touch()
         assert ([], [{other}, {other}, set()]) == poll()
 
+    def test_state_of_devices_gone_is_dropped_while_another_gpu_keeps_failing(
+        self, node: Path
+    ) -> None:
+        """A GPU that fails every poll (fallen off the bus) keeps its own devices' state,
+        not every device's: MIG devices made and destroyed on a healthy GPU meanwhile
+        (dynamic MIG makes one a claim) take their state with them, for months."""
+        source = _ChurningMigs()
+        context = CollectorContext(procfs=node / "proc", pod_logs=node / "log" / "pods")
+        collector = GpuProcessesCollector(context, source=source)
+
+        def kept() -> tuple[int, int, int]:
+            held = (collector._busy, collector._gives_samples, collector._last_sample_us)
+            return len(held[0]), len(held[1]), len(held[2])
+
+        sizes = []
+        try:
+            for generation in range(200):
+                source.generation = generation
+                readings = collector.collect()
+                assert ["GPU_IS_LOST"] == [i.error for i in readings.issues]
+                sizes.append(kept())
+        finally:
+            collector.close()
+        assert [(1, 1, 0)] * len(sizes) == sizes
+
     def test_a_gpu_put_in_mig_mode_forgets_its_whole_gpu_state(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
     ) -> None:
@@ -880,3 +907,47 @@ class TestListsAndPlacing:
             [d.key.value for d in readings.gpu_processes],
             readings.issues,
         )
+
+
+class _ChurningMigs:
+    """Just what GpuProcessesCollector asks of NVML: GPU 0 has MIG on, one MIG device
+    running PID 100 and named anew each ``generation`` (made for a claim and destroyed
+    with it); GPU 1 fell off the bus and answers GPU_IS_LOST every poll."""
+
+    generation = 0
+
+    def init(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def device_count(self) -> int:
+        return 2
+
+    def device_handle(self, index: int) -> NvmlHandle:
+        if index == 1:
+            raise NvmlError("GPU_IS_LOST", code=GPU_IS_LOST)
+        return NvmlHandle("gpu-0")
+
+    def uuid(self, handle: NvmlHandle) -> str:
+        return UUID if handle == "gpu-0" else f"MIG-{self.generation:08x}-aaaa-bbbb-cccc-dddd"
+
+    def mig_enabled(self, handle: NvmlHandle) -> bool:
+        return True
+
+    def max_mig_device_count(self, handle: NvmlHandle) -> int:
+        return 1
+
+    def mig_device_handle(self, handle: NvmlHandle, index: int) -> NvmlHandle:
+        return NvmlHandle("mig")
+
+    def compute_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        return (NvmlProcess(100, GIB),)
+
+    def graphics_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        return ()
+
+    def mps_processes(self, handle: NvmlHandle) -> tuple[NvmlProcess, ...]:
+        return ()
+
+    def process_utilization(self, handle: NvmlHandle, since_us: int) -> tuple[Any, ...]:
+        raise NvmlError(NOT_SUPPORTED_NAME)  # nvml.h: not on MIG devices
