@@ -843,6 +843,19 @@ class TestSourceAsNvml:
             (None, None),
         )
 
+    def test_an_xid_comes_after_its_own_gpus_first_watch(self, source: SimulatedNvmlSource) -> None:
+        """A GPU first watched after some drains still has XID_AFTER_DRAINS quiet ones:
+        counted from its own watch, not from the first drain."""
+        events = source.xid_event_set()
+        before = [source.next_xid(events) for _ in range(XID_AFTER_DRAINS)]
+        source.register_xid_events(source.device_handle(6), events)
+        quiet = [source.next_xid(events) for _ in range(XID_AFTER_DRAINS)]
+        found = source.next_xid(events)
+        assert (before + quiet, found and (source.uuid(found[0]), found[1])) == (
+            [None] * (2 * XID_AFTER_DRAINS),
+            (FREE_GPU_6.uuid, 31),
+        )
+
     def test_freeing_the_event_set_drops_unread_xids(self, source: SimulatedNvmlSource) -> None:
         """An Xid not read before its event set is freed is gone, due or waiting."""
         events = source.xid_event_set()
