@@ -472,14 +472,18 @@ class TestMig:
 
         assert {"nvidia2/gi2": mig_2.uuid, mig_1.uuid: mig_1.uuid} == found
 
+    @pytest.mark.parametrize("instance_gpm_refused", [False, True])
     def test_what_is_kept_per_device_stays_bounded_over_mig_reconfigurations(
-        self, clock: ManualClock
+        self, clock: ManualClock, instance_gpm_refused: bool
     ) -> None:
         """Each MIG reconfiguration names its MIG devices, and their GPU instances, anew:
         what the collector keeps per device goes with the old ones, so a node whose MIG
-        layout churns for months keeps what one layout needs."""
+        layout churns for months keeps what one layout needs. So too where the GPU
+        instances refuse GPM (kept under "<MIG UUID>/gpu-instance" as not to be asked)."""
         gpus = HARDWARE.gpus
-        source = _Reconfigured(HARDWARE, clock=clock)
+        source = (_GpuInstanceGpmRefused if instance_gpm_refused else _Reconfigured)(
+            HARDWARE, clock=clock
+        )
         nvml = NvmlCollector(CollectorContext(nvml_gpm_interval_s=0.0), source=source, clock=clock)
 
         def kept() -> int:
@@ -529,6 +533,13 @@ class _Reconfigured(SimulatedNvmlSource):
 
     def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample:
         return super().gpm_mig_sample(self._now(handle), gpu_instance)
+
+
+class _GpuInstanceGpmRefused(_Reconfigured):
+    """Reconfigured GPUs whose MIG devices' GPU instances answer GPM NOT_SUPPORTED."""
+
+    def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample:
+        raise NvmlError("NOT_SUPPORTED")
 
 
 class TestMigPlacement:
