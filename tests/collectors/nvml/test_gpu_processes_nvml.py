@@ -597,9 +597,14 @@ class TestDegrading:
         context = CollectorContext(procfs=node / "proc", pod_logs=node / "log" / "pods")
         collector = GpuProcessesCollector(context, source=source)
 
-        def kept() -> tuple[int, int, int]:
-            held = (collector._busy, collector._gives_samples, collector._last_sample_us)
-            return len(held[0]), len(held[1]), len(held[2])
+        def kept() -> tuple[int, ...]:
+            held = (
+                collector._busy,
+                collector._gives_samples,
+                collector._last_sample_us,
+                collector._gpu_of,  # and which GPU each device was listed under
+            )
+            return tuple(len(by_device) for by_device in held)
 
         sizes = []
         try:
@@ -610,7 +615,7 @@ class TestDegrading:
                 sizes.append(kept())
         finally:
             collector.close()
-        assert [(1, 1, 0)] * len(sizes) == sizes
+        assert [(1, 1, 0, 1)] * len(sizes) == sizes
 
     def test_a_gpu_put_in_mig_mode_forgets_its_whole_gpu_state(
         self, fake_nvml: FakeNvml, collector: GpuProcessesCollector, tmp_path: Path
