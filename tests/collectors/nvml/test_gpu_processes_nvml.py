@@ -587,13 +587,16 @@ class TestDegrading:
         gone.touch()
         assert ([], [{other}, {other}, set()]) == poll()
 
+    @pytest.mark.parametrize("lost", [1, 0])
     def test_state_of_devices_gone_is_dropped_while_another_gpu_keeps_failing(
-        self, node: Path
+        self, node: Path, lost: int
     ) -> None:
         """A GPU that fails every poll (fallen off the bus) keeps its own devices' state,
         not every device's: MIG devices made and destroyed on a healthy GPU meanwhile
-        (dynamic MIG makes one a claim) take their state with them, for months."""
+        (dynamic MIG makes one a claim) take their state with them, for months. Whether
+        the lost GPU is listed before the healthy one or after."""
         source = _ChurningMigs()
+        source.lost = lost
         context = CollectorContext(procfs=node / "proc", pod_logs=node / "log" / "pods")
         collector = GpuProcessesCollector(context, source=source)
 
@@ -917,9 +920,11 @@ class TestListsAndPlacing:
 class _ChurningMigs:
     """Just what GpuProcessesCollector asks of NVML: GPU 0 has MIG on, one MIG device
     running PID 100 and named anew each ``generation`` (made for a claim and destroyed
-    with it); GPU 1 fell off the bus and answers GPU_IS_LOST every poll."""
+    with it); GPU 1 fell off the bus and answers GPU_IS_LOST every poll. ``lost``: the
+    index of the lost GPU (the healthy one is the other)."""
 
     generation = 0
+    lost = 1
 
     def init(self) -> None: ...
 
@@ -929,7 +934,7 @@ class _ChurningMigs:
         return 2
 
     def device_handle(self, index: int) -> NvmlHandle:
-        if index == 1:
+        if index == self.lost:
             raise NvmlError("GPU_IS_LOST", code=GPU_IS_LOST)
         return NvmlHandle("gpu-0")
 
