@@ -1712,10 +1712,11 @@ class NvmlCollector(Collector):
             # Whether a device can be sampled goes with it too: a MIG reconfiguration
             # names its devices (and GPU instances, "<UUID>/gpu-instance") anew, and the
             # old names would stay for the process's life. One listed again is asked again.
+            # By the suffix: a MIG UUID before R470 has "/" in it (MIG-GPU-<uuid>/<gi>/<ci>).
             self._gpm_supported = {
                 key: supported
                 for key, supported in self._gpm_supported.items()
-                if key.partition("/")[0] in listed
+                if key.removesuffix("/gpu-instance") in listed
             }
             # After the reads, which register GPUs: a GPU's Xids count from its first poll.
             self._xids.drain()

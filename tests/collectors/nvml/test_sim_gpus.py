@@ -514,6 +514,34 @@ class TestMig:
             nvml.close()
         assert [sizes[0]] * len(sizes) == sizes
 
+    def test_gpm_support_asked_once_of_a_mig_device_with_a_legacy_uuid(
+        self, clock: ManualClock
+    ) -> None:
+        """A driver before R470 names a MIG device MIG-GPU-<uuid>/<gi>/<ci>, a "/" in
+        it: whether it can be sampled is kept while it is listed, asked once."""
+        source = _AskedGpm(HARDWARE, clock=clock)
+        source.gpus = tuple(
+            replace(
+                gpu,
+                mig_devices=tuple(
+                    replace(mig, uuid=f"MIG-{gpu.uuid}/{n + 1}/0")
+                    for n, mig in enumerate(gpu.mig_devices)
+                ),
+            )
+            for gpu in HARDWARE.gpus
+        )
+        nvml = NvmlCollector(CollectorContext(nvml_gpm_interval_s=0.0), source=source, clock=clock)
+        asked = []
+        try:
+            for _ in range(3):
+                clock.advance(1.0)
+                nvml.collect()
+                asked.append(source.asked)
+                source.asked = 0
+        finally:
+            nvml.close()
+        assert [asked[0], 0, 0] == asked
+
 
 class _Reconfigured(SimulatedNvmlSource):
     """The simulated GPUs with ``gpus`` to reconfigure their MIG devices while NVML runs:
@@ -533,6 +561,16 @@ class _Reconfigured(SimulatedNvmlSource):
 
     def gpm_mig_sample(self, handle: NvmlHandle, gpu_instance: int) -> NvmlGpmSample:
         return super().gpm_mig_sample(self._now(handle), gpu_instance)
+
+
+class _AskedGpm(_Reconfigured):
+    """Reconfigured GPUs counting nvmlGpmQueryDeviceSupport calls in ``asked``."""
+
+    asked = 0
+
+    def gpm_supported(self, handle: NvmlHandle) -> bool:
+        self.asked += 1
+        return super().gpm_supported(handle)
 
 
 class _GpuInstanceGpmRefused(_Reconfigured):
