@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
 from attribution_support import attributed_names
 from manualclock import ManualClock
 
@@ -57,6 +59,7 @@ from exporter.collectors.nvml import (
     NvmlGpuInstancePlacement,
     NvmlHandle,
 )
+from exporter.config import DEFAULT_POLL_INTERVAL_S
 from exporter.model import (
     CollectorIssue,
     DeviceIdentity,
@@ -69,6 +72,7 @@ from exporter.model import (
 from exporter.sim.gpus import XID_AFTER_DRAINS, SimulatedNvmlSource, _SimHandle
 from exporter.sim.hardware import GIB, SimGpu, SimHardware, demo_hardware
 
+REPO = Path(__file__).resolve().parents[3]
 HARDWARE = demo_hardware()
 GPU_0, GPU_1, GPU_2, GPU_3 = HARDWARE.gpus[:4]  # 4 and 5 are DRA's (exporter.sim.dra)
 DRA_GPU_4, DRA_GPU_5, FREE_GPU_6 = HARDWARE.gpus[4:]  # 6: nobody's, busy (gpu_processes)
@@ -904,6 +908,17 @@ class TestSourceAsNvml:
             [None] * (2 * XID_AFTER_DRAINS),
             (FREE_GPU_6.uuid, 31),
         )
+
+    def test_an_xid_comes_after_a_scrape_at_the_shipped_interval_saw_zero(self) -> None:
+        """At the default poll interval, the quiet drains before the demo's Xid outlast
+        the shipped ServiceMonitor's scrape interval: Prometheus scrapes the series at 0
+        first, so the Xid alert's increase() sees the Xid."""
+        monitor = yaml.safe_load(
+            (REPO / "manifests/components/prometheus-operator/servicemonitor.yaml").read_text()
+        )
+        (endpoint,) = monitor["spec"]["endpoints"]
+        scrape_s = float(endpoint["interval"].removesuffix("s"))
+        assert XID_AFTER_DRAINS * DEFAULT_POLL_INTERVAL_S > scrape_s
 
     def test_freeing_the_event_set_drops_unread_xids(self, source: SimulatedNvmlSource) -> None:
         """An Xid not read before its event set is freed is gone, due or waiting."""
