@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from exporter.collectors.base import (
     Collector,
@@ -154,11 +155,13 @@ def _parse_uniform(
     )
 
 
-class ProcStatTimes(Mapping[int, CpuTimes]):
-    """The usual /proc/stat's CPU times by CPU, each converted to seconds when first
-    looked up: a poll reads every CPU's line, but the join needs only the exclusive
-    CPUs' (a 256-CPU node converts the few dozen lines containers hold, not 256).
-    A CPU found in ``floors`` (the figures given before) never goes below them
+# What a table keeps of each CPU listed: its row of counters, or its parsed times.
+_Listed = TypeVar("_Listed")
+
+
+class _FlooredTimes(Mapping[int, CpuTimes], Generic[_Listed]):
+    """CPU times by CPU, each made when first looked up (``_times``) and then kept. A
+    CPU found in ``floors`` (the figures given before) never goes below them
     (``not_backwards``), and what it gives becomes its floor. ``floors`` is the
     collector's, shared by the tables of every poll: a snapshot's page is rendered by
     its first scrape, which may come after the next poll has read /proc/stat (a scrape
@@ -170,7 +173,42 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
     Two threads converting the same CPU at once both store the same figures.
     """
 
-    __slots__ = ("_converted", "_counters", "_floors", "_kept", "_rows", "_user_hz", "_width")
+    __slots__ = ("_converted", "_cpus", "_floors")
+
+    def __init__(self, cpus: Mapping[int, _Listed], floors: dict[int, CpuTimes]) -> None:
+        self._cpus = cpus  # what was read of each CPU listed
+        self._floors = floors
+        self._converted: dict[int, CpuTimes] = {}
+
+    def _times(self, cpu: int) -> CpuTimes:
+        raise NotImplementedError
+
+    def __getitem__(self, cpu: int) -> CpuTimes:
+        found = self._converted.get(cpu)
+        if found is None:
+            found = _given(self._times(cpu), self._floors)
+            self._converted[cpu] = found
+        return found
+
+    def __contains__(self, cpu: object) -> bool:
+        return cpu in self._cpus
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._cpus)
+
+    def __len__(self) -> int:
+        return len(self._cpus)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self._cpus)} CPUs)"
+
+
+class ProcStatTimes(_FlooredTimes[int]):
+    """The usual /proc/stat's CPU times, each converted to seconds when first looked up:
+    a poll reads every CPU's line, but the join needs only the exclusive CPUs' (a
+    256-CPU node converts the few dozen lines containers hold, not 256)."""
+
+    __slots__ = ("_counters", "_kept", "_user_hz", "_width")
 
     def __init__(
         self,
@@ -182,67 +220,29 @@ class ProcStatTimes(Mapping[int, CpuTimes]):
         user_hz: int,
         floors: dict[int, CpuTimes] | None = None,
     ) -> None:
-        self._rows = rows  # CPU -> its row of counters, in CPU order
+        super().__init__(rows, {} if floors is None else floors)  # CPU -> its row, in order
         self._counters = counters  # every row's counters, as digits
         self._width = width  # counters per row
         self._kept = kept  # the leading counters that are MODES
         self._user_hz = user_hz
-        self._floors: dict[int, CpuTimes] = {} if floors is None else floors
-        self._converted: dict[int, CpuTimes] = {}
 
-    def __getitem__(self, cpu: int) -> CpuTimes:
-        found = self._converted.get(cpu)
-        if found is None:
-            start = self._rows[cpu] * self._width
-            ticks = self._counters[start : start + self._kept]
-            seconds = [int(count) / self._user_hz for count in ticks]
-            found = _given(CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False))), self._floors)
-            self._converted[cpu] = found
-        return found
-
-    def __contains__(self, cpu: object) -> bool:
-        return cpu in self._rows
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._rows)
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __repr__(self) -> str:
-        return f"ProcStatTimes({len(self._rows)} CPUs)"
+    def _times(self, cpu: int) -> CpuTimes:
+        start = self._cpus[cpu] * self._width
+        ticks = self._counters[start : start + self._kept]
+        seconds = [int(count) / self._user_hz for count in ticks]
+        return CpuTimes(cpu, tuple(zip(MODES, seconds, strict=False)))
 
 
-class _ParsedTimes(Mapping[int, CpuTimes]):
-    """The per-line parser's CPU times, floored as ``ProcStatTimes`` floors them: when
-    first looked up, not when read. Floored at the read, a poll of unusual text would
-    take the floors of before a late render of the last snapshot (its first scrape,
-    after this read), and fall below the figures that page gave."""
+class _ParsedTimes(_FlooredTimes[CpuTimes]):
+    """The per-line parser's CPU times, floored as ``ProcStatTimes``' are: when first
+    looked up, not when read. Floored at the read, a poll of unusual text would take
+    the floors of before a late render of the last snapshot (its first scrape, after
+    this read), and fall below the figures that page gave."""
 
-    __slots__ = ("_converted", "_floors", "_parsed")
+    __slots__ = ()
 
-    def __init__(self, parsed: dict[int, CpuTimes], floors: dict[int, CpuTimes]) -> None:
-        self._parsed = parsed
-        self._floors = floors
-        self._converted: dict[int, CpuTimes] = {}
-
-    def __getitem__(self, cpu: int) -> CpuTimes:
-        found = self._converted.get(cpu)
-        if found is None:
-            found = self._converted[cpu] = _given(self._parsed[cpu], self._floors)
-        return found
-
-    def __contains__(self, cpu: object) -> bool:
-        return cpu in self._parsed
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._parsed)
-
-    def __len__(self) -> int:
-        return len(self._parsed)
-
-    def __repr__(self) -> str:
-        return f"_ParsedTimes({len(self._parsed)} CPUs)"
+    def _times(self, cpu: int) -> CpuTimes:
+        return self._cpus[cpu]
 
 
 def _given(times: CpuTimes, floors: dict[int, CpuTimes]) -> CpuTimes:
