@@ -643,14 +643,13 @@ class EncodedView:
 
     head: bytes
     tail: bytes
-    collected_at: float
     text_age: bool  # the table's "3.6s", else JSON's 3.612
 
-    def parts(self, now: float) -> tuple[bytes, bytes, bytes]:
+    def parts(self, age_s: float) -> tuple[bytes, bytes, bytes]:
+        """The body with the kubelet data's age, ``age_s``, spliced in."""
         if not self.tail:
             return self.head, b"", b""
-        age = now - self.collected_at
-        text = f"{age:.1f}s" if self.text_age else repr(round(age, 3))
+        text = f"{age_s:.1f}s" if self.text_age else repr(round(age_s, 3))
         return self.head, text.encode(), self.tail
 
     @property
@@ -659,11 +658,11 @@ class EncodedView:
         return len(self.head) + len(self.tail)
 
 
-def _split(text: str, mark: str, *, collected_at: float, text_age: bool) -> EncodedView:
+def _split(text: str, mark: str, *, text_age: bool) -> EncodedView:
     head, found, tail = text.partition(mark)
     if not found:  # no age to splice in: the snapshot has no kubelet data yet
-        return EncodedView(text.encode(), b"", collected_at, text_age)
-    return EncodedView(head.encode(), tail.encode(), collected_at, text_age)
+        return EncodedView(text.encode(), b"", text_age)
+    return EncodedView(head.encode(), tail.encode(), text_age)
 
 
 def encode_json(snapshot: Snapshot, *, filters: Filters, source: str = "snapshot") -> EncodedView:
@@ -673,11 +672,11 @@ def encode_json(snapshot: Snapshot, *, filters: Filters, source: str = "snapshot
         body["age_seconds"] = _AGE_MARK
     mark = json.dumps(_AGE_MARK)
     text = json.dumps(body, indent=2) + "\n"
-    return _split(text, mark, collected_at=snapshot.collected_at or 0.0, text_age=False)
+    return _split(text, mark, text_age=False)
 
 
 def encode_text(snapshot: Snapshot, *, filters: Filters, source: str = "snapshot") -> EncodedView:
     """render_text as bytes, with the age left to splice in."""
     age = _AGE_MARK if snapshot.collected_at else _text_age(snapshot, 0.0)
     text = _render_text(snapshot, filters=filters, age=age, source=source)
-    return _split(text, _AGE_MARK, collected_at=snapshot.collected_at or 0.0, text_age=True)
+    return _split(text, _AGE_MARK, text_age=True)

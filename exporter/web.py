@@ -466,14 +466,9 @@ async def _respond(
         snapshot, filters=filters, output=output, source=source, shared=shared
     ) as view:
         content_type = "text/plain" if output == "text" else "application/json"
-        # The view's age is now - collected_at: "now" is taken on the data's own time
-        # line, its monotonic age on from collected_at, so a stepped wall clock shows
-        # no negative (or hours-old) age.
-        age = _data_age_s(snapshot)
-        now = time.time() if age is None else (snapshot.collected_at or 0.0) + age
         return await _send(
             request,
-            view.parts(now),
+            view.parts(_data_age_s(snapshot) or 0.0),  # no data, no age to splice in
             headers={"Content-Type": f"{content_type}; charset=utf-8"},
         )
 
