@@ -63,8 +63,6 @@ MAX_LOGGED_ISSUES = 256
 # How long one call may hold up the rest of its poll's queue. Far above any collector's
 # normal run (milliseconds), so a second lane is made only for a collector in trouble.
 HANDOVER_S = 0.5
-# The error of a call that ran past its timeout.
-_TIMED_OUT = "timed out after "
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +278,9 @@ class CollectorRunner:
         self._in_flight: dict[str, _Call] = {}  # calls not known to have returned, by name
         self._lane_refused = False  # the last new lane's thread was refused: logged once
         self._state: dict[str, str] = {}
+        # Collectors whose last call timed out and has not returned since: a poll that
+        # finds one still running reports the same failure, not a new one.
+        self._hung: set[str] = set()
         self._error_counts: dict[str, Counter[str]] = {
             c.name: Counter(dict.fromkeys(c.known_errors, 0)) for c in collectors
         }
@@ -358,11 +359,13 @@ class CollectorRunner:
             # Where the call still running is one that timed out, this is the same
             # failure, not a new one: the log keeps its "timed out" line, and
             # collector_recovered names it.
-            still = self._state.get(name, "").startswith(f"failed: {_TIMED_OUT}")
-            return self._failed(collector, "previous collection still running", 0.0, note=not still)
+            note = name not in self._hung
+            return self._failed(collector, "previous collection still running", 0.0, note=note)
         if call in poll.timed_out:
+            self._hung.add(name)
             ran = poll.timed_out[call]
-            return self._failed(collector, f"{_TIMED_OUT}{self._timeout_s:g}s", ran)
+            return self._failed(collector, f"timed out after {self._timeout_s:g}s", ran)
+        self._hung.discard(name)
         outcome = call.outcome
         assert outcome is not None  # the poll ended: every call returned or timed out
         if outcome.error is not None:
