@@ -31,7 +31,7 @@ from exporter.kubelet.client import KubeletClient
 from exporter.logs import configure_logging
 from exporter.lookup import CoalescingLookup
 from exporter.memory import tune_allocator, tune_gc
-from exporter.outage import Throttle, flush_throttles
+from exporter.outage import Throttle, flush_held_lines
 from exporter.poller import Poller
 from exporter.ratelimit import TokenBucket
 from exporter.store import SnapshotStore
@@ -340,7 +340,7 @@ def run(config: Config) -> None:
             await serve(config, stop=stop)
         finally:
             signals.ignore_from_now(loop)
-            flush_throttles()
+            flush_held_lines()
         log.info("stopped")
 
     try:

@@ -20,7 +20,7 @@ import structlog
 
 from exporter.ratelimit import TokenBucket
 
-__all__ = ["OutageLog", "Throttle", "flush_throttles"]
+__all__ = ["OutageLog", "Throttle", "flush_held_lines"]
 
 
 class OutageLog:
@@ -152,7 +152,7 @@ class Throttle:
     Under a running event loop, what an interval held back is logged when it ends, with
     the last held call's fields, even if no call comes after it: a burst is told whole
     within an interval of its end, not at the next burst (which may be days later). At
-    exit ``flush_throttles`` logs what is still held, which no timer will.
+    exit ``flush_held_lines`` logs what is still held, which no timer will.
     """
 
     def __init__(
@@ -216,16 +216,16 @@ class Throttle:
             self._emit(self._held_fields)
 
 
-# Throttles holding calls back, until they log them: what flush_throttles tells at exit.
+# Throttles holding calls back, until they log them: what flush_held_lines tells at exit.
 # Weak: a throttle whose owner is gone has no one left to tell about.
 _holding: weakref.WeakSet[Throttle] = weakref.WeakSet()
 
 
-# Outage logs with outages that came and went untold: what flush_throttles tells at exit.
+# Outage logs with outages that came and went untold: what flush_held_lines tells at exit.
 _untold_logs: weakref.WeakSet[OutageLog] = weakref.WeakSet()
 
 
-def flush_throttles() -> None:
+def flush_held_lines() -> None:
     """Log what every throttle still holds back, as its interval's end would have, and
     the outages each outage log has not told yet: at exit, where the timers and polls
     that would log them are never run."""

@@ -9,7 +9,7 @@ import pytest
 from manualclock import ManualClock
 from structlog.testing import capture_logs
 
-from exporter.outage import OutageLog, Throttle, flush_throttles
+from exporter.outage import OutageLog, Throttle, flush_held_lines
 
 
 def events(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -155,8 +155,8 @@ class TestOutageLog:
                 outage.succeeded()
                 clock.advance(1.0)
             told = len([e for e in logs if e["event"].startswith("flapped_at_exit")])
-            flush_throttles()
-            flush_throttles()
+            flush_held_lines()
+            flush_held_lines()
         ours = [e for e in logs if e["event"].startswith("flapped_at_exit")]  # not earlier tests'
         assert (4, "flapped_at_exit_recovered", 3, 3) == (
             told,
@@ -183,8 +183,8 @@ class TestOutageLog:
                 outage.failed(kind="KubeletUnavailable", error=f"gone for good {n}", socket="/s")
                 clock.advance(10.0)
             told = len(logs)
-            flush_throttles()
-            flush_throttles()
+            flush_held_lines()
+            flush_held_lines()
         assert (4, 5) == (told, len(logs))
         assert {
             "event": "kubelet_failed",
@@ -382,7 +382,7 @@ class TestThrottle:
 
 class TestFlushThrottles:
     async def test_what_is_held_at_exit_is_told_once(self) -> None:
-        """At exit the interval's end never comes: flush_throttles tells what each throttle
+        """At exit the interval's end never comes: flush_held_lines tells what each throttle
         holds, counting the rest, and the timer it cancels tells nothing more."""
         clock = ManualClock(100.0)
         held = Throttle("held_at_exit", interval_s=0.05, clock=clock)
@@ -391,8 +391,8 @@ class TestFlushThrottles:
             for attempt in range(4):
                 held.warning(attempt=attempt)
             quiet.warning(attempt=0)
-            flush_throttles()
-            flush_throttles()  # nothing is held any more
+            flush_held_lines()
+            flush_held_lines()  # nothing is held any more
             await asyncio.sleep(0.2)  # past the cancelled timer's due time
         ours = [e for e in logs if e["event"].endswith("held_at_exit")]  # not earlier tests'
         assert [("held_at_exit", 0, 0), ("none_held_at_exit", 0, 0), ("held_at_exit", 2, 3)] == [
@@ -405,7 +405,7 @@ class TestFlushThrottles:
         with capture_logs() as logs:
             for attempt in range(3):
                 throttle.warning(attempt=attempt)
-            flush_throttles()
+            flush_held_lines()
         ours = [e for e in logs if e["event"] == "held_without_a_loop"]  # not earlier tests'
         assert [(0, 0), (1, 2)] == [(e["suppressed_since_last"], e["attempt"]) for e in ours]
 
