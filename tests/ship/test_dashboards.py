@@ -561,15 +561,24 @@ def test_an_exporter_that_is_down_is_listed_and_counted(demo_prometheus: Prometh
         assert float(sample["value"][1]) == 0, f"{path.name}: {panel['title']}"
 
 
-def _panel_query(title: str, ref: str = "A") -> str:
-    """A node inventory panel's query, its $node all nodes."""
+def _panel_query(title: str, ref: str = "A", dashboard: str = "node-inventory.json") -> str:
+    """A panel's query, its variables all nodes, namespaces and pods, and its windows the
+    10 minutes the given series below run."""
     panel = next(
-        p
-        for p in _query_panels(_load(REPO / "dashboards" / "node-inventory.json"))
-        if p["title"] == title
+        p for p in _query_panels(_load(REPO / "dashboards" / dashboard)) if p["title"] == title
     )
     expr: str = next(t["expr"] for t in panel["targets"] if t["refId"] == ref)
-    return _substitute(expr, {"node": ".*"})
+    every = {"node": ".*", "namespace": ".*", "pod": ".*"}
+    return _substitute(expr, {**every, "__rate_interval": "10m", "__range": "10m"})
+
+
+def _promtool_passes(promtool: str, tmp_path: Path, tests: dict[str, Any]) -> None:
+    path = tmp_path / "panels.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert 0 == result.returncode, result.stdout + result.stderr
 
 
 def test_gpu_counts_per_gpu_and_problem_on_given_series(promtool: str, tmp_path: Path) -> None:
@@ -629,9 +638,56 @@ def test_gpu_counts_per_gpu_and_problem_on_given_series(promtool: str, tmp_path:
             }
         ],
     }
-    path = tmp_path / "panels.yml"
-    path.write_text(yaml.safe_dump(tests, sort_keys=False))
-    result = subprocess.run(
-        [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
-    )
-    assert 0 == result.returncode, result.stdout + result.stderr
+    _promtool_passes(promtool, tmp_path, tests)
+
+
+def test_a_gpu_two_containers_of_a_pod_hold_counts_once_for_the_pod(
+    promtool: str, tmp_path: Path
+) -> None:
+    """Two containers of one pod holding replicas of one time-sliced GPU each carry the
+    whole GPU's figures, a series each: the pod's GPU energy, its Xid errors by code and
+    its NVLink errors of the day take the GPU once (as the NVLinks table's other columns
+    do), where a sum over the containers read twice what the GPU counted."""
+
+    def held(metric: str, container: str, extra: str = "") -> str:
+        labels = 'node="n1", namespace="ml", pod="p", resource="nvidia.com/gpu.shared"'
+        return f'{metric}{{{labels}, device_id="GPU-S", container="{container}"{extra}}}'
+
+    series = [
+        (held(name, container, extra), values)
+        for container in ("a", "b")
+        for name, extra, values in (
+            ("podresources_gpu_energy_joules_total", "", "0+600x10"),
+            ("podresources_gpu_xid_errors_by_code_total", ', xid="13"', "1x10"),
+            ("podresources_gpu_nvlink_errors_total", ', type="replay"', "0+1x10"),
+        )
+    ]
+    row = 'device_id="GPU-S", namespace="ml", node="n1", pod="p", resource="nvidia.com/gpu.shared"'
+    energy = _panel_query("GPU energy over the time range, by pod", dashboard="workloads.json")
+    tests = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series],
+                "promql_expr_test": [
+                    {
+                        "expr": energy,
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": '{namespace="ml", pod="p"}', "value": 6000}],
+                    },
+                    {
+                        "expr": _panel_query("GPU Xid errors"),
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": f'{{{row}, xid="13"}}', "value": 1}],
+                    },
+                    {
+                        "expr": _panel_query("GPU NVLinks", "H"),
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": f"{{{row}}}", "value": 10}],
+                    },
+                ],
+            }
+        ],
+    }
+    _promtool_passes(promtool, tmp_path, tests)
