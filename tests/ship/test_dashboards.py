@@ -691,3 +691,40 @@ def test_a_gpu_two_containers_of_a_pod_hold_counts_once_for_the_pod(
         ],
     }
     _promtool_passes(promtool, tmp_path, tests)
+
+
+def test_an_interface_counting_one_direction_shows_its_errors(
+    promtool: str, tmp_path: Path
+) -> None:
+    """An ice VF's representor counts its VF's transmit errors but no receive errors
+    (netdev's _REPRESENTED_VF_COUNTERS): "Network errors and drops" shows them, where
+    adding the two directions' rates with + matched no receive series and dropped the
+    interface from the panel."""
+    labels = (
+        'node="n1", namespace="ml", pod="p", container="c", resource="intel.com/ice_vf", '
+        'device_id="0000:4b:01.0", interface="ens1f0np0/vf0"'
+    )
+    series = {
+        f"podresources_net_transmit_errors_total{{{labels}}}": "0+60x10",
+        f"podresources_net_receive_drops_total{{{labels}}}": "0+60x10",
+        f"podresources_net_transmit_drops_total{{{labels}}}": "0+60x10",
+    }
+    row = '{container="c", interface="ens1f0np0/vf0", namespace="ml", pod="p"}'
+    tests = {
+        "rule_files": [],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": v} for name, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": _panel_query("Network errors and drops", ref, "workloads.json"),
+                        "eval_time": "10m",
+                        "exp_samples": [{"labels": row, "value": per_second}],
+                    }
+                    for ref, per_second in (("A", 1), ("B", 2))
+                ],
+            }
+        ],
+    }
+    _promtool_passes(promtool, tmp_path, tests)
