@@ -56,6 +56,11 @@ NOT_ON_THE_DEMO_SELECTORS = (
     'receive_remote|receive_general|local_link_integrity"',
 )
 REGEX_SPECIALS = set("\\.^$*+?()[]{}|")
+# A counter's rate() in Grafana's per-second units: bytes (SI or IEC) for a *_bytes_total
+# family, and for any other count (errors, packets, requests) counts of some kind.
+BYTE_RATE_UNITS = {"Bps", "binBps"}
+COUNT_RATE_UNITS = {"cps", "ops", "pps", "reqps", "iops", "eps", "mps"}
+RATE = re.compile(r"\b(?:rate|irate)\(\s*([a-z_:][a-z0-9_:]*)")
 
 Panel = dict[str, Any]
 Dashboard = dict[str, Any]
@@ -298,6 +303,31 @@ class TestDashboardJson:
             assert results, f"{panel['title']}: no mapping for no data"
             assert all(r["color"] == "red" and r["text"].strip() for r in results), panel["title"]
             assert defaults["noValue"] not in {"0", "0%", "100%"}, panel["title"]
+
+    def test_a_rate_is_plotted_per_second(self, dashboard: Dashboard) -> None:
+        """A panel plotting a counter's rate() has a per-second unit: bytes per second for a
+        *_bytes_total family, counts per second for another ("Collector errors" plotted
+        errors per second as "short", a bare number an on-call engineer read as a count).
+        Not a rate of a *_seconds_total family (seconds per second: CPUs, or a share of
+        time), a ratio of rates, or a histogram's quantile (in the histogram's unit)."""
+        wrong = []
+        for panel in _query_panels(dashboard):
+            unit = panel["fieldConfig"]["defaults"].get("unit")
+            for target in panel["targets"]:
+                expr = target["expr"]
+                if "histogram_quantile(" in expr or " / " in expr:
+                    continue
+                for family in RATE.findall(expr):
+                    if family.endswith("_seconds_total"):
+                        continue
+                    wanted = (
+                        BYTE_RATE_UNITS if family.endswith("_bytes_total") else COUNT_RATE_UNITS
+                    )
+                    if unit not in wanted:
+                        wrong.append(
+                            f"{panel['title']} {target['refId']}: rate of {family} in {unit}"
+                        )
+        assert wrong == []
 
     def test_queries_use_only_defined_variables(self, dashboard: Dashboard) -> None:
         """Every $variable in a query is a template variable or a Grafana built-in."""
