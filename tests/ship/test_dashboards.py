@@ -7,7 +7,9 @@ label_values query) and run every panel query, which must return at least one se
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import re
 import socket
 import subprocess
@@ -23,7 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
+import exporter.collectors
 from exporter.collectors.gpu_metrics import GPU_RETIRED_PAGES, GPU_RETIRED_PAGES_PENDING
+from exporter.model import MetricSpec
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
@@ -61,9 +65,36 @@ REGEX_SPECIALS = set("\\.^$*+?()[]{}|")
 BYTE_RATE_UNITS = {"Bps", "binBps"}
 COUNT_RATE_UNITS = {"cps", "ops", "pps", "reqps", "iops", "eps", "mps"}
 RATE = re.compile(r"\b(?:rate|irate)\(\s*([a-z_:][a-z0-9_:]*)")
+# A sum, with the labels it keeps; its argument follows the opening parenthesis.
+SUM = re.compile(r"\bsum\s*(?:by\s*\(([^)]*)\)\s*)?\(")
+ONE_PER_DEVICE = re.compile(r"\bmax\s+by\s*\([^)]*\)\s*\(")
 
 Panel = dict[str, Any]
 Dashboard = dict[str, Any]
+
+
+def _holder_families() -> set[str]:
+    """Families the exporter serves under each holder of a device (owner and device
+    labels), one series per container: the collectors' MetricSpecs, less those the demo
+    serves for the node alone (NUMA memory, the driver, collector errors)."""
+    specs: set[str] = set()
+    for module_info in pkgutil.iter_modules(exporter.collectors.__path__):
+        module = importlib.import_module(f"exporter.collectors.{module_info.name}")
+        specs |= {v.name for v in vars(module).values() if isinstance(v, MetricSpec)}
+    demo = (REPO / "tests" / "golden" / "demo.prom").read_text()
+    served = re.findall(r"^(podresources_\w+)(\{[^}]*\})? ", demo, re.MULTILINE)
+    held = {name for name, labels in served if "container=" in labels}
+    return specs - ({name for name, _ in served} - held)
+
+
+def _argument(expr: str, start: int) -> str:
+    """What the parenthesis opening at expr[start - 1] holds."""
+    depth = 1
+    for end in range(start, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[end], 0)
+        if depth == 0:
+            return expr[start:end]
+    raise AssertionError(f"unbalanced: {expr}")
 
 
 def _load(path: Path) -> Dashboard:
@@ -327,6 +358,31 @@ class TestDashboardJson:
                         wrong.append(
                             f"{panel['title']} {target['refId']}: rate of {family} in {unit}"
                         )
+        assert wrong == []
+
+    def test_a_sum_over_holders_takes_each_device_once(self, dashboard: Dashboard) -> None:
+        """A sum that drops `container` adds a device's series once only: each container
+        holding a replica of a time-sliced GPU carries the whole GPU's figures, so the
+        figure per device (max by it) comes first, as in the GPU NVLinks table. Summed
+        straight, a pod whose two containers share a GPU read its energy, Xid errors and
+        NVLink errors twice."""
+        holder = _holder_families()
+        wrong = []
+        for panel in _query_panels(dashboard):
+            for target in panel["targets"]:
+                expr = target["expr"]
+                for match in SUM.finditer(expr):
+                    if "container" in (match[1] or ""):
+                        continue
+                    summed = _argument(expr, match.end())
+                    per_device = [
+                        _argument(summed, m.end()) for m in ONE_PER_DEVICE.finditer(summed)
+                    ]
+                    for taken in per_device:
+                        summed = summed.replace(taken, "")
+                    families = set(METRIC.findall(summed)) & holder
+                    if families:
+                        wrong.append(f"{panel['title']} {target['refId']}: {sorted(families)}")
         assert wrong == []
 
     def test_queries_use_only_defined_variables(self, dashboard: Dashboard) -> None:
