@@ -63,7 +63,8 @@ Cards of other drivers (nvidia-drm, ast), cards of no PCI device (simpledrm, vkm
 partitions' platform devices) and connectors (``card0-DP-1``) are skipped. A missing
 optional file leaves its figure absent, silently, and so does a read amdgpu answers
 EPERM (the GPU runtime-suspended or in reset) or EOPNOTSUPP (a sensor its firmware does
-not read); an unreadable or garbage one loses
+not read; EINVAL on kernels before 2021, and still where the power code has no sensor
+reader), the next file of a figure read instead; an unreadable or garbage one loses
 that figure with an issue (``unreadable``/``garbage``); a card whose ``device`` link
 is gone by the time it is read is left out as ``vanished``.
 """
@@ -428,8 +429,11 @@ def _figure(
         # EPERM: amdgpu's answer to a sensor read while the GPU is runtime-suspended or
         # in reset (amdgpu_pm_get_access_if_active): no figure now, not a broken file.
         # EOPNOTSUPP: a sensor the part's power firmware does not read (a hwmon
-        # channel shown for its family, such as the memory's): no figure, ever.
-        if not failed_with(error, errno.EPERM, errno.EOPNOTSUPP):
+        # channel shown for its family, such as the memory's): no figure, ever. The
+        # powerplay parts' read_sensor (Vega10/20, Polaris) answered that EINVAL until
+        # 2021's "amdgpu/pm: read_sensor() report failure apporpriately", and
+        # amdgpu_dpm_read_sensor still does where the power code has no read_sensor.
+        if not failed_with(error, errno.EPERM, errno.EOPNOTSUPP, errno.EINVAL):
             issues.append(issue(error.label, str(error)))
         return None
     if value is None:

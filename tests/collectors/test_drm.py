@@ -805,6 +805,20 @@ class TestDrmCollector:
         unsupported = replace(AMD_CARD, memory_temperature_celsius=None)
         assert Readings(devices=(card_reading(unsupported),)) == _collect(tmp_path)
 
+    def test_a_sensor_an_older_amdgpu_answers_einval_gives_way_to_the_next(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Before 2021, amdgpu's powerplay parts (Vega10/20, Polaris) answered a sensor
+        they do not read EINVAL, where kernels since answer EOPNOTSUPP: power comes
+        from power1_input, and the memory sensor is absent, with no issue each poll."""
+        device_dir = _amd(tmp_path)
+        write_attribute(device_dir / "hwmon" / "hwmon3" / "power1_input", "298000000\n")
+        for name in ("power1_average", "temp3_input"):
+            fail_reads(monkeypatch, path_suffix=name, code=errno.EINVAL)
+
+        older = replace(AMD_CARD, power_watts=298.0, memory_temperature_celsius=None)
+        assert Readings(devices=(card_reading(older),)) == _collect(tmp_path)
+
     def test_sleeping_amd_gpu_has_no_sensor_figures_and_no_issue(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
