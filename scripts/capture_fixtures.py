@@ -24,6 +24,9 @@ from pathlib import Path
 PATTERNS = (
     "/proc/stat",
     "/sys/devices/system/node/node*/cpulist",
+    "/sys/devices/system/cpu/offline",
+    "/sys/devices/system/cpu/present",
+    "/sys/devices/system/cpu/cpu*/node*",
     "/sys/devices/system/node/node*/meminfo",
     "/sys/devices/system/node/node*/hugepages/hugepages-*/*_hugepages",
     "/sys/class/net/*/statistics/*",

@@ -85,6 +85,34 @@ class TestReadCpuNumaMap:
         with pytest.raises(CollectorError, match=f"{path}: not a cpulist range: '0-20000000'"):
             read_cpu_numa_map(tmp_path)
 
+    def test_offline_cpus_keep_their_node(self, tmp_path: Path) -> None:
+        """A node's cpulist names its online CPUs only; CPUs 6 and 7, taken offline
+        (SMT off) after the kubelet gave them out, are placed by their cpuN/node<M>
+        links. CPUs 16-31 are possible, never present (hotplug slots): unknown."""
+        root = _node_root(tmp_path)
+        write_attribute(root / "node0" / "cpulist", "0-1,4-5\n")
+        write_attribute(root / "node1" / "cpulist", "2-3\n")
+        cpu_root = tmp_path / "devices" / "system" / "cpu"
+        write_attribute(cpu_root / "online", "0-5\n")
+        write_attribute(cpu_root / "offline", "6-7,16-31\n")
+        write_attribute(cpu_root / "present", "0-7\n")
+        write_attribute(cpu_root / "possible", "0-31\n")
+        for cpu, node in ((6, 1), (7, 0)):
+            write_attribute(cpu_root / f"cpu{cpu}" / "online", "0\n")
+            os.symlink(f"../../node/node{node}", cpu_root / f"cpu{cpu}" / f"node{node}")
+
+        expected = {0: 0, 1: 0, 4: 0, 5: 0, 2: 1, 3: 1, 6: 1, 7: 0}
+        assert expected == read_cpu_numa_map(tmp_path)
+
+    def test_garbage_offline_list_names_the_path(self, tmp_path: Path) -> None:
+        """A garbage cpu/offline fails the map as a garbage cpulist does."""
+        write_attribute(_node_root(tmp_path) / "node0" / "cpulist", "0-1\n")
+        path = tmp_path / "devices" / "system" / "cpu" / "offline"
+        write_attribute(path, "six\n")
+
+        with pytest.raises(CollectorError, match=f"{path}: not a cpulist range: 'six'"):
+            read_cpu_numa_map(tmp_path)
+
     def test_fifo_cpulist_fails_without_blocking(self, tmp_path: Path) -> None:
         """A FIFO in place of a cpulist is refused at once (sysfs.read_text opens non-blocking)."""
         path = _node_root(tmp_path) / "node0" / "cpulist"
