@@ -234,8 +234,22 @@ class SimKubelet:
     # --- serving ---
 
     async def admit(self, method: str, context: _Context) -> None:
-        """Count the call and apply the knobs, in the kubelet's order: rate limit first."""
+        """Count the call and apply the knobs, in the kubelet's order: a method it lacks
+        first, then the rate limit. grpc-go answers a method or service it does not
+        serve before any interceptor runs (server.go, ``handleStream``), so such a call
+        spends no token and is never refused as rate-limited."""
         self.calls[method] += 1
+        api, _, rpc = method.partition(".")
+        if method in self.unimplemented:
+            service = f"{api}.PodResourcesLister"
+            lacks_service = all(m in self.unimplemented for m in METHODS if m.startswith(f"{api}."))
+            await _abort(
+                context,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"unknown service {service}"
+                if lacks_service
+                else f"unknown method {rpc} for service {service}",
+            )
         if self._bucket is not None and not self._bucket.try_take():
             await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
         if self._hang:
@@ -245,13 +259,6 @@ class SimKubelet:
             if details is None:
                 details = f"forced by SimKubelet: {self.force_code.name}"
             await _abort(context, self.force_code, details)
-        api, _, rpc = method.partition(".")
-        if method in self.unimplemented:
-            await _abort(
-                context,
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"unknown method {rpc} for service {api}.PodResourcesLister",
-            )
         if method in self.disabled:
             await _abort(
                 context,

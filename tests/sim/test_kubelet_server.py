@@ -190,6 +190,34 @@ class TestMisbehaviour:
             "unknown method Get for service v1.PodResourcesLister",
         )
 
+    async def test_unimplemented_service_answers_unknown_service(
+        self, sim: SimKubelet, stub: Any, alpha_stub: Any
+    ) -> None:
+        """A kubelet without a whole service (v1 before 1.20, v1alpha1 should it be
+        dropped) answers in grpc-go's words for an unknown service, not method."""
+        sim.unimplemented = {V1_LIST, V1_GET_ALLOCATABLE, V1_GET, V1ALPHA1_LIST}
+        v1_list = await status_of(stub.List(v1.ListPodResourcesRequest(), timeout=TIMEOUT_S))
+        alpha_list = await status_of(
+            alpha_stub.List(v1alpha1.ListPodResourcesRequest(), timeout=TIMEOUT_S)
+        )
+        assert (v1_list, alpha_list) == (
+            ("UNIMPLEMENTED", "unknown service v1.PodResourcesLister"),
+            ("UNIMPLEMENTED", "unknown service v1alpha1.PodResourcesLister"),
+        )
+
+    async def test_unimplemented_spends_no_rate_limit_token(
+        self, sim: SimKubelet, stub: Any
+    ) -> None:
+        """grpc-go answers a method it does not serve before the kubelet's rate-limit
+        interceptor runs: never RESOURCE_EXHAUSTED, and the token stays for a real call."""
+        sim.rate_limit(qps=0.001, burst=1)
+        sim.unimplemented = {V1_GET}
+        codes = [
+            (await status_of(stub.Get(v1.GetPodResourcesRequest(), timeout=TIMEOUT_S)))[0]
+            for _ in range(3)
+        ]
+        assert (codes, len((await list_v1(stub)).pod_resources)) == (["UNIMPLEMENTED"] * 3, 1)
+
     async def test_unimplemented_v1_list_leaves_v1alpha1(
         self, sim: SimKubelet, stub: Any, alpha_stub: Any
     ) -> None:
