@@ -7,7 +7,8 @@ hang, lack or disable methods, rate-limit, fail every call, send huge replies or
 bytes that are no protobuf message at all.
 Method names everywhere are qualified by API version, as in ``calls``: "v1.List".
 
-The real kubelet walks Go maps to answer (pkg/kubelet/apis/podresources/server_v1.go,
+The real kubelet walks Go maps to answer (pkg/kubelet/apis/podresources/server_v1.go;
+pkg/kubelet/cm/container_manager_linux.go's
 ``containerDevicesFromResourceDeviceInstances``; the CPU manager's ``cpuset``), so two
 answers from an unchanged node are rarely the same bytes: pods, devices and CPU ids come
 in a new order each call, and every device is its own ``ContainerDevices`` entry, once per
@@ -65,8 +66,9 @@ V1ALPHA1_LIST = "v1alpha1.List"
 METHODS = (V1_LIST, V1_GET_ALLOCATABLE, V1_GET, V1ALPHA1_LIST)
 
 # What the kubelet answers, word for word (pkg/kubelet/apis/podresources/server_v1.go):
-# "Pod Resources" in two words for GetAllocatableResources (kubelets 1.21 to 1.29, gate
-# KubeletPodResourcesGetAllocatable), one for Get (gate KubeletPodResourcesGet).
+# "Pod Resources" in two words for GetAllocatableResources (kubelets 1.21 to 1.27, gate
+# KubeletPodResourcesGetAllocatable, locked on from 1.28), one for Get (gate
+# KubeletPodResourcesGet).
 DISABLED_MESSAGES = {
     V1_GET: "PodResources API Get method disabled",
     V1_GET_ALLOCATABLE: "Pod Resources API GetAllocatableResources disabled",
