@@ -39,8 +39,9 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   Each device ``<kind>=<name>`` maps to the hardware its edits name: ``/dev/nvidiaN``,
   ``/dev/dri/cardN``, ``/dev/dri/renderDN``, host interfaces, GPU/MIG UUIDs in env
   values and annotations. Spec-wide edits are common to every device and name none.
-  As CDI resolves a name found twice (pkg/cdi/cache.go, spec.go): a spec naming one
-  device twice, or holding a device without a name or container edits, is refused whole;
+  As CDI resolves a name found twice (pkg/cdi/cache.go, spec.go): a spec its validation
+  refuses (a device named twice, or without a name or container edits, names, edits and
+  net devices as ``_check_edits`` says, no devices) is refused whole, as if absent;
   the first directory listed here wins over later ones (CDI lets the last of its own
   list win, and lists ``/etc/cdi`` first: this flag lists them the other way round);
   two specs of one directory naming the same device conflict, and that name is then used
@@ -342,22 +343,87 @@ def parse_cdi_spec(
     device without a name or without edits: CDI refuses such a spec whole.
     """
     spec = _load_yaml(text) if yaml_format else _load_json(text)
-    kind = _string(spec.get("kind"))
-    if not kind or "/" not in kind:
+    kind = _string(spec.get("kind")) or ""
+    vendor, _, device_class = kind.partition("/")
+    if not vendor or not device_class:
         raise ValueError(f"kind {kind!r} is not <vendor>/<class>")
+    for part, what in ((vendor, "vendor"), (device_class, "class")):
+        if not _CDI_KIND_PART.fullmatch(part):
+            raise ValueError(f"kind {kind!r}: {what} {part!r} is not a CDI name")
+    _check_edits(_mapping(spec.get("containerEdits")), "the spec's container edits")
     found: dict[str, tuple[HardwareKey, ...]] = {}
     for device_value in _sequence(spec.get("devices")):
         device = _mapping(device_value)
         name = _name(device.get("name"))
         if not name:  # CDI refuses the spec (pkg/parser ValidateDeviceName)
             raise ValueError("a device without a name")
+        if not _CDI_DEVICE_NAME.fullmatch(name):
+            raise ValueError(f"device name {name!r} is not a CDI device name")
         if name in found:
             raise ValueError(f"device {name!r} named twice")  # CDI refuses the spec
         edits = _mapping(device.get("containerEdits"))
         if not _has_edits(edits):
             raise ValueError(f"device {name!r} has no container edits")  # so does this
+        _check_edits(edits, f"device {name!r}")
         found[name] = _edit_keys(edits, _mapping(device.get("annotations")))
+    if not found:
+        raise ValueError("no devices")  # pkg/cdi/spec.go validate: "invalid spec, no devices"
     return tuple((f"{kind}={name}", keys) for name, keys in found.items())
+
+
+# CDI's name rules (pkg/parser/parser.go): a vendor or class starts with a letter, a
+# device name with a letter or digit; both end with one; between, ASCII letters, digits
+# and ``_-.``, and ``:`` in a device name.
+_CDI_KIND_PART = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_CDI_DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+# pkg/cdi/container-edits.go: the OCI hook names, and a device node's types.
+_CDI_HOOK_NAMES = frozenset(
+    ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
+)
+_CDI_NODE_TYPES = frozenset(("", "b", "c", "u", "p"))
+
+
+def _check_edits(edits: Mapping[str, Any], where: str) -> None:
+    """Refuse edits CDI's ``ContainerEdits.Validate`` refuses, which make the runtime
+    skip the whole spec: a spec the runtime skips must not name hardware here, nor
+    shadow or conflict with a valid spec of the same device. Only the checks every CDI
+    release makes; the spec's version and unknown fields depend on the runtime's."""
+    _check_env(edits.get("env"), where)
+    for node in map(_mapping, _sequence(edits.get("deviceNodes"))):
+        path = _string(node.get("path"))
+        if path is None:
+            raise ValueError(f"{where}: a device node without a path")
+        if node.get("type", "") not in _CDI_NODE_TYPES:
+            raise ValueError(f"{where}: device node {path!r} has type {node.get('type')!r}")
+        permissions = node.get("permissions", "")
+        if permissions != "none" and (not isinstance(permissions, str) or permissions.strip("rwm")):
+            raise ValueError(f"{where}: device node {path!r} has permissions {permissions!r}")
+    for hook in map(_mapping, _sequence(edits.get("hooks"))):
+        if hook.get("hookName") not in _CDI_HOOK_NAMES:
+            raise ValueError(f"{where}: hook name {hook.get('hookName')!r}")
+        if _string(hook.get("path")) is None:
+            raise ValueError(f"{where}: hook {hook.get('hookName')!r} without a path")
+        _check_env(hook.get("env"), where)
+    for mount in map(_mapping, _sequence(edits.get("mounts"))):
+        if _string(mount.get("hostPath")) is None or _string(mount.get("containerPath")) is None:
+            raise ValueError(f"{where}: a mount without a host or container path")
+    hosts: set[str] = set()
+    names: set[str] = set()
+    for net in map(_mapping, _sequence(edits.get("netDevices"))):
+        host, name = _string(net.get("hostInterfaceName")), _string(net.get("name"))
+        if host is None or name is None:
+            raise ValueError(f"{where}: a net device without a host interface or a name")
+        if host in hosts or name in names:
+            raise ValueError(f"{where}: net device {host!r} or {name!r} listed twice")
+        hosts.add(host)
+        names.add(name)
+
+
+def _check_env(env: Any, where: str) -> None:
+    for entry in _sequence(env):
+        # CDI's ValidateEnv: a name, then "=" (strings.IndexByte(v, '=') <= 0 is refused).
+        if not isinstance(entry, str) or entry.find("=") <= 0:
+            raise ValueError(f"{where}: environment entry {entry!r} is not NAME=value")
 
 
 # What CDI counts as a device's edits (pkg/cdi/container-edits.go isEmpty, which

@@ -364,7 +364,7 @@ class TestCdiCache:
         assert [["garbage"]] * 3 == [[i.error for i in polled] for polled in issues]
         bad = [t for t in parsed if "no-slash" in t]
         assert len(bad) == 1
-        path.write_text("kind: a.b/c\ndevices: []\n")  # mended: read again
+        path.write_text("kind: a.b/c\ndevices: [{name: d, containerEdits: {env: [A=1]}}]\n")
         assert () == collector.collect().issues
 
     def test_a_refused_file_keeps_no_tracebacks(self, tree: Path) -> None:
@@ -714,15 +714,17 @@ class TestParseCdiSpec:
 
     def test_relocated_host_paths_are_read_by_their_dev_name(self) -> None:
         """The GPU operator's driver container puts nodes under /run/nvidia/driver/dev:
-        hostPath is relocated, path is the /dev name the keys are read from."""
+        hostPath is relocated, and the keys are read from its last /dev/ on."""
         relocated = [{"path": "/dev/nvidia3", "hostPath": "/run/nvidia/driver/dev/nvidia3"}]
-        host_only = [{"hostPath": "/run/nvidia/driver/dev/dri/renderD130"}]
+        render = [
+            {"path": "/dev/dri/renderD130", "hostPath": "/run/nvidia/driver/dev/dri/renderD130"}
+        ]
         spec = {
             "cdiVersion": "0.5.0",
             "kind": "vendor.example.com/dev",
             "devices": [
                 {"name": "a", "containerEdits": {"deviceNodes": relocated}},
-                {"name": "b", "containerEdits": {"deviceNodes": host_only}},
+                {"name": "b", "containerEdits": {"deviceNodes": render}},
             ],
         }
         assert (
@@ -1138,6 +1140,113 @@ class TestStreamsAndNames:
         }
         with pytest.raises(ValueError, match="a device without a name"):
             parse_cdi_spec(json.dumps(spec), yaml_format=False)
+
+
+# Specs CDI refuses whole (pkg/cdi/spec.go validate, device.go validate,
+# container-edits.go Validate, pkg/parser): (what is wrong, the change to a good spec).
+_NODE = {"path": "/dev/nvidia1"}
+_REFUSED_SPECS: list[tuple[str, dict[str, Any]]] = [
+    ("vendor", {"kind": "-vendor.example.com/dev"}),
+    ("class", {"kind": "vendor.example.com/dev/x"}),
+    ("class", {"kind": "vendor.example.com/dev-"}),
+    ("device name", {"device": {"name": "gpu 1"}}),
+    ("device name", {"device": {"name": "-gpu"}}),
+    ("device name", {"device": {"name": "gpu:"}}),
+    ("environment entry", {"edits": {"env": ["=1"]}}),
+    ("environment entry", {"edits": {"env": ["NOVALUE"]}}),
+    ("environment entry", {"spec_edits": {"env": ["NOVALUE"]}}),
+    ("without a path", {"edits": {"deviceNodes": [{"hostPath": "/dev/nvidia1"}]}}),
+    ("has type", {"edits": {"deviceNodes": [{**_NODE, "type": "x"}]}}),
+    ("has permissions", {"edits": {"deviceNodes": [{**_NODE, "permissions": "rwx"}]}}),
+    ("hook name", {"edits": {"env": ["A=1"], "hooks": [{"hookName": "pre", "path": "/h"}]}}),
+    ("without a path", {"edits": {"env": ["A=1"], "hooks": [{"hookName": "prestart"}]}}),
+    ("mount without", {"edits": {"env": ["A=1"], "mounts": [{"hostPath": "/a"}]}}),
+    ("net device without", {"edits": {"netDevices": [{"hostInterfaceName": "eth1"}]}}),
+    (
+        "listed twice",
+        {
+            "edits": {
+                "netDevices": [
+                    {"hostInterfaceName": "eth1", "name": "net0"},
+                    {"hostInterfaceName": "eth1", "name": "net1"},
+                ]
+            }
+        },
+    ),
+    ("no devices", {"no_devices": True}),
+]
+
+
+def _spec(change: dict[str, Any]) -> str:
+    device: dict[str, Any] = {
+        "name": "gpu-1",
+        "containerEdits": change.get("edits", {"deviceNodes": [_NODE]}),
+        **change.get("device", {}),
+    }
+    spec: dict[str, Any] = {
+        "cdiVersion": "0.6.0",
+        "kind": change.get("kind", "vendor.example.com/dev"),
+        "devices": [] if change.get("no_devices") else [device],
+    }
+    if "spec_edits" in change:
+        spec["containerEdits"] = change["spec_edits"]
+    return json.dumps(spec)
+
+
+class TestCdiValidation:
+    """A spec CDI's runtimes refuse is skipped by them whole (pkg/cdi/cache.go): it
+    must name no hardware here either, nor shadow or conflict with a valid spec."""
+
+    @pytest.mark.parametrize(("wrong", "change"), _REFUSED_SPECS)
+    def test_a_spec_cdi_refuses_is_refused(self, wrong: str, change: dict[str, Any]) -> None:
+        with pytest.raises(ValueError, match=wrong):
+            parse_cdi_spec(_spec(change), yaml_format=False)
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"kind": "v/c"},
+            {"kind": "Vendor_1.example-x.com/gpu.shared_2"},
+            {"device": {"name": "0"}},
+            {"device": {"name": "MIG-gpu_1.2:3"}},
+            {"edits": {"deviceNodes": [{**_NODE, "type": "c", "permissions": "rw"}]}},
+            {"edits": {"deviceNodes": [{**_NODE, "permissions": "none"}]}},
+            {"edits": {"env": ["A=", "B=1=2"]}},
+            {
+                "edits": {
+                    "env": ["A=1"],
+                    "hooks": [{"hookName": "createContainer", "path": "/h", "env": ["X=1"]}],
+                    "mounts": [{"hostPath": "/a", "containerPath": "/b"}],
+                }
+            },
+            {"spec_edits": {"env": ["A=1"], "mounts": [{"hostPath": "/a", "containerPath": "/b"}]}},
+        ],
+    )
+    def test_a_spec_cdi_accepts_is_read(self, change: dict[str, Any]) -> None:
+        ((name, _keys),) = parse_cdi_spec(_spec(change), yaml_format=False)
+        assert name.endswith("=" + change.get("device", {}).get("name", "gpu-1"))
+
+    def test_a_refused_spec_in_the_first_directory_shadows_no_later_one(self, tree: Path) -> None:
+        """CDI skips the refused spec, so the device is the later directory's: before,
+        the refused spec's /dev/nvidia7 named it."""
+        first, later = tree / "run-cdi", tree / "etc-cdi"
+        first.mkdir()
+        later.mkdir()
+        broken = {"deviceNodes": [{"path": "/dev/nvidia7", "permissions": "rwx"}]}
+        good = {"deviceNodes": [{"path": "/dev/nvidia2"}]}
+        for directory, edits in ((first, broken), (later, good)):
+            spec = {
+                "cdiVersion": "0.6.0",
+                "kind": "vendor.example.com/dev",
+                "devices": [{"name": "gpu-1", "containerEdits": edits}],
+            }
+            (directory / "vendor.example.com-dev.json").write_text(json.dumps(spec))
+        readings = _collect(tree, first, later)
+        assert readings.dra is not None
+        assert (HardwareKey(KeyKind.NVIDIA_MINOR, "2"),) == dict(readings.dra.cdi_devices)[
+            "vendor.example.com/dev=gpu-1"
+        ]
+        assert ["garbage"] == [i.error for i in readings.issues]
 
 
 def _assert_all_read_but(broken: Path, readings: Readings) -> None:
