@@ -211,8 +211,8 @@ def _demo_processes(gpus: tuple[SimGpu, ...]) -> tuple[SimGpuProcess, ...]:
     """Who runs what on the demo's GPUs, each container on a different cgroup layout.
 
     GPU 3 is shared by two notebooks, each with its own share; GPU 1, held by the
-    trainer, carries a leftover process of the embedder pod; GPU 4, allocated to
-    nobody, is busy with a host process.
+    trainer, carries a leftover process of the embedder pod; GPU 4 runs its DRA
+    claim's pod; GPU 6, allocated to nobody, is busy with a host process.
     """
 
     def container(
