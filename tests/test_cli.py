@@ -14,6 +14,7 @@ import pytest
 from exporter import cli
 from exporter.app import _bind_host, collector_context
 from exporter.cli import env_name, parse_config
+from exporter.collectors import registrations
 from exporter.config import ConfigError, is_wildcard_host
 
 
@@ -481,6 +482,62 @@ def test_help_documents_every_flag_and_variable() -> None:
     missing = [f for f in flags if f not in help_text]
     assert missing == []
     assert env_name("--kubelet.socket") in help_text
+
+
+def _readme_flag_rows() -> dict[str, str]:
+    """README's flag table: each flag its first cell names -> that row's default cell.
+    ``--[no-]collector.NAME`` stands for the collector names its meaning lists."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("\n## Flags\n") : readme.index("\n## Endpoints\n")]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        if not line.startswith("| `-"):
+            continue
+        flags_cell, default_cell, meaning = (c.strip() for c in line.strip("|").split("|", 2))
+        for flag in re.findall(r"`(--[^` ]+)", flags_cell):
+            flag = flag.replace("[no-]", "")
+            if flag == "--collector.NAME":
+                for name in re.findall(r"`(\w+)`", meaning):
+                    rows[f"--collector.{name}"] = default_cell
+            else:
+                rows[flag] = default_cell
+    return rows
+
+
+def test_readme_flag_table_names_every_flag_with_its_default() -> None:
+    """README's flag table and the parser name the same flags, and each default the
+    parser holds is the one the table gives: a flag added, renamed or given another
+    default without its row fails here."""
+    parser = cli._build_parser({})
+    flags = {
+        option: action
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and not option.startswith("--no-")
+    }
+    rows = _readme_flag_rows()
+    assert (set(), set()) == (flags.keys() - rows.keys(), rows.keys() - flags.keys())
+    # Defaults applied after parsing, or worked out from the poll interval.
+    later = {
+        "--web.listen-address": cli.DEFAULT_LISTEN_ADDRESS,
+        "--kubelet.timeout": cli.DEFAULT_KUBELET_TIMEOUT_S,
+        "--collector.timeout": cli.DEFAULT_COLLECTOR_TIMEOUT_S,
+    }
+    # gpu_processes' default is None, for --demo to decide: its registration says.
+    later |= {f"--collector.{r.name}": r.enabled_by_default for r in registrations()}
+    for flag, action in flags.items():
+        default = later.get(flag, action.default)
+        if flag == "--node-name" or default is None or default == argparse.SUPPRESS:
+            continue  # the host's name; none; --help and --version
+        if flag.startswith("--collector.") and isinstance(default, bool):
+            # "all on but gpu_processes": a collector off by default is named there.
+            assert (not default) == (f"`{flag.removeprefix('--collector.')}`" in rows[flag])
+            continue
+        if isinstance(default, bool):
+            assert rows[flag] == ("on" if default else "off"), flag
+            continue
+        text = default if isinstance(default, str) else cli._plain(default)
+        assert re.search(rf"(?<![\w.]){re.escape(text)}(?![\w.])", rows[flag]), (flag, text)
 
 
 def test_gpu_processes_is_opt_in_with_its_pod_log_path() -> None:
