@@ -27,8 +27,8 @@ def _stable_lines(text: str) -> str:
     return "".join(line + "\n" for line in text.splitlines() if not _VOLATILE.match(line))
 
 
-async def test_demo_exposition_matches_golden(sim_node: SimulatedNode) -> None:
-    """Every stable series of the demo at tick 0, labels and values, is as recorded."""
+async def _demo_page(sim_node: SimulatedNode) -> str:
+    """The demo's whole /metrics page at tick 0, as Prometheus' text format."""
     config = parse_config(
         [
             *sim_node.exporter_flags(),
@@ -44,7 +44,56 @@ async def test_demo_exposition_matches_golden(sim_node: SimulatedNode) -> None:
         exposition = await exporter.store.exposition(published)
     finally:
         await exporter.close()
-    actual = _stable_lines(exposition.text.decode())
+    return exposition.text.decode()
+
+
+async def test_demo_exposition_matches_golden(sim_node: SimulatedNode) -> None:
+    """Every stable series of the demo at tick 0, labels and values, is as recorded."""
+    actual = _stable_lines(await _demo_page(sim_node))
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(actual)
     assert GOLDEN.read_text() == actual, "exposition changed: UPDATE_GOLDEN=1 make unit, review"
+
+
+# A family name in README, with `{a,b}` for alternatives and a last `{...}` for labels.
+_NAMED = re.compile(r"\b(?:podresources|process|python)_[a-z0-9_]*(?:\{[a-z0-9_,]+\}[a-z0-9_]*)*")
+
+
+def _readme_families() -> set[str]:
+    """Each family README names (``process_*`` and ``python_*`` as those prefixes)."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    names: set[str] = set()
+    for token in _NAMED.findall(text):
+        token = re.sub(r"\{[a-z0-9_,]+\}$", "", token)  # the labels
+        parts = re.split(r"\{([a-z0-9_,]+)\}", token)  # text, alternatives, text, ...
+        expanded = [""]
+        for index, part in enumerate(parts):
+            choices = part.split(",") if index % 2 else [part]
+            expanded = [done + choice for done in expanded for choice in choices]
+        names.update(expanded)
+    return names
+
+
+async def test_every_family_served_is_in_the_readme(sim_node: SimulatedNode) -> None:
+    """README names every family the demo serves, and every family
+    README names is served by the demo or defined in exporter/ (a GPU before Ampere's
+    retired pages, which the demo's H100s do not have): a family added or renamed
+    without README fails here."""
+    page = await _demo_page(sim_node)
+    served = set(re.findall(r"^# TYPE (\S+) ", page, re.MULTILINE))
+    named = _readme_families()
+    assert {"podresources_kubelet_up", "podresources_gpu_utilization_ratio"} <= served
+    # "the standard `process_*` and `python_*`": named by their prefixes.
+    standard = tuple(prefix for prefix in ("process_", "python_") if prefix in named)
+    undocumented = {f for f in served if f not in named and not f.startswith(standard)}
+    assert set() == undocumented
+    source = "".join(p.read_text() for p in (GOLDEN.parents[2] / "exporter").rglob("*.py"))
+    unknown = {
+        name
+        for name in named
+        if name.startswith("podresources_")
+        and not name.endswith("_")
+        and name not in served
+        and f'"{name}"' not in source
+    }
+    assert set() == unknown
