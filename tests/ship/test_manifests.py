@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -502,6 +503,19 @@ class TestOverlays:
             assert config_map["metadata"]["name"] == f"podresources-dashboard-{key[:-5]}"
             files[key] = content
         assert {p.name: p.read_text() for p in DASHBOARDS.glob("*.json")} == files
+
+    def test_grafana_config_maps_fit_a_client_side_apply(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """The overlay says `kubectl apply -k` needs no --server-side: kubectl copies each
+        object, as Go's JSON encoder writes it (<, > and & as \\u003c and so on), into
+        its last-applied annotation, and the API server refuses annotations over 256 KiB."""
+        maps = [d for d in rendered["manifests/overlays/grafana"] if d["kind"] == "ConfigMap"]
+        assert len(maps) == 4
+        for config_map in maps:
+            encoded = json.dumps(config_map, ensure_ascii=False, separators=(",", ":"))
+            size = len(encoded.encode()) + 5 * sum(encoded.count(c) for c in "<>&")
+            assert size < 256 * 1024, (config_map["metadata"]["name"], size)
 
 
 def _driver_upgrade_patches() -> dict[str, str]:
