@@ -328,7 +328,8 @@ def _build_parser(environ: Mapping[str, str]) -> _Parser:
     )
     add(
         "--web.config.file",
-        help="TLS and basic auth configuration (Prometheus exporter-toolkit web config format)",
+        help="TLS, client certificates, headers, rate limit and basic auth (Prometheus "
+        "exporter-toolkit web config format); re-read when it or a file it names changes",
         default=None,
         metavar="PATH",
         dest="web_config_file",
