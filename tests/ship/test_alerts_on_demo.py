@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -370,3 +371,86 @@ def test_the_demo_fires_exactly_the_expected_alerts(
         timeout=300,
     )
     assert 0 == result.returncode, result.stdout[-20_000:] + result.stderr[-5_000:]
+
+
+# What a template that failed on real series leaves in an annotation: Prometheus writes
+# "<error expanding template: ...>" for an error, Go's text/template "<no value>" for a
+# missing field, and Go's fmt "%!" for a value of the wrong type (printf "%.2f" of a
+# string).
+TEMPLATE_FAILURES = ("<error expanding template", "<no value>", "%!")
+# What a label or lookup that rendered empty leaves (Prometheus renders a missing label
+# as ""): two spaces, a space before punctuation, empty brackets.
+EMPTY_FIELD = re.compile(r"  | [.,:;)]|\(\)")
+SENTINEL = "annotations are read from promtool's report"
+
+
+def _got_alerts(report: str) -> list[tuple[str, str]]:
+    """(labels, annotations) of each alert promtool's report says it got, as written."""
+    got: list[tuple[str, str]] = []
+    in_got = False
+    labels = ""
+    for line in map(str.strip, report.splitlines()):
+        if line.startswith("got:["):
+            in_got = True
+        elif line.startswith("]"):
+            in_got = False
+        elif in_got and line.startswith("Labels:{"):
+            labels = line.removeprefix("Labels:")
+        elif in_got and line.startswith("Annotations:{"):
+            got.append((labels, line.removeprefix("Annotations:")))
+    return got
+
+
+def test_the_fired_alerts_annotations_render_on_the_real_pages(
+    promtool: str, pages: list[str], tmp_path: Path
+) -> None:
+    """The shipped rules, annotations and all, on the demo's pages: each EXPECTED alert's
+    summary and description render without a template failure or a field left empty,
+    and name what they are about. promtool (2.42) compares annotations whole, so each
+    alert is expected with a sentinel annotation it cannot have, and the annotations
+    promtool reports it got are the ones read."""
+    rules = yaml.safe_load(RULES.read_text())
+    checks = sorted({(when, alert) for when, alert, _ in EXPECTED})
+    tests = [
+        {
+            "eval_time": when,
+            "alertname": alert,
+            "exp_alerts": [{"exp_annotations": {"sentinel": SENTINEL}}],
+        }
+        for when, alert in checks
+    ]
+    unit_test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": f"{EVALUATION_S}s",
+        "tests": [
+            {
+                "interval": f"{SCRAPE_S}s",
+                "input_series": _input_series(pages, steps=_seconds(LATE) // SCRAPE_S + 1),
+                "alert_rule_test": tests,
+            }
+        ],
+    }
+    test_file = tmp_path / "annotations.yml"
+    test_file.write_text(yaml.safe_dump(unit_test, sort_keys=False, width=1_000_000))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    report = result.stdout + result.stderr
+    got = _got_alerts(report)
+    assert len(EXPECTED) == len(got), report[-20_000:]
+    names = {rule["alert"] for rule in _alerts(rules)}
+    for _, alert, labels in EXPECTED:
+        assert alert in names
+        wanted = [f"{k}={_promql_string(v)}" for k, v in {"alertname": alert, **labels}.items()]
+        (rendered,) = [a for got_labels, a in got if all(w in got_labels for w in wanted)]
+        assert [] == [f for f in TEMPLATE_FAILURES if f in rendered], rendered
+        assert EMPTY_FIELD.search(rendered) is None, rendered
+        assert 'summary="' in rendered
+        assert 'description="What it means: ' in rendered
+        # Each names the device, or the container, it is about.
+        about = labels.get("device_id") or labels.get("uuid") or labels["pod"]
+        assert about in rendered, rendered
