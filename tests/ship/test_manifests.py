@@ -31,7 +31,9 @@ CRD_KINDS = {
     ("monitoring.coreos.com/v1", kind)
     for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 }
-OLDEST_KUBERNETES = "1.29"
+# recursiveReadOnly (the kubelet-plugins mount) is a field from 1.30 on; 1.29 clusters
+# remove it with docs/operations.md's upgrade-note patch (TestOldestKubernetesPatch).
+OLDEST_KUBERNETES = "1.30"
 GPU_TAINTS = {"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915"}
 
 Doc = dict[str, Any]
@@ -221,6 +223,26 @@ class TestBase:
         args = _container(docs)["args"]
         assert "--path.sysfs=/host/sys" in args
         assert not [a for a in args if a.startswith("--path.procfs")]
+
+    def test_kubelet_plugins_submounts_are_read_only_where_possible(
+        self, rendered: dict[str, list[Doc]]
+    ) -> None:
+        """/var/lib/kubelet/plugins holds other pods' staged volumes as submounts
+        (kubernetes.io/csi/.../globalmount), which a plain read-only bind leaves writable:
+        its mount is recursively read-only where the runtime can, and never fails the pod
+        where it cannot (IfPossible, not Enabled). Propagation must stay None for it."""
+        for name, docs in rendered.items():
+            volumes = {v["name"]: v for v in _pod_spec(docs)["volumes"]}
+            for mount in _container(docs)["volumeMounts"]:
+                host = volumes[mount["name"]].get("hostPath", {}).get("path", "")
+                if host == "/var/lib/kubelet/plugins" or host.startswith(
+                    "/var/lib/kubelet/plugins/"
+                ):
+                    assert ("IfPossible", True, None) == (
+                        mount.get("recursiveReadOnly"),
+                        mount.get("readOnly"),
+                        mount.get("mountPropagation"),
+                    ), f"{name}: {mount['mountPath']}"
 
     def test_nvml_is_asked_for_both_ways_the_nvidia_toolkit_reads(
         self, rendered: dict[str, list[Doc]]
@@ -607,3 +629,32 @@ class TestDriverUpgradePatches:
         assert [[self.PAUSED]] == _terms(
             self._pod_spec(kubectl, tmp_path / "replaced", alone, True)
         )
+
+
+class TestOldestKubernetesPatch:
+    """docs/operations.md's upgrade note for Kubernetes 1.29, whose API server refuses the
+    recursiveReadOnly field: its patch, in a kustomization beside a checkout."""
+
+    def test_the_patch_removes_the_field_and_validates_on_1_29(
+        self, kubectl: str, tmp_path: Path
+    ) -> None:
+        kubernetes_validate = pytest.importorskip(
+            "kubernetes_validate", reason="pip install kubernetes-validate (in the test extras)"
+        )
+        text = (REPO / "docs" / "operations.md").read_text()
+        note = text[text.index("- **Kubernetes 1.30 or later**") :]
+        block = textwrap.dedent(re.findall(r"\n  ```yaml\n(.*?)\n  ```\n", note, re.S)[0])
+        (tmp_path / "podresources-exporter").symlink_to(REPO)
+        (tmp_path / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+            "kind: Kustomization\n"
+            "resources: [podresources-exporter/manifests/base]\n" + block
+        )
+        docs = _render(kubectl, tmp_path)
+        mounts = _container(docs)["volumeMounts"]
+        assert [] == [m["name"] for m in mounts if "recursiveReadOnly" in m]
+        assert _container(_render(kubectl, MANIFESTS))["volumeMounts"] == [
+            m | {"recursiveReadOnly": "IfPossible"} if m["name"] == "kubelet-plugins" else m
+            for m in mounts
+        ]
+        kubernetes_validate.validate(_daemonset(docs), "1.29", strict=True)
