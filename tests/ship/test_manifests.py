@@ -658,3 +658,42 @@ class TestOldestKubernetesPatch:
             for m in mounts
         ]
         kubernetes_validate.validate(_daemonset(docs), "1.29", strict=True)
+
+
+class TestWithoutKubeletPlugins:
+    """docs/operations.md's patch for nodes without DRA drivers, which takes away the
+    kubelet plugins folder and so the CSI and DRA drivers' sockets in it."""
+
+    def test_the_patch_drops_that_mount_and_nothing_else(
+        self, kubectl: str, tmp_path: Path
+    ) -> None:
+        text = (REPO / "docs" / "operations.md").read_text()
+        section = text[text.index("**Sockets under the kubelet's plugins folder.**") :]
+        block = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
+        assert block.startswith("# without the kubelet's plugins folder\n")
+        (tmp_path / "podresources-exporter").symlink_to(REPO)
+        (tmp_path / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+            "kind: Kustomization\n"
+            "resources: [podresources-exporter/manifests/base]\n" + block
+        )
+        patched = _daemonset(_render(kubectl, tmp_path))
+        pod = patched["spec"]["template"]["spec"]
+        host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+        assert not [p for p in host_paths if p.startswith("/var/lib/kubelet/plugins")]
+        base = copy.deepcopy(_daemonset(_render(kubectl, MANIFESTS)))
+        base_pod = base["spec"]["template"]["spec"]
+        base_pod["volumes"] = [v for v in base_pod["volumes"] if v["name"] != "kubelet-plugins"]
+        (container,) = base_pod["containers"]
+        container["volumeMounts"] = [
+            m for m in container["volumeMounts"] if m["name"] != "kubelet-plugins"
+        ]
+        assert base == patched
+
+    def test_the_base_says_why_the_mount_is_a_risk(self) -> None:
+        """The kubelet-plugins mount's comment names the sockets and where to read on."""
+        text = (MANIFESTS / "base" / "daemonset.yaml").read_text()
+        mount = text.index("- name: kubelet-plugins\n              mountPath:")
+        comment = text[text.rindex("readOnly: true", 0, mount) : mount]
+        for word in ("connect()", "csi.sock", "dra.sock", "Sockets under the kubelet's"):
+            assert word in comment, word
