@@ -463,6 +463,18 @@ class TestOverlays:
         ] == [(m["mountPath"], m.get("readOnly"), volumes[m["name"]]) for m in mounts]
         assert base == overlay
 
+    def test_gpu_processes_says_whose_processes_it_could_signal(self) -> None:
+        """hostPID with uid 0 reaches every other pod's root processes: the runtime's
+        default AppArmor profile lets containers under it signal one another, so the
+        component and the docs must not offer it as the protection, and name non-root."""
+        comment = (MANIFESTS / "components" / "gpu-processes" / "kustomization.yaml").read_text()
+        docs = (REPO / "docs" / "operations.md").read_text()
+        item = docs[docs.index("- **Who uses each GPU**") : docs.index("- **Only GPU-tainted")]
+        for text in (" ".join(comment.replace("#", " ").split()), " ".join(item.split())):
+            assert "every other pod" in text
+            assert "peer=<itself>" in text
+            assert "non-root" in text
+
     def test_pcie_switch_links_adds_one_read_only_sysfs_folder(
         self, rendered: dict[str, list[Doc]]
     ) -> None:
