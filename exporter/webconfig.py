@@ -28,6 +28,7 @@ that does not load keeps the last good configuration and logs why.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -525,15 +526,21 @@ def read_web_config(path: Path, *, keys: tuple[str, ...] = _TOP_KEYS) -> WebConf
 def _load_pair(context: ssl.SSLContext, tls: TlsSettings, source: Path) -> None:
     keys = "cert_file/key_file" if tls.cert_file and tls.key_file else "cert/key"
     # Inline PEM goes through a private temporary file: OpenSSL loads keys from files only.
-    with tempfile.TemporaryDirectory(prefix="webconfig-") as scratch:
+    with _scratch_dir(tls, source, keys) as scratch:
         cert_path, key_path = tls.cert_file, tls.key_file
-        if cert_path is None:
-            cert_path = Path(scratch, "cert.pem")
-            cert_path.write_text(tls.cert or "")
-        if key_path is None:
-            key_path = Path(scratch, "key.pem")
-            with os.fdopen(os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
-                out.write(tls.key or "")
+        try:
+            if cert_path is None:
+                cert_path = Path(scratch, "cert.pem")
+                cert_path.write_text(tls.cert or "")
+            if key_path is None:
+                key_path = Path(scratch, "key.pem")
+                with os.fdopen(os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
+                    out.write(tls.key or "")
+        except OSError as error:  # a full or read-only temporary directory
+            raise WebConfigError(
+                f"{source}: tls_server_config.{keys}: cannot write the inline PEM to a "
+                f"temporary file: {error}"
+            ) from None
         try:
             context.load_cert_chain(cert_path, key_path, password=_no_passphrase)
         except _EncryptedKey:
@@ -546,6 +553,23 @@ def _load_pair(context: ssl.SSLContext, tls: TlsSettings, source: Path) -> None:
             raise WebConfigError(
                 f"{source}: tls_server_config.{keys}{where}: {_reason(error)}"
             ) from None
+
+
+def _scratch_dir(
+    tls: TlsSettings, source: Path, keys: str
+) -> contextlib.AbstractContextManager[str]:
+    """A private temporary folder for inline PEM; none needed (and none made) for files.
+    Without a writable one (a read-only root and no emptyDir at /tmp) the refusal says
+    so, where tempfile would raise at start-up or, on a reload, out of every answer."""
+    if tls.cert_file is not None and tls.key_file is not None:
+        return contextlib.nullcontext("")
+    try:
+        return tempfile.TemporaryDirectory(prefix="webconfig-")
+    except OSError as error:
+        raise WebConfigError(
+            f"{source}: tls_server_config.{keys}: inline PEM needs a writable temporary "
+            f"directory (TMPDIR, else /tmp): {error}"
+        ) from None
 
 
 class _EncryptedKey(Exception):

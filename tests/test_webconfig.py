@@ -8,6 +8,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -327,6 +328,26 @@ class TestRefusals:
         path.write_text(f"{TLS}  client_auth_type: VerifyClientCertIfGiven\n  client_ca: x\n")
         with pytest.raises(WebConfigError, match=r"tls_server_config\.client_ca: "):
             read_web_config(path)
+
+    def test_inline_pem_without_a_writable_temporary_directory_is_refused(
+        self, folder: Path, pki: Pki, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Inline PEM goes through a temporary file: under a read-only root with no
+        emptyDir at /tmp that is a one-line refusal, not a traceback at start-up (or out
+        of every answer on a reload). Certificate files need no temporary folder."""
+        monkeypatch.setattr(tempfile, "tempdir", str(folder / "no-such-folder"))
+        path = folder / "web.yml"
+        path.write_text(TLS)
+        assert read_web_config(path).tls is not None
+        pem = "".join(f"    {line}\n" for line in pki.cert("server").read_text().splitlines())
+        key = "".join(f"    {line}\n" for line in pki.key("server").read_text().splitlines())
+        path.write_text(f"tls_server_config:\n  cert: |\n{pem}  key: |\n{key}")
+        with pytest.raises(WebConfigError) as caught:
+            read_web_config(path)
+        assert "tls_server_config.cert/key: inline PEM needs a writable temporary" in str(
+            caught.value
+        )
+        assert "\n" not in str(caught.value)
 
     def test_a_file_of_no_pem_and_a_key_of_another_certificate_are_said_plainly(
         self, folder: Path
