@@ -294,14 +294,17 @@ def access_middleware(
             return await handler(request)
         config = web_config.current() if web_config is not None else None
         if config is not None:
-            if not limiter.allow(config.rate_limit):
-                # Whole seconds, rounded up: when the next request can pass at the earliest.
-                retry = str(math.ceil(config.rate_limit.interval_s)) if config.rate_limit else "1"
-                return _refusal(429, "rate limit exceeded", **{"Retry-After": retry})
+            # The certificate before the rate limit, as exporter-toolkit's handshake
+            # refuses it before any request: a client without one must not spend the
+            # tokens that the scrapers holding one need.
             if config.tls is not None:
                 refusal = _client_certificate_refusal(request, config.tls)
                 if refusal is not None:
                     return refusal
+            if not limiter.allow(config.rate_limit):
+                # Whole seconds, rounded up: when the next request can pass at the earliest.
+                retry = str(math.ceil(config.rate_limit.interval_s)) if config.rate_limit else "1"
+                return _refusal(429, "rate limit exceeded", **{"Retry-After": retry})
         users: Mapping[str, bytes] = config.users if config is not None else {}
         if debug_users is not None and request.path.startswith(DEBUG_PREFIX):
             users = debug_users.current().users

@@ -650,6 +650,29 @@ class TestServedTls:
             for probe in ("/healthz", "/readyz"):
                 assert 200 == (await _get(server.url(probe), _client(pki)))[0]
 
+    async def test_clients_refused_for_their_certificate_spend_no_rate_limit(
+        self, folder: Path, pki: Pki
+    ) -> None:
+        """A client without a certificate, or with one of other SANs, is refused before
+        the rate limit, as exporter-toolkit's handshake refuses it: a stranger cannot
+        spend the tokens and lock the scraper that holds the right certificate out."""
+        text = (
+            f"{TLS}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+            "  client_allowed_sans: [prometheus.monitoring.svc]\n"
+            "rate_limit:\n  interval: 1h\n  burst: 1\n"
+        )
+        async with served(_live(folder, text)) as server:
+            metrics = server.url("/metrics")
+            strangers = [
+                (await _get(metrics, _client(pki, client=client)))[0]
+                for client in (None, "intruder", None, "intruder")
+            ]
+            scraper = _client(pki, client="prometheus")
+            assert ([403] * 4, [200, 429]) == (
+                strangers,
+                [(await _get(metrics, scraper))[0] for _ in range(2)],
+            )
+
     async def test_headers_on_every_response(self, folder: Path, pki: Pki) -> None:
         """http_server_config.headers are sent on every response, refusals and probes too."""
         text = (
