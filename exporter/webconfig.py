@@ -693,7 +693,8 @@ class LiveWebConfig:
 
     ``current()`` costs a few ``stat`` calls; it is called per request and per TLS
     connection, as exporter-toolkit re-reads per request and per handshake. An edit that
-    does not load keeps the last good config and is logged once. Switching TLS on or off
+    does not load keeps the last good config and is logged once; the files it names are
+    watched with the others, so one that comes later is a change. Switching TLS on or off
     needs a restart (the listener is either TLS or not), so such an edit is refused too;
     so is one that removes every user (exporter-toolkit would serve everyone from then on,
     silently).
@@ -714,6 +715,9 @@ class LiveWebConfig:
                 hint="no TLS, no basic auth, no headers: served as without --web.config.file",
             )
         self._context = self._build(self._config)
+        # The files named by an edit that failed: watched too until one loads, so that
+        # the certificate it waits for, arriving later, is picked up.
+        self._pending: tuple[Path, ...] = ()
         self._seen = self._signature_of(self._config)
         self._failed: tuple[object, ...] | None = None
 
@@ -738,7 +742,18 @@ class LiveWebConfig:
         return config
 
     def _signature_of(self, config: WebConfig) -> tuple[object, ...]:
-        return _signature((self.path, *(config.tls.files if config.tls else ())))
+        files = config.tls.files if config.tls else ()
+        return _signature((self.path, *files, *self._pending))
+
+    def _files_named(self) -> tuple[Path, ...]:
+        """The TLS files the file names now, whether or not they load; none where it
+        does not parse."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            tls = parse_web_config(text, path=self.path, keys=self._keys).tls
+        except (OSError, UnicodeDecodeError, WebConfigError, ValueError, RecursionError):
+            return ()
+        return tls.files if tls is not None else ()
 
     def _build(self, config: WebConfig) -> ssl.SSLContext | None:
         if config.tls is None:
@@ -755,6 +770,11 @@ class LiveWebConfig:
             return
         if seen == self._failed:
             return  # already logged; keep serving the last good config
+        # Stat what the edit names before reading it: a certificate that is missing now
+        # (a ConfigMap updated before the Secret beside it) changes this signature when
+        # it comes, and the edit is read again then.
+        self._pending = self._files_named()
+        seen = self._signature_of(self._config)
         try:
             config = self._read()
             if (config.tls is None) != (self._config.tls is None):
@@ -772,7 +792,7 @@ class LiveWebConfig:
             self._failed = seen
             log.error("web_config_reload_failed", error=str(error), kept="last good config")
             return
-        self._config, self._context = config, context
+        self._config, self._context, self._pending = config, context, ()
         self._seen, self._failed = self._signature_of(config), None
         log.info("web_config_reloaded", path=str(self.path), tls=config.tls is not None)
 

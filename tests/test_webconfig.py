@@ -824,6 +824,26 @@ class TestReload:
         assert before == ssl.PEM_cert_to_DER_cert(pki.cert("server").read_text())
         assert after == ssl.PEM_cert_to_DER_cert(pki.cert("server-next").read_text())
 
+    async def test_an_edit_naming_files_yet_to_come_applies_when_they_come(
+        self, folder: Path, pki: Pki
+    ) -> None:
+        """An edit naming a certificate and key not there yet (a ConfigMap updated before
+        the Secret beside it) keeps the old pair and says so once; when they come, the
+        next connection gets them, with no further edit of the file."""
+        live = _live(folder, TLS)
+        async with served(live) as server:
+            issue(pki, "server-later", san="IP:127.0.0.1")
+            with capture_logs() as logs:
+                _replace(live.path, TLS.replace("server.", "later."))
+                before = [(await _peer(server.port, _client(pki)))[2] for _ in range(2)]
+                shutil.copy(pki.key("server-later"), folder / "later.key")
+                shutil.copy(pki.cert("server-later"), folder / "later.crt")
+                after = (await _peer(server.port, _client(pki)))[2]
+        old = ssl.PEM_cert_to_DER_cert(pki.cert("server").read_text())
+        new = ssl.PEM_cert_to_DER_cert(pki.cert("server-later").read_text())
+        assert ([old, old], new) == (before, after)
+        assert ["web_config_reload_failed", "web_config_reloaded"] == [e["event"] for e in logs]
+
     async def test_half_rotated_pair_keeps_the_old_one(self, folder: Path, pki: Pki) -> None:
         """A new certificate whose key is not there yet keeps serving the old pair."""
         async with served(_live(folder, TLS)) as server:
