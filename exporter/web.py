@@ -52,6 +52,7 @@ __all__ = [
     "DEBUG_MAX_IN_FLIGHT",
     "KEEPALIVE_TIMEOUT_S",
     "LINGERING_TIME_S",
+    "MAX_CONNECTIONS",
     "SHUTDOWN_TIMEOUT_S",
     "STORE",
     "WebSettings",
@@ -86,6 +87,16 @@ CLIENT_ERROR_LOG_INTERVAL_S = 60.0
 _TLS_HANDSHAKE = 0x16
 MAX_REQUEST_HEADERS = 32
 MAX_HEADER_FIELD_BYTES = 8190
+# Connections served at once. Each costs a descriptor and memory (about 21 KiB with an
+# 8 KiB head on its way, measured), for the 20 s a head may take: with no bound, one
+# host opening connections faster than that (some 9,000 at once) outgrew the
+# DaemonSet's 256 MiB, or took every descriptor the kubelet calls and sysfs reads need.
+# Past this many, the connection that has waited longest without a request in progress
+# (still sending its head, or idle between requests) is closed for the new one, so a
+# flood of slow heads makes room for a scraper, which sends its request as it
+# connects; where every one has a request in progress, the new one is closed. 1,024:
+# twice a burst of 500 scrapes at once (tests/fault), about 21 MiB of heads at most.
+MAX_CONNECTIONS = 1024
 SHUTDOWN_TIMEOUT_S = 3.0
 # On SIGTERM, after the listeners close: how long a connection already accepted has to
 # send its first bytes before it is closed unanswered (Go's Shutdown gives 5 s). A
@@ -711,12 +722,38 @@ class _JsonErrorRequestHandler(RequestHandler):
 
 
 class _JsonErrorServer(web.Server):
-    def __init__(self, *args: Any, handler_options: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        handler_options: dict[str, Any],
+        max_connections: int = MAX_CONNECTIONS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._handler_options = handler_options
+        self._max_connections = max_connections
         self._tls_on_plain_port = Throttle(
             "tls_request_on_http_port", interval_s=CLIENT_ERROR_LOG_INTERVAL_S
         )
+        self._full = Throttle("http_connections_full", interval_s=CLIENT_ERROR_LOG_INTERVAL_S)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if len(self._connections) <= self._max_connections:
+            return
+        # Those closed already stay listed until their handler ends: not counted.
+        live = [h for h in self._connections if h.transport is not None]
+        if len(live) <= self._max_connections:
+            return
+        # Listed in the order they came: the first idle one has waited longest.
+        idle = (h for h in live if h is not handler and not h._request_in_progress)
+        victim = next((h for h in idle if not h._messages), handler)
+        self._full.warning(
+            limit=self._max_connections,
+            closed="the new connection" if victim is handler else "the longest idle",
+            hint="a client holds many connections open: ss -tnp on the node",
+        )
+        victim.force_close()
 
     def __call__(self) -> RequestHandler:
         loop = asyncio.get_running_loop()
@@ -740,9 +777,12 @@ class _Runner(web.AppRunner):
     """AppRunner whose connections answer parser errors in JSON, with our timeouts, and
     whose shutdown answers the requests already on their way."""
 
-    def __init__(self, app: web.Application, *, handler_options: dict[str, Any]) -> None:
+    def __init__(
+        self, app: web.Application, *, handler_options: dict[str, Any], max_connections: int
+    ) -> None:
         super().__init__(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S / 2)
         self._handler_options = handler_options
+        self._max_connections = max_connections
 
     async def cleanup(self) -> None:
         """Close the listeners, give connections already accepted that have sent nothing
@@ -770,6 +810,7 @@ class _Runner(web.AppRunner):
             request_factory=made.request_factory,
             handler_cancellation=made.handler_cancellation,
             handler_options=self._handler_options,
+            max_connections=self._max_connections,
         )
 
 
@@ -778,10 +819,12 @@ def make_runner(
     *,
     keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S,
     lingering_time_s: float = LINGERING_TIME_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> web.AppRunner:
-    """The runner to serve ``app`` with: connection timeouts and JSON parser errors."""
+    """The runner to serve ``app`` with: connection timeouts and limit, JSON parser errors."""
     return _Runner(
         app,
+        max_connections=max_connections,
         handler_options={
             "keepalive_timeout": keepalive_timeout_s,
             "lingering_time": lingering_time_s,

@@ -41,7 +41,7 @@ async def exporter(sim_node: SimulatedNode) -> AsyncIterator[Exporter]:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: web.Application, **runner_options: float) -> AsyncIterator[int]:
+async def serving(app: web.Application, **runner_options: Any) -> AsyncIterator[int]:
     """``app`` on the real runner on a free loopback port; yields the port."""
     runner, port = await started(app, **runner_options)
     try:
@@ -50,7 +50,7 @@ async def serving(app: web.Application, **runner_options: float) -> AsyncIterato
         await runner.cleanup()
 
 
-async def started(app: web.Application, **runner_options: float) -> tuple[web.AppRunner, int]:
+async def started(app: web.Application, **runner_options: Any) -> tuple[web.AppRunner, int]:
     """``app`` on the real runner on a free loopback port, for a test that stops it."""
     runner = make_runner(app, **runner_options)
     await runner.setup()
@@ -815,6 +815,63 @@ class TestHeldViews:
                 async with views.view(second.snapshot, **full, shared=second.debug_views):
                     pass
         assert views.held_bytes == 0
+
+
+class TestConnectionLimit:
+    """Past max_connections, the one waiting longest without a request in progress goes."""
+
+    HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+    async def test_a_scraper_gets_the_place_of_the_oldest_slow_head(
+        self, exporter: Exporter
+    ) -> None:
+        """Two clients sending their heads slowly fill the connections: a third, sending
+        its request at once, is answered, the oldest slow one is closed and the other
+        still served. (Without the limit, thousands of slow heads outgrew the memory.)"""
+        async with serving(exporter.create_app(), max_connections=2) as port:
+            slow = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            for _, writer in slow:
+                writer.write(self.HEALTHZ[:20])
+                await writer.drain()
+            scraper = await raw_exchange(port, self.HEALTHZ)
+            ends = []
+            for reader, writer in slow:
+                writer.write(self.HEALTHZ[20:])
+                async with asyncio.timeout(5):
+                    ends.append(await reader.read())
+                writer.close()
+        assert (200, b"", 200) == (
+            split_response(scraper)[0],
+            ends[0],
+            split_response(ends[1])[0],
+        )
+
+    async def test_where_every_one_is_busy_the_new_one_is_closed(self) -> None:
+        """With every connection in the middle of a request, the new one is closed,
+        and the request in progress is answered all the same."""
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def hold(request: web.Request) -> web.Response:
+            entered.set()
+            await release.wait()
+            return web.Response(text="held\n")
+
+        app = web.Application()
+        app.router.add_get("/hold", hold)
+
+        async def healthz(request: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        app.router.add_get("/healthz", healthz)
+        async with serving(app, max_connections=1) as port:
+            busy = asyncio.ensure_future(
+                raw_exchange(port, b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            )
+            await entered.wait()
+            refused = await raw_exchange(port, self.HEALTHZ)
+            release.set()
+            held = await busy
+        assert (b"", 200) == (refused, split_response(held)[0])
 
 
 class TestConnectionTimeouts:
