@@ -14,6 +14,7 @@ from dataclasses import dataclass
 __all__ = [
     "GIB",
     "H100_SXM_NVLINKS",
+    "LINK_FLAP_TICK",
     "MIB",
     "VIRTIO_NIC_ADDRESS",
     "SimDrmGpu",
@@ -32,6 +33,12 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 VIRTIO_NIC_ADDRESS = "0000:00:05.0"  # the demo's virtio NIC
 H100_SXM_NVLINKS = 18  # an H100 SXM5 board's NVLinks (fourth generation)
+# The tick (a poll, in --demo) at which an RDMA port's link flaps (SimRdmaDevice.flap):
+# a minute in at the default 10 s poll, so that a Prometheus scraping every 30 s has
+# seen the counts before it (a flap counted at the first poll would be a series born
+# above 0, and increase(), which the link-down alert reads, never sees a series' first
+# value).
+LINK_FLAP_TICK = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +145,8 @@ class SimRdmaDevice:
     down_ports: tuple[int, ...] = ()  # DOWN and Polling: no cable, or the far end down
     # PortCounters' error fields (counters/<name>) above 0, the same on every port
     errors: tuple[tuple[str, int], ...] = ()
+    # What some of them rise by when the link flaps, at tick LINK_FLAP_TICK, every port
+    flap: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +288,9 @@ def demo_hardware() -> SimHardware:
     NUMA 0: CPUs 0-31, GPUs 0 and 1, Mellanox PF 0 with 4 VFs, mlx5_0, a virtio NIC
     (eth1, as a KVM guest sees one).
     NUMA 1: CPUs 32-63, GPU 2 (MIG: three instances), GPU 3 (time-sliced by the
-    scenario), Mellanox PF 1 with 4 VFs, mlx5_1, one AMD and one Intel GPU, GPU 6
-    (allocated to nobody, busy with a host process: "free but busy").
+    scenario), Mellanox PF 1 with 4 VFs, mlx5_1 (its link flaps at LINK_FLAP_TICK), one
+    AMD and one Intel GPU, GPU 6 (allocated to nobody, busy with a host process: "free
+    but busy").
     PCIe: GPU 0 and PF 0 below a switch of node 0, GPUs 2 and 3 and PF 1 below one of
     node 1 (``_DEMO_BRIDGES``).
     DRA (``exporter.sim.dra``): GPU 4 (NUMA 0), GPU 5 (NUMA 1, one MIG device) and AMD
@@ -336,13 +346,14 @@ def demo_hardware() -> SimHardware:
     nics.append(SimNic(VIRTIO_NIC_ADDRESS, "eth1", 0, "0x1af4", "0x1041", virtio_index=3))
     rdma = (
         SimRdmaDevice("mlx5_0", "0000:4b:00.0", 0),
-        # Its link went down once and recovered, with symbol errors around it: a cable
-        # or transceiver going bad.
+        # Its link went down once and recovered, with symbol errors around it, and does
+        # so again while watched (LINK_FLAP_TICK): a cable or transceiver going bad.
         SimRdmaDevice(
             "mlx5_1",
             "0000:d8:00.0",
             1,
             errors=(("link_downed", 1), ("link_error_recovery", 3), ("symbol_error", 57)),
+            flap=(("link_downed", 1), ("link_error_recovery", 2), ("symbol_error", 219)),
         ),
     )
     drm = (

@@ -41,6 +41,7 @@ from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.poller import Poller
 from exporter.sim.gpus import XID_AFTER_DRAINS
+from exporter.sim.hardware import LINK_FLAP_TICK
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario
 
@@ -78,6 +79,19 @@ EXPECTED: tuple[tuple[str, str, dict[str, str]], ...] = (
     # GPU 6 raises Xid 31 XID_AFTER_DRAINS polls (a minute) after it is first watched
     # (hardware._free_gpu, gpus.XID_AFTER_DRAINS); one alert per physical GPU, by uuid.
     (EARLY, "PodresourcesGPUXidErrors", {"uuid": GPU_6}),
+    # mlx5_1's link, down once before the exporter started (silent), flaps again at tick
+    # LINK_FLAP_TICK (a poll each, a minute in), with link error recoveries and symbol
+    # errors (hardware.demo_hardware); the HCA nobody holds.
+    (
+        EARLY,
+        "PodresourcesInfinibandLinkDowned",
+        {
+            "resource": "nvidia.com/hca",
+            "device_id": "0000:d8:00.0",
+            "ib_device": "mlx5_1",
+            "port": "1",
+        },
+    ),
     # GPU 1, held by trainer-0, sits idle: utilization 0.0 (demo_hardware).
     (
         LATE,
@@ -334,10 +348,14 @@ def test_the_expected_alerts_are_the_rules_own() -> None:
     assert {EARLY, LATE} >= {when for when, _, _ in EXPECTED}
 
 
-def test_the_early_check_sees_the_xid_in_the_captured_pages() -> None:
-    """GPU 6's Xid, raised XID_AFTER_DRAINS polls in, is scraped before the early check,
-    which comes before the captured pages end (else move EARLY, or capture more)."""
-    assert XID_AFTER_DRAINS * POLL_S + SCRAPE_S <= _seconds(EARLY) <= SCRAPES * SCRAPE_S
+@pytest.mark.parametrize(
+    "polls", [XID_AFTER_DRAINS, LINK_FLAP_TICK], ids=["xid", "infiniband_flap"]
+)
+def test_the_early_check_sees_the_events_in_the_captured_pages(polls: int) -> None:
+    """Each fault that comes some polls in (GPU 6's Xid, mlx5_1's link flap) is scraped
+    before the early check, which comes before the captured pages end (else move EARLY,
+    or capture more)."""
+    assert polls * POLL_S + SCRAPE_S <= _seconds(EARLY) <= SCRAPES * SCRAPE_S
 
 
 def test_the_demo_fires_exactly_the_expected_alerts(

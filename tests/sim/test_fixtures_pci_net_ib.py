@@ -6,9 +6,13 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
+from exporter.config import DEFAULT_POLL_INTERVAL_S
 from exporter.sim.fixtures import infiniband, net, pci
 from exporter.sim.hardware import (
     GIB,
+    LINK_FLAP_TICK,
     SimDrmGpu,
     SimGpu,
     SimHardware,
@@ -18,6 +22,7 @@ from exporter.sim.hardware import (
     demo_hardware,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 CAPTURED_VM = Path(__file__).parents[1] / "fixtures" / "captured" / "vm-virtio-2cpu" / "sys"
 PF = SimNic("0000:4b:00.0", "ens1f0np0", 0, "0x15b3", "0x101d")
 VF0 = SimNic("0000:4b:00.2", "ens1f0v0", 0, "0x15b3", "0x101e", physfn=PF.pci_address, vf_index=0)
@@ -438,6 +443,32 @@ class TestInfinibandWriter:
             },
             pma_attrs_ext,
         ) == (attributes, set(os.listdir(port_dir / "counters")))
+
+    def test_the_demos_flap_comes_at_its_tick_and_stays(self, tmp_path: Path) -> None:
+        """mlx5_1's error counts are those from before the exporter started until tick
+        LINK_FLAP_TICK, where its link flaps (down once more, retrained twice, symbol
+        errors around it); counters, they stay risen after."""
+        (device,) = [d for d in demo_hardware().rdma_devices if d.name == "mlx5_1"]
+        names = ("link_downed", "link_error_recovery", "symbol_error")
+
+        def errors(tick: int) -> tuple[int, ...]:
+            _write_all(tmp_path, replace(SMALL, rdma_devices=(device,)), tick=tick)
+            counters = tmp_path / "class" / "infiniband" / "mlx5_1" / "ports" / "1" / "counters"
+            return tuple(int((counters / name).read_text()) for name in names)
+
+        ticks = (0, LINK_FLAP_TICK - 1, LINK_FLAP_TICK, LINK_FLAP_TICK + 1, 10 * LINK_FLAP_TICK)
+        assert [(1, 3, 57)] * 2 + [(2, 5, 276)] * 3 == [errors(tick) for tick in ticks]
+
+    def test_the_demos_flap_comes_after_a_scrape_at_the_shipped_interval(self) -> None:
+        """At the default poll interval (the demo's tick), the flap comes after the
+        shipped ServiceMonitor's scrape interval: Prometheus scrapes the counts from
+        before first, so the link-down alert's increase() sees the flap."""
+        monitor = yaml.safe_load(
+            (REPO / "manifests/components/prometheus-operator/servicemonitor.yaml").read_text()
+        )
+        (endpoint,) = monitor["spec"]["endpoints"]
+        scrape_s = float(endpoint["interval"].removesuffix("s"))
+        assert LINK_FLAP_TICK * DEFAULT_POLL_INTERVAL_S > scrape_s
 
 
 class TestRewrite:
