@@ -24,10 +24,14 @@ replays ``REPLAYS_PER_S_NARROW_LINK`` packets a second since its reset (when the
 loaded, a day before 0); the others none. A GPU with NVLinks (``SimGpu.nvlinks``) sends
 and receives ``NVLINK_BYTES_PER_S_BUSY`` times its base utilization a second each way
 since the driver loaded, its links active but ``SimGpu.nvlinks_down``, its error
-counters fixed; a MIG-enabled one reports every link inactive, as NVML does (the bug
-DCGM works around), and a GPU without NVLinks NOT_SUPPORTED. A GPU with NVLinks sits on
-an NVSwitch board, its fabric registration completed and reporting no health problem;
-one without is in no fabric.
+counters fixed but for a burst (``SimGpu.nvlink_burst``) ``NVLINK_BURST_AFTER_DRAINS``
+drains (polls) after they are first read; a MIG-enabled one reports every link
+inactive, as NVML does (the bug DCGM works around), and a GPU without NVLinks
+NOT_SUPPORTED. A GPU with NVLinks sits on an NVSwitch board, its fabric registration
+completed and reporting no health problem; one without is in no fabric. A GPU's Xids
+(``SimGpu.xids``) are raised ``XID_AFTER_DRAINS`` drains after it is first watched.
+The burst and the Xids come while the GPU is watched: the alerts read increases, and a
+count the exporter finds at its start is no increase.
 
 Every GPU is a Hopper, so GPM samples it, each of its MIG devices and each GPU instance
 (a MIG device, or an instance, at its GPU's load). Between two samples GPM answers, as
@@ -130,6 +134,10 @@ class _SimGpmSample:
 # Drains (polls) after a GPU is first watched that its Xids are raised: a minute at the
 # default 10 s poll, so that a Prometheus scraping every 30 s has seen the count at 0.
 XID_AFTER_DRAINS = 6
+# Drains (polls) after a GPU's NVLink error counters are first read that its burst of
+# errors (SimGpu.nvlink_burst) is counted: as for the Xids, a minute at the default poll,
+# so that a Prometheus scraping every 30 s has seen the counts from before.
+NVLINK_BURST_AFTER_DRAINS = 6
 
 
 class SimulatedNvmlSource(NvmlSource):
@@ -152,6 +160,11 @@ class SimulatedNvmlSource(NvmlSource):
         self._drains = 0
         self._xids_due: list[tuple[int, SimGpu, int]] = []
         self._xids_waiting: list[tuple[SimGpu, int]] = []
+        # The drain each GPU's NVLink counters were first read at: its burst is counted
+        # from NVLINK_BURST_AFTER_DRAINS drains after (one counted at the first read
+        # would be in the series' first value, which the NVLink errors alert's
+        # increase() and rate() never see).
+        self._nvlinks_first_read: dict[str, int] = {}
 
     def init(self) -> None:
         self._initialized = True
@@ -329,11 +342,14 @@ class SimulatedNvmlSource(NvmlSource):
         gpu = _with_nvlinks(handle)
         uptime_s = DRIVER_UPTIME_AT_ZERO_S + max(self._clock(), 0.0)
         kib = int(NVLINK_BYTES_PER_S_BUSY * gpu.utilization * uptime_s) // 1024
+        errors = dict(gpu.nvlink_errors)
+        first_read = self._nvlinks_first_read.setdefault(gpu.uuid, self._drains)
+        if self._drains >= first_read + NVLINK_BURST_AFTER_DRAINS:
+            for kind, count in gpu.nvlink_burst:
+                errors[kind] = errors.get(kind, 0) + count
         return NvmlNvLinkFields(
             link_count=gpu.nvlinks,
-            errors=tuple(
-                (kind, dict(gpu.nvlink_errors).get(kind, 0)) for kind in NVLINK_ERROR_TYPES
-            ),
+            errors=tuple((kind, errors.get(kind, 0)) for kind in NVLINK_ERROR_TYPES),
             transmit_kib=kib,
             receive_kib=kib,
         )

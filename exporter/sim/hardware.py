@@ -82,6 +82,9 @@ class SimGpu:
     nvlinks: int = 0  # NVLinks it has: 18 on an H100 SXM board, 12 on a PCIe one (for its bridge)
     nvlinks_down: tuple[int, ...] = ()  # links that are inactive
     nvlink_errors: tuple[tuple[str, int], ...] = ()  # (type, count), all links together
+    # (type, count) added to those in a burst while the GPU is watched: from the
+    # gpus.NVLINK_BURST_AFTER_DRAINS-th poll after its NVLink counters are first read
+    nvlink_burst: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,7 +436,9 @@ def _dra_gpus() -> tuple[SimGpu, ...]:
     instance ID (5) and UUID are not in its DRA name (profile 19, placement 3): the
     driver's checkpoint links them, and so does NVML's placement of GPU instance 5.
     GPU 4 has lost one of its 18 NVLinks (link 7) after replays and recoveries on it: a
-    board or NVSwitch tray to look at."""
+    board or NVSwitch tray to look at. Its other links hold, but while watched they see
+    a burst of CRC errors, and the replays that resend what they spoiled
+    (gpus.NVLINK_BURST_AFTER_DRAINS)."""
     mig = SimMigDevice(_uuid("MIG", 0x501), 5, 0, "1g.10gb", 10 * GIB, 19, 3)
     return tuple(
         SimGpu(
@@ -451,6 +456,10 @@ def _dra_gpus() -> tuple[SimGpu, ...]:
             nvlink_errors=(
                 (("crc_flit", 1180), ("replay", 42), ("recovery", 3)) if index == 4 else ()
             ),
+            # 36000 CRC errors between two polls: 120 a second or more over 5 minutes
+            # that hold both (the NVLink errors alert's CRC rate, above its 100), and
+            # a replay for about every 28 of them, as before
+            nvlink_burst=(("crc_flit", 36000), ("replay", 1300)) if index == 4 else (),
         )
         for index, pci_address, numa_node, utilization, migs in (
             (4, "0000:5d:00.0", 0, 0.7, ()),

@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.poller import Poller
-from exporter.sim.gpus import XID_AFTER_DRAINS
+from exporter.sim.gpus import NVLINK_BURST_AFTER_DRAINS, XID_AFTER_DRAINS
 from exporter.sim.hardware import LINK_FLAP_TICK
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario
@@ -142,6 +142,12 @@ EXPECTED: tuple[tuple[str, str, dict[str, str]], ...] = (
     # ... and so replays REPLAYS_PER_S_NARROW_LINK packets a second, above what the
     # spec's error rate allows 8 lanes at 32 GT/s (gpus.py).
     (LATE, "PodresourcesGPUPCIeReplays", {"uuid": GPU_0}),
+    # GPU 4's NVLinks see a burst of CRC errors, and replays, NVLINK_BURST_AFTER_DRAINS
+    # polls (a minute) after they are first read (hardware._dra_gpus,
+    # gpus.NVLINK_BURST_AFTER_DRAINS): the CRC errors above 100 a second, any replay.
+    # The counts from before the exporter started (crc_flit, replay, recovery) are silent.
+    (EARLY, "PodresourcesGPUNVLinkErrors", {"uuid": GPU_4, "type": "crc_flit"}),
+    (EARLY, "PodresourcesGPUNVLinkErrors", {"uuid": GPU_4, "type": "replay"}),
     # GPU 4, claimed through DRA (resource gpu.nvidia.com, device gpu-4), has lost one of
     # its 18 NVLinks (hardware._dra_gpus).
     (LATE, "PodresourcesGPUNVLinkDown", {"resource": "gpu.nvidia.com", "device_id": "gpu-4"}),
@@ -349,12 +355,14 @@ def test_the_expected_alerts_are_the_rules_own() -> None:
 
 
 @pytest.mark.parametrize(
-    "polls", [XID_AFTER_DRAINS, LINK_FLAP_TICK], ids=["xid", "infiniband_flap"]
+    "polls",
+    [XID_AFTER_DRAINS, LINK_FLAP_TICK, NVLINK_BURST_AFTER_DRAINS],
+    ids=["xid", "infiniband_flap", "nvlink_burst"],
 )
 def test_the_early_check_sees_the_events_in_the_captured_pages(polls: int) -> None:
-    """Each fault that comes some polls in (GPU 6's Xid, mlx5_1's link flap) is scraped
-    before the early check, which comes before the captured pages end (else move EARLY,
-    or capture more)."""
+    """Each fault that comes some polls in (GPU 6's Xid, mlx5_1's link flap, GPU 4's
+    NVLink burst) is scraped before the early check, which comes before the captured
+    pages end (else move EARLY, or capture more)."""
     assert polls * POLL_S + SCRAPE_S <= _seconds(EARLY) <= SCRAPES * SCRAPE_S
 
 

@@ -69,7 +69,12 @@ from exporter.model import (
     Readings,
     Sample,
 )
-from exporter.sim.gpus import XID_AFTER_DRAINS, SimulatedNvmlSource, _SimHandle
+from exporter.sim.gpus import (
+    NVLINK_BURST_AFTER_DRAINS,
+    XID_AFTER_DRAINS,
+    SimulatedNvmlSource,
+    _SimHandle,
+)
 from exporter.sim.hardware import GIB, SimGpu, SimHardware, demo_hardware
 
 REPO = Path(__file__).resolve().parents[3]
@@ -909,16 +914,56 @@ class TestSourceAsNvml:
             (FREE_GPU_6.uuid, 31),
         )
 
-    def test_an_xid_comes_after_a_scrape_at_the_shipped_interval_saw_zero(self) -> None:
-        """At the default poll interval, the quiet drains before the demo's Xid outlast
-        the shipped ServiceMonitor's scrape interval: Prometheus scrapes the series at 0
-        first, so the Xid alert's increase() sees the Xid."""
+    @pytest.mark.parametrize(
+        "drains", [XID_AFTER_DRAINS, NVLINK_BURST_AFTER_DRAINS], ids=["xid", "nvlink_burst"]
+    )
+    def test_a_fault_comes_after_a_scrape_at_the_shipped_interval_saw_before(
+        self, drains: int
+    ) -> None:
+        """At the default poll interval, the quiet drains before the demo's Xid, and
+        before GPU 4's NVLink burst, outlast the shipped ServiceMonitor's scrape
+        interval: Prometheus scrapes the counts from before first, so the alerts'
+        increase() (and rate()) see the fault."""
         monitor = yaml.safe_load(
             (REPO / "manifests/components/prometheus-operator/servicemonitor.yaml").read_text()
         )
         (endpoint,) = monitor["spec"]["endpoints"]
         scrape_s = float(endpoint["interval"].removesuffix("s"))
-        assert XID_AFTER_DRAINS * DEFAULT_POLL_INTERVAL_S > scrape_s
+        assert drains * DEFAULT_POLL_INTERVAL_S > scrape_s
+
+    def test_nvlink_burst_comes_after_the_counters_first_read_and_stays(
+        self, source: SimulatedNvmlSource
+    ) -> None:
+        """GPU 4's NVLink errors are those from before the exporter started until
+        NVLINK_BURST_AFTER_DRAINS drains (polls) after its counters are first read, then
+        risen by its burst of CRC errors and replays; counters, they stay so after."""
+        events = source.xid_event_set()
+        gpu_4 = source.device_handle(4)
+
+        def poll() -> dict[str, int]:
+            errors = dict(source.nvlink_fields(gpu_4).errors)
+            assert source.next_xid(events) is None  # the poll's drain: no Xid on GPU 4
+            return errors
+
+        before = {"crc_flit": 1180, "crc_data": 0, "replay": 42, "recovery": 3, "ecc_data": 0}
+        after = {**before, "crc_flit": 37180, "replay": 1342}
+        polls = [poll() for _ in range(NVLINK_BURST_AFTER_DRAINS + 3)]
+        assert [before] * NVLINK_BURST_AFTER_DRAINS + [after] * 3 == polls
+
+    def test_an_nvlink_burst_comes_after_its_own_gpus_first_read(
+        self, source: SimulatedNvmlSource
+    ) -> None:
+        """A GPU whose NVLink counters are first read after some drains still has
+        NVLINK_BURST_AFTER_DRAINS quiet ones: counted from its own first read."""
+        events = source.xid_event_set()
+        for _ in range(NVLINK_BURST_AFTER_DRAINS):
+            source.next_xid(events)
+        gpu_4 = source.device_handle(4)
+        crc = []
+        for _ in range(NVLINK_BURST_AFTER_DRAINS + 1):
+            crc.append(dict(source.nvlink_fields(gpu_4).errors)["crc_flit"])
+            source.next_xid(events)
+        assert [1180] * NVLINK_BURST_AFTER_DRAINS + [37180] == crc
 
     def test_freeing_the_event_set_drops_unread_xids(self, source: SimulatedNvmlSource) -> None:
         """An Xid not read before its event set is freed is gone, due or waiting."""
