@@ -140,7 +140,9 @@ EXPECTED: tuple[tuple[str, str, dict[str, str]], ...] = (
     # GPU 0, busy training, trained its link at 8 of its 16 lanes (hardware._demo_links).
     (LATE, "PodresourcesPCIeLinkDegraded", {"resource": "nvidia.com/gpu", "device_id": GPU_0}),
     # ... and so replays REPLAYS_PER_S_NARROW_LINK packets a second, above what the
-    # spec's error rate allows 8 lanes at 32 GT/s (gpus.py).
+    # spec's error rate allows 8 lanes at 32 GT/s (gpus.py). Its 27 corrected AER errors,
+    # from before the link trained narrow, fire nothing: no rule reads corrected errors
+    # (PodresourcesPCIeUncorrectableErrors reads nonfatal and fatal ones).
     (LATE, "PodresourcesGPUPCIeReplays", {"uuid": GPU_0}),
     # GPU 4's NVLinks see a burst of CRC errors, and replays, NVLINK_BURST_AFTER_DRAINS
     # polls (a minute) after they are first read (hardware._dra_gpus,
