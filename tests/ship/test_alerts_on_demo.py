@@ -343,6 +343,27 @@ def _alert_tests(rules: dict[str, Any]) -> list[dict[str, Any]]:
     return tests
 
 
+def _promtool_test(
+    promtool: str, rules: Path, pages: list[str], checks: dict[str, Any], path: Path
+) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules`` of ``checks`` on ``rules``, the pages scraped every
+    SCRAPE_S and held until the LATE check, evaluated every EVALUATION_S."""
+    series = _input_series(pages, steps=_seconds(LATE) // SCRAPE_S + 1)
+    unit_test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": f"{EVALUATION_S}s",
+        "tests": [{"interval": f"{SCRAPE_S}s", "input_series": series, **checks}],
+    }
+    path.write_text(yaml.safe_dump(unit_test, sort_keys=False, width=1_000_000))
+    return subprocess.run(
+        [promtool, "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
 @pytest.fixture(scope="module")
 def pages() -> list[str]:
     """The demo's pages, as Prometheus scraped them."""
@@ -377,27 +398,8 @@ def test_the_demo_fires_exactly_the_expected_alerts(
     rules = yaml.safe_load(RULES.read_text())
     rules_copy = tmp_path / "rules.yml"
     rules_copy.write_text(yaml.safe_dump(_without_annotations(rules), sort_keys=False))
-    unit_test = {
-        "rule_files": [str(rules_copy)],
-        "evaluation_interval": f"{EVALUATION_S}s",
-        "tests": [
-            {
-                "interval": f"{SCRAPE_S}s",
-                "input_series": _input_series(pages, steps=_seconds(LATE) // SCRAPE_S + 1),
-                "alert_rule_test": _alert_tests(rules),
-                "promql_expr_test": [_join_test()],
-            }
-        ],
-    }
-    test_file = tmp_path / "demo.yml"
-    test_file.write_text(yaml.safe_dump(unit_test, sort_keys=False, width=1_000_000))
-    result = subprocess.run(
-        [promtool, "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    test = {"alert_rule_test": _alert_tests(rules), "promql_expr_test": [_join_test()]}
+    result = _promtool_test(promtool, rules_copy, pages, test, tmp_path / "demo.yml")
     assert 0 == result.returncode, result.stdout[-20_000:] + result.stderr[-5_000:]
 
 
@@ -447,25 +449,8 @@ def test_the_fired_alerts_annotations_render_on_the_real_pages(
         }
         for when, alert in checks
     ]
-    unit_test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": f"{EVALUATION_S}s",
-        "tests": [
-            {
-                "interval": f"{SCRAPE_S}s",
-                "input_series": _input_series(pages, steps=_seconds(LATE) // SCRAPE_S + 1),
-                "alert_rule_test": tests,
-            }
-        ],
-    }
-    test_file = tmp_path / "annotations.yml"
-    test_file.write_text(yaml.safe_dump(unit_test, sort_keys=False, width=1_000_000))
-    result = subprocess.run(
-        [promtool, "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    result = _promtool_test(
+        promtool, RULES, pages, {"alert_rule_test": tests}, tmp_path / "annotations.yml"
     )
     report = result.stdout + result.stderr
     got = _got_alerts(report)
