@@ -232,7 +232,7 @@ class _Reader:
         if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
             value = str(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.error(self.key(name), f"expected {kind.__name__}, got {value!r:.60}")
+            raise self.error(self.key(name), f"expected {kind.__name__}, got {_shown(value)}")
         return value
 
     def strings(self, name: str) -> tuple[str, ...] | None:
@@ -252,6 +252,15 @@ class _Reader:
                 self.key(name), f"unknown value {value!r}; known: {', '.join(choices)}"
             )
         return choices[value]
+
+
+def _shown(value: Any) -> str:
+    """A value of the wrong type, for a refusal: a scalar as written (cut), a list or
+    mapping by its type alone. A password hash or inline key written as a YAML list
+    or mapping must not be echoed into the log."""
+    if isinstance(value, list | dict):
+        return f"a {'list' if isinstance(value, list) else 'mapping'} of {len(value)}"
+    return f"{value!r:.60}"
 
 
 def _path(reader: _Reader, name: str, base: Path) -> Path | None:

@@ -300,6 +300,17 @@ class TestRefusals:
         assert "SuperSecret" not in str(caught.value)
         assert "line 3, column 1: while parsing a flow sequence" in str(caught.value)
 
+    def test_a_list_or_mapping_of_the_wrong_type_is_not_quoted(self) -> None:
+        """An inline key (or any text) written as a YAML list or mapping: the refusal
+        gives its type, not its first characters, which may be a secret's."""
+        for value in ("[SuperSecretKeyLine]", "{SuperSecretKeyLine: x}"):
+            with pytest.raises(WebConfigError) as caught:
+                _parse(f"tls_server_config:\n  cert: x\n  key: {value}\n")
+            assert "SuperSecret" not in str(caught.value)
+            assert "tls_server_config.key: expected str, got a " in str(caught.value)
+        with pytest.raises(WebConfigError, match="expected bool, got 'maybe'"):
+            _parse(f"{TLS}  prefer_server_cipher_suites: maybe\n")
+
     @pytest.mark.parametrize(("text", "message"), REFUSALS)
     def test_refused_with_one_line_naming_the_key(self, text: str, message: str) -> None:
         """A bad file is refused with one line naming the file and key: a typo cannot
