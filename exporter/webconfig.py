@@ -284,11 +284,21 @@ def _parse_tls(reader: _Reader, base: Path) -> TlsSettings | None:
     minimum = reader.choice("min_version", TLS_VERSIONS, ssl.TLSVersion.TLSv1_2)
     maximum = reader.choice("max_version", TLS_VERSIONS, ssl.TLSVersion.TLSv1_3)
     ciphers: list[str] = []
-    for name in reader.strings("cipher_suites") or ():
+    listed = reader.strings("cipher_suites") or ()
+    for name in listed:
         if name not in CIPHER_SUITES:
             raise reader.error(reader.key("cipher_suites"), f"unknown cipher: {name}")
         if (openssl_name := CIPHER_SUITES[name]) is not None:
             ciphers.append(openssl_name)
+    if listed and not ciphers:
+        # TLS 1.3 suites only: Go enables no TLS 1.0-1.2 suite then, so those handshakes
+        # fail; here TLS 1.2 would fall back to OpenSSL's defaults. TLS 1.3 only, as there.
+        if maximum < ssl.TLSVersion.TLSv1_3:
+            raise reader.error(
+                reader.key("cipher_suites"),
+                "lists TLS 1.3 suites only, which max_version leaves no handshake to use",
+            )
+        minimum = max(minimum, ssl.TLSVersion.TLSv1_3)
     curves = reader.strings("curve_preferences") or ()
     for name in curves:
         if name not in CURVES:

@@ -556,6 +556,21 @@ class TestServedTls:
             version, cipher, _ = await _peer(server.port, _client(pki))
         assert ("TLSv1.2", negotiated) == (version, cipher)
 
+    async def test_cipher_suites_of_tls13_only_leave_tls12_no_handshake(
+        self, folder: Path, pki: Pki
+    ) -> None:
+        """Go enables no TLS 1.2 suite when cipher_suites lists TLS 1.3 suites only, so
+        a TLS 1.2 client fails: the same here, not OpenSSL's TLS 1.2 defaults. With
+        max_version below TLS 1.3 no handshake is left at all: refused."""
+        text = f"{TLS}  cipher_suites: [TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384]\n"
+        async with served(_live(folder, text)) as server:
+            version, _, _ = await _peer(server.port, _client(pki))
+            assert "TLSv1.3" == version
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                await _peer(server.port, _client(pki, maximum="TLSv1_2"))
+        with pytest.raises(WebConfigError, match=r"cipher_suites: lists TLS 1\.3 suites only"):
+            _parse(f"{TLS}  max_version: TLS12\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n")
+
     @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary")
     async def test_curve_preferences(self, folder: Path) -> None:
         """curve_preferences [CurveP384]: a client offering only P-256 cannot connect.
