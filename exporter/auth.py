@@ -326,7 +326,9 @@ def access_middleware(
 def response_headers(
     web_config: LiveWebConfig | None,
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """An ``on_response_prepare`` hook: http_server_config.headers on every response."""
+    """An ``on_response_prepare`` hook: http_server_config.headers on every response the
+    application answers. The 400s the HTTP parser sends before a request exists (a
+    malformed head, TLS on the plain port) carry none, as Go's net/http sends its own."""
 
     async def prepare(request: web.Request, response: web.StreamResponse) -> None:
         if web_config is not None:
