@@ -1147,17 +1147,31 @@ class TestStreamsAndNames:
 _NODE = {"path": "/dev/nvidia1"}
 _REFUSED_SPECS: list[tuple[str, dict[str, Any]]] = [
     ("vendor", {"kind": "-vendor.example.com/dev"}),
+    ("vendor", {"kind": "1vendor.example.com/dev"}),
     ("class", {"kind": "vendor.example.com/dev/x"}),
     ("class", {"kind": "vendor.example.com/dev-"}),
+    ("class", {"kind": "vendor.example.com/dev:x"}),
     ("device name", {"device": {"name": "gpu 1"}}),
+    ("device name", {"device": {"name": "gpu/1"}}),
     ("device name", {"device": {"name": "-gpu"}}),
     ("device name", {"device": {"name": "gpu:"}}),
     ("environment entry", {"edits": {"env": ["=1"]}}),
     ("environment entry", {"edits": {"env": ["NOVALUE"]}}),
     ("environment entry", {"spec_edits": {"env": ["NOVALUE"]}}),
+    ("environment entry", {"edits": {"env": [1]}}),
+    (
+        "environment entry",
+        {
+            "edits": {
+                "env": ["A=1"],
+                "hooks": [{"hookName": "prestart", "path": "/h", "env": ["X"]}],
+            }
+        },
+    ),
     ("without a path", {"edits": {"deviceNodes": [{"hostPath": "/dev/nvidia1"}]}}),
     ("has type", {"edits": {"deviceNodes": [{**_NODE, "type": "x"}]}}),
     ("has permissions", {"edits": {"deviceNodes": [{**_NODE, "permissions": "rwx"}]}}),
+    ("has permissions", {"edits": {"deviceNodes": [{**_NODE, "permissions": 7}]}}),
     ("hook name", {"edits": {"env": ["A=1"], "hooks": [{"hookName": "pre", "path": "/h"}]}}),
     ("without a path", {"edits": {"env": ["A=1"], "hooks": [{"hookName": "prestart"}]}}),
     ("mount without", {"edits": {"env": ["A=1"], "mounts": [{"hostPath": "/a"}]}}),
@@ -1169,6 +1183,17 @@ _REFUSED_SPECS: list[tuple[str, dict[str, Any]]] = [
                 "netDevices": [
                     {"hostInterfaceName": "eth1", "name": "net0"},
                     {"hostInterfaceName": "eth1", "name": "net1"},
+                ]
+            }
+        },
+    ),
+    (
+        "listed twice",
+        {
+            "edits": {
+                "netDevices": [
+                    {"hostInterfaceName": "eth1", "name": "net0"},
+                    {"hostInterfaceName": "eth2", "name": "net0"},
                 ]
             }
         },
@@ -1211,6 +1236,8 @@ class TestCdiValidation:
             {"device": {"name": "MIG-gpu_1.2:3"}},
             {"edits": {"deviceNodes": [{**_NODE, "type": "c", "permissions": "rw"}]}},
             {"edits": {"deviceNodes": [{**_NODE, "permissions": "none"}]}},
+            {"edits": {"deviceNodes": [{**_NODE, "type": "b", "permissions": "mrw"}]}},
+            {"edits": {"env": ["A=1"], "hooks": [{"hookName": "poststop", "path": "/h"}]}},
             {"edits": {"env": ["A=", "B=1=2"]}},
             {
                 "edits": {
