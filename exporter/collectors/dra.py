@@ -393,10 +393,14 @@ def _check_edits(edits: Mapping[str, Any], where: str) -> None:
         path = _string(node.get("path"))
         if path is None:
             raise ValueError(f"{where}: a device node without a path")
-        if node.get("type", "") not in _CDI_NODE_TYPES:
-            raise ValueError(f"{where}: device node {path!r} has type {node.get('type')!r}")
-        permissions = node.get("permissions", "")
-        if permissions != "none" and (not isinstance(permissions, str) or permissions.strip("rwm")):
+        # A key left empty (``type:``) is null, which Go's JSON decoding leaves "".
+        node_type = node.get("type")
+        if node_type is not None and node_type not in _CDI_NODE_TYPES:
+            raise ValueError(f"{where}: device node {path!r} has type {node_type!r}")
+        permissions = node.get("permissions")
+        if permissions not in (None, "none") and (
+            not isinstance(permissions, str) or permissions.strip("rwm")
+        ):
             raise ValueError(f"{where}: device node {path!r} has permissions {permissions!r}")
     for hook in map(_mapping, _sequence(edits.get("hooks"))):
         if hook.get("hookName") not in _CDI_HOOK_NAMES:

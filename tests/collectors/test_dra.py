@@ -1237,6 +1237,8 @@ class TestCdiValidation:
             {"edits": {"deviceNodes": [{**_NODE, "type": "c", "permissions": "rw"}]}},
             {"edits": {"deviceNodes": [{**_NODE, "permissions": "none"}]}},
             {"edits": {"deviceNodes": [{**_NODE, "type": "b", "permissions": "mrw"}]}},
+            # YAML's "type:" and "permissions:" left empty: null, which CDI reads as "".
+            {"edits": {"deviceNodes": [{**_NODE, "type": None, "permissions": None}]}},
             {"edits": {"env": ["A=1"], "hooks": [{"hookName": "poststop", "path": "/h"}]}},
             {"edits": {"env": ["A=", "B=1=2"]}},
             {
