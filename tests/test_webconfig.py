@@ -360,6 +360,22 @@ class TestRefusals:
         )
         assert "\n" not in str(caught.value)
 
+    def test_an_inline_key_beside_a_cert_file_is_written_to_a_private_folder(
+        self,
+        folder: Path,
+        pki: Pki,
+        tmp_path_factory: pytest.TempPathFactory,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """cert_file with an inline key: the key still goes through a temporary folder
+        of its own, never a key.pem beside whatever directory the exporter runs in."""
+        cwd = tmp_path_factory.mktemp("cwd")
+        monkeypatch.chdir(cwd)
+        key = "".join(f"    {line}\n" for line in pki.key("server").read_text().splitlines())
+        path = folder / "web.yml"
+        path.write_text(f"tls_server_config:\n  cert_file: server.crt\n  key: |\n{key}")
+        assert (read_web_config(path).tls is not None, []) == (True, list(cwd.iterdir()))
+
     def test_a_file_of_no_pem_and_a_key_of_another_certificate_are_said_plainly(
         self, folder: Path
     ) -> None:
@@ -869,6 +885,16 @@ class TestReload:
         new = ssl.PEM_cert_to_DER_cert(pki.cert("server-later").read_text())
         assert ([old, old], new) == (before, after)
         assert ["web_config_reload_failed", "web_config_reloaded"] == [e["event"] for e in logs]
+
+    def test_an_edit_of_no_utf8_keeps_the_last_good_config(self, folder: Path) -> None:
+        """An edit that is not UTF-8 is refused like any other, not an exception out of
+        every answer from reading which files it names."""
+        live = _live(folder, TLS)
+        good = live.current()
+        with capture_logs() as logs:
+            live.path.write_bytes(TLS.encode() + b"# \xff\n")
+            kept = live.current()
+        assert (good, ["web_config_reload_failed"]) == (kept, [e["event"] for e in logs])
 
     async def test_half_rotated_pair_keeps_the_old_one(self, folder: Path, pki: Pki) -> None:
         """A new certificate whose key is not there yet keeps serving the old pair."""
