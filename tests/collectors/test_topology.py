@@ -104,6 +104,18 @@ class TestReadCpuNumaMap:
         expected = {0: 0, 1: 0, 4: 0, 5: 0, 2: 1, 3: 1, 6: 1, 7: 0}
         assert expected == read_cpu_numa_map(tmp_path)
 
+    def test_an_offline_cpu_gone_since_leaves_the_next_one_placed(self, tmp_path: Path) -> None:
+        """An offline CPU whose cpuN directory is gone (hot-unplugged between the reads)
+        has no node to tell; the offline CPUs after it are still placed."""
+        write_attribute(_node_root(tmp_path) / "node0" / "cpulist", "0-1\n")
+        cpu_root = tmp_path / "devices" / "system" / "cpu"
+        write_attribute(cpu_root / "offline", "2-3\n")
+        write_attribute(cpu_root / "present", "0-3\n")
+        write_attribute(cpu_root / "cpu3" / "online", "0\n")
+        os.symlink("../../node/node0", cpu_root / "cpu3" / "node0")
+
+        assert {0: 0, 1: 0, 3: 0} == read_cpu_numa_map(tmp_path)
+
     def test_garbage_offline_list_names_the_path(self, tmp_path: Path) -> None:
         """A garbage cpu/offline fails the map as a garbage cpulist does."""
         write_attribute(_node_root(tmp_path) / "node0" / "cpulist", "0-1\n")
