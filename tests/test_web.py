@@ -873,6 +873,37 @@ class TestConnectionLimit:
             held = await busy
         assert (b"", 200) == (refused, split_response(held)[0])
 
+    async def test_a_client_gone_mid_request_leaves_its_place(self) -> None:
+        """A connection whose client left while its request is still being answered
+        stays listed until the handler ends, but holds no place: a new one is served."""
+        entered, gone, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def hold(request: web.Request) -> web.Response:
+            entered.set()
+            for _ in range(500):  # the client's close reaches here in a few loop turns
+                if request.transport is None:
+                    break
+                await asyncio.sleep(0.01)
+            gone.set()
+            await release.wait()
+            return web.Response(text="held\n")
+
+        async def healthz(request: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        app = web.Application()
+        app.router.add_get("/hold", hold)
+        app.router.add_get("/healthz", healthz)
+        async with serving(app, max_connections=1) as port:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+            await entered.wait()
+            writer.close()
+            await gone.wait()
+            answer = await raw_exchange(port, self.HEALTHZ)
+            release.set()
+        assert 200 == split_response(answer)[0]
+
 
 class TestConnectionTimeouts:
     async def test_idle_connection_is_closed(self, exporter: Exporter) -> None:
