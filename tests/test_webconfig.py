@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import ssl
@@ -359,6 +360,25 @@ class TestRefusals:
             caught.value
         )
         assert "\n" not in str(caught.value)
+
+    def test_inline_pem_that_cannot_be_written_is_refused(
+        self, folder: Path, pki: Pki, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A temporary folder that is full (ENOSPC) refuses the file in one line, as one
+        that cannot be made does."""
+
+        def full(self: Path, *args: object, **kwargs: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+        pem = "".join(f"    {line}\n" for line in pki.cert("server").read_text().splitlines())
+        key = "".join(f"    {line}\n" for line in pki.key("server").read_text().splitlines())
+        path = folder / "web.yml"
+        path.write_text(f"tls_server_config:\n  cert: |\n{pem}  key: |\n{key}")
+        monkeypatch.setattr(Path, "write_text", full)
+        with pytest.raises(WebConfigError) as caught:
+            read_web_config(path)
+        assert "cannot write the inline PEM to a temporary file: " in str(caught.value)
+        assert "No space left on device" in str(caught.value)
 
     def test_an_inline_key_beside_a_cert_file_is_written_to_a_private_folder(
         self,
