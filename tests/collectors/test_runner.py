@@ -95,6 +95,22 @@ class _Working2(_Working):
     name = "working2"
 
 
+class _Gated(Collector):
+    """Blocks on whichever gate it holds when called: hangs again once given a new one."""
+
+    name = "gated"
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self.gate = threading.Event()
+        self.calls = 0
+
+    def collect(self) -> Readings:
+        self.calls += 1
+        self.gate.wait(BOUND_S)
+        return Readings()
+
+
 class _Hung2(_Hung):
     name = "hung2"
 
@@ -394,6 +410,29 @@ class TestHungCollector:
             ("collector_failed", "timed out after 0.05s", None),
             ("collector_recovered", None, "failed: timed out after 0.05s"),
         ] == [(e["event"], e.get("error"), e.get("was")) for e in logs]
+
+    async def test_a_call_a_stop_left_running_is_logged_after_a_hang_that_ended(
+        self, make_runner: Callable[..., CollectorRunner]
+    ) -> None:
+        """A hang that ended leaves nothing behind: a later call left running by a
+        cancelled poll (not timed out, so never logged) gets its collector_failed line
+        at the next poll."""
+        gated = _Gated(CONTEXT)
+        runner = make_runner([gated], timeout_s=1.0)
+        try:
+            await runner.run_all()  # times out
+            gated.gate.set()
+            await _until(lambda: not runner.busy())
+            await runner.run_all()  # recovers
+            gated.gate = threading.Event()
+            await _stopped_mid_call(runner, lambda: gated.calls == 3)
+            with capture_logs() as logs:
+                await runner.run_all()
+        finally:
+            gated.gate.set()
+        assert [("collector_failed", "previous collection still running")] == [
+            (e["event"], e.get("error")) for e in logs
+        ]
 
     async def test_collectors_after_a_hung_one_are_collected(
         self, make_runner: Callable[..., CollectorRunner], hung: _Hung
