@@ -20,7 +20,9 @@ import structlog
 
 from exporter.ratelimit import TokenBucket
 
-__all__ = ["OutageLog", "Throttle", "flush_held_lines"]
+_log = structlog.get_logger(__name__)
+
+__all__ = ["OutageLog", "RepeatedFailure", "Throttle", "flush_held_lines"]
 
 
 class OutageLog:
@@ -144,6 +146,31 @@ class OutageLog:
         _untold_logs.discard(self)
         self._untold_failures, self._untold_s, self._untold_kind = 0, 0.0, None
         return {"outages_not_logged": untold} if untold else {}
+
+
+class RepeatedFailure:
+    """Logs ``<name>_failed`` and ``<name>_recovered`` for an operation that fails by a
+    bug (a poll, a render), retried every interval: the traceback with the first
+    failure; while later tries fail with the same error, one line naming it
+    (``repeated=true``); a line when one works again. Call ``failed`` in the ``except``
+    block, where the traceback is."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._error: str | None = None  # the last try's, while it keeps failing
+
+    def failed(self, error: Exception, **fields: Any) -> None:
+        text = f"{type(error).__name__}: {error}"
+        if text == self._error:
+            _log.error(f"{self._name}_failed", error=text, repeated=True, **fields)
+        else:
+            _log.exception(f"{self._name}_failed", **fields)
+        self._error = text
+
+    def succeeded(self) -> None:
+        if self._error is not None:
+            _log.info(f"{self._name}_recovered", after_error=self._error)
+            self._error = None
 
 
 class Throttle:

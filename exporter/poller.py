@@ -53,7 +53,7 @@ from exporter.model import (
     PodResources,
     Snapshot,
 )
-from exporter.outage import OutageLog
+from exporter.outage import OutageLog, RepeatedFailure
 from exporter.store import Published, SnapshotStore
 
 __all__ = ["Poller"]
@@ -141,7 +141,7 @@ class Poller:
         self._last_good: _KubeletData | None = None
         self._answered = False  # a List answer has been published since the start
         self._last_error: str | None = None
-        self._poll_error: str | None = None  # what the last poll raised, if it did
+        self._poll_failure = RepeatedFailure("poll")
         self._cpu_numa: Mapping[int, int] = {}
         self._dra = DraState()
         self._failed_collectors: dict[str, str] = {}
@@ -175,16 +175,9 @@ class Poller:
         try:
             await self.poll_once()
         except Exception as error:
-            text = f"{type(error).__name__}: {error}"
-            if text == self._poll_error:
-                log.error("poll_failed", error=text, repeated=True)
-            else:
-                log.exception("poll_failed")
-            self._poll_error = text
+            self._poll_failure.failed(error)
             return
-        if self._poll_error is not None:
-            log.info("poll_recovered", after_error=self._poll_error)
-            self._poll_error = None
+        self._poll_failure.succeeded()
 
     async def poll_once(self) -> Published:
         started = time.perf_counter()

@@ -12,14 +12,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from exporter.exposition import Exposition, render
 from exporter.model import Snapshot
+from exporter.outage import RepeatedFailure
 
 __all__ = ["Published", "SnapshotStore"]
-
-log = structlog.get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -50,7 +47,9 @@ class SnapshotStore:
     _render_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
     # The last failed render's error, while renders keep failing: a bug that fails every
     # snapshot logs its traceback once, then one line per snapshot.
-    _render_error: str | None = field(default=None, init=False, repr=False)
+    _render_failure: RepeatedFailure = field(
+        default_factory=lambda: RepeatedFailure("render"), init=False, repr=False
+    )
 
     async def exposition(self, published: Published) -> Exposition:
         """The page of ``published``: rendered in a thread by the first caller, shared by
@@ -77,23 +76,13 @@ class SnapshotStore:
             except Exception as error:
                 if previous is None:
                     raise
-                self._log_failure(error, published)
+                collected_at = published.snapshot.collected_at
+                self._render_failure.failed(error, collected_at=collected_at)
                 return previous
-            if self._render_error is not None:
-                log.info("render_recovered", after_error=self._render_error)
-                self._render_error = None
+            self._render_failure.succeeded()
             self._rendered = (published.allocations, exposition)
             return exposition
 
     def holds_page_before(self, allocations: int) -> bool:
         """Whether the last page rendered is of a snapshot older than ``allocations``."""
         return self._rendered is not None and self._rendered[0] < allocations
-
-    def _log_failure(self, error: Exception, published: Published) -> None:
-        text = f"{type(error).__name__}: {error}"
-        collected_at = published.snapshot.collected_at
-        if text == self._render_error:
-            log.error("render_failed", collected_at=collected_at, error=text, repeated=True)
-        else:
-            log.exception("render_failed", collected_at=collected_at)
-        self._render_error = text

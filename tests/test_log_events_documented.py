@@ -19,7 +19,7 @@ def emitted_events() -> set[str]:
 def emitted_levels() -> dict[str, set[str]]:
     """Each event the source logs by name -> the levels it is logged at (``exception``
     is ``error``; a Throttle logs warnings; an OutageLog warns of failures and tells
-    recoveries at info)."""
+    recoveries at info; a RepeatedFailure logs failures as errors, recoveries at info)."""
     events: dict[str, set[str]] = {}
     for path in (ROOT / "exporter").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -42,6 +42,9 @@ def emitted_levels() -> dict[str, set[str]]:
                     events.setdefault(f"{first.value}_{end}", set()).add(level)
             elif name == "Throttle":
                 events.setdefault(first.value, set()).add("warning")
+            elif name == "RepeatedFailure":
+                events.setdefault(f"{first.value}_failed", set()).add("error")
+                events.setdefault(f"{first.value}_recovered", set()).add("info")
     return events
 
 
