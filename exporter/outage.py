@@ -14,6 +14,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -57,12 +58,8 @@ class OutageLog:
         # flush tells, if no later failure has.
         self._held: tuple[str, str, dict[str, Any]] | None = None
         self._starts = TokenBucket(rate_per_s=1 / interval_s, burst=burst, clock=clock)
-        # Outages that came and went without lines since the last line: how many, their
-        # failures, their time, the last one's kind.
-        self._untold = 0
-        self._untold_failures = 0
-        self._untold_s = 0.0
-        self._untold_kind: str | None = None
+        # Outages that came and went without lines since the last line.
+        self._untold = _Untold()
 
     def failed(self, *, kind: str, error: str, key: object = None, **fields: Any) -> None:
         """One failure; ``kind`` is stable across repeats (an exception class, a code).
@@ -102,16 +99,13 @@ class OutageLog:
                     **fields,
                 )
             else:  # told with the next line
-                self._untold += 1
-                self._untold_failures += self._failures
-                self._untold_s += duration_s
-                self._untold_kind = self._kind
+                self._untold.add(self._failures, duration_s, self._kind)
                 _untold_logs.add(self)
             self._kind = self._key = None
             self._failures = 0
             self._logged = False
             self._held = None
-        if self._untold and self._starts.try_take():
+        if self._untold.outages and self._starts.try_take():
             self._tell_untold(**fields)
 
     def flush(self) -> None:
@@ -120,7 +114,7 @@ class OutageLog:
         at exit must not be left out: the last line would say the kubelet recovered.)"""
         if self._held is not None:
             self._tell_start(*self._held)
-        elif self._untold:
+        elif self._untold.outages:
             self._tell_untold()
 
     def _tell_start(self, kind: str, error: str, fields: dict[str, Any]) -> None:
@@ -131,21 +125,39 @@ class OutageLog:
         )
 
     def _tell_untold(self, **fields: Any) -> None:
+        untold = self._untold
         self._log.info(
             f"{self._name}_recovered",
-            failures=self._untold_failures,
-            last_kind=self._untold_kind,
-            duration_seconds=round(self._untold_s, 3),
+            failures=untold.failures,
+            last_kind=untold.kind,
+            duration_seconds=round(untold.seconds, 3),
             **self._take_untold(),
             **fields,
         )
 
     def _take_untold(self) -> dict[str, Any]:
         """``outages_not_logged`` for the line being logged, where there were any."""
-        untold, self._untold = self._untold, 0
+        outages = self._untold.outages
+        self._untold = _Untold()
         _untold_logs.discard(self)
-        self._untold_failures, self._untold_s, self._untold_kind = 0, 0.0, None
-        return {"outages_not_logged": untold} if untold else {}
+        return {"outages_not_logged": outages} if outages else {}
+
+
+@dataclass(slots=True)
+class _Untold:
+    """Outages that came and went without lines of their own: how many, their failures,
+    their time, the last one's kind."""
+
+    outages: int = 0
+    failures: int = 0
+    seconds: float = 0.0
+    kind: str | None = None
+
+    def add(self, failures: int, seconds: float, kind: str | None) -> None:
+        self.outages += 1
+        self.failures += failures
+        self.seconds += seconds
+        self.kind = kind
 
 
 class RepeatedFailure:
