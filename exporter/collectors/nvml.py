@@ -441,10 +441,38 @@ def _memory_info(info: Any) -> NvmlMemory:
     )
 
 
-def _fabric_state(raw: int) -> int:
-    """nvmlGpuFabricState_t is an unsigned char; pynvml reads it with the three padding
-    bytes after it (little-endian: above it), which nvml.h leaves undefined."""
-    return int(raw) & 0xFF
+class _FabricInfo(ctypes.Structure):
+    """nvml.h's nvmlGpuFabricInfo_t, declared here rather than taken from pynvml: pynvml's
+    own before 13.6xx gives ``clusterUuid`` NVML_DEVICE_UUID_BUFFER_SIZE (80) bytes where
+    nvml.h has NVML_GPU_FABRIC_UUID_LEN (16), so its ``status`` and ``state`` lie past
+    what the driver writes, and read 0. The state is one byte (nvmlGpuFabricState_t):
+    the padding after it, which the driver may fill, is not read."""
+
+    _fields_ = (
+        ("clusterUuid", ctypes.c_uint8 * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint8),
+    )
+
+
+class _FabricInfoV2(ctypes.Structure):
+    """nvml.h's nvmlGpuFabricInfo_v2_t, for nvmlDeviceGetGpuFabricInfoV. pynvml names it
+    c_nvmlGpuFabricInfoV_t from 12.550, with the 80-byte ``clusterUuid`` until 12.570,
+    and c_nvmlGpuFabricInfo_v2_t only from 13.580."""
+
+    _fields_ = (
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_uint8 * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint8),
+        ("healthMask", ctypes.c_uint),
+    )
+
+
+# nvml.h's NVML_STRUCT_VERSION(GpuFabricInfo, 2): the size, and the version in the top byte.
+FABRIC_INFO_V2 = ctypes.sizeof(_FabricInfoV2) | 2 << 24
 
 
 class PynvmlSource(NvmlSource):
@@ -822,16 +850,15 @@ class PynvmlSource(NvmlSource):
 
     def fabric(self, handle: NvmlHandle) -> NvmlFabric:
         # nvmlDeviceGetGpuFabricInfoV (R550 on) with its v2 struct; R535 has only the
-        # first, deprecated call (gone in CUDA 14). pynvml declares the state, one byte
-        # in nvml.h (nvmlGpuFabricState_t), as an unsigned int whose other three bytes
-        # are padding the driver may fill: its low byte alone is the state.
+        # first, deprecated call (gone in CUDA 14). Both structs are ours: pynvml's
+        # differ by version, and most from nvml.h (_FabricInfo).
         pynvml = self._pynvml
         if self._fabric_v:
-            info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+            info = _FabricInfoV2(version=FABRIC_INFO_V2)
             try:
                 self._call(pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
                 return NvmlFabric(
-                    state=_fabric_state(info.state),
+                    state=int(info.state),
                     status=int(info.status),
                     health_mask=int(info.healthMask),
                 )
@@ -839,9 +866,9 @@ class PynvmlSource(NvmlSource):
                 if error.error_name not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
                     raise
                 self._fabric_v = False
-        old = pynvml.c_nvmlGpuFabricInfo_t()
+        old = _FabricInfo()
         self._call(pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(old))
-        return NvmlFabric(state=_fabric_state(old.state), status=int(old.status))
+        return NvmlFabric(state=int(old.state), status=int(old.status))
 
     def gpm_supported(self, handle: NvmlHandle) -> bool:
         # A driver before R520 has no GPM at all. In a vGPU guest GPM works only on a
@@ -1017,14 +1044,20 @@ _FIELD_NOT_AVAILABLE = {
 def _value_members(pynvml: Any) -> dict[int, str]:
     """nvmlValue_t's union member for each nvmlValueType_t, built once (a poll reads
     several field values a GPU)."""
+    members = {
+        "NVML_VALUE_TYPE_DOUBLE": "dVal",
+        "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
+        "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
+        "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
+        "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
+        "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
+        # From 12.560 (the type) and 12.570 (the member): older bindings know neither.
+        "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
+    }
     return {
-        pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-        pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+        getattr(pynvml, value_type): member
+        for value_type, member in members.items()
+        if hasattr(pynvml, value_type) and hasattr(pynvml.c_nvmlValue_t, member)
     }
 
 

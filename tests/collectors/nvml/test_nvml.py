@@ -1692,7 +1692,6 @@ class TestFabric:
         """A pynvml before nvmlDeviceGetGpuFabricInfoV (before 12.550) has only the older
         call: it is the one asked, and that is no issue."""
         monkeypatch.delattr(pynvml, "nvmlDeviceGetGpuFabricInfoV")
-        monkeypatch.delattr(pynvml, "c_nvmlGpuFabricInfo_v2_t")
         fake_nvml.configure(GPU_A)
         readings = collector.collect()
         assert ([(GPU_FABRIC_STATE.name, 3.0), (GPU_FABRIC_STATUS.name, 0.0)], ()) == (
@@ -3326,8 +3325,6 @@ class TestLibrary:
             "c_nvmlEventData_t",
             "c_nvmlEventSet_t",
             "c_nvmlFieldValue_t",
-            "c_nvmlGpuFabricInfo_t",
-            "c_nvmlGpuFabricInfo_v2_t",
             "c_nvmlGpmMetric_t",
             "c_nvmlGpmMetricsGet_t",
             "c_nvmlGpmSupport_t",
@@ -3338,6 +3335,19 @@ class TestLibrary:
     ) -> None:
         """The fake's C structures have the size of pynvml's ctypes Structures."""
         assert ctypes.sizeof(getattr(pynvml, struct)) == fake_nvml_library.struct_size(struct)
+
+    def test_the_fabric_structs_are_nvml_h_s(self, fake_nvml_library: FakeNvmlLibrary) -> None:
+        """The collector's own fabric structs (pynvml's differ by release) have nvml.h's
+        sizes, and the v2 version word is the one pynvml and nvml.h give."""
+        assert (
+            fake_nvml_library.struct_size("c_nvmlGpuFabricInfo_t"),
+            fake_nvml_library.struct_size("c_nvmlGpuFabricInfo_v2_t"),
+            pynvml.nvmlGpuFabricInfo_v2,
+        ) == (
+            ctypes.sizeof(nvml_module._FabricInfo),
+            ctypes.sizeof(nvml_module._FabricInfoV2),
+            nvml_module.FABRIC_INFO_V2,
+        )
 
     def test_no_library_is_unavailable(self) -> None:
         """Without libnvidia-ml.so.1 at all, the collector is unavailable, not failed."""
