@@ -208,10 +208,6 @@ class Exposition:
         return self.page(openmetrics=True, gzipped=False)
 
     @property
-    def text_gzip(self) -> bytes:
-        return self.page(openmetrics=False, gzipped=True)
-
-    @property
     def openmetrics_gzip(self) -> bytes:
         return self.page(openmetrics=True, gzipped=True)
 
