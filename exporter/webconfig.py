@@ -740,10 +740,6 @@ class LiveWebConfig:
         self._seen = self._signature_of(self._config)
         self._failed: tuple[object, ...] | None = None
 
-    @property
-    def tls_enabled(self) -> bool:
-        return self._config.tls is not None
-
     def _read(self) -> WebConfig:
         config = read_web_config(self.path, keys=self._keys)
         if self._users_only and not config.users:
