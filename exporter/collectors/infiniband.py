@@ -118,7 +118,6 @@ __all__ = [
     "parse_counter",
     "parse_rate",
     "parse_state",
-    "read_ib_device",
     "read_port_counters",
     "read_port_health",
 ]
@@ -494,15 +493,6 @@ class _KeptLayout:
     inode: int
     layout: _DeviceLayout
     confirmed: bool
-
-
-def read_ib_device(device_dir: Path, *, issues: list[CollectorIssue]) -> IbDevice | None:
-    """One RDMA device (``class/infiniband/<name>``), or None when it vanished.
-
-    A figure that cannot be read is left out and its failure added to ``issues``.
-    """
-    layout = _device_layout(device_dir, issues=issues)
-    return None if layout is None else _read_device(layout, issues=issues, read=read_text)
 
 
 def _read_device(layout: _DeviceLayout, *, issues: list[CollectorIssue], read: _Reader) -> IbDevice:
