@@ -39,7 +39,7 @@ from exporter.model import (
     ViewedProcess,
 )
 
-__all__ = ["FOREIGN_KINDS", "MPS_SERVER_COMM", "attribute_processes"]
+__all__ = ["MPS_SERVER_COMM", "attribute_processes"]
 
 # What /proc/<pid>/comm, which the collector reads, holds for nvidia-cuda-mps-server:
 # the kernel keeps 15 bytes (TASK_COMM_LEN 16). nvidia-cuda-mps-control shares the
@@ -49,7 +49,6 @@ MPS_SERVER_COMM = "nvidia-cuda-mps-server"[:15]
 OTHER_POD = "other_pod"
 HOST = "host"
 UNALLOCATED_DEVICE = "unallocated_device"
-FOREIGN_KINDS = (OTHER_POD, HOST, UNALLOCATED_DEVICE)
 
 
 def _keys(view: DeviceView, hardware: Mapping[Resolution, DeviceHardware]) -> Iterator[HardwareKey]:
