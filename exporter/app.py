@@ -245,10 +245,8 @@ class _Signals:
     """SIGTERM/SIGINT stop once (a repeat is logged, not fatal); SIGHUP is logged and ignored.
     Once stopped, all three are ignored until the process has exited."""
 
-    def __init__(self, stop: asyncio.Event, *, on_reload: Callable[[], None] | None = None) -> None:
+    def __init__(self, stop: asyncio.Event) -> None:
         self._stop = stop
-        # The hook a web-config reload would plug into; until then SIGHUP only says so.
-        self._on_reload = on_reload
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -285,13 +283,10 @@ class _Signals:
         log.info("stopping", signal=name)
 
     def _on_hangup(self) -> None:
-        if self._on_reload is None:
-            log.info(
-                "sighup_ignored",
-                reason="the web config is re-read when its files change; restart for flags",
-            )
-        else:
-            self._on_reload()
+        log.info(
+            "sighup_ignored",
+            reason="the web config is re-read when its files change; restart for flags",
+        )
 
 
 class _LoopErrors:
