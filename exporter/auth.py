@@ -92,13 +92,12 @@ class PasswordChecker:
         *,
         max_queued: int = MAX_QUEUED_CHECKS,
         cache_size: int = CACHE_SIZE,
-        cache_ttl_s: float = CACHE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._worker = _DaemonWorker("bcrypt")
         self._max_queued = max_queued
         self._queued = 0
-        self._denied = _ExpiringSet(size=cache_size, ttl_s=cache_ttl_s)
+        self._denied = _ExpiringSet(size=cache_size, ttl_s=CACHE_TTL_S)
         self._allowed = _ExpiringSet(size=ALLOWED_CACHE_SIZE, ttl_s=ALLOWED_CACHE_TTL_S)
         self._clock = clock
         self._dummies: dict[int, bytes] = {}
