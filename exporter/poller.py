@@ -168,10 +168,10 @@ class Poller:
             await asyncio.sleep(max(0.0, self._interval_s - elapsed))
 
     async def poll_reporting_failure(self) -> None:
-        """One poll; one that raises (a bug) is logged, never fatal: the last snapshot
-        stays published. The traceback comes with the first failure; while later polls
-        fail with the same error, each logs one line naming it (as ``render_failed``),
-        and the first poll that works again says so."""
+        """One poll; one that raises (a bug) is logged as ``poll_failed``, never fatal:
+        the last snapshot stays published. The traceback comes with the first failure;
+        while later polls fail with the same error, each logs one line naming it (as
+        ``render_failed`` does), and the first poll that works again says so."""
         try:
             await self.poll_once()
         except Exception as error:
