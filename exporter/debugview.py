@@ -57,6 +57,11 @@ FILTER_KEYS = ("namespace", "pod", "container", "resource", "device")
 
 # A table cell longer than this is cut: one 4 KB device ID padded every row to 4 KB.
 MAX_CELL_CHARS = 64
+# Cut in the middle, keeping more of the end: what tells apart the pods of one workload
+# (a ReplicaSet's hash and suffix, a StatefulSet's ordinal), a holder's container and a
+# device's replica (::n) comes last.
+_CUT_HEAD_CHARS = (MAX_CELL_CHARS - 1) // 2
+_CUT_TAIL_CHARS = MAX_CELL_CHARS - 1 - _CUT_HEAD_CHARS
 # Stands where the age goes while a view is encoded; NUL is escaped wherever it could
 # come from data (JSON strings, table cells), so only the placeholder itself matches.
 _AGE_MARK = "\x00age\x00"
@@ -434,9 +439,12 @@ def _hardware_cell(device: DeviceView | None, snapshot: Snapshot) -> str:
 
 
 def _cell(text: str) -> str:
-    """Control characters escaped (a newline in an ID cannot inject a row), length capped."""
+    """Control characters escaped (a newline in an ID cannot inject a row), length capped
+    by cutting out the middle."""
     text = escape_line(text)
-    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+    if len(text) <= MAX_CELL_CHARS:
+        return text
+    return text[:_CUT_HEAD_CHARS] + "…" + text[-_CUT_TAIL_CHARS:]
 
 
 def _text_age(snapshot: Snapshot, now: float) -> str:

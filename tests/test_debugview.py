@@ -178,15 +178,15 @@ class TestEncodedText:
         view = snapshot("d" * 5000, "short")
         lines = render_text(view, filters=Filters(), now=COLLECTED_AT).splitlines()
         assert max(len(line) for line in lines) < 8 * (MAX_CELL_CHARS + 2)
-        assert ("d" * (MAX_CELL_CHARS - 1) + "…") in lines[2] + lines[3]
+        assert ("d" * 31 + "…" + "d" * 32) in lines[2] + lines[3]
 
     def test_a_cut_cell_is_as_wide_as_the_cap(self) -> None:
-        """An ID one character over the cap is cut to exactly the cap, ellipsis included;
-        one at the cap is left whole."""
-        over, at = "o" * (MAX_CELL_CHARS + 1), "a" * MAX_CELL_CHARS
+        """An ID one character over the cap is cut to exactly the cap, ellipsis included,
+        its middle left out; one at the cap is left whole."""
+        over, at = "h" * 32 + "o" + "t" * 32, "a" * MAX_CELL_CHARS
         text = render_text(snapshot(over, at), filters=Filters(), now=COLLECTED_AT)
         cells = {cell for line in text.splitlines()[2:] for cell in line.split()}
-        assert {"o" * (MAX_CELL_CHARS - 1) + "…", at} <= cells
+        assert {"h" * 31 + "…" + "t" * 32, at} <= cells
 
     def test_the_header_says_the_kubelet_is_down_and_why(self) -> None:
         """The table's first line, the one on-call reads, says the pods below are the last
@@ -515,3 +515,32 @@ class TestGpusHeldMore:
         assert [f"notebooks/{name}/main" for name in names] == [
             row[-1] for row in held_table(*pods)
         ]
+
+    def test_holders_of_one_workload_stay_apart_past_the_cell_cap(self) -> None:
+        """Replicas of one Deployment sharing a GPU differ only at the end of their names
+        (the pod's hash and suffix, then the container): a holder past the cap keeps its
+        end, so each line still names its own pod and container."""
+        namespace = "team-recommendations-inference-prod"
+        names = [f"llama-3-70b-instruct-vllm-6f9d8c7b5-{s}" for s in ("x2k4q", "p9r7z")]
+        pods = [
+            PodResources(
+                namespace,
+                name,
+                (
+                    ContainerResources(
+                        "vllm", devices=(DeviceGroup("nvidia.com/gpu.shared", (f"GPU-a::{n}",)),)
+                    ),
+                ),
+            )
+            for n, name in enumerate(names)
+        ]
+        holders = [row[-1] for row in held_table(*pods)]
+        assert (
+            [MAX_CELL_CHARS] * 2,
+            [True, True],
+            [True, True],
+        ) == (
+            [len(h) for h in holders],
+            [h.startswith(namespace[:20]) for h in holders],
+            [h.endswith(f"{n[-16:]}/vllm") for h, n in zip(holders, names, strict=True)],
+        )
