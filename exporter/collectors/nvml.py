@@ -475,6 +475,21 @@ class _FabricInfoV2(ctypes.Structure):
 FABRIC_INFO_V2 = ctypes.sizeof(_FabricInfoV2) | 2 << 24
 
 
+class _ProcessInfo(ctypes.Structure):
+    """nvml.h's record of the running-process lists: nvmlProcessInfo_v2_t for _v2 and
+    nvmlProcessInfo_t for _v3, 24 bytes alike (but R535's _v3: see
+    ``_choose_process_versions``). The lists are called here with it rather than through
+    pynvml, whose record has been 24 or 32 bytes by release (12.535.77 reads 32 from
+    every driver) and whose 12.535 releases have no _v2 lists at all."""
+
+    _fields_ = (
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    )
+
+
 class PynvmlSource(NvmlSource):
     """``NvmlSource`` calling libnvidia-ml.so.1 through pynvml.
 
@@ -485,6 +500,7 @@ class PynvmlSource(NvmlSource):
 
     def __init__(self) -> None:
         self._pynvml: Any = None
+        self._library: Any = None  # the loaded libnvidia-ml.so.1, for the process lists
         self._error_names: dict[int, str] = {}
         self._temperature_v = False
         self._memory_v2 = False
@@ -498,7 +514,7 @@ class PynvmlSource(NvmlSource):
         """Import pynvml once the library loads; LIBRARY_NOT_FOUND, as pynvml says it, if
         it does not (ctypes hands pynvml the same loaded object afterwards)."""
         try:
-            ctypes.CDLL(NVML_LIBRARY)
+            self._library = ctypes.CDLL(NVML_LIBRARY)
         except OSError:
             raise NvmlError("LIBRARY_NOT_FOUND", code=_LIBRARY_NOT_FOUND_CODE) from None
         pynvml: Any = importlib.import_module("pynvml")
@@ -526,7 +542,8 @@ class PynvmlSource(NvmlSource):
         (nvitop's test): R535's own nvml.h changed twice (535.98 dropped the _v3
         declarations, 535.104.05 restored them: nvitop #89, #94), so exports follow the
         record size loosely, while asking _v2 of an R535 driver whose _v3 was sound loses
-        nothing -- both carry the PID and memory read here.
+        nothing -- both carry the PID and memory read here. Which lists there are is the
+        library's say (it exports them), not pynvml's: the lists are called directly.
         """
         try:
             version = self.driver_version()
@@ -537,7 +554,7 @@ class PynvmlSource(NvmlSource):
             kind: [
                 f"nvmlDevice{kind}RunningProcesses{suffix}"
                 for suffix in suffixes
-                if hasattr(self._pynvml, f"nvmlDevice{kind}RunningProcesses{suffix}")
+                if hasattr(self._library, f"nvmlDevice{kind}RunningProcesses{suffix}")
             ]
             for kind in ("GetCompute", "GetGraphics", "GetMPSCompute")
         }
@@ -955,21 +972,38 @@ class PynvmlSource(NvmlSource):
         versions = self._process_versions[kind]
         while versions:
             try:
-                found = self._call(getattr(self._pynvml, versions[0]), handle)
+                found = self._list_processes(getattr(self._library, versions[0]), handle)
             except NvmlError as error:
                 if error.error_name != FUNCTION_NOT_FOUND or len(versions) == 1:
                     raise
                 versions.pop(0)
                 continue
-            # pynvml turns NVML_VALUE_NOT_AVAILABLE into None already.
             return tuple(
                 NvmlProcess(
                     pid=int(p.pid),
-                    used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+                    used_memory_bytes=(
+                        None if p.usedGpuMemory == _ULL_NOT_AVAILABLE else int(p.usedGpuMemory)
+                    ),
                 )
                 for p in found
             )
         raise NvmlError(FUNCTION_NOT_FOUND)
+
+    def _list_processes(self, function: Any, handle: NvmlHandle) -> list[_ProcessInfo]:
+        """One list, sized as pynvml sizes it: its count asked first, then room for twice
+        that and 5 more (processes start in between)."""
+        count = ctypes.c_uint(0)
+        code = function(handle, ctypes.byref(count), None)
+        if code == self._pynvml.NVML_SUCCESS:
+            return []  # none: NVML answers SUCCESS to the size query
+        if code != self._pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise self._error(code)
+        count.value = count.value * 2 + 5
+        records = (_ProcessInfo * count.value)()
+        code = function(handle, ctypes.byref(count), records)
+        if code != self._pynvml.NVML_SUCCESS:
+            raise self._error(code)
+        return records[: count.value]
 
     def process_utilization(
         self, handle: NvmlHandle, since_us: int

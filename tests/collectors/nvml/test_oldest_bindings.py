@@ -12,12 +12,12 @@ each, in a fresh process apiece (pynvml binds the library once per process).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import tomllib
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,34 +29,55 @@ UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 MIG_1 = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"
 
-# An NVSwitch GPU registered in the fabric, with NVLink counters read as field values;
-# a MIG board; a GPU with GPM. The processes are this one, which /proc has.
-PID = os.getpid()
-GPUS = (
-    FakeGpu(
-        UUID_A,
-        minor=0,
-        pci="00000000:17:00.0",
-        fabric=(3, 0),
-        fabric_health=0x2,
-        processes=(FakeProcess(PID, 1 << 30),),
-    ),
-    FakeGpu(
-        UUID_B,
-        minor=1,
-        pci="00000000:B1:00.0",
-        migs=(
-            FakeMig(
-                0,
-                MIG_1,
-                gpu_instance=1,
-                compute_instance=0,
-                processes=(FakeProcess(PID, 1 << 28),),
+
+def gpus(pids: tuple[int, int, int]) -> tuple[FakeGpu, ...]:
+    """An NVSwitch GPU registered in the fabric, with NVLink counters read as field
+    values; a MIG board; a GPU with GPM. Three processes on one list: a record size read
+    wrong misplaces every record after the first."""
+    first, second, third = pids
+    return (
+        FakeGpu(
+            UUID_A,
+            minor=0,
+            pci="00000000:17:00.0",
+            fabric=(3, 0),
+            fabric_health=0x2,
+            processes=(
+                FakeProcess(first, 1 << 30),
+                FakeProcess(second, 2 << 30),
+                FakeProcess(third, 3 << 30),
             ),
         ),
-        gpm=(10.0, 50.0, 40.0, 25.0, 60.0, 1.0, 5.0, 2.0),
-    ),
-)
+        FakeGpu(
+            UUID_B,
+            minor=1,
+            pci="00000000:B1:00.0",
+            migs=(
+                FakeMig(
+                    0,
+                    MIG_1,
+                    gpu_instance=1,
+                    compute_instance=0,
+                    processes=(FakeProcess(first, 1 << 28),),
+                ),
+            ),
+            gpm=(10.0, 50.0, 40.0, 25.0, 60.0, 1.0, 5.0, 2.0),
+        ),
+    )
+
+
+@pytest.fixture
+def pids() -> Iterator[tuple[int, int, int]]:
+    """Three processes /proc has while the test runs (the collector drops one it lacks)."""
+    sleepers = [subprocess.Popen(["sleep", "300"]) for _ in range(3)]
+    try:
+        first, second, third = (sleeper.pid for sleeper in sleepers)
+        yield first, second, third
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
 
 # What a run prints: every sample of every device, the processes listed, the issues.
 SCRIPT = """
@@ -127,8 +148,10 @@ def oldest_bindings(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "site"
 
 
-def _run(fake_nvml: FakeNvml, bindings: Path | None) -> dict[str, Any]:
-    fake_nvml.configure(*GPUS)
+def _run(
+    fake_nvml: FakeNvml, bindings: Path | None, driver: str, pids: tuple[int, int, int]
+) -> dict[str, Any]:
+    fake_nvml.configure(*gpus(pids), driver_version=driver)
     script = SCRIPT.format(library=str(fake_nvml.library.path))
     if bindings is not None:  # ahead of the venv's: this process imports the old one
         script = f"import sys; sys.path.insert(0, {str(bindings)!r})\n{script}"
@@ -143,14 +166,16 @@ def test_the_lower_bound_is_an_exact_release() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+", oldest_allowed())
 
 
+# An R535 driver fills the _v3 process lists with 32-byte records, later ones with 24.
+@pytest.mark.parametrize("driver", ["535.104.05", "550.127.05"])
 def test_the_oldest_bindings_read_what_the_newest_read(
-    fake_nvml: FakeNvml, oldest_bindings: Path
+    fake_nvml: FakeNvml, oldest_bindings: Path, driver: str, pids: tuple[int, int, int]
 ) -> None:
     """Every figure and process the newest bindings read, the oldest read alike, without
     an issue; but the fabric's health mask, which only nvmlDeviceGetGpuFabricInfoV (from
     12.550) answers."""
-    newest = _run(fake_nvml, None)
-    oldest = _run(fake_nvml, oldest_bindings)
+    newest = _run(fake_nvml, None, driver, pids)
+    oldest = _run(fake_nvml, oldest_bindings, driver, pids)
     assert oldest["bindings"].startswith(str(oldest_bindings))
     assert not newest["bindings"].startswith(str(oldest_bindings))
 
@@ -169,4 +194,6 @@ def test_the_oldest_bindings_read_what_the_newest_read(
     fabric = [s for s in oldest["samples"] if s[1] == "podresources_gpu_fabric_state_id"]
     assert [[UUID_A, "podresources_gpu_fabric_state_id", [], 3.0]] == fabric
     assert health, "the newest bindings read no fabric health: nothing was compared"
-    assert [[UUID_A, PID, 1 << 30], [MIG_1, PID, 1 << 28]] == oldest["processes"]
+    first, second, third = pids
+    listed = [[UUID_A, first, 1 << 30], [UUID_A, second, 2 << 30], [UUID_A, third, 3 << 30]]
+    assert sorted([*listed, [MIG_1, first, 1 << 28]]) == oldest["processes"]
