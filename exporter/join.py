@@ -43,6 +43,7 @@ from exporter.model import (
     DeviceView,
     DraState,
     DynamicResource,
+    GpuDeviceProcesses,
     HardwareKey,
     KeyKind,
     KubeletStatus,
@@ -764,7 +765,7 @@ def join_snapshot(
         hardware=hardware,
         cpu_times=matcher.readings.cpu_times,
         dra=dra,
-        gpu_processes=None if listed is None else attribute_processes(devices, listed, hardware),
+        gpu_processes=_attributed(listed, devices, hardware, collected_at=collected_at),
         advertised=advertised,
     )
 
@@ -823,7 +824,7 @@ def refresh_readings(
         node_samples=matcher.readings.node_samples,
         hardware=hardware,
         cpu_times=matcher.readings.cpu_times,
-        gpu_processes=None if listed is None else attribute_processes(devices, listed, hardware),
+        gpu_processes=_attributed(listed, devices, hardware, collected_at=collected_at),
     )
 
 
@@ -846,6 +847,24 @@ def join_fresh_pod(snapshot: Snapshot, pod: PodResources, *, collected_at: float
         gpu_processes=snapshot.gpu_processes,
         readings_at=snapshot.readings_at or snapshot.collected_at,
     )
+
+
+def _attributed(
+    listed: Mapping[HardwareKey, DeviceProcesses] | None,
+    devices: tuple[DeviceView, ...],
+    hardware: Mapping[Resolution, DeviceHardware],
+    *,
+    collected_at: float | None,
+) -> tuple[GpuDeviceProcesses, ...] | None:
+    """The GPU processes attributed to the devices' holders; None while the collector is
+    off. None attributed before the kubelet has first answered (an exporter started
+    while it restarts, or whose socket it cannot open): who holds a device is not known
+    then, and every process would count as foreign, on a device nobody holds."""
+    if listed is None:
+        return None
+    if collected_at is None:
+        return ()
+    return attribute_processes(devices, listed, hardware)
 
 
 def _device_key(device: DeviceView) -> tuple[str, str]:

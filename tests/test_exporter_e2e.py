@@ -517,6 +517,38 @@ class TestKubeletFailures:
         assert published.snapshot.kubelet.up
         assert published.snapshot.collected_at > first.snapshot.collected_at
 
+    async def test_no_process_is_foreign_before_the_kubelet_first_answers(
+        self, sim_node: SimulatedNode, aiohttp_client: Any
+    ) -> None:
+        """Started while the kubelet's socket does not answer (the kubelet restarting, a
+        socket the pod may not open), the exporter does not know who holds a GPU: no
+        process is counted foreign -- not every busy GPU's on a device nobody holds --
+        until the kubelet answers."""
+        config = _config(sim_node, "--collector.gpu_processes")
+        exporter = Exporter(config, collectors=demo_collectors(config, sim_node))
+        foreign = "podresources_gpu_foreign_processes"
+        try:
+            client = await aiohttp_client(exporter.create_app())
+            await sim_node.kubelet.stop()
+            await exporter.poller.poll_once()
+            refreshed = await exporter.poller.poll_once()  # the readings of the same data
+            unknown = _with_name(await _series(client), foreign)
+            await sim_node.kubelet.start()
+            for _ in range(40):  # the client backs off after UNAVAILABLE; bounded wait
+                if (await exporter.poller.poll_once()).snapshot.kubelet.up:
+                    break
+                await asyncio.sleep(0.25)
+            known = _with_name(await _series(client), foreign)
+        finally:
+            await exporter.close()
+        assert ({}, None) == (unknown, refreshed.snapshot.collected_at)
+        gpu_6 = "GPU-00000106-5e1f-4c2a-9d3b-000000000106"  # busy with a host process
+        assert {("unallocated_device", gpu_6)} == {
+            (dict(labels)["kind"], dict(labels)["device_id"])
+            for labels, value in known.items()
+            if dict(labels)["kind"] == "unallocated_device" and value
+        }
+
     async def test_hung_kubelet_costs_one_deadline(
         self, exporter: Exporter, client: TestClient, sim_node: SimulatedNode
     ) -> None:  # type: ignore[type-arg]
