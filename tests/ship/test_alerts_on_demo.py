@@ -37,10 +37,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from manualclock import ManualClock
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import Exporter, demo_collectors
+from exporter.app import Exporter, collector_context, demo_collectors
 from exporter.cli import parse_config
+from exporter.collectors.gpu_processes import GpuProcessesCollector
+from exporter.collectors.nvml import NvmlCollector
 from exporter.poller import Poller
-from exporter.sim.gpus import NVLINK_BURST_AFTER_DRAINS, XID_AFTER_DRAINS
+from exporter.sim.gpus import NVLINK_BURST_AFTER_DRAINS, XID_AFTER_DRAINS, SimulatedNvmlSource
 from exporter.sim.hardware import LINK_FLAP_TICK
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario
@@ -190,15 +192,25 @@ def _seconds(duration: str) -> int:
     return int(hours or 0) * 3600 + int(minutes or 0) * 60 + int(rest.rstrip("s") or 0)
 
 
-async def _capture() -> list[str]:
-    """The demo's /metrics pages, one every SCRAPE_S on the simulated clock; poll k at
-    10 k + 5 s, so a scrape at 30 j s finds the page of the poll 5 s before."""
-    clock = ManualClock(POLL_S / 2)
-    node = SimulatedNode(DemoScenario.create())
-    await node.start()
+def _life(
+    node: SimulatedNode, clock: ManualClock, sources: tuple[SimulatedNvmlSource, ...] | None
+) -> Exporter:
+    """One exporter process's parts, as --demo makes them; with ``sources``, the node's
+    simulated GPUs (NVML's and gpu_processes'), which outlive an exporter process as a
+    node's GPUs do, in the collectors demo_collectors would make."""
     config = parse_config([*node.exporter_flags(), "--demo", "--node-name", NODE], {})
     assert POLL_S == config.poll_interval_s
-    exporter = Exporter(config, collectors=demo_collectors(config, node, clock=clock))
+    collectors = demo_collectors(config, node, clock=clock)
+    if sources is not None:
+        assert ("nvml", "gpu_processes") == (collectors[0].name, collectors[-1].name)
+        context = collector_context(config)
+        nvml, processes = sources
+        collectors = [
+            NvmlCollector(context, source=nvml, clock=clock),
+            *collectors[1:-1],
+            GpuProcessesCollector(context, source=processes),
+        ]
+    exporter = Exporter(config, collectors=collectors)
     exporter.poller = Poller(
         client=exporter.client,
         runner=exporter.runner,
@@ -208,32 +220,64 @@ async def _capture() -> list[str]:
         clock=clock,
         monotonic=clock,
     )
-    client = TestClient(TestServer(exporter.create_app()))
-    await client.start_server()
-    pages = []
+    return exporter
+
+
+async def _capture(*, restart_after: int | None = None) -> list[str | None]:
+    """The demo's /metrics pages, one every SCRAPE_S on the simulated clock; poll k at
+    10 k + 5 s, so a scrape at 30 j s finds the page of the poll 5 s before. With
+    ``restart_after``, the exporter is replaced after that many scrapes (a rollout, an
+    OOM kill): the next scrape fails (None), the node going on meanwhile, and the new
+    process polls from the one after."""
+    clock = ManualClock(POLL_S / 2)
+    node = SimulatedNode(DemoScenario.create())
+    await node.start()
+    sources = None
+    if restart_after is not None:
+        sources = tuple(SimulatedNvmlSource(node.scenario.hardware, clock=clock) for _ in range(2))
+    pages: list[str | None] = []
     polls_per_scrape = SCRAPE_S // POLL_S
+    exporter: Exporter | None = None
+    client: TestClient | None = None  # type: ignore[type-arg]
     try:
         for poll in range(SCRAPES * polls_per_scrape):
             if poll:
                 clock.advance(POLL_S)
                 await node.advance()
+            scrape, step = divmod(poll, polls_per_scrape)
+            if scrape == restart_after and exporter is not None and client is not None:
+                await client.close()
+                await exporter.close()
+                exporter = client = None
+            if scrape == restart_after:
+                if step == polls_per_scrape - 1:
+                    pages.append(None)
+                continue
+            if exporter is None:
+                exporter = _life(node, clock, sources)
+                client = TestClient(TestServer(exporter.create_app()))
+                await client.start_server()
             await exporter.poller.poll_once()
-            if poll % polls_per_scrape == polls_per_scrape - 1:
+            if step == polls_per_scrape - 1 and client is not None:
                 response = await client.get("/metrics")
                 assert 200 == response.status
                 pages.append(await response.text())
     finally:
-        await client.close()
-        await exporter.close()
+        if client is not None and exporter is not None:
+            await client.close()
+            await exporter.close()
         await node.stop()
     return pages
 
 
-def _samples(page: str) -> dict[Key, tuple[float, str]]:
+def _samples(page: str | None) -> dict[Key, tuple[float, str]]:
     """Each series of a page as Prometheus stores it: a label with an empty value (the
     owner of a free device) left out, the target's labels added (a label of the
     exporter's of the same name renamed exported_<name>, honor_labels being off), and
-    the family's type beside its value."""
+    the family's type beside its value. A failed scrape (None) has only ``up`` 0."""
+    up = ("up", tuple(sorted(TARGET.items())))
+    if page is None:
+        return {up: (0.0, "gauge")}
     samples: dict[Key, tuple[float, str]] = {}
     for family in text_string_to_metric_families(page):
         for sample in family.samples:
@@ -244,7 +288,7 @@ def _samples(page: str) -> dict[Key, tuple[float, str]]:
             }
             key = (sample.name, tuple(sorted({**labels, **TARGET}.items())))
             samples[key] = (sample.value, family.type)
-    samples[("up", tuple(sorted(TARGET.items())))] = (1.0, "gauge")
+    samples[up] = (1.0, "gauge")
     return samples
 
 
@@ -256,7 +300,7 @@ def _number(value: float) -> str:
     return repr(value)
 
 
-def _input_series(pages: list[str], *, steps: int) -> list[dict[str, str]]:
+def _input_series(pages: list[str | None], *, steps: int) -> list[dict[str, str]]:
     """promtool input_series: the pages at 30 s, 60 s, ... (nothing scraped at 0), a
     series gone from a page marked stale as Prometheus marks it, and those of the last
     page held until ``steps`` scrapes."""
@@ -344,7 +388,7 @@ def _alert_tests(rules: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _promtool_test(
-    promtool: str, rules: Path, pages: list[str], checks: dict[str, Any], path: Path
+    promtool: str, rules: Path, pages: list[str | None], checks: dict[str, Any], path: Path
 ) -> subprocess.CompletedProcess[str]:
     """``promtool test rules`` of ``checks`` on ``rules``, the pages scraped every
     SCRAPE_S and held until the LATE check, evaluated every EVALUATION_S."""
@@ -365,7 +409,7 @@ def _promtool_test(
 
 
 @pytest.fixture(scope="module")
-def pages() -> list[str]:
+def pages() -> list[str | None]:
     """The demo's pages, as Prometheus scraped them."""
     return asyncio.run(_capture())
 
@@ -390,7 +434,7 @@ def test_the_early_check_sees_the_events_in_the_captured_pages(polls: int) -> No
 
 
 def test_the_demo_fires_exactly_the_expected_alerts(
-    promtool: str, pages: list[str], tmp_path: Path
+    promtool: str, pages: list[str | None], tmp_path: Path
 ) -> None:
     """promtool, on the shipped rules and the demo's real pages: at each check, each
     alert fires exactly as EXPECTED says, and the others are silent; each GPU's
@@ -400,6 +444,47 @@ def test_the_demo_fires_exactly_the_expected_alerts(
     rules_copy.write_text(yaml.safe_dump(_without_annotations(rules), sort_keys=False))
     test = {"alert_rule_test": _alert_tests(rules), "promql_expr_test": [_join_test()]}
     result = _promtool_test(promtool, rules_copy, pages, test, tmp_path / "demo.yml")
+    assert 0 == result.returncode, result.stdout[-20_000:] + result.stderr[-5_000:]
+
+
+# The scrape whose exporter is being replaced, in the restart test: after the early
+# events were scraped, before any `for:` is met.
+RESTART_AT_SCRAPE = 9
+# A check a minute after the 15-minute `for:`s are met (the alerts' series are there
+# from the first minute): a `for:` the restart started over would still be waiting.
+SOON_AFTER_FOR = "17m"
+
+
+def test_an_exporter_restart_changes_no_alert(promtool: str, tmp_path: Path) -> None:
+    """The same, with the exporter replaced half-way (a rollout, an OOM kill) while the
+    node goes on: one failed scrape, then a new process whose own counts (Xid totals,
+    kubelet requests) start again from 0 and whose GPM figures are absent for a while.
+    The alerts fire and stay silent as without the restart, and each alert with a
+    `for:` of 15 minutes or less fires on time: no `for:` starts over, no reset reads as
+    an increase, nothing fires at the restart."""
+    events = max(XID_AFTER_DRAINS, LINK_FLAP_TICK, NVLINK_BURST_AFTER_DRAINS) * POLL_S
+    assert events + SCRAPE_S <= RESTART_AT_SCRAPE * SCRAPE_S
+    pages = asyncio.run(_capture(restart_after=RESTART_AT_SCRAPE))
+    assert [None] == [page for page in pages if page is None]
+    rules = yaml.safe_load(RULES.read_text())
+    waits = {rule["alert"]: _seconds(rule.get("for", "0s")) for rule in _alerts(rules)}
+    due = _seconds(SOON_AFTER_FOR) - EVALUATION_S
+    on_time = [
+        {
+            "eval_time": SOON_AFTER_FOR,
+            "alertname": name,
+            "exp_alerts": [
+                {"exp_labels": {**TARGET, **rule.get("labels", {}), **labels}}
+                for when, alert, labels in EXPECTED
+                if (when, alert) == (LATE, name) and waits[name] <= due
+            ],
+        }
+        for name, rule in ((rule["alert"], rule) for rule in _alerts(rules))
+    ]
+    rules_copy = tmp_path / "rules.yml"
+    rules_copy.write_text(yaml.safe_dump(_without_annotations(rules), sort_keys=False))
+    checks = {"alert_rule_test": [*_alert_tests(rules), *on_time]}
+    result = _promtool_test(promtool, rules_copy, pages, checks, tmp_path / "restart.yml")
     assert 0 == result.returncode, result.stdout[-20_000:] + result.stderr[-5_000:]
 
 
@@ -432,7 +517,7 @@ def _got_alerts(report: str) -> list[tuple[str, str]]:
 
 
 def test_the_fired_alerts_annotations_render_on_the_real_pages(
-    promtool: str, pages: list[str], tmp_path: Path
+    promtool: str, pages: list[str | None], tmp_path: Path
 ) -> None:
     """The shipped rules, annotations and all, on the demo's pages: each EXPECTED alert's
     summary and description render without a template failure or a field left empty,
