@@ -11,6 +11,10 @@ record and the connection goes on to TLS (``loop.connect_accepted_socket``, the 
 protocol and SSL context as before); an upper-case ASCII letter starts an HTTP method,
 and the client is told, in the exporter's JSON error shape, and logged at most once a
 minute; anything else goes to TLS as well, which refuses it as it did.
+
+Where the runner's server bounds its connections (``HoldsConnections``), a connection
+counts under that bound from its accept: before its first byte and in its handshake
+too, where aiohttp would count it only once the handshake is done.
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ from aiohttp import web
 
 from exporter.config import join_host_port
 from exporter.outage import Throttle
-from exporter.web import CLIENT_ERROR_LOG_INTERVAL_S, LINGERING_TIME_S, peer_text
+from exporter.web import (
+    CLIENT_ERROR_LOG_INTERVAL_S,
+    LINGERING_TIME_S,
+    HeldConnection,
+    HoldsConnections,
+    peer_text,
+)
 
 __all__ = ["BACKLOG", "FIRST_BYTE_TIMEOUT_S", "TlsSite", "make_site"]
 
@@ -174,6 +184,7 @@ class _Handover:
     ) -> None:
         self._loop = loop
         self._protocol_factory = protocol_factory
+        self._limit = protocol_factory if isinstance(protocol_factory, HoldsConnections) else None
         self._ssl_context = ssl_context
         self._first_byte_timeout_s = first_byte_timeout_s
         self._plain_http = Throttle(
@@ -181,19 +192,30 @@ class _Handover:
         )
 
     async def __call__(self, conn: socket.socket) -> None:
-        """Serve one accepted connection; never raises but for cancellation."""
+        """Serve one accepted connection; never raises but for cancellation (the limit
+        needing its place is one)."""
+        task = asyncio.current_task()
+        assert task is not None
+        held = self._limit.hold(task.cancel) if self._limit is not None else None
         try:
-            served = await self._serve(conn)
+            served = await self._serve(conn, held)
         except BaseException:
             conn.close()  # a transport that took it closed it already: a no-op then
             raise
+        finally:
+            if held is not None and self._limit is not None:
+                self._limit.release(held)
         if not served:
             conn.close()
 
-    async def _serve(self, conn: socket.socket) -> bool:
+    async def _serve(self, conn: socket.socket, held: HeldConnection | None) -> bool:
         """True once a TLS transport owns the connection."""
         try:
-            first = await asyncio.wait_for(self._peek(conn), self._first_byte_timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for returns the peek's
+            # result when it came in the same turn as a cancel, and the cancel (the
+            # connection limit closing this one) is lost.
+            async with asyncio.timeout(self._first_byte_timeout_s):
+                first = await self._peek(conn)
         except (TimeoutError, OSError):
             return False  # said nothing in time, or gone
         if not first:
@@ -201,9 +223,16 @@ class _Handover:
         if first[0] in _HTTP_METHOD_FIRST:
             await self._answer_plain_http(conn)
             return False
+
+        def protocol() -> asyncio.BaseProtocol:
+            made = self._protocol_factory()
+            if held is not None and self._limit is not None:
+                self._limit.handing_over(held, made)
+            return made
+
         try:
             await self._loop.connect_accepted_socket(
-                self._protocol_factory,
+                protocol,
                 conn,
                 ssl=self._ssl_context,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,

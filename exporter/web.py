@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from aiohttp import HttpVersion10, HttpVersion11, web
@@ -55,6 +56,8 @@ __all__ = [
     "MAX_CONNECTIONS",
     "SHUTDOWN_TIMEOUT_S",
     "STORE",
+    "HeldConnection",
+    "HoldsConnections",
     "WebSettings",
     "create_app",
     "make_runner",
@@ -721,6 +724,29 @@ class _JsonErrorRequestHandler(RequestHandler):
         return response
 
 
+class HeldConnection:
+    """A connection a site accepted and has not handed to a handler yet (on the TLS port:
+    until its handshake is done), counted under max_connections all the same."""
+
+    __slots__ = ("arrival", "close", "protocol")
+
+    def __init__(self, arrival: int, close: Callable[[], None]) -> None:
+        self.arrival = arrival  # the order connections came in, handled ones included
+        self.close = close  # ends it, should the limit need its place
+        self.protocol: object | None = None  # the handler it goes to, once made
+
+
+@runtime_checkable
+class HoldsConnections(Protocol):
+    """A server whose connection limit also counts the connections a site holds."""
+
+    def hold(self, close: Callable[[], None]) -> HeldConnection: ...
+
+    def handing_over(self, held: HeldConnection, protocol: object) -> None: ...
+
+    def release(self, held: HeldConnection) -> None: ...
+
+
 class _JsonErrorServer(web.Server):
     def __init__(
         self,
@@ -736,24 +762,75 @@ class _JsonErrorServer(web.Server):
             "tls_request_on_http_port", interval_s=CLIENT_ERROR_LOG_INTERVAL_S
         )
         self._full = Throttle("http_connections_full", interval_s=CLIENT_ERROR_LOG_INTERVAL_S)
+        self._arrivals = itertools.count()
+        self._arrived: dict[RequestHandler, int] = {}
+        self._held: dict[HeldConnection, None] = {}  # in the order they came
+        self._handing: dict[object, HeldConnection] = {}  # protocol -> its held connection
+
+    def hold(self, close: Callable[[], None]) -> HeldConnection:
+        """Count a connection a site holds before it has a handler; ``close`` ends it."""
+        held = HeldConnection(next(self._arrivals), close)
+        self._held[held] = None
+        self._make_room(held)
+        return held
+
+    def handing_over(self, held: HeldConnection, protocol: object) -> None:
+        """``protocol`` will serve ``held``: its connection_made takes over the count."""
+        held.protocol = protocol
+        self._handing[protocol] = held
+
+    def release(self, held: HeldConnection) -> None:
+        """The site is done with ``held``: handed over, closed, or failed."""
+        self._held.pop(held, None)
+        if held.protocol is not None:
+            self._handing.pop(held.protocol, None)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
-        if len(self._connections) <= self._max_connections:
+        held = self._handing.pop(handler, None)
+        if held is not None:  # counted since its accept: in its place, not a new one
+            self._held.pop(held, None)
+            self._arrived[handler] = held.arrival
+            return
+        self._arrived[handler] = next(self._arrivals)
+        self._make_room(handler)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self._arrived.pop(handler, None)
+
+    def _make_room(self, new: RequestHandler | HeldConnection) -> None:
+        if len(self._connections) + len(self._held) <= self._max_connections:
             return
         # Those closed already stay listed until their handler ends: not counted.
         live = [h for h in self._connections if h.transport is not None]
-        if len(live) <= self._max_connections:
+        if len(live) + len(self._held) <= self._max_connections:
             return
-        # Listed in the order they came: the first idle one has waited longest.
-        idle = (h for h in live if h is not handler and not h._request_in_progress)
-        victim = next((h for h in idle if not h._messages), handler)
+        # The one that came first of those without a request in progress: still before
+        # or in its TLS handshake, sending its head, or idle between requests.
+        waiting: list[tuple[int, RequestHandler | HeldConnection]] = [
+            (h.arrival, h) for h in self._held if h is not new
+        ]
+        waiting += [
+            (self._arrived.get(h, -1), h)
+            for h in live
+            if h is not new and not h._request_in_progress and not h._messages
+        ]
+        victim = min(waiting, key=lambda found: found[0])[1] if waiting else new
         self._full.warning(
             limit=self._max_connections,
-            closed="the new connection" if victim is handler else "the longest idle",
+            closed="the new connection"
+            if victim is new
+            else "the longest in its TLS handshake"
+            if isinstance(victim, HeldConnection)
+            else "the longest idle",
             hint="a client holds many connections open: ss -tnp on the node",
         )
-        victim.force_close()
+        if isinstance(victim, HeldConnection):
+            self.release(victim)  # its place is free now, not when its task ends
+            victim.close()
+        else:
+            victim.force_close()
 
     def __call__(self) -> RequestHandler:
         loop = asyncio.get_running_loop()
