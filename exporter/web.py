@@ -91,9 +91,10 @@ _TLS_HANDSHAKE = 0x16
 MAX_REQUEST_HEADERS = 32
 MAX_HEADER_FIELD_BYTES = 8190
 # Connections served at once. Each costs a descriptor and memory (about 21 KiB with an
-# 8 KiB head on its way, measured), for the 20 s a head may take: with no bound, one
-# host opening connections faster than that (some 9,000 at once) outgrew the
-# DaemonSet's 256 MiB, or took every descriptor the kubelet calls and sysfs reads need.
+# 8 KiB head on its way, measured; ~40 KiB over TLS, with tlssite's smaller buffer),
+# for the 20 s a head may take: with no bound, one host opening connections faster
+# than that (some 9,000 at once) outgrew the DaemonSet's 256 MiB, or took every
+# descriptor the kubelet calls and sysfs reads need.
 # Past this many, the connection that has waited longest without a request in progress
 # (still sending its head, or idle between requests) is closed for the new one, so a
 # flood of slow heads makes room for a scraper, which sends its request as it

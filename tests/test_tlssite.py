@@ -17,6 +17,7 @@ import ssl
 import string
 import struct
 import time
+import tracemalloc
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -758,3 +759,42 @@ class TestConnectionLimit:
                 for client in clients:
                     client.close()
         assert left <= 4
+
+
+def _tls_clients(pki: Pki, port: int, count: int) -> list[ssl.SSLSocket]:
+    """``count`` blocking TLS clients through their handshake, each having sent part of
+    a request head: made in a thread, so that no asyncio TLS of theirs is counted."""
+    context = client_context(pki)
+    clients = []
+    for _ in range(count):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        client = context.wrap_socket(raw, server_hostname="localhost")
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        clients.append(client)
+    return clients
+
+
+async def test_a_tls_connection_holds_no_large_read_buffer(pki: Pki) -> None:
+    """What a TLS connection holds while its client sends its head slowly is tens of
+    KiB, as a plain one: asyncio's TLS gave each a 256 KiB read buffer, and 1,000 of
+    them (the limit allows 1,024) took the exporter from 60 to 338 MiB, past the
+    DaemonSet's 256 MiB. Python's own allocations are counted (tracemalloc), which
+    that buffer is; OpenSSL's are not."""
+    count = 50
+    async with _limited_site(pki, max_connections=1024) as runner:
+        tracemalloc.start()
+        clients: list[ssl.SSLSocket] = []
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            clients = await asyncio.to_thread(_tls_clients, pki, _port(runner), count)
+            for _ in range(100):  # until the server has handed each to its handler
+                if runner.server is not None and len(runner.server.connections) >= count:
+                    break
+                await asyncio.sleep(0.05)
+            served = len(runner.server.connections) if runner.server is not None else 0
+            held_per_connection = (tracemalloc.get_traced_memory()[0] - before) // count
+        finally:
+            tracemalloc.stop()
+            for client in clients:
+                client.close()
+    assert (count, True) == (served, held_per_connection < 128 * 1024), held_per_connection
