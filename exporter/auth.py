@@ -292,18 +292,16 @@ def access_middleware(
         if request.path in OPEN_PATHS:
             return await handler(request)
         config = web_config.current() if web_config is not None else None
-        if config is not None:
-            # The certificate before the rate limit, as exporter-toolkit's handshake
-            # refuses it before any request: a client without one must not spend the
-            # tokens that the scrapers holding one need.
-            if config.tls is not None:
-                refusal = _client_certificate_refusal(request, config.tls)
-                if refusal is not None:
-                    return refusal
-            if not limiter.allow(config.rate_limit):
-                # Whole seconds, rounded up: when the next request can pass at the earliest.
-                retry = str(math.ceil(config.rate_limit.interval_s)) if config.rate_limit else "1"
-                return _refusal(429, "rate limit exceeded", **{"Retry-After": retry})
+        # The certificate and the password before the rate limit: a client refused for
+        # either must not spend the tokens that the scrapers holding them need.
+        # exporter-toolkit refuses a certificate in the handshake, before its limiter,
+        # but limits before basic auth, to spare bcrypt's CPU; here bcrypt has its own
+        # bound (one thread, MAX_QUEUED_CHECKS, 429 past it), and a known credential
+        # costs a digest, so a client that cannot log in cannot lock the scraper out.
+        if config is not None and config.tls is not None:
+            refusal = _client_certificate_refusal(request, config.tls)
+            if refusal is not None:
+                return refusal
         users: Mapping[str, bytes] = config.users if config is not None else {}
         if debug_users is not None and request.path.startswith(DEBUG_PREFIX):
             users = debug_users.current().users
@@ -317,6 +315,10 @@ def access_middleware(
                 return _refusal(429, "too many password checks at once", **{"Retry-After": "1"})
             if verdict is Verdict.DENIED:
                 return _unauthorized("wrong user name or password")
+        if config is not None and not limiter.allow(config.rate_limit):
+            # Whole seconds, rounded up: when the next request can pass at the earliest.
+            retry = str(math.ceil(config.rate_limit.interval_s)) if config.rate_limit else "1"
+            return _refusal(429, "rate limit exceeded", **{"Retry-After": retry})
         return await handler(request)
 
     return middleware

@@ -735,6 +735,20 @@ class TestServedTls:
                 [(await _get(metrics, scraper))[0] for _ in range(2)],
             )
 
+    async def test_clients_refused_for_their_password_spend_no_rate_limit(
+        self, folder: Path
+    ) -> None:
+        """A client with no password or a wrong one gets 401 and spends no token: it
+        used to, so that anyone who reached the port could keep the scraper at 429."""
+        text = f"basic_auth_users:\n  alice: {HASH}\nrate_limit:\n  interval: 1h\n  burst: 1\n"
+        wrong = [{}, basic("alice", "wrong"), {}, basic("mallory", "s3cret")]
+        async with served(_live(folder, text)) as server:
+            metrics = server.url("/metrics")
+            strangers = [(await _get(metrics, **headers))[0] for headers in wrong]
+            right = basic("alice", "s3cret")
+            scraper = [(await _get(metrics, **right))[0] for _ in range(2)]
+        assert ([401] * 4, [200, 429]) == (strangers, scraper)
+
     async def test_headers_on_every_response(self, folder: Path, pki: Pki) -> None:
         """http_server_config.headers are sent on every response, refusals and probes too."""
         text = (
