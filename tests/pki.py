@@ -37,7 +37,11 @@ def issue(pki: Pki, name: str, *, san: str, ca_name: str = "ca") -> None:
         "-subj", f"/CN={name}", "-keyout", str(folder / f"{name}.key"),
         "-out", str(folder / f"{name}.csr"),
     )  # fmt: skip
-    (folder / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    # The key identifier: Python 3.13's default client context (VERIFY_X509_STRICT)
+    # refuses a leaf without one, as RFC 5280 4.2.1.1 asks.
+    (folder / f"{name}.ext").write_text(
+        f"subjectAltName={san}\nauthorityKeyIdentifier=keyid,issuer\n"
+    )
     _openssl(
         "x509", "-req", "-in", str(folder / f"{name}.csr"), "-days", "2",
         "-CA", str(folder / f"{ca_name}.crt"), "-CAkey", str(folder / f"{ca_name}.key"),
@@ -47,9 +51,13 @@ def issue(pki: Pki, name: str, *, san: str, ca_name: str = "ca") -> None:
 
 
 def make_ca(folder: Path, name: str) -> None:
+    """A CA as RFC 5280 has one (Python 3.13's default client context refuses a CA
+    without keyUsage)."""
     _openssl(
         "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
         "-days", "2", "-subj", f"/CN={name}", "-keyout", str(folder / f"{name}.key"),
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         "-out", str(folder / f"{name}.crt"),
     )  # fmt: skip
 
