@@ -15,12 +15,11 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+from floors import floors, pip_or_skip
 from freshprocess import REPO_ROOT, with_repo_path
-from packaging.requirements import Requirement
 from packaging.version import Version
 
 # The tests that exercise each floor: the web server's connection handling (aiohttp),
@@ -42,69 +41,40 @@ print(json.dumps({{name: importlib.metadata.version(name) for name in names}}))
 """
 
 
-def floors() -> dict[str, str]:
-    """Each runtime dependency's lowest allowed release, from its ``>=`` bound."""
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    found: dict[str, str] = {}
-    for text in project["dependencies"]:
-        requirement = Requirement(text)
-        lowest = [s.version for s in requirement.specifier if s.operator == ">="]
-        assert len(lowest) == 1, f"{text}: no single >= bound"
-        found[requirement.name] = lowest[0]
-    return found
-
-
 @pytest.fixture(scope="module")
 def floor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding exactly the floors, but nvidia-ml-py's."""
     site = tmp_path_factory.mktemp("floors")
     wanted = [f"{name}=={version}" for name, version in floors().items() if name not in OWN_TEST]
-    installed = subprocess.run(
-        [
-            *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"),
-            *("--disable-pip-version-check", "--prefer-binary", "--target", str(site)),
-            *wanted,
-        ],
+    pip_or_skip(
+        "install", "--prefer-binary", "--target", str(site), *wanted, what=f"the floors {wanted}"
+    )
+    return site
+
+
+def _in(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python <args>`` with ``site`` ahead of the venv's packages."""
+    environment = with_repo_path(os.environ)
+    environment["PYTHONPATH"] = f"{site}{os.pathsep}{environment['PYTHONPATH']}"
+    return subprocess.run(
+        [sys.executable, *args],
+        env=environment,
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    if installed.returncode != 0:
-        reason = (installed.stderr.strip().splitlines() or ["no message"])[-1]
-        pytest.skip(f"pip cannot install the floors {wanted} here: {reason}")
-    return site
-
-
-def _environment(site: Path) -> dict[str, str]:
-    environment = with_repo_path(os.environ)
-    environment["PYTHONPATH"] = f"{site}{os.pathsep}{environment['PYTHONPATH']}"
-    return environment
 
 
 def test_the_tests_pass_on_the_floors(floor_site: Path) -> None:
     """The floors are what the subprocess imports, and the tests of the code on them pass."""
     expected = {name: version for name, version in floors().items() if name not in OWN_TEST}
-    seen = subprocess.run(
-        [sys.executable, "-c", VERSION_SCRIPT.format(names=sorted(expected))],
-        env=_environment(floor_site),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    seen = _in(floor_site, "-c", VERSION_SCRIPT.format(names=sorted(expected)))
+    assert seen.returncode == 0, seen.stderr[-2000:]
     imported = json.loads(seen.stdout)
     assert {n: Version(v) for n, v in expected.items()} == {
         n: Version(v) for n, v in imported.items()
     }
-    ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOOR_TESTS],
-        env=_environment(floor_site),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    ran = _in(floor_site, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOOR_TESTS)
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]

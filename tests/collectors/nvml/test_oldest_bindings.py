@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,8 @@ from typing import Any
 
 import pytest
 from fake_nvml_support import FakeGpu, FakeMig, FakeNvml, FakeProcess
-from freshprocess import REPO_ROOT, run_python
+from floors import floors, pip_or_skip
+from freshprocess import run_python
 
 UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
@@ -112,15 +111,8 @@ print(json.dumps({{
 
 
 def oldest_allowed() -> str:
-    """The version pyproject.toml's ``nvidia-ml-py>=X`` names: the oldest a user may have."""
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    bounds = [
-        match.group(1)
-        for requirement in project["dependencies"]
-        if (match := re.fullmatch(r"nvidia-ml-py>=([0-9.]+)", requirement.split(";")[0].strip()))
-    ]
-    assert len(bounds) == 1, f"no single nvidia-ml-py>=X.Y.Z lower bound: {bounds}"
-    return bounds[0]
+    """The nvidia-ml-py release pyproject.toml's bound names: the oldest a user may have."""
+    return floors()["nvidia-ml-py"]
 
 
 @pytest.fixture(scope="module")
@@ -128,20 +120,10 @@ def oldest_bindings(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the pynvml.py of the oldest allowed nvidia-ml-py."""
     version = oldest_allowed()
     folder = tmp_path_factory.mktemp("oldest_pynvml")
-    downloaded = subprocess.run(
-        [
-            *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"),
-            *("--disable-pip-version-check", "--only-binary=:all:", "--dest", str(folder)),
-            f"nvidia-ml-py=={version}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if downloaded.returncode != 0:
-        reason = (downloaded.stderr.strip().splitlines() or ["no message"])[-1]
-        pytest.skip(f"pip cannot download nvidia-ml-py=={version} here: {reason}")
+    pip_or_skip(
+        "download", "--only-binary=:all:", "--dest", str(folder), f"nvidia-ml-py=={version}",
+        what=f"nvidia-ml-py=={version}",
+    )  # fmt: skip
     (wheel,) = folder.glob("nvidia_ml_py-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         archive.extract("pynvml.py", folder / "site")
