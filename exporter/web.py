@@ -688,6 +688,15 @@ class _JsonErrorRequestHandler(RequestHandler):
         self._tls_on_plain_port = tls_on_plain_port
         self.heard_from = False  # any bytes yet: a request on its way (_Runner.cleanup)
 
+    async def start(self) -> None:
+        # A connection closed as it came (past max_connections) is lost before this task
+        # first runs, a loop turn after it was made on Python 3.11: aiohttp's start()
+        # then failed an assert, "Task exception was never retrieved", an
+        # event_loop_error line for each connection refused.
+        if self._manager is None:
+            return
+        await super().start()
+
     def data_received(self, data: bytes) -> None:
         if not self.heard_from and data[:1] == bytes([_TLS_HANDSHAKE]):
             # A client that speaks TLS here (a scrape job left at scheme https) gets its

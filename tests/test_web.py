@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import socket
@@ -872,6 +873,40 @@ class TestConnectionLimit:
             release.set()
             held = await busy
         assert (b"", 200) == (refused, split_response(held)[0])
+
+    async def test_the_new_connection_closed_leaves_no_failed_task(self) -> None:
+        """The handler of a connection closed as it came still runs once, and ends
+        cleanly: closed before its first step, it failed an assert, and asyncio reported
+        "Task exception was never retrieved", an event_loop_error line per connection
+        refused, in the very storm the once-a-minute http_connections_full is for."""
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def hold(request: web.Request) -> web.Response:
+            entered.set()
+            await release.wait()
+            return web.Response(text="held\n")
+
+        app = web.Application()
+        app.router.add_get("/hold", hold)
+        loop = asyncio.get_running_loop()
+        reported: list[str] = []
+        loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
+        try:
+            async with serving(app, max_connections=1) as port:
+                busy = asyncio.ensure_future(
+                    raw_exchange(
+                        port, b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    )
+                )
+                await entered.wait()
+                refused = [await raw_exchange(port, self.HEALTHZ) for _ in range(3)]
+                release.set()
+                await busy
+            gc.collect()  # a failed task is reported when it is freed
+            await asyncio.sleep(0)
+        finally:
+            loop.set_exception_handler(None)
+        assert ([b""] * 3, []) == (refused, reported)
 
     async def test_a_client_gone_mid_request_leaves_its_place(self) -> None:
         """A connection whose client left while its request is still being answered
