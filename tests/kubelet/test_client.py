@@ -939,6 +939,8 @@ class TestUnavailable:
         min_reconnect_backoff_ms as the least time a connection attempt is given, and the
         client's 100 ms there failed such a kubelet UNAVAILABLE every time."""
         held_s = 0.3
+        relays: list[asyncio.Task[None]] = []
+        ends: list[asyncio.StreamWriter] = []
 
         async def relay(
             reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, hold_s: float
@@ -950,7 +952,12 @@ class TestUnavailable:
             writer.close()
 
         async def slow_to_greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            relays.append(task)
+            ends.append(writer)
             up_reader, up_writer = await asyncio.open_unix_connection(socket_path)
+            ends.append(up_writer)
             await asyncio.gather(
                 relay(reader, up_writer, hold_s=0.0),
                 relay(up_reader, writer, hold_s=held_s),
@@ -964,6 +971,12 @@ class TestUnavailable:
         finally:
             await client.close()
             proxy.close()
+            # A closed server leaves its connections open: the relay's two ends are
+            # closed here and it ends, else a later test's garbage collection finds
+            # them ("unclosed transport", a ResourceWarning).
+            for end in ends:
+                end.close()
+            await asyncio.gather(*relays)
 
     @pytest.mark.parametrize("proxy", ["proxy.corp:3128", "socks5://proxy.corp:1080"])
     async def test_a_proxy_setting_grpc_cannot_parse_writes_nothing(
