@@ -13,8 +13,15 @@ import structlog
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before gRPC's core starts
 
+from exporter.cli import ENV_PREFIX
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario
+
+# Each flag's default may come from PODRESOURCES_EXPORTER_<FLAG>: one left in the shell
+# that runs the tests (a console log format for `make demo`, say) reached every exporter
+# the tests start as a process, which inherits this environment, and failed them.
+for _variable in [name for name in os.environ if name.startswith(ENV_PREFIX)]:
+    del os.environ[_variable]
 
 
 @pytest.fixture(autouse=True)
