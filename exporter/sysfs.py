@@ -16,6 +16,7 @@ import os
 import re
 import resource
 import stat
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO, ClassVar
@@ -362,6 +363,9 @@ class KeptFiles:
         self._check_replaced = check_replaced
         self._fds: dict[str, int] = {}
         self._read_paths: set[str] = set()
+        # Raw descriptors have no file object's finalizer: an owner dropped without
+        # close() (a collector a test made) kept them open for the process's life.
+        weakref.finalize(self, _close_all, self._fds)
 
     @classmethod
     def under(cls, root: Path | str) -> KeptFiles:
@@ -450,6 +454,13 @@ class KeptFiles:
 
     def _forget(self, path: str) -> None:
         os.close(self._fds.pop(path))
+
+
+def _close_all(fds: dict[str, int]) -> None:
+    """Close what a dropped ``KeptFiles`` still kept (nothing, after its close())."""
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
 
 
 _MOUNTINFO = "/proc/self/mountinfo"
