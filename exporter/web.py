@@ -20,17 +20,19 @@ import itertools
 import json
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol, runtime_checkable
 
+import aiohttp
 import structlog
 from aiohttp import HttpVersion10, HttpVersion11, web
 from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
-from exporter.config import join_host_port
+from exporter.config import ConfigError, join_host_port
 from exporter.debugview import (
     FILTER_KEYS,
     GET_SOURCE,
@@ -62,6 +64,7 @@ __all__ = [
     "create_app",
     "make_runner",
     "peer_text",
+    "unsupported_aiohttp",
 ]
 
 log = structlog.get_logger(__name__)
@@ -679,7 +682,12 @@ class _JsonErrorRequestHandler(RequestHandler):
     server reads the next request only once it answered the last (aiohttp read on until
     32 waited: a client pipelining requests it never reads the answers of held 32 heads
     of up to a megabyte each). What one read brought is still parsed: at most 32 small
-    heads, or one large one."""
+    heads, or one large one.
+
+    Slotted as aiohttp's: an attribute of aiohttp's that a release renames is refused
+    here, not quietly made anew on the instance with nothing reading it."""
+
+    __slots__ = ("_tls_on_plain_port", "heard_from")
 
     def __init__(self, *args: Any, tls_on_plain_port: Throttle, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -860,6 +868,42 @@ def peer_text(address: object) -> str:
     return join_host_port(str(address[0]), int(address[1]))
 
 
+# What the server and its connections read or set of aiohttp's that aiohttp does not
+# document, each as aiohttp's own handler (or server) has it: a release that renames one
+# would take a bound away unnoticed (reading a renamed queue size goes on unbounded) or
+# fail only once the connection limit is reached.
+_HANDLER_INTERNALS: dict[str, type] = {
+    "_max_msg_queue_size": int,  # set: reading stops once a request waits parsed
+    "_msg_queue_resume_size": int,  # set: and resumes once none waits
+    "_request_in_progress": bool,  # read: the connection limit closes an idle one,
+    "_messages": deque,  # read: ... with no request waiting parsed
+}
+_SERVER_INTERNALS: dict[str, type] = {"_connections": dict}  # read: the connection count
+
+
+def unsupported_aiohttp(server: web.Server | None) -> str | None:
+    """What the installed aiohttp lacks that the runner's ``server`` relies on; None
+    when nothing. Run in the event loop, once ``server`` is made."""
+    if not isinstance(server, _JsonErrorServer):
+        return "AppRunner no longer makes its server through _make_server"
+    if not callable(getattr(RequestHandler, "handle_error", None)):
+        return "RequestHandler has no handle_error"
+    plain = RequestHandler(server, loop=asyncio.get_running_loop())  # never connected
+    owners: tuple[tuple[object, dict[str, type]], ...] = (
+        (server, _SERVER_INTERNALS),
+        (plain, _HANDLER_INTERNALS),
+    )
+    for owner, internals in owners:
+        for name, kind in internals.items():
+            if not isinstance(getattr(owner, name, None), kind):
+                return f"{type(owner).__name__}.{name} is no longer a {kind.__name__}"
+    try:
+        server()  # a connection's handler, with the runner's options
+    except (AttributeError, TypeError) as error:
+        return f"a connection's handler cannot be made: {error}"
+    return None
+
+
 class _Runner(web.AppRunner):
     """AppRunner whose connections answer parser errors in JSON, with our timeouts, and
     whose shutdown answers the requests already on their way."""
@@ -870,6 +914,19 @@ class _Runner(web.AppRunner):
         super().__init__(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S / 2)
         self._handler_options = handler_options
         self._max_connections = max_connections
+
+    async def setup(self) -> None:
+        """As aiohttp's; then, before anything listens, an aiohttp release without what
+        the server relies on (``unsupported_aiohttp``) is refused with ConfigError, one
+        line naming the release, where it would have served without the bounds."""
+        await super().setup()
+        problem = unsupported_aiohttp(self.server)
+        if problem is not None:
+            await self.cleanup()
+            raise ConfigError(
+                f"aiohttp {aiohttp.__version__} is not supported: {problem}; install a"
+                " release of the range pyproject.toml names that this exporter was tested with"
+            )
 
     async def cleanup(self) -> None:
         """Close the listeners, give connections already accepted that have sent nothing

@@ -9,20 +9,31 @@ import json
 import logging
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from fdlimit import need_open_files
 from multidict import CIMultiDict
 from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
+from exporter.config import ConfigError
 from exporter.debugview import Filters
 from exporter.sim.node import SimulatedNode
-from exporter.web import WebSettings, _send, create_app, make_runner
+from exporter.web import (
+    WebSettings,
+    _Runner,
+    _send,
+    create_app,
+    make_runner,
+    unsupported_aiohttp,
+)
 
 
 def config_for(node: SimulatedNode) -> Any:
@@ -816,6 +827,72 @@ class TestHeldViews:
                 async with views.view(second.snapshot, **full, shared=second.debug_views):
                     pass
         assert views.held_bytes == 0
+
+
+class TestAiohttpInternals:
+    """The server leans on aiohttp attributes aiohttp does not document; a release
+    without them is refused at start-up, not served without the bounds they give."""
+
+    async def test_the_installed_release_has_them(self) -> None:
+        """aiohttp's own handler and the runner's server have each, of its type: an
+        upgrade that renames one fails here, not in production."""
+        runner = make_runner(web.Application())
+        await runner.setup()
+        try:
+            plain = RequestHandler(runner.server, loop=asyncio.get_running_loop())
+            found = {
+                "_max_msg_queue_size": type(plain._max_msg_queue_size),
+                "_msg_queue_resume_size": type(plain._msg_queue_resume_size),
+                "_request_in_progress": type(plain._request_in_progress),
+                "_messages": type(plain._messages),
+                "_connections": type(runner.server._connections),  # type: ignore[union-attr]
+                "problem": unsupported_aiohttp(runner.server),
+            }
+        finally:
+            await runner.cleanup()
+        assert {
+            "_max_msg_queue_size": int,
+            "_msg_queue_resume_size": int,
+            "_request_in_progress": bool,
+            "_messages": deque,
+            "_connections": dict,
+            "problem": None,
+        } == found
+
+    @pytest.mark.parametrize(
+        "name",
+        ["_max_msg_queue_size", "_msg_queue_resume_size", "_request_in_progress", "_messages"],
+    )
+    async def test_a_release_without_one_is_refused_at_setup(
+        self, monkeypatch: pytest.MonkeyPatch, name: str
+    ) -> None:
+        """As a release that renamed it: the set-up fails with one line naming aiohttp's
+        release and the attribute; it used to serve, the bound gone or the connection
+        limit failing once reached."""
+        made = RequestHandler.__init__
+
+        def renamed(self: RequestHandler, *args: Any, **kwargs: Any) -> None:
+            made(self, *args, **kwargs)
+            delattr(self, name)
+
+        monkeypatch.setattr(RequestHandler, "__init__", renamed)
+        runner = make_runner(web.Application())
+        with pytest.raises(ConfigError) as refused:
+            await runner.setup()
+        said = f"aiohttp {aiohttp.__version__} is not supported: RequestHandler.{name} "
+        assert str(refused.value).startswith(said)
+        assert runner.server is None  # cleaned up: nothing left running
+
+    async def test_a_runner_that_does_not_ask_for_the_server_is_refused(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """aiohttp's AppRunner makes its server through the undocumented _make_server: a
+        release that stops would serve aiohttp's plain server, without the JSON errors,
+        timeouts and limits. The set-up refuses instead."""
+        monkeypatch.delattr(_Runner, "_make_server")
+        runner = make_runner(web.Application())
+        with pytest.raises(ConfigError, match="no longer makes its server through _make_server"):
+            await runner.setup()
 
 
 class TestConnectionLimit:
