@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import errno
 import json
+import platform
 import socket
 import ssl
 import traceback
@@ -34,7 +35,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from exporter.config import join_host_port
+from exporter.config import ConfigError, join_host_port
 from exporter.outage import Throttle
 from exporter.web import (
     CLIENT_ERROR_LOG_INTERVAL_S,
@@ -44,7 +45,14 @@ from exporter.web import (
     peer_text,
 )
 
-__all__ = ["BACKLOG", "FIRST_BYTE_TIMEOUT_S", "TLS_READ_BYTES", "TlsSite", "make_site"]
+__all__ = [
+    "BACKLOG",
+    "FIRST_BYTE_TIMEOUT_S",
+    "TLS_READ_BYTES",
+    "TlsSite",
+    "make_site",
+    "read_buffer_bytes",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -120,12 +128,21 @@ class TlsSite(web.BaseSite):
         return f"https://{join_host_port(self._host or '0.0.0.0', self._port)}"
 
     async def start(self) -> None:
+        """Listen; ConfigError, before anything listens, where this Python's asyncio
+        would give each TLS connection a larger read buffer than TLS_READ_BYTES."""
+        assert self._ssl_context is not None
+        held = read_buffer_bytes(self._ssl_context)
+        if held > TLS_READ_BYTES:
+            raise ConfigError(
+                f"Python {platform.python_version()} is not supported: asyncio's TLS"
+                f" protocol reads into {held} bytes, not SSLProtocol.max_size"
+                f" ({TLS_READ_BYTES}), on each TLS connection"
+            )
         await super().start()
         loop = asyncio.get_running_loop()
         sockets = await _listen(loop, self._host, self._port, backlog=self._backlog)
         server = self._runner.server
         assert server is not None
-        assert self._ssl_context is not None
         self._server = _Listeners(
             loop,
             sockets,
@@ -306,6 +323,24 @@ class _SmallBufferSSLProtocol(sslproto.SSLProtocol):
     costs ~21 KiB). A record holds at most 16 KiB of data, and a request head less."""
 
     max_size = TLS_READ_BYTES
+
+
+def read_buffer_bytes(ssl_context: ssl.SSLContext) -> int:
+    """The read buffer a TLS connection gets from this Python's asyncio, as the
+    transport asks for it (``get_buffer``, any size), of a protocol never connected.
+    ``max_size`` is undocumented: a release that stopped reading it would hand every
+    connection 256 KiB again, with nothing else to show."""
+    loop = asyncio.get_running_loop()
+    probe = _SmallBufferSSLProtocol(
+        loop, asyncio.Protocol(), ssl_context, loop.create_future(), server_side=True
+    )
+    try:
+        return len(probe.get_buffer(-1))
+    finally:
+        # As a connection ends: its app-side transport closed (else it warns when
+        # collected) and the cycle between the two broken, so that nothing waits for
+        # the cyclic collector.
+        probe.connection_lost(None)
 
 
 def _forget_frames(error: BaseException) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import gc
 import json
+import platform
 import selectors
 import socket
 import ssl
@@ -33,6 +34,7 @@ from structlog.testing import capture_logs
 from webserving import KernelWithoutIPv6, free_dual_stack_port, has_ipv6_loopback
 
 from exporter import tlssite as tlssite_module
+from exporter.config import ConfigError
 from exporter.tlssite import _ACCEPT_AGAIN_S, _ACCEPT_RETRY_S, TlsSite, _Listeners, make_site
 from exporter.web import make_runner
 from exporter.webconfig import TlsSettings, build_ssl_context
@@ -826,3 +828,38 @@ async def test_handshakes_cut_or_failed_leave_no_tls_state_behind(pki: Pki) -> N
     finally:
         gc.enable()
     assert (0, []) == (len(listeners._connections), left)
+
+
+class TestReadBuffer:
+    """The small TLS read buffer rests on asyncio's undocumented SSLProtocol.max_size."""
+
+    async def test_this_python_reads_into_a_record_sized_buffer(self, pki: Pki) -> None:
+        """On the installed Python, asyncio's TLS protocol has max_size, an int, and a
+        connection's read buffer is that of the subclass: an upgrade that drops it fails
+        here, not in production."""
+        context = build_ssl_context(
+            TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server")),
+            source=Path("web.yml"),
+        )
+        found = (
+            type(vars(sslproto.SSLProtocol).get("max_size")),
+            tlssite_module.read_buffer_bytes(context),
+        )
+        assert (int, tlssite_module.TLS_READ_BYTES) == found
+
+    async def test_a_python_that_ignores_max_size_is_refused_before_listening(
+        self, pki: Pki, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """As a release whose TLS protocol no longer reads max_size: the site refuses to
+        start, one line naming Python's release; it used to serve, each connection
+        holding 256 KiB again."""
+
+        def unbounded(self: sslproto.SSLProtocol, n: int) -> memoryview:
+            return memoryview(bytearray(256 * 1024))
+
+        monkeypatch.setattr(sslproto.SSLProtocol, "get_buffer", unbounded)
+        with pytest.raises(ConfigError) as refused:
+            async with _site(pki):
+                pass
+        said = f"Python {platform.python_version()} is not supported: asyncio's TLS protocol"
+        assert str(refused.value).startswith(said)
