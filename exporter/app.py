@@ -20,7 +20,6 @@ from exporter import __version__
 from exporter.auth import (
     PasswordChecker,
     access_middleware,
-    hide_server_version,
     response_headers,
 )
 from exporter.collectors import build_collectors
@@ -181,7 +180,6 @@ async def serve(config: Config, *, stop: asyncio.Event) -> None:
     exporter = Exporter(config, collectors=collectors)
     app = exporter.create_app(middlewares=middlewares)
     app.on_response_prepare.append(response_headers(web_config))
-    hide_server_version()
     runner = make_runner(app)
     await runner.setup()
     try:

@@ -36,10 +36,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
-from aiohttp import web, web_response
+from aiohttp import hdrs, web
 
 from exporter.outage import Throttle
 from exporter.ratelimit import TokenBucket
+from exporter.web import SERVER_HEADER
 from exporter.webconfig import LiveWebConfig, RateLimit, TlsSettings, bcrypt_cost, normal_san
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
     "PasswordChecker",
     "Verdict",
     "access_middleware",
-    "hide_server_version",
     "response_headers",
 ]
 
@@ -58,7 +58,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 DEBUG_PREFIX = "/debug/"
-SERVER_HEADER = "podresources-exporter"  # no versions for a scanner to match
 # bcrypt reads at most 72 bytes; Go's bcrypt refuses longer passwords, and so do we.
 MAX_PASSWORD_BYTES = 72
 DEFAULT_COST = 10
@@ -327,19 +326,17 @@ def access_middleware(
 def response_headers(
     web_config: LiveWebConfig | None,
 ) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """An ``on_response_prepare`` hook: http_server_config.headers on every response the
-    application answers. The 400s the HTTP parser sends before a request exists (a
-    malformed head, TLS on the plain port) carry none, as Go's net/http sends its own."""
+    """An ``on_response_prepare`` hook: ``Server: SERVER_HEADER`` (no versions) and
+    http_server_config.headers on every response the application answers. The 400s the
+    HTTP parser sends before a request exists (a malformed head, TLS on the plain port)
+    carry none of the configured ones, as Go's net/http sends its own; the server's
+    handler names itself on those (exporter.web)."""
 
     async def prepare(request: web.Request, response: web.StreamResponse) -> None:
+        # Set, not left to aiohttp's default, which names Python's and aiohttp's versions.
+        response.headers[hdrs.SERVER] = SERVER_HEADER
         if web_config is not None:
             for name, value in web_config.current().http.headers:
                 response.headers[name] = value
 
     return prepare
-
-
-def hide_server_version() -> None:
-    """No versions in ``Server`` on aiohttp's own answers either (a malformed request's 400
-    is made before any app hook runs): aiohttp fills in this module global as the default."""
-    web_response.SERVER_SOFTWARE = SERVER_HEADER  # type: ignore[attr-defined]

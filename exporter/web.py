@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 import structlog
-from aiohttp import HttpVersion10, HttpVersion11, web
+from aiohttp import HttpVersion10, HttpVersion11, hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
 from exporter import __version__
@@ -56,6 +56,7 @@ __all__ = [
     "KEEPALIVE_TIMEOUT_S",
     "LINGERING_TIME_S",
     "MAX_CONNECTIONS",
+    "SERVER_HEADER",
     "SHUTDOWN_TIMEOUT_S",
     "STORE",
     "HeldConnection",
@@ -83,6 +84,9 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # the DaemonSet's 10 s grace period: aiohttp waits its timeout twice (for handlers to
 # finish, then for the ones it cancelled, such as a write to a client that stopped
 # reading), so it is given half.
+# The Server header, no versions for a scanner to match: set on each response, where
+# aiohttp's default names Python's and aiohttp's releases.
+SERVER_HEADER = "podresources-exporter"
 KEEPALIVE_TIMEOUT_S = 20.0
 LINGERING_TIME_S = 2.0
 # At most one line a minute of each kind a client can cause at will: accept() failing
@@ -738,6 +742,7 @@ class _JsonErrorRequestHandler(RequestHandler):
         else:
             log.debug("http_request_unparsable", status=status, error=what)
         response = _json_error(status, f"{reason}: {what}" if reason else what)
+        response.headers[hdrs.SERVER] = SERVER_HEADER  # made before any app hook runs
         response.force_close()
         return response
 

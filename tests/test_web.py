@@ -15,13 +15,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
+from aiohttp import web, web_response
 from aiohttp.web_protocol import RequestHandler
 from fdlimit import need_open_files
 from multidict import CIMultiDict
 from structlog.testing import capture_logs
 
 from exporter.app import Exporter, demo_collectors
+from exporter.auth import response_headers
 from exporter.cli import parse_config
 from exporter.config import ConfigError
 from exporter.debugview import Filters
@@ -827,6 +828,31 @@ class TestHeldViews:
                 async with views.view(second.snapshot, **full, shared=second.debug_views):
                     pass
         assert views.held_bytes == 0
+
+
+class TestServerHeader:
+    async def test_no_versions_whatever_aiohttp_defaults_to(
+        self, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Server names the exporter without versions on the app's answers and on the
+        parser's 400, whatever aiohttp's own default: it was replaced by assigning
+        aiohttp's module global web_response.SERVER_SOFTWARE, which a release reading
+        its default elsewhere would leave naming Python's and aiohttp's, unnoticed."""
+        monkeypatch.setattr(web_response, "SERVER_SOFTWARE", "Python/3.11 aiohttp/9.9.9")
+        app = exporter.create_app()
+        app.on_response_prepare.append(response_headers(None))  # as the exporter serves
+        requests = [
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"GARBAGE\r\n\r\n",
+        ]
+        async with serving(app) as port:
+            answers = [split_response(await raw_exchange(port, r)) for r in requests]
+        assert [
+            (200, "podresources-exporter"),
+            (404, "podresources-exporter"),
+            (400, "podresources-exporter"),
+        ] == [(status, headers.get("server")) for status, headers, _ in answers]
 
 
 class TestAiohttpInternals:

@@ -15,7 +15,6 @@ from aiohttp import web
 from exporter.auth import (
     PasswordChecker,
     access_middleware,
-    hide_server_version,
     response_headers,
 )
 from exporter.tlssite import make_site
@@ -110,7 +109,6 @@ async def served(
         ]
     )
     app.on_response_prepare.append(response_headers(web_config))
-    hide_server_version()
     for path in (
         "/metrics",
         "/healthz",
