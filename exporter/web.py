@@ -882,6 +882,7 @@ _HANDLER_INTERNALS: dict[str, type] = {
     "_msg_queue_resume_size": int,  # set: and resumes once none waits
     "_request_in_progress": bool,  # read: the connection limit closes an idle one,
     "_messages": deque,  # read: ... with no request waiting parsed
+    "_manager": web.Server,  # read: a connection lost before its handler began (start)
 }
 _SERVER_INTERNALS: dict[str, type] = {"_connections": dict}  # read: the connection count
 

@@ -871,6 +871,7 @@ class TestAiohttpInternals:
                 "_msg_queue_resume_size": type(plain._msg_queue_resume_size),
                 "_request_in_progress": type(plain._request_in_progress),
                 "_messages": type(plain._messages),
+                "_manager": isinstance(plain._manager, web.Server),
                 "_connections": type(runner.server._connections),  # type: ignore[union-attr]
                 "problem": unsupported_aiohttp(runner.server),
             }
@@ -881,13 +882,20 @@ class TestAiohttpInternals:
             "_msg_queue_resume_size": int,
             "_request_in_progress": bool,
             "_messages": deque,
+            "_manager": True,
             "_connections": dict,
             "problem": None,
         } == found
 
     @pytest.mark.parametrize(
         "name",
-        ["_max_msg_queue_size", "_msg_queue_resume_size", "_request_in_progress", "_messages"],
+        [
+            "_max_msg_queue_size",
+            "_msg_queue_resume_size",
+            "_request_in_progress",
+            "_messages",
+            "_manager",
+        ],
     )
     async def test_a_release_without_one_is_refused_at_setup(
         self, monkeypatch: pytest.MonkeyPatch, name: str
