@@ -27,8 +27,9 @@ def floors() -> dict[str, str]:
 
 
 def pip_or_skip(command: str, *args: str, what: str) -> None:
-    """``pip <command> <args>`` without dependencies, by this interpreter's pip; where
-    it fails (no index reachable) the test skips, saying it could not get ``what``."""
+    """``pip <command> <args>`` without dependencies, by this interpreter's pip. Where
+    no index can be reached the test skips, saying it could not get ``what``; where
+    ``what`` cannot be built or is not on the index, it fails."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "pip", command, "--quiet", "--no-deps"),
@@ -39,6 +40,14 @@ def pip_or_skip(command: str, *args: str, what: str) -> None:
         timeout=600,
         check=False,
     )
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        pytest.skip(f"pip cannot get {what} here: {reason}")
+    if done.returncode == 0:
+        return
+    reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    # A floor that does not build, or that the index lacks, is the project's fault and
+    # fails; an index that cannot be reached (pip then lists no version at all) is the
+    # machine's, and skips.
+    failed_to_build = "Failed to build" in done.stderr
+    lacking = "No matching distribution" in done.stderr
+    if failed_to_build or (lacking and "(from versions: none)" not in done.stderr):
+        pytest.fail(f"pip cannot install {what} on Python {sys.version.split()[0]}: {reason}")
+    pytest.skip(f"pip cannot get {what} here: {reason}")
