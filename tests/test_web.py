@@ -929,6 +929,24 @@ class TestAiohttpInternals:
             await runner.setup()
 
 
+HOLD = b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+def _holding_app() -> tuple[web.Application, asyncio.Event, asyncio.Event]:
+    """An app whose /hold answers once ``release`` is set, setting ``entered`` as it
+    starts: a connection in the middle of a request for as long as the test wants."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(request: web.Request) -> web.Response:
+        entered.set()
+        await release.wait()
+        return web.Response(text="held\n")
+
+    app = web.Application()
+    app.router.add_get("/hold", hold)
+    return app, entered, release
+
+
 class TestConnectionLimit:
     """Past max_connections, the one waiting longest without a request in progress goes."""
 
@@ -961,24 +979,14 @@ class TestConnectionLimit:
     async def test_where_every_one_is_busy_the_new_one_is_closed(self) -> None:
         """With every connection in the middle of a request, the new one is closed,
         and the request in progress is answered all the same."""
-        entered, release = asyncio.Event(), asyncio.Event()
-
-        async def hold(request: web.Request) -> web.Response:
-            entered.set()
-            await release.wait()
-            return web.Response(text="held\n")
-
-        app = web.Application()
-        app.router.add_get("/hold", hold)
+        app, entered, release = _holding_app()
 
         async def healthz(request: web.Request) -> web.Response:
             return web.Response(text="ok\n")
 
         app.router.add_get("/healthz", healthz)
         async with serving(app, max_connections=1) as port:
-            busy = asyncio.ensure_future(
-                raw_exchange(port, b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            )
+            busy = asyncio.ensure_future(raw_exchange(port, HOLD))
             await entered.wait()
             refused = await raw_exchange(port, self.HEALTHZ)
             release.set()
@@ -990,25 +998,13 @@ class TestConnectionLimit:
         cleanly: closed before its first step, it failed an assert, and asyncio reported
         "Task exception was never retrieved", an event_loop_error line per connection
         refused, in the very storm the once-a-minute http_connections_full is for."""
-        entered, release = asyncio.Event(), asyncio.Event()
-
-        async def hold(request: web.Request) -> web.Response:
-            entered.set()
-            await release.wait()
-            return web.Response(text="held\n")
-
-        app = web.Application()
-        app.router.add_get("/hold", hold)
+        app, entered, release = _holding_app()
         loop = asyncio.get_running_loop()
         reported: list[str] = []
         loop.set_exception_handler(lambda _, context: reported.append(context["message"]))
         try:
             async with serving(app, max_connections=1) as port:
-                busy = asyncio.ensure_future(
-                    raw_exchange(
-                        port, b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-                    )
-                )
+                busy = asyncio.ensure_future(raw_exchange(port, HOLD))
                 await entered.wait()
                 refused = [await raw_exchange(port, self.HEALTHZ) for _ in range(3)]
                 release.set()
