@@ -109,3 +109,21 @@ def test_gpu_nic_paths_bench_runs_on_both_layouts() -> None:
         assert _figure(r"gpu_nic_paths ([\d.]+) ms", line) > 0
         assert _figure(r"render ([\d.]+) ms", line) > 0
         assert line.endswith(" 16 series"), line
+
+
+def test_time_sliced_bench_shows_the_holders_set_the_series() -> None:
+    """bench/time_sliced.py, which README's memory sizing quotes: with 48 replicas of each
+    GPU held by 384 containers, each holder carries its GPU's telemetry, over 40 series
+    a holder, and the process's peak RSS is above the one-replica node's."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH.parent / "time_sliced.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    one, many = (line for line in done.stdout.splitlines() if "holders:" in line)
+    series = [_figure(r"(\d+) series", line.replace(",", "")) for line in (one, many)]
+    peaks = [_figure(r"peak RSS ([\d.]+) MiB", line) for line in (one, many)]
+    assert (series[1] > 40 * 384, peaks[1] > peaks[0]) == (True, True), done.stdout
