@@ -52,7 +52,7 @@ from exporter.model import (
     KeyKind,
     Resolution,
 )
-from exporter.sysfs import is_pci_address
+from exporter.pci_address import parse_pci_address
 
 __all__ = ["cdi_names_device", "physical_id", "resolve_claim_device", "resolve_device_id"]
 
@@ -125,8 +125,8 @@ def _device_keys(base: str) -> tuple[HardwareKey, ...]:
                 HardwareKey(KeyKind.NVIDIA_MINOR_GI, f"{_number(match[1])}/{_number(match[3])}"),
             )
         return (HardwareKey(KeyKind.NVIDIA_MINOR, _number(match[1])),)  # vgpuK: whole GPU
-    if is_pci_address(base.lower()):
-        return (HardwareKey(KeyKind.PCI, base.lower()),)
+    if address := parse_pci_address(base):
+        return (HardwareKey(KeyKind.PCI, address),)
     if match := _INTEL_CARD.match(base):
         return (HardwareKey(KeyKind.DRM_CARD, _number(match[1])),)
     if _NAME.match(base):

@@ -37,7 +37,6 @@ __all__ = [
     "KeptFiles",
     "UnreadableFile",
     "failed_with",
-    "is_pci_address",
     "is_sysfs_mount",
     "is_sysfs_tree",
     "kept_files_budget",
@@ -88,7 +87,6 @@ MAX_CPUS = 16384
 
 _NODE_DIR = re.compile(r"^node(\d+)$")
 _RANGE = re.compile(r"^(\d{1,6})(?:-(\d{1,6}))?$")
-_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 # PCI vendor IDs (pci.ids) of the vendors whose devices a GPU/accelerator node carries:
 # the one ``vendor`` label vocabulary. Others keep their hex ID.
@@ -109,11 +107,6 @@ _VENDOR_NAMES = {
     "0x1e52": "tenstorrent",
     "0x1da3": "habana",
 }
-
-
-def is_pci_address(text: str) -> bool:
-    """True for a kernel-style PCI address: ``0000:af:00.1`` (lower case, with domain)."""
-    return _PCI_ADDRESS.match(text) is not None
 
 
 def vendor_name(vendor_id: str | None) -> str | None:

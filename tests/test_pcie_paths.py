@@ -129,6 +129,13 @@ class TestPlaceInTheTree:
         real = tmp_path / "devices" / vmbus / "7870a1b2-0000" / "pci7870:00" / "7870:00:00.0"
         assert ("pci7870:00", "7870:00:00.0") == pcie_path_of(_bus_link(tmp_path, real))
 
+    def test_a_function_behind_a_vmd(self, tmp_path: Path) -> None:
+        """Intel VMD (here at 0000:00:0e.0) opens a bus of its own, in a domain from
+        0x10000 the kernel prints whole: the function had no place at all."""
+        vmd = ("pci10000:e0", "10000:e0:06.0", "10000:e1:00.0")
+        real = tmp_path / "devices" / "pci0000:00" / "0000:00:0e.0" / Path(*vmd)
+        assert vmd == pcie_path_of(_bus_link(tmp_path, real))
+
     def test_plain_folders_say_nothing(self, tmp_path: Path) -> None:
         """A fixture of plain folders (no link into devices/) has no place."""
         plain = tmp_path / "bus" / "pci" / "devices" / "0000:17:00.0"

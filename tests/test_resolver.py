@@ -58,6 +58,11 @@ def key(kind: KeyKind, value: str) -> HardwareKey:
             "0000:AF:00.1",
             Resolution("0000:AF:00.1", (key(KeyKind.PCI, "0000:af:00.1"),), source="device id"),
         ),
+        # An Intel VMD domain (from 0x10000) prints wider: it was taken for a NIC's name.
+        (
+            "10000:e1:00.1",
+            Resolution("10000:e1:00.1", (key(KeyKind.PCI, "10000:e1:00.1"),), source="device id"),
+        ),
         # Intel's GPU plugin names shares of card1 card1-0, card1-1, ...
         ("card1-3", Resolution("card1", (key(KeyKind.DRM_CARD, "1"),), source="device id")),
         ("card0", Resolution("card0", (key(KeyKind.DRM_CARD, "0"),), source="device id")),

@@ -28,7 +28,6 @@ from exporter.sysfs import (
     GarbageFile,
     KeptFiles,
     UnreadableFile,
-    is_pci_address,
     is_sysfs_mount,
     is_sysfs_tree,
     kept_files_budget,
@@ -712,20 +711,6 @@ class TestListSource:
 
 
 class TestNames:
-    @pytest.mark.parametrize(
-        ("text", "expected"),
-        [
-            ("0000:af:00.1", True),
-            ("0000:AF:00.1", False),
-            ("af:00.1", False),
-            ("0000:af:00.8", False),
-            ("card0-0", False),
-        ],
-    )
-    def test_pci_address(self, text: str, expected: bool) -> None:
-        """Only the kernel's lower-case, domain-qualified form is a PCI address."""
-        assert expected == is_pci_address(text)
-
     @pytest.mark.parametrize(
         ("vendor_id", "expected"),
         [

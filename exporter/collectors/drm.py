@@ -104,13 +104,13 @@ from exporter.model import (
     Readings,
     Sample,
 )
+from exporter.pci_address import is_pci_address
 from exporter.sysfs import (
     GARBAGE,
     UNREADABLE,
     VANISHED,
     FileError,
     failed_with,
-    is_pci_address,
     list_source,
     read_int,
     read_pci_id,

@@ -84,6 +84,7 @@ from exporter.model import (
     Readings,
     Sample,
 )
+from exporter.pci_address import is_pci_address
 from exporter.sysfs import (
     GARBAGE,
     MAX_COUNTER,
@@ -91,7 +92,6 @@ from exporter.sysfs import (
     KeptFiles,
     failed_with,
     file_issue,
-    is_pci_address,
     list_source_inodes,
     read_pci_id,
     read_text,

@@ -81,6 +81,7 @@ from exporter.collectors.base import (
     issue,
 )
 from exporter.model import CollectorIssue, MetricKind, MetricSpec, PciDevice, Readings, Sample
+from exporter.pci_address import is_pci_address
 from exporter.sysfs import (
     GARBAGE,
     MAX_COUNTER,
@@ -88,7 +89,6 @@ from exporter.sysfs import (
     VANISHED,
     FileError,
     KeptFiles,
-    is_pci_address,
     list_source,
     list_source_inodes,
     parse_hex_id,

@@ -479,6 +479,16 @@ class TestReadDrmCard:
 
         assert ((None, None), []) == (actual, issues)
 
+    def test_a_card_in_a_vmd_domain_is_read(self, tmp_path: Path) -> None:
+        """A GPU in an Intel VMD domain (from 0x10000, printed whole: 10000:e1:00.0) is
+        read: it was skipped, its device taken for no PCI function."""
+        _amd(tmp_path, address="10000:e1:00.0")
+        issues: list[CollectorIssue] = []
+
+        actual = read_drm_card(_card_dir(tmp_path, 1), 1, issues=issues)
+
+        assert (replace(AMD_CARD, pci_address="10000:e1:00.0"), []) == (actual, issues)
+
     def test_non_pci_card_is_skipped(self, tmp_path: Path) -> None:
         """A card whose device is not a PCI function (simpledrm, vkms) is skipped silently."""
         platform = tmp_path / "devices" / "platform" / "simple-framebuffer.0"

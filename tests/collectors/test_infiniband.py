@@ -421,6 +421,16 @@ class TestInfinibandCollector:
         expected = Readings(devices=tuple(_reading(d, tick=1) for d in hardware.rdma_devices))
         assert expected == _collect(tmp_path)
 
+    def test_an_hca_in_a_vmd_domain_has_its_pci_key(self, tmp_path: Path) -> None:
+        """Intel VMD's domains start at 0x10000 and the kernel prints them whole
+        (10000:e1:00.0): such an HCA had no PCI key, as if its parent were no function."""
+        vmd = SimRdmaDevice("mlx5_0", "10000:e1:00.0", 0)
+        hardware = replace(HARDWARE, rdma_devices=(vmd,))
+        pci_fixture.write(tmp_path, hardware, tick=1)
+        ib_fixture.write(tmp_path, hardware, tick=1)
+
+        assert Readings(devices=(_reading(vmd, tick=1),)) == _collect(tmp_path)
+
     def test_software_device_has_no_pci_key(self, tmp_path: Path) -> None:
         """A soft-RoCE device without a PCI parent is reported under its RDMA name only."""
         _port(tmp_path, "rxe0", "1", {"counters/port_rcv_packets": "3\n"})

@@ -203,6 +203,10 @@ class TestParseVfStats:
         assert ({}, ("rx_bytes : \u0663",)) == parse_vf_stats("rx_bytes : \u0663\n")
 
 
+# Where the kernel puts the bus of an Intel VMD at 0000:00:0e.0 (drivers/pci/controller/vmd.c).
+VMD_BUS = "devices/pci0000:00/0000:00:0e.0/pci10000:e0"
+
+
 class TestPciFunction:
     @pytest.mark.parametrize(
         ("device", "expected"),
@@ -212,6 +216,8 @@ class TestPciFunction:
             ("devices/platform/a000000.virtio_mmio/virtio0", None),
             ("devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0", None),
             ("devices/pci0000:00/0000:00:02.0/0000:01:00.2/vdpa0/virtio0", None),
+            # Behind an Intel VMD, whose domains start at 0x10000.
+            (f"{VMD_BUS}/10000:e0:06.0/10000:e1:00.0", f"{VMD_BUS}/10000:e0:06.0/10000:e1:00.0"),
         ],
     )
     def test_function_of_a_device_folder(self, device: str, expected: str | None) -> None:
@@ -295,6 +301,26 @@ class TestSimulatedNode:
         files = (90 - moved) * 8 + moved
         assert (90, (), True) == (len(readings.devices), readings.issues, files > 512)
         assert min(files, kept_files_budget()) == kept
+
+    def test_nics_in_a_vmd_domain_under_their_keys(self, tmp_path: Path) -> None:
+        """A PF in an Intel VMD domain (from 0x10000: 10000:e1:00.0) and its VF moved into
+        a pod are read, under their PCI and VF keys: the PF had no PCI key and the VF was
+        not found, their folders taken for no PCI function."""
+        pf = SimNic("10000:e1:00.0", "ens9f0np0", 0, "0x15b3", "0x101d")
+        vf = SimNic(
+            "10000:e1:00.2", "ens9f0v0", 0, "0x15b3", "0x101e", physfn=pf.pci_address, vf_index=0
+        )
+        hardware = SimHardware(numa_nodes=HARDWARE.numa_nodes, nics=(pf, vf))
+        pci_fixture.write(tmp_path, hardware, tick=1)
+        net_fixture.write(tmp_path, hardware, tick=1)
+
+        expected = Readings(
+            devices=(
+                _host_reading(pf, tick=1),
+                _moved_vf_reading(vf, tick=1, pf_netdev=pf.netdev),
+            )
+        )
+        assert expected == _collect(tmp_path)
 
     def test_vf_leaving_the_host_is_read_through_its_pf(self, tmp_path: Path) -> None:
         """Once a VF's netdev moves into a pod, its traffic comes from the PF's counters."""

@@ -316,6 +316,17 @@ class TestPciCollector:
 
         assert Readings(pci_devices=(GPU_17, PF_4B, VF_4B, HCA_C1, AMD_E1)) == _collect(tmp_path)
 
+    def test_a_function_in_a_vmd_domain_is_reported(self, tmp_path: Path) -> None:
+        """Intel VMD's domains start at 0x10000 and the kernel prints them whole: a NIC
+        at 10000:e1:00.0 is reported, where its entry was taken for a stray file."""
+        nic = SimNic("10000:e1:00.0", "ens9f0np0", 0, "0x15b3", "0x101d")
+        pci_fixture.write(
+            tmp_path, SimHardware(numa_nodes=HARDWARE.numa_nodes, nics=(nic,)), tick=0
+        )
+
+        expected = placed(PciDevice("10000:e1:00.0", "0x15b3", "0x101d", "0x020000", 0))
+        assert Readings(pci_devices=(expected,)) == _collect(tmp_path)
+
     def test_no_pci_bus_is_unavailable(self, tmp_path: Path) -> None:
         """Without bus/pci/devices the collector reports the source absent."""
         with pytest.raises(CollectorUnavailable, match="no PCI bus at"):
