@@ -35,7 +35,7 @@ DRA devices (``ClaimResource``), first source with keys wins:
    collector its GPU instance's placement;
    ``gpu.amd.com`` ``gpu-<card>-<render>`` (ROCm/k8s-gpu-dra-driver deviceinfo.go);
    ``sriovnetwork.k8snetworkplumbingwg.io`` ``<domain>-<bus>-<slot>-<function>``, the
-   VF's PCI address with ``:`` and ``.`` made ``-`` (dra-driver-sriov
+   VF's sysfs name with ``:`` and ``.`` made ``-`` (dra-driver-sriov
    pkg/devicestate/discovery.go; its device metadata is off by default);
 4. else unresolved, with the reason: shown without telemetry.
 """
@@ -52,7 +52,7 @@ from exporter.model import (
     KeyKind,
     Resolution,
 )
-from exporter.pci_address import parse_pci_address
+from exporter.pci_address import is_pci_address, parse_pci_address
 
 __all__ = ["cdi_names_device", "physical_id", "resolve_claim_device", "resolve_device_id"]
 
@@ -77,7 +77,6 @@ _NVIDIA_DRA_MIG = re.compile(r"^gpu-([0-9]+)-mig-[a-z0-9-]+-([0-9]+)-([0-9]+)$")
 # always has letters ("1g10gb"), so no v25.12 name is all numbers.
 _NVIDIA_DRA_MIG_V25_8 = re.compile(r"^gpu-([0-9]+)-mig-([0-9]+)-([0-9]+)-[0-9]+$")
 _AMD_DRA_GPU = re.compile(r"^gpu-([0-9]+)-([0-9]+)$")
-_SRIOV_DRA_VF = re.compile(r"^([0-9a-f]{4})-([0-9a-f]{2})-([0-9a-f]{2})-([0-7])$")
 # A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>".
 _CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
 # Interface names (IFNAMSIZ 16, no '/', no whitespace) and RDMA device names.
@@ -210,9 +209,20 @@ def _dra_name_keys(driver: str, name: str) -> tuple[HardwareKey, ...]:
             HardwareKey(KeyKind.DRM_CARD, _number(match[1])),
             HardwareKey(KeyKind.DRM_RENDER, _number(match[2])),
         )
-    elif driver == SRIOV_DRIVER and (match := _SRIOV_DRA_VF.match(name)):
-        return (HardwareKey(KeyKind.PCI, f"{match[1]}:{match[2]}:{match[3]}.{match[4]}"),)
+    elif driver == SRIOV_DRIVER and (address := _sriov_vf_address(name)):
+        return (HardwareKey(KeyKind.PCI, address),)
     return ()
+
+
+def _sriov_vf_address(name: str) -> str | None:
+    """The VF's address in a dra-driver-sriov device name: the sysfs name with ':' and
+    '.' made '-' (``0000-af-00-1``, ``10000-e1-00-1`` behind a VMD), so only the
+    kernel's own spelling is one."""
+    parts = name.split("-")
+    if len(parts) != 4:
+        return None
+    address = f"{parts[0]}:{parts[1]}:{parts[2]}.{parts[3]}"
+    return address if is_pci_address(address) else None
 
 
 def _unresolved_reason(device: ClaimDevice) -> str:

@@ -274,6 +274,10 @@ class TestMetadata:
             ("0000-4b-00-5", (HardwareKey(KeyKind.PCI, "0000:4b:00.5"),)),
             ("0000-af-1f-7", (HardwareKey(KeyKind.PCI, "0000:af:1f.7"),)),
             ("0000-4b-00-8", ()),  # no function 8
+            ("10000-e1-00-1", (HardwareKey(KeyKind.PCI, "10000:e1:00.1"),)),  # behind a VMD
+            ("0000-AF-00-1", ()),  # the driver writes the kernel's small letters
+            ("0000-4b-00-5-1", ()),
+            ("0000-4b-00-5\n", ()),
             ("eth1", ()),
         ],
     )
