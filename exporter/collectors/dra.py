@@ -76,6 +76,7 @@ from exporter.collectors.base import (
     issue,
 )
 from exporter.model import CollectorIssue, DraDevice, DraState, HardwareKey, KeyKind, Readings
+from exporter.pci_address import parse_pci_address
 from exporter.sysfs import (
     GARBAGE,
     UNREADABLE,
@@ -132,7 +133,6 @@ PCI_BUS_ID_ATTRIBUTES = ("resource.kubernetes.io/pciBusID", "resource.k8s.io/pci
 
 _BOOT_ID = Path("sys") / "kernel" / "random" / "boot_id"
 _UPTIME = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
-_PCI_BUS_ID = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 _NVML_UUID = re.compile(r"^(GPU|MIG)-([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})$", re.IGNORECASE)
 # Device nodes a CDI device injects, by path prefix, and the key their number is.
 _DEVICE_NODES = (
@@ -493,9 +493,8 @@ def _add_uuid(keys: list[HardwareKey], value: Any) -> None:
 
 def _add_pci(keys: list[HardwareKey], value: Any) -> None:
     """A PCI address in the kernel's form, from it or NVML's ``00000000:3B:00.0``."""
-    match = _PCI_BUS_ID.match(value) if isinstance(value, str) else None
-    if match is not None and int(match[1], 16) <= 0xFFFF:
-        address = f"{int(match[1], 16):04x}:{match[2].lower()}:{match[3].lower()}.{match[4]}"
+    address = parse_pci_address(value) if isinstance(value, str) else None
+    if address is not None:
         _add(keys, HardwareKey(KeyKind.PCI, address))
 
 

@@ -606,6 +606,26 @@ class TestParseMetadata:
             text, claim_namespace="default", claim_name="my-claim"
         )
 
+    @pytest.mark.parametrize(
+        ("bus_id", "keys"),
+        [
+            ("0000:b1:00.0", (HardwareKey(KeyKind.PCI, "0000:b1:00.0"),)),
+            ("00000000:B1:00.0", (HardwareKey(KeyKind.PCI, "0000:b1:00.0"),)),  # NVML's
+            # An Intel VMD domain (from 0x10000), which was refused as past 0xffff.
+            ("10000:e1:00.0", (HardwareKey(KeyKind.PCI, "10000:e1:00.0"),)),
+            ("00010000:E1:00.0", (HardwareKey(KeyKind.PCI, "10000:e1:00.0"),)),
+            ("0000:b1:00.0\n", ()),
+            ("0000:b1:20.0", ()),  # no slot past 0x1f
+        ],
+    )
+    def test_pci_bus_id_in_the_kernels_form(
+        self, bus_id: str, keys: tuple[HardwareKey, ...]
+    ) -> None:
+        """pciBusID as the kernel, NVML or a driver writes it gives the kernel's address."""
+        text = self._stream({"resource.kubernetes.io/pciBusID": {"string": bus_id}})
+        found = parse_device_metadata(text, claim_namespace="a", claim_name="b")
+        assert keys == tuple(k for d in found for k in d.keys)
+
     def test_mig_uuid_drops_the_parents_pci_address(self) -> None:
         """A MIG device's pciBusID is its parent GPU's: only the MIG UUID names it."""
         text = self._stream(
