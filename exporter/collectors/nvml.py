@@ -46,7 +46,6 @@ import ctypes
 import functools
 import importlib
 import math
-import re
 import threading
 import time
 from collections import Counter
@@ -110,6 +109,7 @@ from exporter.model import (
     Readings,
     Sample,
 )
+from exporter.pci_address import parse_pci_address
 
 __all__ = [
     "FABRIC_STATE_COMPLETED",
@@ -1415,20 +1415,6 @@ def _gpm_samples(
     )
 
 
-# --- Hardware keys -----------------------------------------------------------------------
-
-_BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
-
-
-def _kernel_pci_address(bus_id: str) -> str | None:
-    """NVML's ``00000000:17:00.0`` as the kernel writes it: ``0000:17:00.0``."""
-    match = _BUS_ID.fullmatch(bus_id.strip())
-    if match is None:
-        return None
-    domain, bus, device, function = match.groups()
-    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
-
-
 # --- The collector ---------------------------------------------------------------------
 
 
@@ -1920,7 +1906,8 @@ class NvmlCollector(Collector):
         minor, minor_settled = self._attempt(source.minor_number, handle)
         identity = DeviceIdentity(
             uuid=uuid,
-            pci_address=None if bus_id is None else _kernel_pci_address(bus_id),
+            # NVML's 00000000:17:00.0 as the kernel writes it: 0000:17:00.0.
+            pci_address=None if bus_id is None else parse_pci_address(bus_id),
             model=name,
             vendor="nvidia",
         )

@@ -669,7 +669,17 @@ class TestWholeGpus:
             reading.identity.pci_address,
         )
 
-    @pytest.mark.parametrize("bus_id", ["garbage", "00000000:17:00.00", "00000000:17:00"])
+    @pytest.mark.parametrize(
+        "bus_id",
+        [
+            "garbage",
+            "00000000:17:00.00",
+            "00000000:17:00",
+            "0:17:00.0",  # NVML pads the domain to 8 digits (4 in busIdLegacy)
+            "100000000:17:00.0",  # wider than NVML's unsigned int domain
+            "00000000:17:20.0",  # no slot past 0x1f
+        ],
+    )
     def test_a_bus_id_of_no_known_form_is_no_pci_key(
         self, fake_nvml: FakeNvml, collector: NvmlCollector, bus_id: str
     ) -> None:
