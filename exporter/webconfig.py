@@ -42,6 +42,8 @@ from typing import Any
 
 import structlog
 
+from exporter.go_duration import MAX_DURATION_NS, parse_go_duration_ns
+
 __all__ = [
     "HttpSettings",
     "LiveWebConfig",
@@ -130,18 +132,6 @@ HEADERS: Mapping[str, tuple[str, ...]] = {
 _BCRYPT = re.compile(r"\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}")
 # What an HTTP field value may not hold (RFC 9110 5.5): CTLs other than HTAB.
 _HEADER_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-# Go's time.Duration is int64 nanoseconds: longer durations do not parse.
-_MAX_DURATION_NS = 2**63 - 1
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS_S = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
 
 
 class WebConfigError(Exception):
@@ -390,36 +380,21 @@ def _parse_http(reader: _Reader) -> HttpSettings:
     return HttpSettings(http2=reader.get("http2", bool, True), headers=tuple(pairs))
 
 
-def parse_duration_s(text: str) -> float:
-    """Go's time.ParseDuration ("1s", "1m30s", "250ms", "0"); ValueError otherwise."""
-    text = text.strip()
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text.lstrip("+-")
-    if body == "0":
-        return 0.0
-    position, total = 0, 0.0
-    for match in _DURATION_PART.finditer(body):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
-        position = match.end()
-    if not body or position != len(body) or total * 1e9 > _MAX_DURATION_NS:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
-
-
 def _parse_rate_limit(reader: _Reader) -> RateLimit | None:
     reader.refuse_unknown(_RATE_LIMIT_KEYS)
     raw = reader.value.get("interval", 0)
     if isinstance(raw, int) and not isinstance(raw, bool):
-        if abs(raw) > _MAX_DURATION_NS:
+        if abs(raw) > MAX_DURATION_NS:
             raise reader.error(
                 reader.key("interval"), "out of range: a Go duration is at most 2**63-1 ns"
             )
-        interval_s = raw * 1e-9  # a bare integer is nanoseconds, as for Go's time.Duration
+        # yaml.v2 sets a time.Duration from a bare integer as it is: nanoseconds.
+        interval_s = raw * 1e-9
     elif isinstance(raw, str):
         try:
-            interval_s = parse_duration_s(raw)
+            # Exactly what Go takes: YAML has already dropped a plain scalar's blanks,
+            # and Go's time.ParseDuration refuses those left inside quotes.
+            interval_s = parse_go_duration_ns(raw) / 1e9
         except ValueError as error:
             raise reader.error(reader.key("interval"), str(error)) from None
     else:

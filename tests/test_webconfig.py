@@ -28,7 +28,6 @@ from exporter.webconfig import (
     WebConfig,
     WebConfigError,
     build_ssl_context,
-    parse_duration_s,
     parse_web_config,
     read_web_config,
 )
@@ -163,11 +162,20 @@ basic_auth_users:
 
     @pytest.mark.parametrize(
         ("text", "seconds"),
-        [("1s", 1.0), ("1m30s", 90.0), ("250ms", 0.25), ("1.5h", 5400.0), ("0", 0.0)],
+        [
+            ("1s", 1.0),
+            ("1m30s", 90.0),
+            ("250ms", 0.25),
+            ("1.5h", 5400.0),
+            ('"1h"', 3600.0),
+            ("1μs", 1e-6),  # U+03BC, which Go takes beside U+00B5
+            ("9223372036854775807ns", (2**63 - 1) / 1e9),  # Go's longest: floats refused it
+        ],
     )
     def test_go_durations(self, text: str, seconds: float) -> None:
-        """Durations are Go's time.ParseDuration strings."""
-        assert seconds == pytest.approx(parse_duration_s(text))
+        """interval is a time.Duration of exporter-toolkit: Go's time.ParseDuration."""
+        config = _parse(f"rate_limit:\n  interval: {text}\n  burst: 1\n")
+        assert RateLimit(interval_s=seconds, burst=1) == config.rate_limit
 
 
 REFUSALS = [
@@ -246,6 +254,11 @@ REFUSALS = [
     # Past Go's time.Duration (int64 nanoseconds): Go refuses these too.
     ("rate_limit:\n  interval: 3000000h\n  burst: 1\n", "rate_limit.interval: invalid duration"),
     (f"rate_limit:\n  interval: 1{'0' * 400}\n  burst: 1\n", "rate_limit.interval: out of range"),
+    # Go's time.ParseDuration refuses what Python's \d, float() and str.strip() took.
+    ("rate_limit:\n  interval: \u0661s\n  burst: 1\n", "rate_limit.interval: invalid duration"),
+    ("rate_limit:\n  interval: --1s\n  burst: 1\n", "rate_limit.interval: invalid duration"),
+    ('rate_limit:\n  interval: " 1s"\n  burst: 1\n', "rate_limit.interval: invalid duration"),
+    ("rate_limit:\n  interval: 1d\n  burst: 1\n", "interval: invalid duration '1d': unknown unit"),
     # "$" matches before a final newline, which a block scalar (|) leaves: no password
     # could ever match that hash.
     (f"basic_auth_users:\n  a: |\n    {HASH}\n", "basic_auth_users.a: not a bcrypt hash"),
