@@ -35,6 +35,7 @@ from exporter.config import (
     is_wildcard_host,
     join_host_port,
 )
+from exporter.go_duration import parse_go_duration_ns
 from exporter.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = ["env_name", "main", "parse_config", "parse_listen_address"]
@@ -60,33 +61,22 @@ def _plain(number: float) -> str:
     return str(number) if isinstance(number, int) else f"{number:g}"
 
 
-# Go's time.ParseDuration units, as kingpin's Duration flags of other exporters take them.
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _UNIX_SCHEME = re.compile(r"^unix:(?://)?", re.IGNORECASE)  # a URI scheme has no case
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|us|µs|ns|m|s)")
 # ASCII only: float() and int() also take Arabic-Indic and other Unicode digits and
 # "1_0", which no other exporter's flags do.
 _NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-# The longest Go duration (int64 nanoseconds, about 292 years): past it Go refuses.
-_MAX_DURATION_S = (2**63 - 1) / 1e9
 
 
 def _seconds(text: str) -> float:
     """Seconds from a plain number (``10``, ``2.5``) or a Go duration (``10s``, ``1m30s``,
-    ``+500ms``); ValueError for anything else."""
+    ``+500ms``), blanks around either dropped as for every number flag; ValueError for
+    anything else."""
     stripped = text.strip()
     if _NUMBER.fullmatch(stripped) or stripped.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return float(stripped)  # nan and inf for the caller to refuse by name
-    body = stripped.removeprefix("+")
-    parts = _DURATION.findall(body)
-    if not parts or "".join(number + unit for number, unit in parts) != body:
-        raise ValueError(f"not a duration: {text!r}")
-    seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
-    if seconds > _MAX_DURATION_S:
-        raise ValueError(f"longer than Go's longest duration: {text!r}")
-    return seconds
+    return parse_go_duration_ns(stripped) / 1e9
 
 
 def _integer(text: str) -> int:

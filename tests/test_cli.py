@@ -142,6 +142,10 @@ def test_a_flag_wins_over_a_bad_environment_value(
         (["--kubelet.timeout=500ms"], {}, ("kubelet_timeout_s", 0.5)),
         (["--kubelet.timeout=+2s"], {}, ("kubelet_timeout_s", 2.0)),
         (["--collector.timeout=1.5s"], {}, ("collector_timeout_s", 1.5)),
+        (["--kubelet.timeout=250μs"], {}, ("kubelet_timeout_s", 0.00025)),  # U+03BC: Go's too
+        # Where a flag parts from Go: a plain number is seconds, and blanks around go.
+        (["--poll.interval", " 30s\n"], {}, ("poll_interval_s", 30.0)),
+        ([], {env_name("--poll.interval"): "30\n"}, ("poll_interval_s", 30.0)),
     ],
 )
 def test_prometheus_flag_words_are_understood(
@@ -163,6 +167,32 @@ def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse_config([f"--poll.interval={text}"], {})
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "text", ["9223372036.854775808s", "2562047h47m16.854775808s", "9223372036854775808ns"]
+)
+def test_a_duration_one_nanosecond_past_gos_longest_is_refused(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Go's time.Duration ends at 2**63-1 ns: one past it, refused by Go, was summed in
+    floats that rounded it back under and taken."""
+    flag = "--collector.nvml.gpm-interval"  # no range of its own above 0
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config([f"{flag}={text}"], {})
+    assert exit_info.value.code == 2
+    expected = f"{flag} must be seconds or a duration such as 10s or 1m, not {text!r}"
+    assert expected in capsys.readouterr().err
+    longest = parse_config([f"{flag}=9223372036854775807ns"], {}).nvml_gpm_interval_s
+    assert (2**63 - 1) / 1e9 == longest
+
+
+def test_a_negative_duration_is_refused_as_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    """-5s is a Go duration, below the flag's range: the line says so (it said -5s was no
+    duration at all, while -5 was below the range)."""
+    with pytest.raises(SystemExit):
+        parse_config(["--collector.timeout=-5s"], {})
+    assert "--collector.timeout must be greater than 0, not '-5s'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text", ["3601", "1h1s", "99999999999999", "1e300"])
