@@ -22,6 +22,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
+from exporter.devicematch import device_match
 from exporter.join import SHARED_POOL
 from exporter.logs import escape_line
 from exporter.model import (
@@ -73,7 +74,7 @@ _ProcessIndex = Mapping[tuple[str, str], GpuDeviceProcesses]
 
 @dataclass(frozen=True, slots=True)
 class Filters:
-    """Exact-match filters; None matches everything."""
+    """Exact-match filters, but ``device`` (``exporter.devicematch``); None matches all."""
 
     namespace: str | None = None
     pod: str | None = None
@@ -89,11 +90,12 @@ class Filters:
             values["container"] = SHARED_POOL
         return cls(**values)
 
-    def _device_matches(self, device: DeviceView) -> bool:
-        # device: the kubelet's ID, or the physical device its telemetry series name (a
-        # replica "GPU-x::1" is found as "GPU-x", a share "card0-1" as "card0").
+    def keeps_device(self, device: DeviceView, snapshot: Snapshot) -> bool:
+        """Whether the resource and device filters select the device: ``device`` by its
+        ID or a name of its hardware (``exporter.devicematch``)."""
         return (self.resource is None or device.resource == self.resource) and (
-            self.device is None or self.device in (device.device_id, device.resolution.physical_id)
+            self.device is None
+            or device_match(self.device, device, snapshot.hardware_of(device)) is not None
         )
 
     def keeps_pod(self, pod: PodView) -> bool:
@@ -101,12 +103,14 @@ class Filters:
             self.pod is None or pod.name == self.pod
         )
 
-    def keeps_container(self, container: ContainerView) -> bool:
+    def keeps_container(self, container: ContainerView, snapshot: Snapshot) -> bool:
         if self.container is not None and container.owner.container != self.container:
             return False
         if self.resource is None and self.device is None:
             return True
-        return any(self._device_matches(d) for d in (*container.devices, *container.claim_devices))
+        return any(
+            self.keeps_device(d, snapshot) for d in (*container.devices, *container.claim_devices)
+        )
 
 
 def rfc3339(unix_seconds: float) -> str:
@@ -281,7 +285,9 @@ def _pod(
     pod: PodView, filters: Filters, snapshot: Snapshot, processes: _ProcessIndex | None
 ) -> JSON | None:
     containers = [
-        _container(c, snapshot, processes) for c in pod.containers if filters.keeps_container(c)
+        _container(c, snapshot, processes)
+        for c in pod.containers
+        if filters.keeps_container(c, snapshot)
     ]
     if not containers:
         return None
@@ -347,7 +353,7 @@ def render_json(
     found["gpu_nic_paths"] = [_nic_path(path) for path in _shown_nic_paths(snapshot, filters)]
     if snapshot.gpu_processes is not None:
         # Every device with processes, the unallocated ones no pod above shows included.
-        found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters)
+        found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters, snapshot)
     return found
 
 
@@ -381,7 +387,17 @@ def _status(snapshot: Snapshot, source: str) -> str:
     return "ok"
 
 
-def _gpu_processes(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> list[JSON]:
+def _gpu_processes(
+    devices: tuple[GpuDeviceProcesses, ...], filters: Filters, snapshot: Snapshot
+) -> list[JSON]:
+    # The views ?device= selects, by the same rules as the pods' devices.
+    selected = (
+        frozenset(
+            (d.resource, d.device_id) for d in snapshot.devices if filters.keeps_device(d, snapshot)
+        )
+        if filters.device is not None
+        else frozenset()
+    )
     return [
         {
             "resource": device.resource,
@@ -391,18 +407,22 @@ def _gpu_processes(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) ->
             "processes": _processes(device),
         }
         for device in devices
-        if device.processes and _keeps_processes(device, filters)
+        if device.processes and _keeps_processes(device, filters, selected)
     ]
 
 
-def _keeps_processes(device: GpuDeviceProcesses, filters: Filters) -> bool:
-    """A device is kept when it matches the device filters and, with owner filters, one
-    of its holders or process owners matches them."""
+def _keeps_processes(
+    device: GpuDeviceProcesses, filters: Filters, selected: frozenset[tuple[str, str]]
+) -> bool:
+    """A device is kept when it matches the device filters (``selected``: the views
+    ?device= selects) and, with owner filters, one of its holders or process owners
+    matches them."""
     if filters.resource is not None and device.resource != filters.resource:
         return False
-    if filters.device is not None and filters.device not in (
-        device.device_id,
-        *(view[1] for view in device.views),
+    if (
+        filters.device is not None
+        and filters.device != device.device_id
+        and selected.isdisjoint(device.views)
     ):
         return False
     owners = [*device.holders]
@@ -469,7 +489,7 @@ def _shown_containers(
     for pod in snapshot.pods:
         if filters.keeps_pod(pod):
             for container in pod.containers:
-                if filters.keeps_container(container):
+                if filters.keeps_container(container, snapshot):
                     yield pod, container
 
 
@@ -515,7 +535,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str)
     text += _gpu_table(snapshot, filters)
     text += _nic_path_table(snapshot, filters)
     if snapshot.gpu_processes is not None:
-        text += _process_table(snapshot.gpu_processes, filters)
+        text += _process_table(snapshot.gpu_processes, filters, snapshot)
     return text
 
 
@@ -625,10 +645,12 @@ def _nic_path_table(snapshot: Snapshot, filters: Filters) -> str:
     return "# GPU to NIC PCIe paths\n" + "\n".join(_aligned(rows)) + "\n"
 
 
-def _process_table(devices: tuple[GpuDeviceProcesses, ...], filters: Filters) -> str:
+def _process_table(
+    devices: tuple[GpuDeviceProcesses, ...], filters: Filters, snapshot: Snapshot
+) -> str:
     """One line per GPU process: which device, whose, how much."""
     rows: list[tuple[str, ...]] = [("DEVICE", "PID", "OWNER", "KIND", "MEMORY_MIB", "SM")]
-    for entry in _gpu_processes(devices, filters):
+    for entry in _gpu_processes(devices, filters, snapshot):
         for p in entry["processes"]:
             memory = p["memory_used_bytes"]
             ratio = p["sm_utilization_ratio"]
