@@ -22,7 +22,7 @@ from exporter.collectors.gpu_metrics import (
     GPU_TEMPERATURE,
     GPU_UTILIZATION,
 )
-from exporter.devicematch import device_match
+from exporter.devicematch import Match, device_match
 from exporter.join import SHARED_POOL
 from exporter.logs import escape_line
 from exporter.model import (
@@ -90,13 +90,19 @@ class Filters:
             values["container"] = SHARED_POOL
         return cls(**values)
 
+    def match(self, device: DeviceView, snapshot: Snapshot) -> Match | None:
+        """What the device is of the one ``device`` asks for (``exporter.devicematch``);
+        None where it is none of it, the resource filter leaves it out, or no device
+        is asked for."""
+        if self.device is None or (self.resource is not None and device.resource != self.resource):
+            return None
+        return device_match(self.device, device, snapshot.hardware_of(device))
+
     def keeps_device(self, device: DeviceView, snapshot: Snapshot) -> bool:
-        """Whether the resource and device filters select the device: ``device`` by its
-        ID or a name of its hardware (``exporter.devicematch``)."""
-        return (self.resource is None or device.resource == self.resource) and (
-            self.device is None
-            or device_match(self.device, device, snapshot.hardware_of(device)) is not None
-        )
+        """Whether the resource and device filters select the device."""
+        if self.device is not None:
+            return self.match(device, snapshot) is not None
+        return self.resource is None or device.resource == self.resource
 
     def keeps_pod(self, pod: PodView) -> bool:
         return (self.namespace is None or pod.namespace == self.namespace) and (
@@ -158,7 +164,18 @@ def _hardware(device: DeviceView, found: DeviceHardware) -> JSON:
     }
 
 
-def _device(device: DeviceView, snapshot: Snapshot, processes: _ProcessIndex | None) -> JSON:
+def _match(device: DeviceView | None, snapshot: Snapshot, filters: Filters) -> JSON:
+    """In a ?device= view, what the device is of the one asked for (null: the holder's
+    other devices); nothing in other views."""
+    if filters.device is None:
+        return {}
+    found = None if device is None else filters.match(device, snapshot)
+    return {"match": None if found is None else str(found)}
+
+
+def _device(
+    device: DeviceView, snapshot: Snapshot, processes: _ProcessIndex | None, *, filters: Filters
+) -> JSON:
     hardware = snapshot.hardware_of(device)
     found: JSON = {
         "resource": device.resource,
@@ -167,6 +184,7 @@ def _device(device: DeviceView, snapshot: Snapshot, processes: _ProcessIndex | N
         "sysfs_numa_node": hardware.pci.numa_node if hardware.pci else None,
         "hardware": _hardware(device, hardware),
         "telemetry": _telemetry(hardware.reading),
+        **_match(device, snapshot, filters),
     }
     # Only for devices whose processes were listed: a NIC has none to speak of.
     listed = processes.get((device.resource, device.device_id)) if processes else None
@@ -222,12 +240,16 @@ def _memory(block: MemoryBlock) -> JSON:
 
 
 def _container(
-    container: ContainerView, snapshot: Snapshot, processes: _ProcessIndex | None
+    container: ContainerView,
+    snapshot: Snapshot,
+    processes: _ProcessIndex | None,
+    *,
+    filters: Filters,
 ) -> JSON:
     claimed = _claim_device_views(container)
     return {
         "name": container.owner.container,
-        "devices": [_device(d, snapshot, processes) for d in container.devices],
+        "devices": [_device(d, snapshot, processes, filters=filters) for d in container.devices],
         "cpu_ids": list(container.cpu_ids),
         "memory": [_memory(b) for b in container.memory],
         "dynamic_resources": [
@@ -253,6 +275,7 @@ def _container(
                             ),
                             snapshot,
                             processes,
+                            filters=filters,
                         ),
                     }
                     for d in claim.devices
@@ -266,14 +289,19 @@ def _container(
 
 
 def _claim_device_detail(
-    view: DeviceView | None, snapshot: Snapshot, processes: _ProcessIndex | None
+    view: DeviceView | None,
+    snapshot: Snapshot,
+    processes: _ProcessIndex | None,
+    *,
+    filters: Filters,
 ) -> JSON:
     if view is None:
-        return {}
+        return _match(None, snapshot, filters)
     hardware = snapshot.hardware_of(view)
     detail: JSON = {
         "hardware": _hardware(view, hardware),
         "telemetry": _telemetry(hardware.reading),
+        **_match(view, snapshot, filters),
     }
     listed = processes.get((view.resource, view.device_id)) if processes else None
     if listed is not None:
@@ -285,7 +313,7 @@ def _pod(
     pod: PodView, filters: Filters, snapshot: Snapshot, processes: _ProcessIndex | None
 ) -> JSON | None:
     containers = [
-        _container(c, snapshot, processes)
+        _container(c, snapshot, processes, filters=filters)
         for c in pod.containers
         if filters.keeps_container(c, snapshot)
     ]
@@ -494,23 +522,28 @@ def _shown_containers(
 
 
 def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str) -> str:
-    header = (
-        "NAMESPACE",
-        "POD",
-        "CONTAINER",
-        "RESOURCE",
-        "DEVICE",
-        "NUMA",
-        "CPUS",
-        "ALIGNED",
-        "HARDWARE",
-    )
-    rows: list[tuple[str, ...]] = [header]
+    # MATCH only where ?device= asks: what each device is of the one asked for.
+    matching = filters.device is not None
+    rows: list[tuple[str, ...]] = [
+        (
+            "NAMESPACE",
+            "POD",
+            "CONTAINER",
+            "RESOURCE",
+            "DEVICE",
+            *(("MATCH",) if matching else ()),
+            "NUMA",
+            "CPUS",
+            "ALIGNED",
+            "HARDWARE",
+        )
+    ]
     for pod, container in _shown_containers(snapshot, filters):
         aligned = {None: "-", True: "yes", False: "NO"}[container.numa_aligned]
         cpus = cpulist(container.cpu_ids) or "-"
         devices = (*container.devices, *container.claim_devices) or (None,)
         for device in devices:
+            found = filters.match(device, snapshot) if device else None
             rows.append(
                 (
                     pod.namespace,
@@ -519,6 +552,7 @@ def _render_text(snapshot: Snapshot, *, filters: Filters, age: str, source: str)
                     container.owner.container or POD_POOL,
                     device.resource if device else "-",
                     device.device_id if device else "-",
+                    *((str(found or "-"),) if matching else ()),
                     (numa_label(device.numa_nodes) or "?") if device else "-",
                     cpus,
                     aligned,

@@ -8,7 +8,13 @@ UUID, a PCI address, an interface or RDMA device name). A device is found as
 - ``same``: by its own ID, or by a name of the hardware it resolved to (a DRA device
   by its GPU's UUID or its VF's PCI address, a GPU by its PCI address);
 - ``share``: a replica or share (``GPU-x::1``, ``nvidia0/vgpu1``, ``card0-1``) of the
-  device asked for, by its physical ID or its hardware's names.
+  device asked for, by its physical ID or its hardware's names;
+- ``mig_slice``: a MIG device (or GKE GPU instance) of the GPU asked for, by its UUID
+  (what its Xid, NVLink and PCIe series carry) or PCI address;
+- ``sriov_vf``: an SR-IOV VF of the PF asked for, by its PCI address or its interface
+  or RDMA device name.
+
+Not the other way: a MIG device or VF asked for finds its own holder, not its whole's.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from exporter.model import DeviceHardware, DeviceView, HardwareKey, KeyKind
+from exporter.model import DeviceHardware, DeviceView, HardwareKey, KeyKind, PartKind
 
 __all__ = ["Match", "device_match", "hardware_names"]
 
@@ -26,6 +32,11 @@ class Match(enum.StrEnum):
 
     SAME = "same"
     SHARE = "share"
+    MIG_SLICE = "mig_slice"
+    SRIOV_VF = "sriov_vf"
+
+
+_PARTS = {PartKind.MIG_SLICE: Match.MIG_SLICE, PartKind.SRIOV_VF: Match.SRIOV_VF}
 
 
 # Keys whose values are names someone is given for a device. Not minor numbers or DRM
@@ -60,4 +71,7 @@ def device_match(asked: str, device: DeviceView, hardware: DeviceHardware) -> Ma
         # A replica's ID names a share of its physical device; a DRA device's name is
         # the device itself, shared between claims or not.
         return Match.SAME if device.resolution.physical_id == device.device_id else Match.SHARE
+    whole = hardware.whole
+    if whole is not None and asked in hardware_names(whole.keys):
+        return _PARTS[whole.part]
     return None

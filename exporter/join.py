@@ -56,10 +56,11 @@ from exporter.model import (
     Resolution,
     Sample,
     Snapshot,
+    WholeDevice,
     numa_label,
 )
 from exporter.processes import attribute_processes
-from exporter.resolver import resolve_claim_device, resolve_device_id
+from exporter.resolver import resolve_claim_device, resolve_device_id, whole_of
 
 __all__ = [
     "AllocationChange",
@@ -181,14 +182,35 @@ class _Matcher:
             return self.readings.pci.get(reading.identity.pci_address)
         return None
 
+    def whole_for(
+        self, keys: tuple[HardwareKey, ...], reading: DeviceReading | None
+    ) -> WholeDevice | None:
+        """The device this one is part of, from its resolution's and its reading's keys,
+        with every key of the whole's own readings. Those are not marked used: a
+        MIG-enabled GPU or a PF is still shown as a device of its own."""
+        whole = whole_of((*keys, *(reading.keys if reading else ())))
+        if whole is None:
+            return None
+        for key in whole.keys:
+            found = self.readings.by_key.get(key)
+            if found:
+                named = (*whole.keys, *(k for r in found for k in r.keys))
+                return replace(whole, keys=tuple(dict.fromkeys(named)))
+        return whole
+
     def hardware(self, resolution: Resolution) -> DeviceHardware:
-        """The device's reading and PCI function, found once per resolution."""
+        """The device's reading, PCI function and whole, found once per resolution."""
         found = self._found.get(resolution)
         if found is None:
             reading = self.reading_for(resolution)
             pci = self.pci_for(resolution, reading)
+            whole = self.whole_for(resolution.keys, reading)
             reading = _with_function_samples(reading, pci)
-            found = NO_HARDWARE if reading is None and pci is None else DeviceHardware(reading, pci)
+            found = (
+                NO_HARDWARE
+                if reading is None and pci is None and whole is None
+                else DeviceHardware(reading, pci, whole)
+            )
             self._found[resolution] = found
         return found
 
@@ -622,7 +644,9 @@ def _with_hardware(
             ),
         )
         pci = matcher.readings.pci.get(reading.identity.pci_address or "")
-        hardware[view.resolution] = DeviceHardware(_with_function_samples(reading, pci), pci)
+        hardware[view.resolution] = DeviceHardware(
+            _with_function_samples(reading, pci), pci, matcher.whole_for((), reading)
+        )
         discovered.append(view)
     return (*known, *discovered), hardware
 

@@ -52,6 +52,7 @@ __all__ = [
     "MetricSpec",
     "NodeCount",
     "Owner",
+    "PartKind",
     "PciDevice",
     "PodResources",
     "PodView",
@@ -62,6 +63,7 @@ __all__ = [
     "Sample",
     "Snapshot",
     "ViewedProcess",
+    "WholeDevice",
     "numa_label",
 ]
 
@@ -444,14 +446,35 @@ class DeviceView:
     claim: ClaimRef | None = None
 
 
+class PartKind(enum.StrEnum):
+    """What a device is of the physical device it is part of."""
+
+    MIG_SLICE = "mig_slice"  # a MIG device (or GPU instance) of a GPU
+    SRIOV_VF = "sriov_vf"  # an SR-IOV virtual function of a physical function
+
+
+@dataclass(frozen=True, slots=True)
+class WholeDevice:
+    """The physical device another is part of: a MIG device's GPU, a VF's PF.
+
+    ``keys`` are the whole's keys, as the part's own keys give them (its GPU's UUID
+    or minor number, its PF's PCI address) and, where a collector read the whole,
+    every key of its reading (the GPU's PCI address, the PF's interface and RDMA names).
+    """
+
+    part: PartKind
+    keys: tuple[HardwareKey, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceHardware:
     """What this poll's collectors say of one resolved device: ``reading``, the
     telemetry found through its resolution; ``pci``, what sysfs says of its PCI
-    function."""
+    function; ``whole``, the device it is part of (None for a whole device)."""
 
     reading: DeviceReading | None = None
     pci: PciDevice | None = None
+    whole: WholeDevice | None = None
 
 
 NO_HARDWARE = DeviceHardware()

@@ -43,6 +43,7 @@ DRA devices (``ClaimResource``), first source with keys wins:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from exporter.model import (
     ClaimDevice,
@@ -50,11 +51,19 @@ from exporter.model import (
     DraState,
     HardwareKey,
     KeyKind,
+    PartKind,
     Resolution,
+    WholeDevice,
 )
 from exporter.pci_address import is_pci_address, parse_pci_address
 
-__all__ = ["cdi_names_device", "physical_id", "resolve_claim_device", "resolve_device_id"]
+__all__ = [
+    "cdi_names_device",
+    "physical_id",
+    "resolve_claim_device",
+    "resolve_device_id",
+    "whole_of",
+]
 
 REPLICA_SEPARATOR = "::"
 DEVICE_ID_SOURCE = "device id"
@@ -137,6 +146,34 @@ def resolve_device_id(device_id: str) -> Resolution:
     """Hardware keys of a device-plugin device ID; no keys for an opaque ID."""
     base = physical_id(device_id)
     return Resolution(physical_id=base, keys=_device_keys(base), source=DEVICE_ID_SOURCE)
+
+
+# Keys that name a part of a device, with the whole's key first in their value
+# ("<whole>/..."): what the part is of it, and what kind of key the whole's is.
+_PARTS = {
+    KeyKind.MIG_PATH: (PartKind.MIG_SLICE, KeyKind.GPU_UUID),  # <GPU UUID>/<gi>/<ci>
+    KeyKind.NVIDIA_MINOR_GI: (PartKind.MIG_SLICE, KeyKind.NVIDIA_MINOR),  # <minor>/<gi>
+    KeyKind.MIG_PLACEMENT: (PartKind.MIG_SLICE, KeyKind.NVIDIA_MINOR),  # <minor>/<profile>/<start>
+    KeyKind.SRIOV_VF: (PartKind.SRIOV_VF, KeyKind.PCI),  # <PF address>/<VF index>
+}
+
+
+def whole_of(keys: Iterable[HardwareKey]) -> WholeDevice | None:
+    """The device that the device with ``keys`` is part of (a MIG device's GPU, from the
+    GPU UUID a legacy ``MIG-GPU-<uuid>/<gi>/<ci>`` ID or NVML gives, or the minor number
+    of a GKE or DRA MIG name; a VF's PF), with the keys that name it; None for a whole
+    device."""
+    part: PartKind | None = None
+    found: list[HardwareKey] = []
+    for key in keys:
+        if key.kind not in _PARTS:
+            continue
+        kind, whole_kind = _PARTS[key.kind]
+        head, separator, _ = key.value.partition("/")
+        if separator and head and (part is None or part is kind):
+            part = kind
+            found.append(HardwareKey(whole_kind, head))
+    return None if part is None else WholeDevice(part, tuple(dict.fromkeys(found)))
 
 
 def resolve_claim_device(

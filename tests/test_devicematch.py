@@ -9,11 +9,14 @@ from exporter.model import (
     NO_HARDWARE,
     UNALLOCATED,
     DeviceHardware,
+    DeviceIdentity,
     DeviceReading,
     DeviceView,
     HardwareKey,
     KeyKind,
+    PartKind,
     Resolution,
+    WholeDevice,
 )
 from exporter.resolver import resolve_device_id
 
@@ -72,3 +75,31 @@ class TestShare:
     def test_another_replica_is_not_found(self) -> None:
         """One replica's ID does not name its GPU's other replicas."""
         assert device_match(f"{GPU}::1", _view(f"{GPU}::2"), DeviceHardware(GPU_READING)) is None
+
+
+MIG = "MIG-1a2b3c4d-0000-1111-2222-333344445555"
+# NVML's MIG reading: its identity's PCI address is its GPU's.
+MIG_READING = DeviceReading(
+    MIG,
+    (HardwareKey(KeyKind.MIG_UUID, MIG), HardwareKey(KeyKind.MIG_PATH, f"{GPU}/1/0")),
+    DeviceIdentity(uuid=MIG, pci_address=GPU_PCI),
+)
+MIG_HARDWARE = DeviceHardware(MIG_READING, whole=WholeDevice(PartKind.MIG_SLICE, GPU_READING.keys))
+
+
+class TestParts:
+    @pytest.mark.parametrize("asked", [GPU, GPU_PCI])
+    def test_a_mig_device_by_its_gpu(self, asked: str) -> None:
+        """A MIG device is a slice of the GPU named by UUID or PCI address, not the GPU
+        itself though its reading's identity carries the GPU's PCI address."""
+        assert Match.MIG_SLICE == device_match(asked, _view(MIG), MIG_HARDWARE)
+
+    def test_a_vf_by_its_pf_rdma_name(self) -> None:
+        """A VF is a VF of the PF named by its RDMA device name."""
+        pf_keys = (HardwareKey(KeyKind.PCI, "0000:4b:00.0"), HardwareKey(KeyKind.RDMA, "mlx5_0"))
+        hardware = DeviceHardware(whole=WholeDevice(PartKind.SRIOV_VF, pf_keys))
+        assert Match.SRIOV_VF == device_match("mlx5_0", _view("0000:4b:00.3"), hardware)
+
+    def test_a_gpu_is_not_found_by_its_slice(self) -> None:
+        """A MIG device asked for finds itself only: its GPU has no whole."""
+        assert device_match(MIG, _view(GPU), DeviceHardware(GPU_READING)) is None

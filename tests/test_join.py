@@ -30,11 +30,13 @@ from exporter.model import (
     MetricSpec,
     NodeCount,
     Owner,
+    PartKind,
     PciDevice,
     PodResources,
     Readings,
     Sample,
     Snapshot,
+    WholeDevice,
 )
 from exporter.sim.scenario import DemoScenario
 
@@ -1014,3 +1016,42 @@ class TestPciFunctionFigures:
         view = next(d for d in snapshot.devices if d.device_id == "0000:4b:00.2")
         assert snapshot.hardware[view.resolution].reading is None
         assert snapshot.hardware[view.resolution].pci == pci
+
+
+class TestWholeDevices:
+    def test_a_mig_device_knows_its_gpu_which_stays_a_device_of_its_own(self) -> None:
+        """A held MIG device's hardware names its GPU by every key the GPU's reading has
+        (its PCI address, which on-call may be given), and the GPU, which no kubelet ID
+        names, is still shown unallocated."""
+        gpu = _gpu("GPU-a", minor=2, pci="0000:b1:00.0", power=90.0)
+        mig = DeviceReading(
+            "MIG-a",
+            (HardwareKey(KeyKind.MIG_UUID, "MIG-a"), HardwareKey(KeyKind.MIG_PATH, "GPU-a/1/0")),
+            standalone=True,
+        )
+        runs = (CollectorRun("nvml", True, 0.0, Readings(devices=(gpu, mig))),)
+        held = ContainerResources("c", devices=(DeviceGroup("nvidia.com/mig", ("MIG-a",)),))
+        snapshot = _join((_pod("p", held),), AllocatableResources(), runs)
+        wholes = [(d.device_id, d.owner, snapshot.hardware_of(d).whole) for d in snapshot.devices]
+        assert [
+            ("MIG-a", Owner("ns", "p", "c"), WholeDevice(PartKind.MIG_SLICE, gpu.keys)),
+            ("GPU-a", UNALLOCATED, None),
+        ] == wholes
+
+    def test_a_vf_knows_its_pf_without_a_reading_of_the_pf(self) -> None:
+        """Where no collector read the PF, its VF still names it by its PCI address."""
+        vf = DeviceReading(
+            "ens1f0v1",
+            (
+                HardwareKey(KeyKind.NETDEV, "ens1f0v1"),
+                HardwareKey(KeyKind.PCI, "0000:4b:00.3"),
+                HardwareKey(KeyKind.SRIOV_VF, "0000:4b:00.0/1"),
+            ),
+        )
+        runs = (CollectorRun("netdev", True, 0.0, Readings(devices=(vf,))),)
+        held = ContainerResources("c", devices=(DeviceGroup("example.com/vf", ("0000:4b:00.3",)),))
+        snapshot = _join((_pod("p", held),), AllocatableResources(), runs)
+        assert (
+            WholeDevice(PartKind.SRIOV_VF, (HardwareKey(KeyKind.PCI, "0000:4b:00.0"),))
+            == snapshot.hardware_of(snapshot.devices[0]).whole
+        )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.model import HardwareKey, KeyKind, Resolution
-from exporter.resolver import physical_id, resolve_device_id
+from exporter.model import HardwareKey, KeyKind, PartKind, Resolution, WholeDevice
+from exporter.resolver import physical_id, resolve_device_id, whole_of
 
 UUID = "GPU-8f3c1a2b-0000-1111-2222-333344445555"
 MIG = "MIG-1a2b3c4d-0000-1111-2222-333344445555"
@@ -135,3 +135,47 @@ def test_numbers_in_device_ids_are_taken_as_text(
     """A number of any length keys as its digits (no ValueError failing the join), and
     only ASCII digits are numbers."""
     assert expected == resolve_device_id(device_id).keys
+
+
+class TestWholeOf:
+    @pytest.mark.parametrize(
+        ("keys", "expected"),
+        [
+            # A legacy MIG ID names its GPU; NVML's MIG reading does too, with the minor.
+            (
+                resolve_device_id(f"MIG-{UUID}/7/0").keys,
+                WholeDevice(PartKind.MIG_SLICE, (key(KeyKind.GPU_UUID, UUID),)),
+            ),
+            (
+                (
+                    key(KeyKind.MIG_UUID, MIG),
+                    key(KeyKind.MIG_PATH, f"{UUID}/7/0"),
+                    key(KeyKind.NVIDIA_MINOR_GI, "2/7"),
+                    key(KeyKind.MIG_PLACEMENT, "2/19/6"),
+                ),
+                WholeDevice(
+                    PartKind.MIG_SLICE,
+                    (key(KeyKind.GPU_UUID, UUID), key(KeyKind.NVIDIA_MINOR, "2")),
+                ),
+            ),
+            # A GKE GPU instance names its GPU's minor number.
+            (
+                resolve_device_id("nvidia1/gi2/vgpu3").keys,
+                WholeDevice(PartKind.MIG_SLICE, (key(KeyKind.NVIDIA_MINOR, "1"),)),
+            ),
+            # A VF's netdev reading names its PF.
+            (
+                (key(KeyKind.PCI, "0000:4b:00.3"), key(KeyKind.SRIOV_VF, "0000:4b:00.0/1")),
+                WholeDevice(PartKind.SRIOV_VF, (key(KeyKind.PCI, "0000:4b:00.0"),)),
+            ),
+            # Whole devices.
+            (resolve_device_id(UUID).keys, None),
+            (resolve_device_id(MIG).keys, None),  # a MIG UUID alone says nothing of its GPU
+            (resolve_device_id("0000:4b:00.0").keys, None),
+        ],
+    )
+    def test_the_device_a_part_is_of(
+        self, keys: tuple[HardwareKey, ...], expected: WholeDevice | None
+    ) -> None:
+        """A MIG device's keys name its GPU, a VF's its PF; a whole device's none."""
+        assert expected == whole_of(keys)
