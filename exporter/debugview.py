@@ -28,6 +28,7 @@ from exporter.logs import escape_line
 from exporter.model import (
     ClaimRef,
     ContainerView,
+    DeviceGroup,
     DeviceHardware,
     DeviceReading,
     DeviceView,
@@ -357,11 +358,7 @@ def render_json(
             "last_error": snapshot.kubelet.last_error,
         },
         "allocatable": {
-            "devices": [
-                {"resource": g.resource, "device_id": d, "numa_nodes": list(g.numa_nodes)}
-                for g in allocatable.devices
-                for d in g.device_ids
-            ],
+            **_allocatable_devices(snapshot, filters),
             "cpu_ids": list(allocatable.cpu_ids),
             "memory": [_memory(b) for b in allocatable.memory],
         },
@@ -383,6 +380,31 @@ def render_json(
         # Every device with processes, the unallocated ones no pod above shows included.
         found["gpu_processes"] = _gpu_processes(snapshot.gpu_processes, filters, snapshot)
     return found
+
+
+def _allocatable_devices(snapshot: Snapshot, filters: Filters) -> JSON:
+    """The allocatable devices a view carries: every one unfiltered; in a filtered view,
+    those ``resource`` and ``device`` select (none with owner filters alone: 8 RDMA
+    shared pools of 1,000 IDs made ?namespace= 1.1 MB of them), and how many it left
+    out, so that a short list is not read as the node's."""
+    every = [(g, d) for g in snapshot.allocatable.devices for d in g.device_ids]
+    shown: list[tuple[DeviceGroup, str, JSON]] = []
+    if filters == Filters():
+        shown = [(g, d, {}) for g, d in every]
+    elif filters.resource is not None or filters.device is not None:
+        # The device filter needs each ID's view, for the hardware it resolved to.
+        views = {(v.resource, v.device_id): v for v in snapshot.devices if v.allocatable}
+        for g, d in every:
+            view = views.get((g.resource, d))
+            if view is not None and filters.keeps_device(view, snapshot):
+                shown.append((g, d, _match(view, snapshot, filters)))
+    return {
+        "devices": [
+            {"resource": g.resource, "device_id": d, "numa_nodes": list(g.numa_nodes), **found}
+            for g, d, found in shown
+        ],
+        "devices_omitted": len(every) - len(shown),
+    }
 
 
 GET_SOURCE = "kubelet Get"  # a view of one pod Get has just answered for

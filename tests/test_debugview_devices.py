@@ -5,7 +5,10 @@ the pods that hold it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +16,11 @@ from aiohttp.test_utils import TestClient
 
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
-from exporter.sim.hardware import demo_hardware
+from exporter.model import ContainerResources, DeviceGroup, PodResources
+from exporter.sim.dra import SimDraClaim
+from exporter.sim.hardware import SimHardware, demo_hardware
 from exporter.sim.node import SimulatedNode
+from exporter.sim.scenario import DemoScenario, KubeletState
 
 HW = demo_hardware()
 GPU0, GPU1, MIG_GPU, SHARED_GPU, GPU4, DRA_MIG_GPU, FREE_GPU = HW.gpus
@@ -218,3 +224,140 @@ class TestByTheDeviceADeviceIsPartOf:
             [("ml-inference", "llm-server-7d9f8", MIG_A, "same")],
             [("ml-training", "trainer-0", VF0_1.pci_address, "same")],
         ] == found
+
+
+# The RDMA shared device plugin's pools: each resource numbers its IDs from 0.
+RDMA_POOLS = tuple(f"rdma/hca_shared_devices_{letter}" for letter in "abcdefgh")
+RDMA_IDS_PER_POOL = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaSharedScenario:
+    """The demo node with 8 RDMA shared pools of 1,000 IDs, one held by x/rdma-user-0."""
+
+    demo: DemoScenario
+
+    @property
+    def hardware(self) -> SimHardware:
+        return self.demo.hardware
+
+    @property
+    def dra_claims(self) -> tuple[SimDraClaim, ...]:
+        return self.demo.dra_claims
+
+    def state_at(self, tick: int) -> KubeletState:
+        state = self.demo.state_at(tick)
+        pools = tuple(
+            DeviceGroup(pool, (str(n),), (i * 2 // len(RDMA_POOLS),))
+            for i, pool in enumerate(RDMA_POOLS)
+            for n in range(RDMA_IDS_PER_POOL)
+        )
+        held = DeviceGroup(RDMA_POOLS[0], ("7",), (0,))
+        user = PodResources("x", "rdma-user-0", (ContainerResources("main", devices=(held,)),))
+        allocatable = replace(state.allocatable, devices=(*state.allocatable.devices, *pools))
+        return KubeletState(pods=(*state.pods, user), allocatable=allocatable)
+
+
+@pytest.fixture
+async def rdma_client(short_tmp: Path, aiohttp_client: Any) -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
+    node = SimulatedNode(RdmaSharedScenario(DemoScenario.create()), root=short_tmp)
+    await node.start()
+    config = parse_config([*node.exporter_flags(), "--kubelet.timeout=5"], {})
+    exporter = Exporter(config, collectors=demo_collectors(config, node))
+    await exporter.poller.poll_once()
+    yield await aiohttp_client(exporter.create_app())
+    await exporter.close()
+    await node.stop()
+
+
+async def _body(client: TestClient, **params: str) -> tuple[int, Any]:  # type: ignore[type-arg]
+    response = await client.get("/debug/allocations", params=params)
+    assert 200 == response.status, await response.text()
+    raw = await response.read()
+    return len(raw), json.loads(raw)
+
+
+def _allocatable(body: Any) -> tuple[list[tuple[str, ...]], int]:
+    shown = body["allocatable"]
+    return (
+        [
+            (d["resource"], d["device_id"], *((d["match"],) if "match" in d else ()))
+            for d in shown["devices"]
+        ],
+        shown["devices_omitted"],
+    )
+
+
+class TestFilteredViewsCarryWhatTheySelect:
+    async def test_an_owner_filter_leaves_the_inventory_out_and_says_so(
+        self,
+        rdma_client: TestClient,  # type: ignore[type-arg]
+    ) -> None:
+        """?namespace=x on a node with 8 x 1,000 RDMA shared IDs: x's pod, not the
+        node's 8,000-odd allocatable IDs (1.1 MB of them), which it counts instead."""
+        _, whole = await _body(rdma_client)
+        every = len(whole["allocatable"]["devices"])
+        size, body = await _body(rdma_client, namespace="x")
+        assert (["rdma-user-0"], [], True) == (
+            [p["name"] for p in body["pods"]],
+            body["allocatable"]["devices"],
+            size < 64 * 1024,
+        )
+        assert every == body["allocatable"]["devices_omitted"]
+
+    async def test_the_unfiltered_view_stays_complete(
+        self,
+        rdma_client: TestClient,  # type: ignore[type-arg]
+    ) -> None:
+        """Without filters every allocatable ID is listed, and none omitted."""
+        _, body = await _body(rdma_client)
+        shown, omitted = _allocatable(body)
+        rdma = [d for d in shown if d[0].startswith("rdma/")]
+        assert (len(RDMA_POOLS) * RDMA_IDS_PER_POOL, 0) == (len(rdma), omitted)
+
+    async def test_a_resource_filter_lists_that_resources_inventory(
+        self,
+        rdma_client: TestClient,  # type: ignore[type-arg]
+    ) -> None:
+        """?resource= lists the allocatable IDs of that resource, free ones included."""
+        _, whole = await _body(rdma_client)
+        _, body = await _body(rdma_client, resource="nvidia.com/gpu.shared")
+        replicas = [("nvidia.com/gpu.shared", f"{SHARED_GPU.uuid}::{n}") for n in range(4)]
+        assert (replicas, len(whole["allocatable"]["devices"]) - 4) == _allocatable(body)
+
+    @pytest.mark.parametrize(
+        ("asked", "expected"),
+        [
+            # A time-sliced GPU: its four replicas, two of them free.
+            (
+                SHARED_GPU.uuid,
+                [("nvidia.com/gpu.shared", f"{SHARED_GPU.uuid}::{n}", "share") for n in range(4)],
+            ),
+            # A PF: itself and its VFs the SR-IOV plugin offers (its fourth VF is DRA's).
+            (
+                "mlx5_0",
+                [
+                    ("mellanox.com/cx7_sriov_vf", "0000:4b:00.2", "sriov_vf"),
+                    ("mellanox.com/cx7_sriov_vf", "0000:4b:00.3", "sriov_vf"),
+                    ("mellanox.com/cx7_sriov_vf", "0000:4b:00.4", "sriov_vf"),
+                    ("nvidia.com/hca", "0000:4b:00.0", "same"),
+                ],
+            ),
+            # An ID each shared pool has: one per pool.
+            ("7", [(pool, "7", "same") for pool in RDMA_POOLS]),
+        ],
+    )
+    async def test_a_device_filter_lists_what_it_finds(
+        self,
+        rdma_client: TestClient,  # type: ignore[type-arg]
+        asked: str,
+        expected: list[tuple[str, ...]],
+    ) -> None:
+        """?device= lists the allocatable devices it finds, each saying how."""
+        _, whole = await _body(rdma_client)
+        _, body = await _body(rdma_client, device=asked)
+        shown, omitted = _allocatable(body)
+        assert (expected, len(whole["allocatable"]["devices"]) - len(expected)) == (
+            sorted(shown),
+            omitted,
+        )
