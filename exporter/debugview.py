@@ -42,6 +42,7 @@ from exporter.model import (
     cpulist,
     numa_label,
 )
+from exporter.pci_address import parse_pci_address
 from exporter.pcie_paths import GpuNicPath, gpu_nic_paths
 
 __all__ = [
@@ -97,7 +98,14 @@ class Filters:
         is asked for."""
         if self.device is None or (self.resource is not None and device.resource != self.resource):
             return None
-        return device_match(self.device, device, snapshot.hardware_of(device))
+        hardware = snapshot.hardware_of(device)
+        found = device_match(self.device, device, hardware)
+        # A PCI address as NVML or lspci -D in capitals write it (00000000:17:00.0) is
+        # asked for in the kernel's spelling, which every PCI key has.
+        kernel_spelling = parse_pci_address(self.device)
+        if found is None and kernel_spelling is not None and kernel_spelling != self.device:
+            found = device_match(kernel_spelling, device, hardware)
+        return found
 
     def keeps_device(self, device: DeviceView, snapshot: Snapshot) -> bool:
         """Whether the resource and device filters select the device."""

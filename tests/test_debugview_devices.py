@@ -46,6 +46,12 @@ async def _pods(client: TestClient, device: str) -> Pods:  # type: ignore[type-a
     return sorted((p["namespace"], p["name"]) for p in body["pods"])
 
 
+def _nvml_spelling(address: str) -> str:
+    """``0000:17:00.0`` as nvidia-smi and NVML's busId write it: ``00000000:17:00.0``."""
+    domain, rest = address.split(":", 1)
+    return f"0000{domain}:{rest}".upper()
+
+
 class TestByTheHardwareADeviceResolvedTo:
     @pytest.mark.parametrize(
         ("asked", "expected"),
@@ -65,6 +71,10 @@ class TestByTheHardwareADeviceResolvedTo:
             ),
             # A VF by its interface name (a PF by its own: TestByTheDeviceADeviceIsPartOf).
             (VF0_1.netdev, [("ml-training", "trainer-0")]),
+            # A PCI address as nvidia-smi writes it (8-digit domain, capitals).
+            (_nvml_spelling(GPU0.pci_address), [("ml-training", "trainer-0")]),
+            (_nvml_spelling(GPU4.pci_address), [("dra-demo", "llm-gpus-0")]),
+            (_nvml_spelling("0000:4b:00.5"), [("dra-demo", "dpdk-a-0"), ("dra-demo", "dpdk-b-0")]),
         ],
     )
     async def test_found_by_its_hardware_names(
