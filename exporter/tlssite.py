@@ -15,7 +15,9 @@ TLS as well, which refuses it as it did.
 
 Where the runner's server bounds its connections (``HoldsConnections``), a connection
 counts under that bound from its accept: before its first byte and in its handshake
-too, where aiohttp would count it only once the handshake is done.
+too, where aiohttp would count it only once the handshake is done. Fewer may be past
+their first byte and in their handshake at once (``MAX_HANDSHAKES``): past it, the one
+there longest is closed for the new one.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import socket
 import ssl
 import traceback
 from asyncio import sslproto
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -48,6 +50,7 @@ from exporter.web import (
 __all__ = [
     "BACKLOG",
     "FIRST_BYTE_TIMEOUT_S",
+    "MAX_HANDSHAKES",
     "TLS_READ_BYTES",
     "TlsSite",
     "make_site",
@@ -62,6 +65,14 @@ log = structlog.get_logger(__name__)
 FIRST_BYTE_TIMEOUT_S = 10.0
 HANDSHAKE_TIMEOUT_S = 60.0
 TLS_READ_BYTES = 16 * 1024  # a TLS record's data at most (RFC 8446 5.1)
+# Connections past their first byte and in their TLS handshake at once. Each holds
+# asyncio's TLS protocol and OpenSSL's handshake state until its handshake ends: ~65 KiB
+# (a whole ClientHello, then silence) to ~95 KiB (all of it but its last byte), measured.
+# Under the connection limit alone, whose closing of the oldest takes effect a loop turn
+# later, a burst of 3,000 such clients accepted in one turn held 3,000 at once (~250 MiB,
+# past the DaemonSet's limit). A handshake takes a round trip or two: a node's few
+# scrapers never come near this many at once.
+MAX_HANDSHAKES = 128
 _HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
 # asyncio's own server waits this long when accept() fails for want of descriptors;
 # after another error, a moment, so that one that repeats cannot spin the loop.
@@ -107,7 +118,7 @@ def make_site(
 class TlsSite(web.BaseSite):
     """An HTTPS site on ``host`` (None: every address of both families) and ``port``."""
 
-    __slots__ = ("_first_byte_timeout_s", "_host", "_port")
+    __slots__ = ("_first_byte_timeout_s", "_host", "_max_handshakes", "_port")
 
     def __init__(
         self,
@@ -117,11 +128,13 @@ class TlsSite(web.BaseSite):
         *,
         ssl_context: ssl.SSLContext,
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+        max_handshakes: int = MAX_HANDSHAKES,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=BACKLOG)
         self._host = host
         self._port = port
         self._first_byte_timeout_s = first_byte_timeout_s
+        self._max_handshakes = max_handshakes
 
     @property
     def name(self) -> str:
@@ -151,6 +164,7 @@ class TlsSite(web.BaseSite):
                 protocol_factory=server,
                 ssl_context=self._ssl_context,
                 first_byte_timeout_s=self._first_byte_timeout_s,
+                handshakes=_Handshakes(self._max_handshakes),
             ),
         )
 
@@ -202,9 +216,11 @@ class _Handover:
         protocol_factory: Callable[[], asyncio.BaseProtocol],
         ssl_context: ssl.SSLContext,
         first_byte_timeout_s: float,
+        handshakes: _Handshakes,
     ) -> None:
         self._loop = loop
         self._protocol_factory = protocol_factory
+        self._handshakes = handshakes
         self._limit = protocol_factory if isinstance(protocol_factory, HoldsConnections) else None
         self._ssl_context = ssl_context
         self._first_byte_timeout_s = first_byte_timeout_s
@@ -246,11 +262,14 @@ class _Handover:
             await self._answer_plain_http(conn)
             return False
 
-        app_protocol = self._protocol_factory()
-        if held is not None and self._limit is not None:
-            self._limit.handing_over(held, app_protocol)
+        task = asyncio.current_task()
+        assert task is not None
         try:
-            await self._handshake(conn, app_protocol)
+            async with self._handshakes.place(task.cancel):
+                app_protocol = self._protocol_factory()
+                if held is not None and self._limit is not None:
+                    self._limit.handing_over(held, app_protocol)
+                await self._handshake(conn, app_protocol)
         except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError
             # A failed handshake: asyncio's own server logs these only in debug mode.
             log.debug("tls_handshake_failed", error=f"{type(error).__name__}: {error}")
@@ -313,6 +332,41 @@ class _Handover:
         while (left := deadline - self._loop.time()) > 0:
             if not await asyncio.wait_for(self._loop.sock_recv(conn, _DRAIN_BYTES), left):
                 return
+
+
+class _Handshakes:
+    """At most ``limit`` connections in their TLS handshake, or about to begin it, at
+    once: past it, the one there longest is closed for the new one (a flood of
+    handshakes never finished cannot keep a scraper out). The new one begins once a
+    place is free, that is once the TLS state of the one closed is gone: closing takes
+    effect a loop turn later, and without the wait a burst accepted in one turn would
+    all hold TLS state before any was closed."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._places = asyncio.Semaphore(limit)
+        # The way to close each connection counted here, in the order they came; one
+        # closed is taken out at once, though its place is free only when it has ended.
+        self._counted: dict[object, Callable[[], object]] = {}
+        self._full = Throttle("tls_handshakes_full", interval_s=CLIENT_ERROR_LOG_INTERVAL_S)
+
+    @contextlib.asynccontextmanager
+    async def place(self, close: Callable[[], object]) -> AsyncIterator[None]:
+        """Held for a handshake; ``close`` ends it, should a newer one need its place."""
+        if len(self._counted) >= self._limit:
+            self._full.warning(
+                limit=self._limit,
+                hint="a client holds many TLS handshakes open: ss -tnp on the node",
+            )
+            oldest = next(iter(self._counted))
+            self._counted.pop(oldest)()
+        token = object()
+        self._counted[token] = close
+        try:
+            async with self._places:
+                yield
+        finally:
+            self._counted.pop(token, None)
 
 
 class _SmallBufferSSLProtocol(sslproto.SSLProtocol):

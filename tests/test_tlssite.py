@@ -675,7 +675,9 @@ def _client_hello() -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def _limited_site(pki: Pki, *, max_connections: int) -> AsyncIterator[web.AppRunner]:
+async def _limited_site(
+    pki: Pki, *, max_connections: int, max_handshakes: int = tlssite_module.MAX_HANDSHAKES
+) -> AsyncIterator[web.AppRunner]:
     """A TLS site on the exporter's runner, which bounds the connections."""
     app = web.Application()
     app.router.add_get("/metrics", _ok)
@@ -684,7 +686,15 @@ async def _limited_site(pki: Pki, *, max_connections: int) -> AsyncIterator[web.
     tls = TlsSettings(cert_file=pki.cert("server"), key_file=pki.key("server"))
     context = build_ssl_context(tls, source=Path("web.yml"))
     try:
-        await TlsSite(runner, "127.0.0.1", 0, ssl_context=context, first_byte_timeout_s=60).start()
+        site = TlsSite(
+            runner,
+            "127.0.0.1",
+            0,
+            ssl_context=context,
+            first_byte_timeout_s=60,
+            max_handshakes=max_handshakes,
+        )
+        await site.start()
         yield runner
     finally:
         await runner.cleanup()
@@ -828,6 +838,81 @@ async def test_handshakes_cut_or_failed_leave_no_tls_state_behind(pki: Pki) -> N
     finally:
         gc.enable()
     assert (0, []) == (len(listeners._connections), left)
+
+
+class _CountedSSLProtocol(tlssite_module._SmallBufferSSLProtocol):
+    """The site's TLS protocol, counting how many exist at once (made, not yet freed)."""
+
+    alive = 0
+    most = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cls = _CountedSSLProtocol
+        cls.alive += 1
+        cls.most = max(cls.most, cls.alive)
+
+    def __del__(self) -> None:
+        _CountedSSLProtocol.alive -= 1
+
+
+class TestHandshakeLimit:
+    """At most max_handshakes connections hold TLS state before their handshake is done."""
+
+    async def test_a_burst_accepted_at_once_holds_at_most_the_limit_of_tls_state(
+        self, pki: Pki, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """200 clients that sent their ClientHello but its last byte while the loop was
+        busy, all accepted in one go: no more than 4 TLS protocols exist at any moment,
+        and a scraper is served after. The connection limit's closing of the oldest
+        came a loop turn late: 3,000 such clients made 3,000 (~250 MiB) at once."""
+        need_open_files(1_000)
+        hello = _client_hello()[:-1]
+        monkeypatch.setattr(_CountedSSLProtocol, "alive", 0)
+        monkeypatch.setattr(_CountedSSLProtocol, "most", 0)
+        async with _limited_site(pki, max_connections=1024, max_handshakes=4) as runner:
+            monkeypatch.setattr(tlssite_module, "_SmallBufferSSLProtocol", _CountedSSLProtocol)
+            clients = [socket.socket() for _ in range(200)]
+            try:
+                for client in clients:  # blocking: the loop does not run meanwhile
+                    client.connect(("127.0.0.1", _port(runner)))
+                    client.sendall(hello)
+                listeners = _listeners(runner)
+                for _ in range(100):  # until every connection was accepted and settled
+                    await asyncio.sleep(0.05)
+                    if len(listeners._connections) <= 4:
+                        break
+                scraped = await _https_get(pki, _port(runner))
+            finally:
+                for client in clients:
+                    client.close()
+        assert (200, True) == (scraped, _CountedSSLProtocol.most <= 4), _CountedSSLProtocol.most
+
+    async def test_a_flood_of_unfinished_handshakes_cannot_keep_a_scraper_out(
+        self, pki: Pki
+    ) -> None:
+        """With both places taken by clients that never finish their handshake, a third
+        client and then a scraper each close the one in its handshake longest: the
+        scraper is served, the first client closed, and it is said once."""
+        hello = _client_hello()[:-1]
+        async with _limited_site(pki, max_connections=1024, max_handshakes=2) as runner:
+            port = _port(runner)
+            with capture_logs() as logs:
+                stalled = []
+                for count in (1, 2, 3):
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.write(hello)
+                    stalled.append((reader, writer))
+                    await _until_held(runner, count)
+                try:
+                    async with asyncio.timeout(5):
+                        first = await stalled[0][0].read()
+                    scraped = await _https_get(pki, port)
+                finally:
+                    for _, writer in stalled:
+                        writer.close()
+        full = [(e["log_level"], e["limit"]) for e in logs if e["event"] == "tls_handshakes_full"]
+        assert (b"", 200, [("warning", 2)]) == (first, scraped, full)
 
 
 class TestReadBuffer:
