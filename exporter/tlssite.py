@@ -41,6 +41,7 @@ from exporter.config import ConfigError, join_host_port
 from exporter.outage import Throttle
 from exporter.web import (
     CLIENT_ERROR_LOG_INTERVAL_S,
+    KEEPALIVE_TIMEOUT_S,
     LINGERING_TIME_S,
     HeldConnection,
     HoldsConnections,
@@ -50,6 +51,7 @@ from exporter.web import (
 __all__ = [
     "BACKLOG",
     "FIRST_BYTE_TIMEOUT_S",
+    "HANDSHAKE_TIMEOUT_S",
     "MAX_HANDSHAKES",
     "TLS_READ_BYTES",
     "TlsSite",
@@ -60,10 +62,12 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 # A TLS client sends its ClientHello as soon as it connects; one that has sent nothing
-# by then is closed, as an unfinished handshake was (asyncio's 60 s default is for all of
-# the handshake, which keeps its own timeout once the first byte came).
+# by then is closed. Its handshake must be done within HANDSHAKE_TIMEOUT_S of its
+# accept, as Go's server gives it ReadHeaderTimeout (net/http tlsHandshakeTimeout), and
+# as a plain connection has to send its head: asyncio's 60 s, counted from the first
+# byte, kept each unfinished handshake's TLS state three times as long.
 FIRST_BYTE_TIMEOUT_S = 10.0
-HANDSHAKE_TIMEOUT_S = 60.0
+HANDSHAKE_TIMEOUT_S = KEEPALIVE_TIMEOUT_S
 TLS_READ_BYTES = 16 * 1024  # a TLS record's data at most (RFC 8446 5.1)
 # Connections past their first byte and in their TLS handshake at once. Each holds
 # asyncio's TLS protocol and OpenSSL's handshake state until its handshake ends: ~65 KiB
@@ -118,7 +122,13 @@ def make_site(
 class TlsSite(web.BaseSite):
     """An HTTPS site on ``host`` (None: every address of both families) and ``port``."""
 
-    __slots__ = ("_first_byte_timeout_s", "_host", "_max_handshakes", "_port")
+    __slots__ = (
+        "_first_byte_timeout_s",
+        "_handshake_timeout_s",
+        "_host",
+        "_max_handshakes",
+        "_port",
+    )
 
     def __init__(
         self,
@@ -128,12 +138,14 @@ class TlsSite(web.BaseSite):
         *,
         ssl_context: ssl.SSLContext,
         first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         max_handshakes: int = MAX_HANDSHAKES,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=BACKLOG)
         self._host = host
         self._port = port
         self._first_byte_timeout_s = first_byte_timeout_s
+        self._handshake_timeout_s = handshake_timeout_s
         self._max_handshakes = max_handshakes
 
     @property
@@ -164,6 +176,7 @@ class TlsSite(web.BaseSite):
                 protocol_factory=server,
                 ssl_context=self._ssl_context,
                 first_byte_timeout_s=self._first_byte_timeout_s,
+                handshake_timeout_s=self._handshake_timeout_s,
                 handshakes=_Handshakes(self._max_handshakes),
             ),
         )
@@ -216,6 +229,7 @@ class _Handover:
         protocol_factory: Callable[[], asyncio.BaseProtocol],
         ssl_context: ssl.SSLContext,
         first_byte_timeout_s: float,
+        handshake_timeout_s: float,
         handshakes: _Handshakes,
     ) -> None:
         self._loop = loop
@@ -224,6 +238,7 @@ class _Handover:
         self._limit = protocol_factory if isinstance(protocol_factory, HoldsConnections) else None
         self._ssl_context = ssl_context
         self._first_byte_timeout_s = first_byte_timeout_s
+        self._handshake_timeout_s = handshake_timeout_s
         self._plain_http = Throttle(
             "http_request_on_https_port", interval_s=CLIENT_ERROR_LOG_INTERVAL_S
         )
@@ -248,6 +263,7 @@ class _Handover:
 
     async def _serve(self, conn: socket.socket, held: HeldConnection | None) -> bool:
         """True once a TLS transport owns the connection."""
+        deadline = self._loop.time() + self._handshake_timeout_s
         try:
             # asyncio.timeout, not wait_for: on Python 3.11, wait_for returns the peek's
             # result when it came in the same turn as a cancel, and the cancel (the
@@ -265,7 +281,7 @@ class _Handover:
         task = asyncio.current_task()
         assert task is not None
         try:
-            async with self._handshakes.place(task.cancel):
+            async with asyncio.timeout_at(deadline), self._handshakes.place(task.cancel):
                 app_protocol = self._protocol_factory()
                 if held is not None and self._limit is not None:
                     self._limit.handing_over(held, app_protocol)
@@ -287,6 +303,7 @@ class _Handover:
             handshake,
             server_side=True,
             # typeshed says int; asyncio takes any positive number of seconds.
+            # Never reached first: the deadline from the accept ends the handshake.
             ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,  # type: ignore[arg-type]
         )
         transport, _ = await self._loop.connect_accepted_socket(lambda: tls, conn)
