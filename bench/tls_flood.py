@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SETTLE_S = 1.0  # RSS within 1 MiB for this long: the burst taken in, or let go
+SETTLE_S = 3.0  # RSS within 1 MiB for this long: the burst taken in, or let go
 
 
 @dataclass(frozen=True, slots=True)

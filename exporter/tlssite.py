@@ -38,6 +38,7 @@ import structlog
 from aiohttp import web
 
 from exporter.config import ConfigError, join_host_port
+from exporter.memory import trim
 from exporter.outage import Throttle
 from exporter.web import (
     CLIENT_ERROR_LOG_INTERVAL_S,
@@ -77,6 +78,13 @@ TLS_READ_BYTES = 16 * 1024  # a TLS record's data at most (RFC 8446 5.1)
 # past the DaemonSet's limit). A handshake takes a round trip or two: a node's few
 # scrapers never come near this many at once.
 MAX_HANDSHAKES = 128
+# Once this many were in their handshake at once (~3 MiB of TLS state), the heap is
+# trimmed (glibc malloc_trim, in a thread) when none has been for TRIM_DELAY_S: glibc
+# kept what a burst's handshakes freed resident (11 MiB after 128 of them), and the
+# connections still queued when a flood's clients leave each go through a handshake of
+# their own, one at a time. A node's scrapers, a few handshakes at once, cause none.
+TRIM_AFTER_HANDSHAKES = 32
+TRIM_DELAY_S = 1.0
 _HTTP_METHOD_FIRST = frozenset(range(ord("A"), ord("Z") + 1))
 # asyncio's own server waits this long when accept() fails for want of descriptors;
 # after another error, a moment, so that one that repeats cannot spin the loop.
@@ -366,6 +374,8 @@ class _Handshakes:
         # closed is taken out at once, though its place is free only when it has ended.
         self._counted: dict[object, Callable[[], object]] = {}
         self._full = Throttle("tls_handshakes_full", interval_s=CLIENT_ERROR_LOG_INTERVAL_S)
+        self._most = 0  # counted at once, at most, since the heap was last trimmed
+        self._trim_due: asyncio.TimerHandle | None = None
 
     @contextlib.asynccontextmanager
     async def place(self, close: Callable[[], object]) -> AsyncIterator[None]:
@@ -379,11 +389,24 @@ class _Handshakes:
             self._counted.pop(oldest)()
         token = object()
         self._counted[token] = close
+        self._most = max(self._most, len(self._counted))
         try:
             async with self._places:
                 yield
         finally:
             self._counted.pop(token, None)
+            if not self._counted and self._most >= TRIM_AFTER_HANDSHAKES and not self._trim_due:
+                loop = asyncio.get_running_loop()
+                self._trim_due = loop.call_later(TRIM_DELAY_S, self._trim)
+
+    def _trim(self) -> None:
+        """Trim the heap in a thread if no handshake is under way; else the last of
+        those to end asks again."""
+        self._trim_due = None
+        if self._counted:
+            return
+        self._most = 0
+        asyncio.get_running_loop().run_in_executor(None, trim)
 
 
 class _SmallBufferSSLProtocol(sslproto.SSLProtocol):
