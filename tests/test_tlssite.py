@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import errno
 import gc
+import itertools
 import json
 import platform
 import selectors
@@ -779,7 +780,7 @@ class TestConnectionLimit:
 
     async def test_a_burst_past_the_limit_leaves_no_connection_uncounted(self, pki: Pki) -> None:
         """200 clients that sent their ClientHello but its last byte while the loop was
-        busy, all accepted in one go: those the limit closes are closed, none goes on
+        busy, accepted in quick turns: those the limit closes are closed, none goes on
         to its handshake uncounted (wait_for, on Python 3.11, lost the close when the
         first byte was read in the same turn)."""
         need_open_files(1_000)
@@ -800,6 +801,31 @@ class TestConnectionLimit:
                 for client in clients:
                     client.close()
         assert left <= 4
+
+
+async def test_a_backlog_of_connections_is_taken_a_few_a_loop_turn(pki: Pki) -> None:
+    """200 connections waiting in the backlog (made while the loop did not run) are
+    taken at most ACCEPTS_PER_TURN a loop turn: taken in one turn, the 3,000 of a
+    burst each made its task before any could be closed, and what outlived them kept
+    Python's arenas resident, round after round."""
+    need_open_files(1_000)
+    hello = _client_hello()[:-1]
+    async with _limited_site(pki, max_connections=1024, max_handshakes=1024) as runner:
+        listeners = _listeners(runner)
+        clients = [socket.socket() for _ in range(200)]
+        try:
+            for client in clients:  # blocking: the loop does not run meanwhile
+                client.connect(("127.0.0.1", _port(runner)))
+                client.sendall(hello)
+            seen = [len(listeners._connections)]
+            for _ in range(100):  # one loop turn each
+                await asyncio.sleep(0)
+                seen.append(len(listeners._connections))
+        finally:
+            for client in clients:
+                client.close()
+    most_in_a_turn = max(after - before for before, after in itertools.pairwise(seen))
+    assert (200, True) == (max(seen), most_in_a_turn <= tlssite_module.ACCEPTS_PER_TURN), seen
 
 
 def _tls_clients(pki: Pki, port: int, count: int) -> list[ssl.SSLSocket]:
@@ -891,7 +917,7 @@ class TestHandshakeLimit:
         self, pki: Pki, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """200 clients that sent their ClientHello but its last byte while the loop was
-        busy, all accepted in one go: no more than 4 TLS protocols exist at any moment,
+        busy, accepted in quick turns: no more than 4 TLS protocols exist at any moment,
         and a scraper is served after. The connection limit's closing of the oldest
         came a loop turn late: 3,000 such clients made 3,000 (~250 MiB) at once."""
         need_open_files(1_000)
