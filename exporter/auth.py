@@ -17,6 +17,10 @@ One middleware answers for the whole HTTP surface, from the live web config:
   wrong passwords cannot push it out), a wrong one for a minute. So Prometheus' scrapes,
   once their credential was checked, never queue behind a flood of wrong passwords, and
   neither do the poller's threads.
+- The queue is shared fairly between client addresses: each has at most two places in
+  it and the checks are made for each address in turn, so a flood from one address
+  cannot keep out a scraper whose password is not cached yet (after a restart, or an
+  edit of the users).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import math
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
@@ -69,6 +73,11 @@ CACHE_TTL_S = 60.0
 ALLOWED_CACHE_SIZE = 64
 ALLOWED_CACHE_TTL_S = 3600.0
 MAX_QUEUED_CHECKS = 8
+# Of those, one client address's at most: a flood of distinct wrong passwords from one
+# address held all 8 and a scraper whose password was not cached yet (a restart, an
+# edit of the users) got 429 until the flood stopped. Past MAX_QUEUED_CHECKS, a client
+# with fewer checks takes the newest waiting place of the client with the most.
+MAX_CHECKS_PER_CLIENT = 2
 OVERLOAD_LOG_INTERVAL_S = 10.0  # a flood is one log line per interval, not one per request
 
 
@@ -95,7 +104,7 @@ class PasswordChecker:
     ) -> None:
         self._worker = _DaemonWorker("bcrypt")
         self._max_queued = max_queued
-        self._queued = 0
+        self._turns = _Turns(max_per_client=MAX_CHECKS_PER_CLIENT)
         self._denied = _ExpiringSet(size=cache_size, ttl_s=CACHE_TTL_S)
         self._allowed = _ExpiringSet(size=ALLOWED_CACHE_SIZE, ttl_s=ALLOWED_CACHE_TTL_S)
         self._clock = clock
@@ -123,7 +132,11 @@ class PasswordChecker:
             return False
         return ok and hashed is not None
 
-    async def check(self, users: Mapping[str, bytes], user: str, password: bytes) -> Verdict:
+    async def check(
+        self, users: Mapping[str, bytes], user: str, password: bytes, *, client: str = ""
+    ) -> Verdict:
+        """``client``: the address the request came from, whose checks take their turn
+        with other addresses'."""
         hashed = users.get(user)
         if len(password) > MAX_PASSWORD_BYTES:
             return Verdict.DENIED
@@ -133,18 +146,89 @@ class PasswordChecker:
             return Verdict.ALLOWED
         if self._denied.holds(key, now, renew=False):
             return Verdict.DENIED
-        if self._queued >= self._max_queued:
+        turn = self._turns.join(client, max_checks=self._max_queued)
+        if turn is None:
             return Verdict.BUSY
         costs = [bcrypt_cost(h.decode()) or DEFAULT_COST for h in users.values()]
-        self._queued += 1
         try:
+            if not await turn:
+                return Verdict.BUSY  # a client with fewer checks took the place
             ok = await self._worker.run(
                 self._verify, password, hashed, max(costs, default=DEFAULT_COST)
             )
         finally:
-            self._queued -= 1
+            self._turns.leave(client, turn)
         (self._allowed if ok else self._denied).add(key, now)
         return Verdict.ALLOWED if ok else Verdict.DENIED
+
+
+class _Turns:
+    """Whose bcrypt check runs next: one at a time, each client address in turn. A
+    client holds at most ``max_per_client`` places (waiting or running); where all
+    ``max_checks`` are taken, a client with fewer takes the newest waiting place of the
+    client with the most, else it is refused."""
+
+    def __init__(self, *, max_per_client: int) -> None:
+        self._max_per_client = max_per_client
+        # Waiting checks by client, the next client to run one first.
+        self._waiting: OrderedDict[str, deque[asyncio.Future[bool]]] = OrderedDict()
+        self._running: str | None = None
+
+    def _held(self, client: str) -> int:
+        return len(self._waiting.get(client, ())) + (self._running == client)
+
+    def join(self, client: str, *, max_checks: int) -> asyncio.Future[bool] | None:
+        """A place: True once it is this check's turn, False if a client with fewer
+        checks took the place first; None where there is none."""
+        held = self._held(client)
+        if held >= self._max_per_client:
+            return None
+        taken = sum(map(len, self._waiting.values())) + (self._running is not None)
+        if taken >= max_checks and not self._give_place(held):
+            return None
+        turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(client, deque()).append(turn)
+        self._next()
+        return turn
+
+    def leave(self, client: str, turn: asyncio.Future[bool]) -> None:
+        """``turn``'s check is done, refused, or its request went away."""
+        if turn.done() and not turn.cancelled() and turn.result():
+            self._running = None
+        elif turn in (waiting := self._waiting.get(client, deque())):
+            waiting.remove(turn)
+            if not waiting:
+                del self._waiting[client]
+        self._next()
+
+    def _give_place(self, held: int) -> bool:
+        """Refuse the newest waiting check of the client with the most, if that is more
+        than ``held``: True when a place was freed."""
+        if not self._waiting:
+            return False
+        most = max(self._waiting, key=self._held)
+        if self._held(most) <= held:
+            return False
+        waiting = self._waiting[most]
+        turn = waiting.pop()
+        if not waiting:
+            del self._waiting[most]
+        if not turn.done():  # else its request went away already
+            turn.set_result(False)
+        return True
+
+    def _next(self) -> None:
+        while self._running is None and self._waiting:
+            client, waiting = next(iter(self._waiting.items()))
+            turn = waiting.popleft()
+            if waiting:
+                self._waiting.move_to_end(client)  # the other clients first
+            else:
+                del self._waiting[client]
+            if turn.done():
+                continue  # its request went away
+            self._running = client
+            turn.set_result(True)
 
 
 class _DaemonWorker:
@@ -308,7 +392,7 @@ def access_middleware(
             credentials = parse_basic_auth(request.headers.get("Authorization", ""))
             if credentials is None:
                 return _unauthorized("authentication required")
-            verdict = await checker.check(users, *credentials)
+            verdict = await checker.check(users, *credentials, client=request.remote or "")
             if verdict is Verdict.BUSY:
                 overloaded.warning(path=request.path)
                 return _refusal(429, "too many password checks at once", **{"Retry-After": "1"})

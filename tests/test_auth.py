@@ -447,10 +447,125 @@ class TestChecker:
             release.set()
             checker.close()
 
+    async def test_a_flood_from_one_address_leaves_a_scraper_its_turn(self) -> None:
+        """20 distinct wrong passwords from one address, the first check still running:
+        that address holds 2 places (18 refused), and a scraper from another address,
+        its right password not cached yet, is checked after at most one of the flood's
+        waiting checks. The flood held all 8 places, and the scraper got 429."""
+        checker, release = _blocking_checker()
+        users = {"prometheus": _hash(b"right").encode()}
+        try:
+            flood = [
+                asyncio.create_task(
+                    checker.check(users, "prometheus", f"w{n}".encode(), client="10.0.0.66")
+                )
+                for n in range(20)
+            ]
+            await asyncio.sleep(0)  # each has its place, or its refusal
+            scraper = asyncio.create_task(
+                checker.check(users, "prometheus", b"right", client="10.0.0.7")
+            )
+            await asyncio.sleep(0)
+            release.set()
+            verdicts = await asyncio.gather(*flood)
+            allowed = await asyncio.wait_for(scraper, 30)  # a bound, not a timing
+        finally:
+            release.set()
+            checker.close()
+        refused = verdicts.count(Verdict.BUSY)
+        assert (Verdict.ALLOWED, 18, 2) == (allowed, refused, verdicts.count(Verdict.DENIED))
+
+    async def test_a_new_address_takes_a_place_from_the_address_with_most(self) -> None:
+        """All 8 places held by four addresses, two each: a fifth address takes the
+        newest waiting place of one of them, whose request gets 429; a sixth, with the
+        others at two and it at none, takes another; each holds at most two."""
+        checker, release = _blocking_checker()
+        users = {"prometheus": _hash(b"right").encode()}
+        try:
+            held = {
+                (client, n): asyncio.create_task(
+                    checker.check(users, "prometheus", f"w{n}".encode(), client=client)
+                )
+                for client in ("a", "b", "c", "d")
+                for n in range(2)
+            }
+            await asyncio.sleep(0)
+            newcomers = [
+                asyncio.create_task(checker.check(users, "prometheus", b"right", client=c))
+                for c in ("e", "f")
+            ]
+            await asyncio.sleep(0)
+            release.set()
+            verdicts = {key: await task for key, task in held.items()}
+            allowed = [await asyncio.wait_for(task, 30) for task in newcomers]
+        finally:
+            release.set()
+            checker.close()
+        refused = sorted(key for key, verdict in verdicts.items() if verdict is Verdict.BUSY)
+        assert ([Verdict.ALLOWED] * 2, 2) == (allowed, len(refused))
+        assert all(n == 1 for _, n in refused), refused  # a newest waiting one each
+
     def test_parse_basic_auth(self) -> None:
         """User name and raw password bytes; None for anything that is not Basic."""
         assert ("a", b"b:c") == parse_basic_auth(basic("a", "b:c")["Authorization"])
         assert parse_basic_auth("Digest x") is None
+
+
+def _blocking_checker() -> tuple[PasswordChecker, threading.Event]:
+    """A checker whose bcrypt waits for the event (right: the password "right"), so
+    that the checks let in stay in line until a test lets them go."""
+    checker = PasswordChecker()
+    release = threading.Event()
+
+    def verify(password: bytes, hashed: bytes | None, cost: int) -> bool:
+        release.wait()
+        return password == b"right"
+
+    checker._verify = verify  # type: ignore[method-assign]
+    return checker, release
+
+
+async def test_a_scraper_from_its_own_address_is_served_through_a_flood(
+    tmp_path: Path,
+) -> None:
+    """Over HTTP: 30 wrong passwords at once from 127.0.0.1 while bcrypt is held up,
+    then Prometheus from 127.0.0.2 with its right password, not cached yet: 200 once
+    bcrypt goes on, the flood 401 or 429. It got 429: the flood held every place."""
+    live = _users_file(tmp_path, {"prometheus": _hash(b"right")})
+    checker, release = _blocking_checker()
+    try:
+        async with (
+            served(live, checker=checker) as server,
+            aiohttp.ClientSession() as flood_session,
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+            ) as scraper_session,
+        ):
+            url = server.url("/metrics")
+
+            async def get(session: aiohttp.ClientSession, password: str) -> int:
+                headers = basic("prometheus", password)
+                async with session.get(url, headers=headers) as response:
+                    await response.read()
+                    return response.status
+
+            flood = [asyncio.create_task(get(flood_session, f"w{n}")) for n in range(30)]
+            for _ in range(100):  # until the flood has its places (a bound, not a timing)
+                if len(checker._turns._waiting.get("127.0.0.1", ())) >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            scrape = asyncio.create_task(get(scraper_session, "right"))
+            for _ in range(100):  # until the scrape has its place, or its answer
+                if scrape.done() or "127.0.0.2" in checker._turns._waiting:
+                    break
+                await asyncio.sleep(0.05)
+            release.set()
+            statuses = await asyncio.gather(*flood)
+            scraped = await scrape
+    finally:
+        release.set()
+        checker.close()
+    assert (200, {401, 429}) == (scraped, set(statuses))
 
 
 async def test_wrong_password_flood_does_not_stop_polling(tmp_path: Path) -> None:
