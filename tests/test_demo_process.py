@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -155,3 +156,43 @@ def test_demo_shows_pods_with_owner_labels(demo_url: str) -> None:
     status, body = _get(f"{demo_url}/debug/allocations?pod=trainer-0")
     containers = {c["name"]: c for c in json.loads(body)["pods"][0]["containers"]}
     assert containers["trainer"]["devices"][0]["telemetry"]["figures"]
+
+
+def _problems(output: bytes) -> list[str]:
+    """Lines that are no JSON event, or an event at error level or above."""
+    found = []
+    for line in output.decode(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            found.append(line)
+            continue
+        if not isinstance(event, dict) or event.get("level") in ("error", "critical"):
+            found.append(line)
+    return found
+
+
+def test_a_stop_during_a_poll_logs_no_error() -> None:
+    """SIGTERM as the first poll runs (it starts as "listening" is logged, and the
+    first poll that ends logs allocations_loaded): exit 0, and not one ERROR line nor
+    traceback, the simulated kubelet's calls cut short included."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--demo", "--web.listen-address", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        head = []
+        for line in process.stdout:  # EOF: it exited early, which the asserts show
+            head.append(line)
+            if json.loads(line).get("event") == "listening":
+                process.send_signal(signal.SIGTERM)
+                break
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = b"".join(head) + rest
+    assert (0, []) == (process.returncode, _problems(output)), output.decode()[-3000:]

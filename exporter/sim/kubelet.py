@@ -93,6 +93,11 @@ _PADDING_RESOURCE = "sim.example.com/padding"
 _PADDING_ID_BYTES = 200
 _PADDING_IDS_PER_POD = 500
 
+# grpc.aio runs each call a server accepted in a task of this coroutine (its
+# server.pyx.pxi); how long stop() waits for another server's to end.
+_GRPC_CALL_COROUTINE = "_schedule_rpc_coro"
+CALLS_END_TIMEOUT_S = 1.0
+
 _Reply = TypeVar("_Reply")
 _Item = TypeVar("_Item")
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -219,6 +224,7 @@ class SimKubelet:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(None)
+            await _calls_ended()
         _unlink(self.socket_path)
 
     async def restart(self) -> None:
@@ -423,6 +429,21 @@ def _add_service(
 async def _abort(context: _Context, code: grpc.StatusCode, details: str) -> NoReturn:
     await context.abort(code, details)  # raises, ending the call with this status
     raise AssertionError("unreachable: context.abort() raises")
+
+
+async def _calls_ended() -> None:
+    """Wait for grpc.aio's tasks of the calls an ended server had in flight. stop()
+    returns before they end, and one still pending when the event loop closes is
+    cancelled there, which gRPC logs as an ERROR with a traceback ("Exception not
+    handled by _handle_exceptions"): ``--demo`` stopped during a poll printed one. They
+    end within milliseconds; the bound is for another server's calls, which stay."""
+    calls = [
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", None) == _GRPC_CALL_COROUTINE
+    ]
+    if calls:
+        await asyncio.wait(calls, timeout=CALLS_END_TIMEOUT_S)
 
 
 def _unlink(path: str) -> None:

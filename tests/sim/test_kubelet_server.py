@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -402,6 +403,36 @@ class TestLifecycle:
         await asyncio.sleep(0.05)
         await sim.stop()
         assert (await status_of(call))[0] in {"UNAVAILABLE", "CANCELLED"}
+
+    def test_a_loop_ending_as_stop_returns_logs_no_error(
+        self, socket_path: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A call in flight is over when stop() returns: gRPC's task for it, left to the
+        end of asyncio.run(), was cancelled there and logged as an ERROR with a traceback
+        ("Exception not handled by _handle_exceptions"), as --demo stopped mid-poll did."""
+
+        async def stop_during_a_call() -> None:
+            sim = SimKubelet(socket_path=socket_path)
+            await sim.start()
+            sim.hang = True
+            arrived = asyncio.Event()
+            admit = sim.admit
+
+            async def admit_noted(method: str, context: Any) -> None:
+                arrived.set()
+                await admit(method, context)  # held there: hang
+
+            sim.admit = admit_noted  # type: ignore[method-assign]
+            channel = grpc.aio.insecure_channel(f"unix://{socket_path}")
+            call = asyncio.ensure_future(list_v1(v1_grpc.PodResourcesListerStub(channel)))
+            await arrived.wait()
+            await sim.stop()
+            call.cancel()  # the loop ends now, as the exporter's does after its last stop
+
+        asyncio.run(stop_during_a_call())
+
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert ([], "") == (errors, capsys.readouterr().err)
 
     async def test_restart_serves_again(self, sim: SimKubelet, socket_path: str) -> None:
         """After restart() a new connection on the same path is served."""
