@@ -404,6 +404,24 @@ class TestChecker:
             checker.close()
         assert [Verdict.ALLOWED] * 3 + [Verdict.BUSY] == seen
 
+    async def test_a_wrong_credential_checked_again_is_kept_anew(self) -> None:
+        """Tried again after its minute, a wrong credential is checked once more and kept
+        a minute from then, as the newest entry: a client repeating one wrong password
+        costs a bcrypt check a minute, and other wrong ones push out older entries first."""
+        now = [0.0]
+        checker = PasswordChecker(cache_size=2, clock=lambda: now[0])
+        users = {"alice": _hash(b"s3cret").encode()}
+        try:
+            for second, wrong in ((0.0, b"w1"), (50.0, b"w2"), (61.0, b"w1"), (62.0, b"w3")):
+                now[0] = second
+                assert Verdict.DENIED == await checker.check(users, "alice", wrong)
+            checker._max_queued = 0  # from here on, anything that needs bcrypt is BUSY
+            now[0] = 63.0  # w2, kept until 110, was the oldest entry when w3 came
+            seen = [await checker.check(users, "alice", wrong) for wrong in (b"w1", b"w2", b"w3")]
+        finally:
+            checker.close()
+        assert [Verdict.DENIED, Verdict.BUSY, Verdict.DENIED] == seen
+
     async def test_wrong_credentials_kept_are_bounded(self) -> None:
         """The wrong-credential cache holds cache_size entries, the oldest going first."""
         checker = PasswordChecker(cache_size=2)
