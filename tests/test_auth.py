@@ -422,6 +422,21 @@ class TestChecker:
             checker.close()
         assert [Verdict.DENIED, Verdict.BUSY, Verdict.DENIED] == seen
 
+    async def test_no_user_name_is_answered_from_another_users_cached_login(self) -> None:
+        """The cache key is length-prefixed: an unknown user named alice + her hash + the
+        start of her password, sending the rest, spells the same bytes as alice's login
+        but is not answered from its cache entry (one who read the hash is not let in)."""
+        checker = PasswordChecker()
+        hashed = _hash(b"s3cret")
+        users = {"alice": hashed.encode()}
+        try:
+            assert Verdict.ALLOWED == await checker.check(users, "alice", b"s3cret")
+            checker._max_queued = 0  # from here on, anything that needs bcrypt is BUSY
+            forged = await checker.check(users, f"alice{hashed}s3", b"cret")
+        finally:
+            checker.close()
+        assert Verdict.BUSY == forged
+
     async def test_wrong_credentials_kept_are_bounded(self) -> None:
         """The wrong-credential cache holds cache_size entries, the oldest going first."""
         checker = PasswordChecker(cache_size=2)
