@@ -86,7 +86,11 @@ _NVIDIA_DRA_MIG = re.compile(r"^gpu-([0-9]+)-mig-[a-z0-9-]+-([0-9]+)-([0-9]+)$")
 # always has letters ("1g10gb"), so no v25.12 name is all numbers.
 _NVIDIA_DRA_MIG_V25_8 = re.compile(r"^gpu-([0-9]+)-mig-([0-9]+)-([0-9]+)-[0-9]+$")
 _AMD_DRA_GPU = re.compile(r"^gpu-([0-9]+)-([0-9]+)$")
-# A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>".
+# A claim UID prefixed to the device name in a CDI device name: "<uid>-<device>". Lower
+# case only, as every real one is: the API server makes each UID with google/uuid's
+# String(), and the drivers write the claim's UID into the name as it is (NVIDIA's and
+# AMD's cdi.go: fmt.Sprintf("%s-%s", claimUID, device)); the kubelet passes CDI names on
+# unchanged.
 _CLAIM_UID_PREFIX = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
 # Interface names (IFNAMSIZ 16, no '/', no whitespace) and RDMA device names.
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
@@ -207,7 +211,7 @@ def cdi_names_device(cdi_device: str, device: str) -> bool:
     if name == device:
         return True
     prefix = name.removesuffix(device)
-    return prefix != name and _CLAIM_UID_PREFIX.fullmatch(prefix.lower()) is not None
+    return prefix != name and _CLAIM_UID_PREFIX.fullmatch(prefix) is not None
 
 
 def _prepared_matches(

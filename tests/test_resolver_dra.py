@@ -317,6 +317,8 @@ class TestCdiNames:
         ("cdi_device", "device", "expected"),
         [
             (f"{NVIDIA_CDI}-gpu-4", "gpu-4", True),
+            # No Kubernetes UID is upper case: this prefix is no claim's.
+            (f"k8s.gpu.nvidia.com/claim={NVIDIA_UID.upper()}-gpu-4", "gpu-4", False),
             (f"{NVIDIA_CDI}-gpu-14", "gpu-4", False),
             (f"{NVIDIA_CDI}-gpu-0", "0", False),  # the whole tail names the device
             (f"{NVIDIA_CDI}-{MIG_NAME}", "gpu-3", False),
