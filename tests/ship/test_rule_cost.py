@@ -40,3 +40,5 @@ def test_the_smoke_fleet_fires_one_alert_a_fault(
         "PodresourcesInfinibandLinkDegraded": "1",
         "PodresourcesInfinibandPortDown": "1",
     } == found
+    records = re.findall(r"^  ([a-z_]+:[a-z_]+:[a-z_]+) ", done.stdout, re.MULTILINE)
+    assert 3 == len(records), done.stdout

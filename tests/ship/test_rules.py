@@ -141,20 +141,47 @@ def test_recorded_series_are_made_before_they_are_read() -> None:
     assert (True, []) == (bool(recorded), misplaced)
 
 
-def _looked_back(expr: str) -> list[str]:
-    """The parts of ``expr`` evaluated at past times: each subquery's expression
-    (``(...)[10m:1m]``) and each range selector's series (``name{...}[5m]``)."""
-    parts = []
-    for match in re.finditer(r"\)\[[^\]]*:[^\]]*\]", expr):
+def _subqueries(expr: str) -> list[tuple[str, str, str]]:
+    """Each subquery of ``expr`` (``(...)[10m:1m]``): its expression, range and step."""
+    found = []
+    for match in re.finditer(r"\)\[([^\]:]*):([^\]]*)\]", expr):
         depth, i = 0, match.start()
         while i >= 0:
             depth += {")": 1, "(": -1}.get(expr[i], 0)
             if depth == 0:
                 break
             i -= 1
-        parts.append(expr[i : match.start() + 1])
-    parts += re.findall(r"([\w:]+)(?:\{[^}]*\})?\[[0-9]+[smhdwy]\]", expr)
+        found.append((expr[i : match.start() + 1], match.group(1), match.group(2)))
+    return found
+
+
+def _looked_back(expr: str, *, memories: set[str]) -> list[str]:
+    """The parts of ``expr`` evaluated at past times: each subquery's expression
+    (``(...)[10m:1m]``) and each range selector's series (``name{...}[5m]``), but for
+    a day's memory of a device's record, one of ``memories``
+    (``max_over_time(device:...:max[1d])``)."""
+    parts = [text for text, _, _ in _subqueries(expr)]
+    for match in re.finditer(r"([\w:]+)(?:\{[^}]*\})?\[[0-9]+[smhdwy]\]", expr):
+        memory = re.search(r"max_over_time\(\s*$", expr[: match.start()])
+        if not (memory and match[1] in memories):
+            parts.append(match[1])
     return parts
+
+
+_OWNER_LABELS = ("namespace", "pod", "container")
+
+
+def _memory_records() -> set[str]:
+    """The records that remember a device's value: a max by labels that name the device,
+    never its holder, so that a change of holders is no new series and leaves the
+    memory whole."""
+    memory = set()
+    for group in _groups():
+        for rule in group["rules"]:
+            by = re.match(r"\s*max by \(([^)]*)\)", rule.get("expr", ""))
+            if "record" in rule and by and not set(_OWNER_LABELS) & set(re.split(r",\s*", by[1])):
+                memory.add(rule["record"])
+    return memory
 
 
 # Each label_replace that reads device_id: (destination, replacement, regex). A cut is one
@@ -168,15 +195,20 @@ def test_no_recorded_series_is_read_back_in_time() -> None:
     """A recorded series exists from its rule's first evaluation on, and at a past step
     is up to one evaluation old: a subquery or range over it would lose an increase
     at a rollout of the rules or a GPU's change of hands. Those alerts write the join
-    out, the same as the recording rule's."""
+    out, the same as the recording rule's. The one exception is a day's memory of a
+    device's value, `max_over_time` of a record by the device, never its holders: a
+    change of hands leaves it whole, and a rollout starts it (docs/operations.md says
+    so)."""
     recorded = [
         rule["record"] for group in _groups() for rule in group["rules"] if "record" in rule
     ]
+    memories = _memory_records()
+    assert set(recorded) > memories
     back = [
         f"{rule.get('alert') or rule['record']} reads {name} back in time"
         for group in _groups()
         for rule in group["rules"]
-        for part in _looked_back(rule["expr"])
+        for part in _looked_back(rule["expr"], memories=memories)
         for name in recorded
         if _reads(part, name)
     ]
@@ -201,6 +233,34 @@ def test_no_recorded_series_is_read_back_in_time() -> None:
     forms = {(replacement, regex) for _, replacement, regex in cuts}
     assert (copies, 1) == (len(cuts), len(forms)), forms
     assert {into for into, _, _ in cuts} <= {"physical_id", "device_id"}
+
+
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+MAX_SUBQUERY_STEPS = 10
+
+
+def _seconds(duration: str) -> int:
+    parts = re.findall(r"([0-9]+)([smhdwy])", duration)
+    assert "".join(n + unit for n, unit in parts) == duration, duration
+    return sum(int(n) * _SECONDS[unit] for n, unit in parts)
+
+
+def test_subqueries_take_few_steps() -> None:
+    """A subquery evaluates its expression over every series it selects at each of its
+    steps, every evaluation: a day at 5-minute steps is 288 times, over every holder's
+    series of every device (docs/benchmarks.md, "Rules that remember a day"). A longer
+    memory reads a recording rule with max_over_time, in expressions and in the
+    annotations' queries alike."""
+    steps = {
+        f"{rule.get('alert') or rule['record']}: [{window}:{step}]": _seconds(window)
+        // _seconds(step or "1m")
+        for group in _groups()
+        for rule in group["rules"]
+        for text in (rule["expr"], *rule.get("annotations", {}).values())
+        for _, window, step in _subqueries(text)
+    }
+    assert steps
+    assert {} == {where: n for where, n in steps.items() if n > MAX_SUBQUERY_STEPS}
 
 
 def _cut_forms() -> list[tuple[str, str]]:
