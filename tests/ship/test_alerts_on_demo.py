@@ -57,7 +57,7 @@ TARGET = {"job": "podresources-exporter", "instance": NODE, "node": NODE}
 POLL_S = 10  # --poll.interval's default
 SCRAPE_S = 30  # the ServiceMonitor's interval
 SCRAPES = 12  # pages captured: 6 minutes of the demo
-EVALUATION_S = 60  # Prometheus' default evaluation_interval, as in alerts/tests
+EVALUATION_S = 60  # Prometheus' default evaluation_interval, as in alerts/tests (but *.day.yml)
 # The first check: the events (alerts without `for:`) of the demo's first minutes, while
 # no `for:` (5 minutes the shortest) can have been met yet. The second: every `for:`
 # (2 hours the longest) met, the events long over.

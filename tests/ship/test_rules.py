@@ -59,8 +59,11 @@ def _alerts() -> list[dict[str, Any]]:
     return [rule for group in _groups() for rule in group["rules"] if "alert" in rule]
 
 
-def _unit_test_file(group_name: str) -> Path:
-    return UNIT_TESTS / f"{group_name.removeprefix(GROUP_PREFIX)}.yml"
+def _unit_test_files(group_name: str) -> list[Path]:
+    """The group's unit tests: <group>.yml, and <group>.<part>.yml for cases that need an
+    evaluation_interval of their own (hardware.day.yml: a day, at 5-minute steps)."""
+    short = group_name.removeprefix(GROUP_PREFIX)
+    return [UNIT_TESTS / f"{short}.yml", *sorted(UNIT_TESTS.glob(f"{short}.*.yml"))]
 
 
 def test_promtool_checks_rules(promtool: str) -> None:
@@ -85,29 +88,54 @@ def test_promtool_unit_tests_pass(promtool: str) -> None:
 
 
 def test_one_unit_test_file_per_group() -> None:
-    """Each rule group has its own alerts/tests/<group>.yml and there are no strays."""
-    expected = {_unit_test_file(group["name"]).name for group in _groups()}
+    """Each rule group has its own alerts/tests/<group>.yml, maybe <group>.<part>.yml
+    files beside it, and there are no strays."""
+    expected = {path.name for group in _groups() for path in _unit_test_files(group["name"])}
     assert all(group["name"].startswith(GROUP_PREFIX) for group in _groups())
     assert expected == {path.name for path in UNIT_TESTS.glob("*.yml")}
 
 
 def test_every_alert_fires_and_stays_silent_in_its_group_file() -> None:
-    """Each alert has a case where it fires and one where it must not, in its group's file."""
+    """Each alert has a case where it fires and one where it must not, in its group's files."""
     for group in _groups():
-        path = _unit_test_file(group["name"])
+        paths = _unit_test_files(group["name"])
         checks = [
-            check for case in _load(path)["tests"] for check in case.get("alert_rule_test", [])
+            check
+            for path in paths
+            for case in _load(path)["tests"]
+            for check in case.get("alert_rule_test", [])
         ]
         for rule in (rule for rule in group["rules"] if "alert" in rule):
             name = rule["alert"]
             mine = [check for check in checks if check["alertname"] == name]
-            assert any(check.get("exp_alerts") for check in mine), f"{name} never fires in {path}"
+            assert any(check.get("exp_alerts") for check in mine), f"{name} never fires in {paths}"
             assert any(not check.get("exp_alerts") for check in mine), (
-                f"{name} has no silent case in {path}"
+                f"{name} has no silent case in {paths}"
             )
         tested = {check["alertname"] for check in checks}
         alerts = {rule.get("alert") for rule in group["rules"]}
-        assert tested <= alerts, f"{path} tests other groups"
+        assert tested <= alerts, f"{paths} test other groups"
+
+
+MAX_STEPS_A_CASE = 360
+
+
+def test_unit_test_cases_take_few_steps() -> None:
+    """promtool evaluates every rule of the group, and the annotations of every alert
+    pending or firing, at each evaluation_interval up to a case's last eval_time: ~10 ms
+    of CPU a step of the hardware group here, 15 s for a day at 1 minute. Cases about a
+    day go to a <group>.<part>.yml evaluated every 5 minutes (hardware.day.yml)."""
+    steps = {}
+    for path in sorted(UNIT_TESTS.glob("*.yml")):
+        unit = _load(path)
+        interval = _seconds(unit.get("evaluation_interval", "1m"))
+        for case in unit["tests"]:
+            checks = case.get("alert_rule_test", []) + case.get("promql_expr_test", [])
+            steps[f"{path.name}: {case['name']}"] = max(
+                _seconds(check["eval_time"]) // interval for check in checks
+            )
+    assert len(steps) > 100
+    assert {} == {case: n for case, n in steps.items() if n > MAX_STEPS_A_CASE}
 
 
 def _reads(text: str, name: str) -> bool:
