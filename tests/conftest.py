@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import structlog
+from scratch import scratch_folder
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before gRPC's core starts
 
@@ -32,10 +31,10 @@ def _quiet_structlog() -> None:
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
-    """A temporary folder with a short path: unix socket paths end at 108 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="prx"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    """A temporary folder with a short path (unix socket paths end at 108 bytes), in
+    memory where the machine has room (scratch.py)."""
+    with scratch_folder("prx") as path:
+        yield path
 
 
 @pytest.fixture

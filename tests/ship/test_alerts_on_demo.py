@@ -36,6 +36,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from manualclock import ManualClock
 from prometheus_client.parser import text_string_to_metric_families
+from scratch import scratch_folder
 
 from exporter.app import Exporter, collector_context, demo_collectors
 from exporter.cli import parse_config
@@ -229,8 +230,13 @@ async def _capture(*, restart_after: int | None = None) -> list[str | None]:
     ``restart_after``, the exporter is replaced after that many scrapes (a rollout, an
     OOM kill): the next scrape fails (None), the node going on meanwhile, and the new
     process polls from the one after."""
+    with scratch_folder("prx-sim-") as root:
+        return await _capture_on(root, restart_after=restart_after)
+
+
+async def _capture_on(root: Path, *, restart_after: int | None) -> list[str | None]:
     clock = ManualClock(POLL_S / 2)
-    node = SimulatedNode(DemoScenario.create())
+    node = SimulatedNode(DemoScenario.create(), root=root)
     await node.start()
     sources = None
     if restart_after is not None:
