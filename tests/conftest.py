@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import structlog
-from scratch import scratch_folder
+from scratch import memory_parent, scratch_folder
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before gRPC's core starts
 
@@ -35,6 +36,18 @@ def short_tmp() -> Iterator[Path]:
     memory where the machine has room (scratch.py)."""
     with scratch_folder("prx") as path:
         yield path
+
+
+@pytest.fixture
+def tempfile_in_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """tempfile's new folders in memory where the machine has room (scratch.py): where
+    an in-process --demo node, or one made without a root, lays out its tree."""
+    tmp_path_factory.getbasetemp()  # tmp_path's base stays where it is, on disk
+    parent = memory_parent()
+    if parent is not None:
+        monkeypatch.setattr(tempfile, "tempdir", parent)
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-__all__ = ["memory_parent", "scratch_folder"]
+__all__ = ["demo_environ", "memory_parent", "scratch_folder"]
 
 MEMORY_FS = "/dev/shm"
 # A container's /dev/shm can be as small as 64 MiB (Docker's default): a node's tree
@@ -45,3 +45,10 @@ def scratch_folder(prefix: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def demo_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a ``--demo`` process, whose node makes its own temporary root:
+    TMPDIR in memory where there is room."""
+    parent = memory_parent()
+    return {**environ, "TMPDIR": parent} if parent is not None else dict(environ)

@@ -601,6 +601,7 @@ async def test_a_scraper_from_its_own_address_is_served_through_a_flood(
     assert (200, {401, 429}) == (scraped, set(statuses))
 
 
+@pytest.mark.usefixtures("tempfile_in_memory")  # serve() runs --demo: its node's tree
 async def test_wrong_password_flood_does_not_stop_polling(tmp_path: Path) -> None:
     """64 clients sending wrong passwords (each new, so never cached) to the real exporter:
     polls keep completing (the pod stays ready: /readyz wants a snapshot younger than three

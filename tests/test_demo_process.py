@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -13,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from scratch import demo_environ
 from test_metricwriter import promtool_problems
 
 PROMTOOL = shutil.which("promtool")
@@ -52,6 +54,7 @@ def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=demo_environ(os.environ),
         )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -28,6 +28,8 @@ from exporter.cli import parse_config
 from exporter.config import ConfigError
 
 IPV6 = pytest.mark.skipif(not has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+# serve() runs --demo here, whose node lays out its tree where tempfile says.
+pytestmark = pytest.mark.usefixtures("tempfile_in_memory")
 
 
 @contextlib.asynccontextmanager

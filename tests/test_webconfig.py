@@ -305,6 +305,7 @@ def test_an_anchor_merged_in_and_used_again_is_no_duplicate() -> None:
         _parse("a:\n  <<: &h\n    <<: {k: 1}\n    k: 2\nb: *h\n")
 
 
+@pytest.mark.usefixtures("tempfile_in_memory")  # serve() runs --demo: its node's tree
 class TestRefusals:
     def test_a_yaml_error_does_not_quote_the_file(self) -> None:
         """PyYAML's message quotes the broken line, which here may be a password: the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import re
 import socket
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scratch import demo_environ
 
 import exporter.collectors
 from exporter.collectors.gpu_metrics import GPU_RETIRED_PAGES, GPU_RETIRED_PAGES_PENDING
@@ -490,6 +492,7 @@ def demo_prometheus(
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            env=demo_environ(os.environ),
         )
     try:
         _wait(

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
-from scratch import memory_parent
 from structlog.testing import capture_logs
 
 from exporter.model import ContainerResources
@@ -19,15 +17,7 @@ from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import CHURN_PERIOD_TICKS, DemoScenario
 
 
-@pytest.fixture(autouse=True)
-def _trees_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A node made without a root makes its own temporary one, which these tests watch
-    # go: in memory where there is room, as the conftest's nodes are (scratch.py).
-    parent = memory_parent()
-    if parent is not None:
-        monkeypatch.setattr(tempfile, "tempdir", parent)
-
-
+@pytest.mark.usefixtures("tempfile_in_memory")  # the nodes make their own roots
 class TestStop:
     async def test_a_tick_writing_at_stop_leaves_no_tree_behind(self) -> None:
         """Stopped while a tick writes the tree (in a thread the ticker's cancellation
