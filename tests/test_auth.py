@@ -454,14 +454,7 @@ class TestChecker:
     async def test_a_check_whose_request_went_away_leaves_the_worker_serving(self) -> None:
         """A check cancelled while it waits its turn (its client went away) is skipped,
         and the checks after it are still made: the one thread must not die of it."""
-        checker = PasswordChecker()
-        release = threading.Event()
-
-        def verify(password: bytes, hashed: bytes | None, cost: int) -> bool:
-            release.wait()
-            return password == b"right"
-
-        checker._verify = verify  # type: ignore[method-assign]
+        checker, release = _blocking_checker()
         users = {"alice": _hash(b"right").encode()}
         try:
             first = asyncio.create_task(checker.check(users, "alice", b"one"))

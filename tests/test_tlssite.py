@@ -694,6 +694,30 @@ async def test_a_burst_of_connections_waits_in_the_accept_queue(pki: Pki, tls: b
         await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def _stalled_handshakes(
+    runner: web.AppRunner, count: int, *, settled_at: int
+) -> AsyncIterator[None]:
+    """``count`` clients that sent their ClientHello but its last byte while the loop
+    was busy (blocking connects: the loop does not run meanwhile), held open until the
+    site has at most ``settled_at`` connections (or 5 s passed)."""
+    hello = _client_hello()[:-1]
+    clients = [socket.socket() for _ in range(count)]
+    try:
+        for client in clients:
+            client.connect(("127.0.0.1", _port(runner)))
+            client.sendall(hello)
+        listeners = _listeners(runner)
+        for _ in range(100):  # until every connection was accepted and settled
+            await asyncio.sleep(0.05)
+            if len(listeners._connections) <= settled_at:
+                break
+        yield
+    finally:
+        for client in clients:
+            client.close()
+
+
 def _client_hello() -> bytes:
     """The first flight of a real TLS client: its ClientHello record."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -784,22 +808,11 @@ class TestConnectionLimit:
         to its handshake uncounted (wait_for, on Python 3.11, lost the close when the
         first byte was read in the same turn)."""
         need_open_files(1_000)
-        hello = _client_hello()[:-1]
-        async with _limited_site(pki, max_connections=4) as runner:
-            clients = [socket.socket() for _ in range(200)]
-            try:
-                for client in clients:  # blocking: the loop does not run meanwhile
-                    client.connect(("127.0.0.1", _port(runner)))
-                    client.sendall(hello)
-                listeners = _listeners(runner)
-                for _ in range(100):  # until every connection was accepted and settled
-                    await asyncio.sleep(0.05)
-                    if len(listeners._connections) <= 4:
-                        break
-                left = len(listeners._connections)
-            finally:
-                for client in clients:
-                    client.close()
+        async with (
+            _limited_site(pki, max_connections=4) as runner,
+            _stalled_handshakes(runner, 200, settled_at=4),
+        ):
+            left = len(_listeners(runner)._connections)
         assert left <= 4
 
 
@@ -921,25 +934,12 @@ class TestHandshakeLimit:
         and a scraper is served after. The connection limit's closing of the oldest
         came a loop turn late: 3,000 such clients made 3,000 (~250 MiB) at once."""
         need_open_files(1_000)
-        hello = _client_hello()[:-1]
         monkeypatch.setattr(_CountedSSLProtocol, "alive", 0)
         monkeypatch.setattr(_CountedSSLProtocol, "most", 0)
         async with _limited_site(pki, max_connections=1024, max_handshakes=4) as runner:
             monkeypatch.setattr(tlssite_module, "_SmallBufferSSLProtocol", _CountedSSLProtocol)
-            clients = [socket.socket() for _ in range(200)]
-            try:
-                for client in clients:  # blocking: the loop does not run meanwhile
-                    client.connect(("127.0.0.1", _port(runner)))
-                    client.sendall(hello)
-                listeners = _listeners(runner)
-                for _ in range(100):  # until every connection was accepted and settled
-                    await asyncio.sleep(0.05)
-                    if len(listeners._connections) <= 4:
-                        break
+            async with _stalled_handshakes(runner, 200, settled_at=4):
                 scraped = await _https_get(pki, _port(runner))
-            finally:
-                for client in clients:
-                    client.close()
         assert (200, True) == (scraped, _CountedSSLProtocol.most <= 4), _CountedSSLProtocol.most
 
     async def test_a_flood_of_unfinished_handshakes_cannot_keep_a_scraper_out(
