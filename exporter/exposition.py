@@ -6,7 +6,10 @@ mostly changes is values, so a render keeps for the next the escaped ``name{labe
 prefixes of every sample (per telemetry series owner while its samples keep their
 families and labels, per container and CPU mode), each unchanged container's
 allocation lines, and the allocation families' bodies while every container's lines
-stay the same objects.
+stay the same objects; likewise the per-device inventory families (one series per
+device ID: thousands on a node with RDMA shared pools or GPU replicas) whole, and which
+device each telemetry series reads, while the devices and their hardware's facts stay
+the same.
 A format (text or OpenMetrics) is joined and encoded only when a scraper first asks
 for it in this snapshot, gzip likewise, and both are then kept for every later scrape.
 The ``process_*``/``python_*`` families are rendered at scrape time (at most once a
@@ -21,7 +24,7 @@ import platform
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter import __version__
@@ -42,13 +45,17 @@ from exporter.metricwriter import (
 )
 from exporter.model import (
     DEVICE_LABELS,
+    NO_HARDWARE,
     OWNER_LABELS,
     ContainerView,
+    DeviceHardware,
     DeviceReading,
+    DeviceView,
     MetricKind,
     MetricSpec,
     NodeCount,
     Owner,
+    Resolution,
     Sample,
     Snapshot,
     cpulist,
@@ -84,6 +91,33 @@ _GZIP_WBITS = 31  # zlib's gzip container: header and CRC trailer written by zli
 _ContainerLines = tuple[str, str, str, str, str]
 # A telemetry device's samples by (family, label values): what its prefixes follow from.
 _Shape = tuple[tuple[str, tuple[str, ...]], ...]
+# What the inventory families take from a device's hardware: uuid, PCI address, model,
+# vendor (its device_info labels) and the NUMA node sysfs gives its PCI function.
+_Facts = tuple[str, str, str, str, int | None]
+_NO_FACTS: _Facts = ("", "", "", "", None)
+# A telemetry series' key: its owner, resource and physical device.
+_SeriesKey = tuple[Owner, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceTables:
+    """The per-device inventory families as one render made them, and what from: the
+    facts of every resolution with any (with the snapshot's devices, kept beside in
+    ``RenderCache.devices``, and ``allocatable_known``, all they read)."""
+
+    facts: tuple[tuple[Resolution, _Facts], ...]
+    allocatable_known: bool
+    families: tuple[FamilyText, ...]
+    prefixes: PrefixCache  # their sample prefixes, for a render of changed devices
+
+
+@dataclass(frozen=True, slots=True)
+class _SeriesOwners:
+    """Which device's reading each telemetry series takes, and what that follows from
+    besides the devices: the resolutions with a reading, and whether it has samples."""
+
+    read: tuple[tuple[Resolution, bool], ...]
+    owners: tuple[tuple[_SeriesKey, Resolution], ...]
 
 
 @dataclass(slots=True)
@@ -106,6 +140,12 @@ class RenderCache:
     )
     # Escaped "name{labels} " of each sample of a telemetry series owner, by shape.
     telemetry: dict[tuple[Hashable, _Shape], tuple[str, ...]] = field(default_factory=dict)
+    # The snapshot's devices, and what was made of them and of their hardware: a node
+    # with thousands of allocatable IDs (RDMA shared pools, GPU replicas, VF pools)
+    # would otherwise look each one up and write its line again every poll.
+    devices: tuple[DeviceView, ...] = ()
+    device_tables: _DeviceTables | None = None
+    series_owners: _SeriesOwners | None = None
 
 
 # Scrapes this close together share one rendering of the live families (~0.25 ms, half
@@ -240,37 +280,66 @@ def _sample_name(spec: MetricSpec) -> str:
     return spec.name
 
 
-def _telemetry_owners(snapshot: Snapshot) -> dict[tuple[Owner, str, str], DeviceReading]:
-    """One reading per (owner, resource, physical device) that has telemetry.
+def _series_owners(
+    devices: Iterable[DeviceView], sampled: Mapping[Resolution, bool]
+) -> tuple[tuple[_SeriesKey, Resolution], ...]:
+    """The device whose reading each telemetry series takes, by (owner, resource,
+    physical device); ``sampled``: the resolutions with a reading, and whether it has
+    samples.
 
     Replicas of one GPU held by one owner collapse into one series; a physical device
     with at least one allocated replica gets no extra unallocated series.
     """
-    read = [(d, snapshot.hardware_of(d).reading) for d in snapshot.devices]
-    owned: dict[tuple[Owner, str, str], DeviceReading] = {}
+    read = [(d, sampled.get(d.resolution)) for d in devices]
+    owned: dict[_SeriesKey, Resolution] = {}
     allocated_bases = {
-        (d.resource, d.resolution.physical_id) for d, reading in read if d.owner.pod and reading
+        (d.resource, d.resolution.physical_id)
+        for d, samples in read
+        if d.owner.pod and samples is not None
     }
-    for device, reading in read:
-        if reading is None or not reading.samples:
+    for device, samples in read:
+        if not samples:
             continue
         base = device.resolution.physical_id
         if not device.owner.pod and (device.resource, base) in allocated_bases:
             continue
-        owned.setdefault((device.owner, device.resource, base), reading)
-    return owned
+        owned.setdefault((device.owner, device.resource, base), device.resolution)
+    return tuple(owned.items())
+
+
+def _telemetry_owners(
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache, same_devices: bool
+) -> dict[_SeriesKey, DeviceReading]:
+    """One reading per (owner, resource, physical device) that has telemetry. Which
+    device each series reads from is kept while the devices and the resolutions with
+    readings stay the same, so only those are looked up."""
+    hardware = snapshot.hardware
+    read = tuple(
+        [(r, bool(h.reading.samples)) for r, h in hardware.items() if h.reading is not None]
+    )
+    found = previous.series_owners
+    if found is None or not same_devices or found.read != read:
+        found = _SeriesOwners(read, _series_owners(snapshot.devices, dict(read)))
+    cache.series_owners = found
+    # Every resolution here has a reading: the check only tells mypy so.
+    return {
+        key: reading
+        for key, resolution in found.owners
+        if (reading := hardware[resolution].reading) is not None
+    }
 
 
 def _telemetry_families(
-    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache, same_devices: bool
 ) -> Iterator[FamilyText | Rows]:
     """Collector samples, per series owner and for the node. A series owner's escaped
     prefixes are kept while its samples keep their families and labels, so a render
     formats only the values."""
     bodies: dict[str, tuple[MetricSpec, list[str]]] = {}
+    owned = _telemetry_owners(snapshot, cache=cache, previous=previous, same_devices=same_devices)
     owners: list[tuple[Hashable, tuple[str, ...], tuple[str, ...], tuple[Sample, ...]]] = [
         (key, DEVICE_LABELS, (*_owner_values(key[0]), key[1], key[2]), reading.samples)
-        for key, reading in _telemetry_owners(snapshot).items()
+        for key, reading in owned.items()
     ]
     owners.append((None, (), (), snapshot.node_samples))
     for key, labels, values, samples in owners:
@@ -304,7 +373,9 @@ def _telemetry_families(
     yield errors
 
 
-def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
+def _inventory_families(
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache, same_devices: bool
+) -> Iterator[FamilyText | Rows]:
     yield _node_family(
         "podresources_node_allocatable_devices",
         "Device IDs the kubelet can allocate (each replica ID is one unit).",
@@ -342,6 +413,58 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
         snapshot.allocated_memory,
     )
 
+    yield from _device_tables(snapshot, cache=cache, previous=previous, same_devices=same_devices)
+
+
+def _facts(hardware: DeviceHardware) -> _Facts:
+    identity = hardware.reading.identity if hardware.reading else None
+    pci_address = (identity.pci_address if identity else None) or (
+        hardware.pci.address if hardware.pci else ""
+    )
+    return (
+        (identity.uuid if identity else None) or "",
+        pci_address or "",
+        (identity.model if identity else None) or "",
+        (identity.vendor if identity else None) or "",
+        hardware.pci.numa_node if hardware.pci else None,
+    )
+
+
+def _device_tables(
+    snapshot: Snapshot, *, cache: RenderCache, previous: RenderCache, same_devices: bool
+) -> tuple[FamilyText, ...]:
+    """The per-device inventory families, taken whole from the last render while the
+    devices, their hardware's facts and ``allocatable_known`` are what it had: most
+    polls change none of them, and a node may have thousands of device IDs."""
+    hardware = snapshot.hardware
+    facts = tuple(
+        [
+            (resolution, found)
+            for resolution, device_hardware in hardware.items()
+            if device_hardware is not NO_HARDWARE
+            and (found := _facts(device_hardware)) != _NO_FACTS
+        ]
+    )
+    kept = previous.device_tables
+    if (
+        kept is None
+        or not same_devices
+        or kept.allocatable_known != snapshot.allocatable_known
+        or kept.facts != facts
+    ):
+        prefixes: PrefixCache = {}
+        families = tuple(
+            write_family(rows, cache=prefixes, previous=kept.prefixes if kept else None)
+            for rows in _device_rows(snapshot, dict(facts))
+        )
+        kept = _DeviceTables(facts, snapshot.allocatable_known, families, prefixes)
+    cache.device_tables = kept
+    return kept.families
+
+
+def _device_rows(snapshot: Snapshot, facts: Mapping[Resolution, _Facts]) -> tuple[Rows, ...]:
+    """One row per device of ``snapshot``, and per resolution the ``facts`` of its
+    hardware (none where absent)."""
     device_info = gauge(
         "podresources_device_info",
         "Every device ID the kubelet knows, and every GPU NVML finds that none names "
@@ -375,24 +498,19 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
             and device.resource
         ):
             unoffered.add((device.resource, device.device_id), 1)
-        hardware = snapshot.hardware_of(device)
-        identity = hardware.reading.identity if hardware.reading else None
-        pci_address = (identity.pci_address if identity else None) or (
-            hardware.pci.address if hardware.pci else ""
-        )
+        uuid, pci_address, model, vendor, sysfs_node = facts.get(device.resolution, _NO_FACTS)
         device_info.add(
             (
                 device.resource,
                 device.device_id,
                 numa_label(device.numa_nodes),
-                (identity.uuid if identity else None) or "",
-                pci_address or "",
-                (identity.model if identity else None) or "",
-                (identity.vendor if identity else None) or "",
+                uuid,
+                pci_address,
+                model,
+                vendor,
             ),
             1,
         )
-        sysfs_node = hardware.pci.numa_node if hardware.pci else None
         if device.numa_nodes and sysfs_node is not None and sysfs_node not in device.numa_nodes:
             mismatch.add(
                 (device.resource, device.device_id, numa_label(device.numa_nodes), str(sysfs_node)),
@@ -409,10 +527,7 @@ def _inventory_families(snapshot: Snapshot) -> Iterator[Rows]:
             unresolved_devices[device.resource].add((device.claim.pool, device.device_id))
     for driver, found in sorted(unresolved_devices.items()):
         unresolved.add((driver,), len(found))
-    yield device_info
-    yield unoffered
-    yield mismatch
-    yield unresolved
+    return (device_info, unoffered, mismatch, unresolved)
 
 
 # The container families that follow from allocations alone, in page order: their
@@ -707,16 +822,19 @@ def render(
     are taken as they were.
     """
     seen = previous.cache if previous is not None else RenderCache()
-    cache = RenderCache()
+    # Identity first: a poll that only refreshed readings keeps each view, and the tuple
+    # compares them by identity too, so thousands of unchanged devices cost microseconds.
+    same_devices = seen.devices is snapshot.devices or seen.devices == snapshot.devices
+    cache = RenderCache(devices=snapshot.devices)
     families: list[FamilyText] = []
     for family in (
         *_self_families(snapshot, cache=cache, previous=seen),
-        *_inventory_families(snapshot),
+        *_inventory_families(snapshot, cache=cache, previous=seen, same_devices=same_devices),
         *_container_families(
             snapshot, cache=cache, previous=seen, same_allocations=same_allocations
         ),
         *pcie_path_families(snapshot),
-        *_telemetry_families(snapshot, cache=cache, previous=seen),
+        *_telemetry_families(snapshot, cache=cache, previous=seen, same_devices=same_devices),
         *process_families(snapshot),
     ):
         if isinstance(family, FamilyText):

@@ -15,7 +15,8 @@ from exporter import exposition as exposition_module
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.exposition import Exposition, render
-from exporter.join import container_cpu_seconds, join_snapshot
+from exporter.join import container_cpu_seconds, join_snapshot, refresh_readings
+from exporter.metricwriter import FamilyText
 from exporter.model import (
     AllocatableResources,
     ClaimDevice,
@@ -24,11 +25,18 @@ from exporter.model import (
     ContainerView,
     CpuTimes,
     DeviceGroup,
+    DeviceIdentity,
+    DeviceReading,
     DynamicResource,
+    HardwareKey,
+    KeyKind,
     KubeletStatus,
+    MetricKind,
+    MetricSpec,
     PciDevice,
     PodResources,
     Readings,
+    Sample,
     Snapshot,
 )
 from exporter.sim.node import SimulatedNode
@@ -609,3 +617,263 @@ def test_numa_mismatch_of_a_device_on_two_nodes() -> None:
         'podresources_device_numa_mismatch{device_id="0000:af:00.0",kubelet_numa_node="0,1",'
         'resource="example.com/nic",sysfs_numa_node="2"} 1.0'
     ]
+
+
+# A node with many allocatable IDs of few physical devices: two RDMA shared pools (the
+# same IDs in each, as the k8s-rdma-shared-dev-plugin numbers them), a time-sliced GPU's
+# replicas, and a VF sysfs knows.
+_GPU = "GPU-0a1b"
+_VF = "0000:af:00.2"
+_UTILIZATION = MetricSpec("podresources_gpu_utilization_ratio", MetricKind.GAUGE, "Busy.")
+_POOLS = tuple(f"rdma/hca_shared_devices_{pool}" for pool in "ab")
+_DEVICE_FAMILIES = (
+    "podresources_device_info",
+    "podresources_device_not_allocatable",
+    "podresources_device_numa_mismatch",
+    "podresources_dra_unresolved_devices",
+)
+
+
+def _pools(
+    ids: range = range(50), *, numa_of: Callable[[str, int], int] | None = None
+) -> tuple[DeviceGroup, ...]:
+    """One group per ID, as the plugins send them: pool a on NUMA node 0, b on 1."""
+    return tuple(
+        DeviceGroup(pool, (str(n),), ((numa_of or (lambda _, node: node))(f"{pool}/{n}", i),))
+        for i, pool in enumerate(_POOLS)
+        for n in ids
+    )
+
+
+def _inventory(*groups: DeviceGroup) -> AllocatableResources:
+    return AllocatableResources(
+        devices=(
+            DeviceGroup("nvidia.com/gpu", (f"{_GPU}::0", f"{_GPU}::1"), (0,)),
+            DeviceGroup("example.com/vf", (_VF,), (1,)),
+            *(groups or _pools()),
+        )
+    )
+
+
+_HOLDER = PodResources(
+    "ns",
+    "p",
+    (
+        ContainerResources(
+            "c",
+            devices=(
+                DeviceGroup("nvidia.com/gpu", (f"{_GPU}::0",), (0,)),
+                DeviceGroup(_POOLS[0], ("7",), (0,)),
+            ),
+        ),
+    ),
+)
+
+
+def _readings(
+    utilization: float | None = 0.5, *, identity: bool = True, sysfs_node: int = 1
+) -> tuple[CollectorRun, ...]:
+    """One poll's readings: the GPU's (none where ``utilization`` is None), the VF's
+    PCI function."""
+    gpu = DeviceReading(
+        _GPU,
+        (HardwareKey(KeyKind.GPU_UUID, _GPU),),
+        DeviceIdentity(_GPU, "0000:17:00.0", "H100", "nvidia") if identity else DeviceIdentity(),
+        () if utilization is None else (Sample(_UTILIZATION, utilization),),
+        standalone=True,
+    )
+    vf = PciDevice(_VF, "0x15b3", "0x101e", "0x020000", sysfs_node)
+    return (
+        CollectorRun("nvml", True, 0.0, Readings(devices=(gpu,))),
+        CollectorRun("pci", True, 0.0, Readings(pci_devices=(vf,))),
+    )
+
+
+def _pooled_node(
+    allocatable: AllocatableResources | None = None,
+    *,
+    runs: tuple[CollectorRun, ...] | None = None,
+    known: bool = True,
+    pods: tuple[PodResources, ...] = (_HOLDER,),
+) -> Snapshot:
+    return join_snapshot(
+        node="n",
+        collected_at=1.0,
+        kubelet=KubeletStatus(up=True, socket="/s", api=()),
+        pods=pods,
+        allocatable=allocatable or _inventory(),
+        allocatable_known=known,
+        cpu_numa={},
+        collector_runs=_readings() if runs is None else runs,
+    )
+
+
+def _unhealthy_holder() -> Snapshot:
+    """The node after the held GPU replica went unhealthy: the kubelet no longer offers
+    it (unhealthy devices drop out of the inventory), and it stays held."""
+    offered = _inventory().devices
+    return _pooled_node(
+        replace(
+            _inventory(),
+            devices=(DeviceGroup("nvidia.com/gpu", (f"{_GPU}::1",), (0,)), *offered[1:]),
+        )
+    )
+
+
+def _device_families(page: Exposition) -> list[FamilyText]:
+    return [f for f in page.families if f.name in _DEVICE_FAMILIES]
+
+
+def _parsed(page: Exposition) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Each family's samples as both official parsers read the page (checked alike),
+    but the live process families, which may be rendered anew between the two."""
+    by_parser = [
+        {
+            f.name: sorted(((s.labels, s.value) for s in f.samples), key=repr)
+            for f in parse(_without_live(_page(page, openmetrics=om, gzipped=False)))
+        }
+        for parse, om in ((parse_text, False), (parse_openmetrics, True))
+    ]
+    assert by_parser[0] == by_parser[1]
+    return by_parser[0]
+
+
+class TestDeviceTables:
+    """The per-device inventory families are kept from the last render while nothing
+    they are made of changed, and written anew, as a cold render writes them, when
+    anything did."""
+
+    def test_a_poll_of_new_readings_re_uses_the_device_families(self) -> None:
+        """A poll whose kubelet data did not change (its views kept, new readings) takes
+        the device families and series owners as the last render made them, the very
+        objects, and still writes the new figures."""
+        before = _pooled_node()
+        later = refresh_readings(
+            before,
+            collected_at=2.0,
+            kubelet=before.kubelet,
+            collector_runs=_readings(0.75),
+        )
+        assert later is not None
+        first = render(before)
+
+        warm = render(later, previous=first)
+
+        assert all(
+            a is b for a, b in zip(_device_families(warm), _device_families(first), strict=True)
+        )
+        assert (len(_DEVICE_FAMILIES), True) == (
+            len(_device_families(warm)),
+            warm.cache.series_owners is first.cache.series_owners,
+        )
+        assert render(later).static(openmetrics=True) == warm.static(openmetrics=True)
+        assert b"podresources_gpu_utilization_ratio{" in warm.static(openmetrics=False)
+        assert b"} 0.75\n" in warm.static(openmetrics=False)
+
+    def test_a_join_of_the_same_data_re_uses_them_too(self) -> None:
+        """A join made anew (equal views, other objects: another pod churned) finds the
+        same devices and facts, and keeps the lines as well."""
+        first = render(_pooled_node())
+        warm = render(_pooled_node(runs=_readings(0.75)), previous=first)
+        assert all(
+            a is b for a, b in zip(_device_families(warm), _device_families(first), strict=True)
+        )
+
+    @pytest.mark.parametrize(
+        "after",
+        [
+            pytest.param(lambda: _pooled_node(_inventory(*_pools(range(51)))), id="device-added"),
+            pytest.param(
+                lambda: _pooled_node(_inventory(*_pools(range(1, 50)))), id="device-removed"
+            ),
+            pytest.param(
+                lambda: _pooled_node(
+                    _inventory(
+                        *_pools(numa_of=lambda name, node: 0 if name.endswith("b/3") else node)
+                    )
+                ),
+                id="kubelet-numa-changed",
+            ),
+            pytest.param(_unhealthy_holder, id="held-device-unhealthy"),
+            pytest.param(lambda: _pooled_node(runs=_readings(sysfs_node=0)), id="sysfs-numa"),
+            pytest.param(lambda: _pooled_node(runs=_readings(identity=False)), id="identity"),
+        ],
+    )
+    def test_a_changed_device_list_or_fact_re_renders(self, after: Callable[[], Snapshot]) -> None:
+        """A device added or removed, its NUMA node changed (the kubelet's or sysfs's),
+        a held device gone unhealthy, or the identity NVML gave lost: the page is what a
+        cold render writes, and its device families are not the last page's."""
+        self._assert_re_rendered(_pooled_node(), after())
+
+    def test_an_inventory_no_longer_known_re_renders(self) -> None:
+        """The same devices, but the kubelet's inventory now unknown: the held device
+        missing from it is no longer marked as not offered."""
+        before = _unhealthy_holder()
+        self._assert_re_rendered(before, replace(before, allocatable_known=False))
+
+    @staticmethod
+    def _assert_re_rendered(before: Snapshot, after: Snapshot) -> None:
+        last = render(before)
+
+        warm = render(after, previous=last)
+
+        assert render(after).static(openmetrics=False) == warm.static(openmetrics=False)
+        was, now = _parsed(last), _parsed(warm)
+        assert [n for n in _DEVICE_FAMILIES if was.get(n) != now.get(n)]
+
+    @pytest.mark.parametrize(
+        "runs",
+        [pytest.param(_readings(None), id="samples-gone"), pytest.param((), id="reading-gone")],
+    )
+    def test_telemetry_that_comes_and_goes_is_written_as_it_is(
+        self, runs: tuple[CollectorRun, ...]
+    ) -> None:
+        """A device whose reading had no samples, or no reading (NVML not up yet), has
+        telemetry series once it has them, and none again once they are gone; each page
+        is what a cold render writes."""
+        with_samples, without = _pooled_node(), _pooled_node(runs=runs)
+
+        came = render(with_samples, previous=render(without))
+        gone = render(without, previous=came)
+
+        assert (True, False) == (
+            "podresources_gpu_utilization_ratio" in _parsed(came),
+            "podresources_gpu_utilization_ratio" in _parsed(gone),
+        )
+        for page, snapshot in ((came, with_samples), (gone, without)):
+            assert render(snapshot).static(openmetrics=True) == page.static(openmetrics=True)
+
+    def test_telemetry_follows_a_replica_that_changed_hands(self) -> None:
+        """The GPU's other replica given to a second pod, with the same readings: the
+        GPU's figures are written for each holder, as a cold render writes them."""
+        second = replace(
+            _HOLDER,
+            name="q",
+            containers=(
+                ContainerResources(
+                    "c", devices=(DeviceGroup("nvidia.com/gpu", (f"{_GPU}::1",), (0,)),)
+                ),
+            ),
+        )
+        after = _pooled_node(pods=(_HOLDER, second))
+
+        warm = render(after, previous=render(_pooled_node()))
+
+        assert render(after).static(openmetrics=True) == warm.static(openmetrics=True)
+        assert ["p", "q"] == sorted(
+            labels["pod"] for labels, _ in _parsed(warm)["podresources_gpu_utilization_ratio"]
+        )
+
+    def test_the_kept_lines_follow_the_node_over_churn(self) -> None:
+        """Over inventories of other IDs each time, the cache holds the prefixes of this
+        render's device series only, not of every ID seen."""
+        page = render(_pooled_node())
+        for start in range(0, 200, 20):
+            page = render(
+                _pooled_node(_inventory(*_pools(range(start, start + 50)))), previous=page
+            )
+        tables = page.cache.device_tables
+        assert tables is not None
+        assert sum(f.samples for f in _device_families(page)) == len(tables.prefixes)
+        shown = {labels["device_id"] for labels, _ in _parsed(page)["podresources_device_info"]}
+        assert (True, False) == ({"180", "229"} <= shown, "0" in shown)

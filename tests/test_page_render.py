@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,11 @@ import exporter.store
 from exporter.app import Exporter, demo_collectors
 from exporter.cli import parse_config
 from exporter.exposition import Exposition, render
+from exporter.model import DeviceGroup
+from exporter.sim.dra import SimDraClaim
+from exporter.sim.hardware import SimHardware
 from exporter.sim.node import SimulatedNode
+from exporter.sim.scenario import DemoScenario, KubeletState
 from exporter.store import Published
 
 
@@ -391,3 +397,65 @@ async def test_polling_goes_on_after_a_poll_that_raised(
         polling.cancel()
         with contextlib.suppress(asyncio.CancelledError, RuntimeError):  # RuntimeError: run() died
             await polling
+
+
+_POOL_B = "rdma/hca_shared_devices_b"
+
+
+@dataclass(frozen=True)
+class _ChangingPools:
+    """The demo node with two RDMA shared pools of 300 IDs; from tick 1 the pools'
+    first ID is gone, one more is offered, and ID 5 of pool b sits on NUMA node 0."""
+
+    demo: DemoScenario
+
+    @property
+    def hardware(self) -> SimHardware:
+        return self.demo.hardware
+
+    @property
+    def dra_claims(self) -> tuple[SimDraClaim, ...]:
+        return self.demo.dra_claims
+
+    def state_at(self, tick: int) -> KubeletState:
+        state = self.demo.state_at(tick)
+        ids = range(1, 301) if tick else range(300)
+        pools = tuple(
+            DeviceGroup(pool, (str(n),), (0 if tick and (pool, n) == (_POOL_B, 5) else i,))
+            for i, pool in enumerate(("rdma/hca_shared_devices_a", _POOL_B))
+            for n in ids
+        )
+        allocatable = replace(state.allocatable, devices=(*state.allocatable.devices, *pools))
+        return KubeletState(pods=state.pods, allocatable=allocatable)
+
+
+async def test_a_render_after_an_unscraped_inventory_change_is_what_a_fresh_render_makes(
+    short_tmp: Path,
+) -> None:
+    """The device families are chained to the last page rendered like the container
+    ones: an inventory that changed in an unscraped poll is written as it is now, and
+    polls with the same replies after it keep its lines, the very objects."""
+    node = SimulatedNode(_ChangingPools(DemoScenario.create()), root=short_tmp)
+    await node.start()
+    config = parse_config([*node.exporter_flags(), "--node-name", "demo-node"], {})
+    built = Exporter(config, collectors=demo_collectors(config, node))
+    try:
+        first = await built.store.exposition(await built.poller.poll_once())
+        await node.advance()
+        await built.poller.poll_once()  # the inventory changes here, unscraped
+        steady = await built.poller.poll_once()
+        page = await built.store.exposition(steady)
+        again = await built.store.exposition(await built.poller.poll_once())
+    finally:
+        await built.close()
+        await node.stop()
+
+    assert render(steady.snapshot).families == page.families
+    info = [
+        next(f for f in p.families if f.name == "podresources_device_info")
+        for p in (first, page, again)
+    ]
+    assert (False, True) == (info[0] == info[1], info[1] is info[2])
+    assert b'device_id="5",model="",numa_node="0",pci_address="",resource="' + _POOL_B.encode() in (
+        page.static(openmetrics=False)
+    )
