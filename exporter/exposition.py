@@ -101,9 +101,9 @@ _SeriesKey = tuple[Owner, str, str]
 
 @dataclass(frozen=True, slots=True)
 class _DeviceTables:
-    """The per-device inventory families as one render made them, and what from: the
-    facts of every resolution with any (with the snapshot's devices, kept beside in
-    ``RenderCache.devices``, and ``allocatable_known``, all they read)."""
+    """The per-device inventory families as one render made them, and what from
+    besides the devices (``RenderCache.devices``): the facts of every resolution with
+    any, and ``allocatable_known``."""
 
     facts: tuple[tuple[Resolution, _Facts], ...]
     allocatable_known: bool
@@ -290,7 +290,12 @@ def _series_owners(
     Replicas of one GPU held by one owner collapse into one series; a physical device
     with at least one allocated replica gets no extra unallocated series.
     """
-    read = [(d, sampled.get(d.resolution)) for d in devices]
+    # A str's hash is cached, a Resolution's is not: most devices have no reading.
+    with_reading = {resolution.physical_id for resolution in sampled}
+    read = [
+        (d, sampled.get(d.resolution) if d.resolution.physical_id in with_reading else None)
+        for d in devices
+    ]
     owned: dict[_SeriesKey, Resolution] = {}
     allocated_bases = {
         (d.resource, d.resolution.physical_id)
@@ -448,9 +453,9 @@ def _device_tables(
     kept = previous.device_tables
     if (
         kept is None
-        or not same_devices
         or kept.allocatable_known != snapshot.allocatable_known
         or kept.facts != facts
+        or not (same_devices or _read_alike(previous.devices, snapshot.devices))
     ):
         prefixes: PrefixCache = {}
         families = tuple(
@@ -460,6 +465,27 @@ def _device_tables(
         kept = _DeviceTables(facts, snapshot.allocatable_known, families, prefixes)
     cache.device_tables = kept
     return kept.families
+
+
+def _read_alike(old: tuple[DeviceView, ...], new: tuple[DeviceView, ...]) -> bool:
+    """Whether the inventory families read the devices alike: in the same order, each
+    the same but maybe for its owner (a join after churn gives a replaced pod's devices
+    another, which these families do not show)."""
+    return len(old) == len(new) and all(
+        a is b or _inventory_view(a) == _inventory_view(b) for a, b in zip(old, new, strict=True)
+    )
+
+
+def _inventory_view(device: DeviceView) -> tuple[object, ...]:
+    """All the inventory families read of a device."""
+    return (
+        device.resource,
+        device.device_id,
+        device.numa_nodes,
+        device.allocatable,
+        device.claim,
+        device.resolution,
+    )
 
 
 def _device_rows(snapshot: Snapshot, facts: Mapping[Resolution, _Facts]) -> tuple[Rows, ...]:
@@ -484,6 +510,8 @@ def _device_rows(snapshot: Snapshot, facts: Mapping[Resolution, _Facts]) -> tupl
         "(unhealthy, or its device plugin gone).",
         ("resource", "device_id"),
     )
+    # A str's hash is cached, a Resolution's is not: most devices have no facts.
+    with_facts = {resolution.physical_id for resolution in facts}
     seen: set[tuple[str, str]] = set()
     for device in snapshot.devices:
         if (device.resource, device.device_id) in seen:
@@ -498,7 +526,11 @@ def _device_rows(snapshot: Snapshot, facts: Mapping[Resolution, _Facts]) -> tupl
             and device.resource
         ):
             unoffered.add((device.resource, device.device_id), 1)
-        uuid, pci_address, model, vendor, sysfs_node = facts.get(device.resolution, _NO_FACTS)
+        uuid, pci_address, model, vendor, sysfs_node = (
+            facts.get(device.resolution, _NO_FACTS)
+            if device.resolution.physical_id in with_facts
+            else _NO_FACTS
+        )
         device_info.add(
             (
                 device.resource,

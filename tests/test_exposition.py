@@ -779,6 +779,23 @@ class TestDeviceTables:
             a is b for a, b in zip(_device_families(warm), _device_families(first), strict=True)
         )
 
+    def test_devices_of_a_replaced_pod_keep_the_device_families(self) -> None:
+        """The holder replaced by a pod of another name holding the same devices (churn):
+        the device families, which show no owner, are kept; its telemetry series are
+        written under the new owner."""
+        first = render(_pooled_node())
+        after = _pooled_node(pods=(replace(_HOLDER, name="p-2"),))
+
+        warm = render(after, previous=first)
+
+        assert all(
+            a is b for a, b in zip(_device_families(warm), _device_families(first), strict=True)
+        )
+        assert render(after).static(openmetrics=True) == warm.static(openmetrics=True)
+        assert ["p-2"] == [
+            labels["pod"] for labels, _ in _parsed(warm)["podresources_gpu_utilization_ratio"]
+        ]
+
     @pytest.mark.parametrize(
         "after",
         [
