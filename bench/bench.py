@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ CPUS = 256
 # NUMA nodes. The other rows' node has 2 containers a pod, 64 devices and 2 NUMA nodes.
 ISSUE_NODE = {"numa_nodes": 8, "vfs": 88}
 ISSUE_NODE_SIDECARS = 2
+RDMA_IDS_PER_POOL = 1000
 POLLS_PER_RUN = 8
 MEMORY_POLLS = 180  # 30 minutes at the default 10 s interval
 SCRAPERS = 10
@@ -118,11 +119,39 @@ def _hardware(*, issue_node: bool = False) -> Any:
     return dense_hardware(cpus=CPUS, **(ISSUE_NODE if issue_node else {}))
 
 
-def _scenario(pods: int, *, issue_node: bool = False) -> Any:
+def _scenario(pods: int, *, issue_node: bool = False, rdma_pools: int = 0) -> Any:
     from exporter.sim.scenario import DenseScenario
 
     sidecars = ISSUE_NODE_SIDECARS if issue_node else 1
-    return DenseScenario(_hardware(issue_node=issue_node), pods, sidecars=sidecars)
+    dense = DenseScenario(_hardware(issue_node=issue_node), pods, sidecars=sidecars)
+    return _RdmaPools(dense, rdma_pools) if rdma_pools else dense
+
+
+@dataclass(frozen=True)
+class _RdmaPools:
+    """``scenario``'s node offering ``pools`` more resources of RDMA_IDS_PER_POOL IDs
+    each, none held: the k8s-rdma-shared-dev-plugin's pools, which number their IDs
+    "0".."N-1", each one a podresources_device_info series (poll_parts --rdma-pools)."""
+
+    scenario: Any
+    pools: int
+
+    @property
+    def hardware(self) -> Any:
+        return self.scenario.hardware
+
+    def state_at(self, tick: int) -> Any:
+        from exporter.model import DeviceGroup
+
+        state = self.scenario.state_at(tick)
+        groups = tuple(
+            # Half the pools on NUMA node 0, half on 1, as one HCA's pools sit by it.
+            DeviceGroup(f"rdma/hca_shared_devices_{pool}", (str(n),), (pool * 2 // self.pools,))
+            for pool in range(self.pools)
+            for n in range(RDMA_IDS_PER_POOL)
+        )
+        devices = (*state.allocatable.devices, *groups)
+        return replace(state, allocatable=replace(state.allocatable, devices=devices))
 
 
 async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
@@ -133,6 +162,7 @@ async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
     await sim.start()
     scenario = _scenario(1)
     issue_node = False
+    rdma_pools = 0
     loop = asyncio.get_running_loop()
     while True:
         command, value = await loop.run_in_executor(None, conn.recv)
@@ -140,8 +170,12 @@ async def _serve_kubelet(conn: Connection, socket_path: str) -> None:
             issue_node = bool(value)
             conn.send(None)
             continue
+        if command == "rdma_pools":  # ... and offer this many RDMA shared pools
+            rdma_pools = value
+            conn.send(None)
+            continue
         if command == "pods":
-            scenario = _scenario(value, issue_node=issue_node)
+            scenario = _scenario(value, issue_node=issue_node, rdma_pools=rdma_pools)
             value = 0
         if command in ("pods", "tick"):
             state = scenario.state_at(value)
@@ -285,10 +319,10 @@ class _DecodeFloor:
     floor of a poll. Timed once after each poll, so a poll and its floor share the
     machine's moment (a neighbour on this shared machine can double both)."""
 
-    def __init__(self, pods: int, *, issue_node: bool = False) -> None:
+    def __init__(self, pods: int, *, issue_node: bool = False, rdma_pools: int = 0) -> None:
         from exporter.kubelet.convert import allocatable_to_proto, list_response_to_proto
 
-        state = _scenario(pods, issue_node=issue_node).state_at(0)
+        state = _scenario(pods, issue_node=issue_node, rdma_pools=rdma_pools).state_at(0)
         self._listed = list_response_to_proto(state.pods).SerializeToString()
         self._allocatable = allocatable_to_proto(state.allocatable).SerializeToString()
 
@@ -367,11 +401,19 @@ def _write_tree(root: Path, *, issue_node: bool = False) -> None:
 
 
 async def _warmed_exporter(
-    root: Path, kubelet: _Kubelet, *, pods: int, collectors: bool = True, issue_node: bool = False
+    root: Path,
+    kubelet: _Kubelet,
+    *,
+    pods: int,
+    collectors: bool = True,
+    issue_node: bool = False,
+    rdma_pools: int = 0,
 ) -> Any:
-    """An exporter reading ``_write_tree``'s tree, its kubelet listing ``pods`` pods, after
-    three polls and renders (channel, caches, first join, first render). Closed by the caller."""
+    """An exporter reading ``_write_tree``'s tree, its kubelet listing ``pods`` pods (and
+    offering ``rdma_pools`` RDMA shared pools), after three polls and renders (channel,
+    caches, first join, first render). Closed by the caller."""
     kubelet.ask("issue_node", int(issue_node))
+    kubelet.ask("rdma_pools", rdma_pools)
     kubelet.ask("pods", pods)
     kubelet.ask("tick", 0)
     tree = root / "issue" if issue_node else root

@@ -1,6 +1,7 @@
 """Where a poll's CPU goes, part by part: the breakdown behind bench.py's poll rows.
 
     .venv/bin/python bench/poll_parts.py [--pods 250] [--polls 40] [--issue-node]
+                                         [--rdma-pools 8]
 
 Builds bench.py's dense node (the same tree, simulated kubelet and exporter), warms it
 up, then prints medians over ``--polls``: the whole poll (process CPU) beside its decode
@@ -16,7 +17,11 @@ than a part repeated alone. So last, the same polls again, their CPU split by th
 what threads that ended before the last poll did (gRPC starts its threads again with
 each channel); then the same split for polls after churn (one pod in ten replaced before
 each, as bench.py's churn rows have it), with the thread time of their join and
-allocation diff. Figures only, no pass/fail.
+allocation diff. Then the render of a poll's page, as the first scrape of each steady
+and each churn poll pays it (process CPU, the store's thread hop included), and a cold
+one (no page before it). ``--rdma-pools N`` has the kubelet offer N more resources of
+1,000 numbered IDs (the k8s-rdma-shared-dev-plugin's shared pools): a node whose page
+is mostly per-device inventory. Figures only, no pass/fail.
 """
 
 from __future__ import annotations
@@ -132,7 +137,7 @@ async def _print_by_thread(
             print(f"      {name:<44} {ran / polls / 1e6:.2f} ms")
 
 
-async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
+async def _main(pods: int, polls: int, *, issue_node: bool, rdma_pools: int) -> None:
     from exporter.memory import tune_allocator, tune_gc
 
     bench._log_as_deployed()
@@ -142,10 +147,13 @@ async def _main(pods: int, polls: int, *, issue_node: bool) -> None:
     bench._write_tree(root, issue_node=issue_node)
     kubelet = bench._Kubelet(kubelet_socket(root))
     try:
-        exporter = await bench._warmed_exporter(root, kubelet, pods=pods, issue_node=issue_node)
+        exporter = await bench._warmed_exporter(
+            root, kubelet, pods=pods, issue_node=issue_node, rdma_pools=rdma_pools
+        )
         try:
-            await _print_parts(exporter, pods, polls, issue_node=issue_node)
+            await _print_parts(exporter, pods, polls, issue_node=issue_node, rdma_pools=rdma_pools)
             await _print_churn(exporter.poller, kubelet, polls)
+            await _print_renders(exporter, kubelet, polls)
         finally:
             await exporter.close()
     finally:
@@ -173,9 +181,11 @@ def _joins_timed(poller: Any) -> Iterator[list[float]]:
         poller._join = join
 
 
-async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool) -> None:
+async def _print_parts(
+    exporter: Any, pods: int, polls: int, *, issue_node: bool, rdma_pools: int
+) -> None:
     poller = exporter.poller
-    floor = bench._DecodeFloor(pods, issue_node=issue_node)
+    floor = bench._DecodeFloor(pods, issue_node=issue_node, rdma_pools=rdma_pools)
     whole, floors = [], []
     with _joins_timed(poller) as joins:
         for _ in range(polls):  # each poll beside its floor, as bench.py times them
@@ -184,6 +194,8 @@ async def _print_parts(exporter: Any, pods: int, polls: int, *, issue_node: bool
             whole.append(time.process_time() - started)
             floors.append(floor.seconds())
     node = "the issue's node" if issue_node else "the default dense node"
+    if rdma_pools:
+        node += f" and {rdma_pools} RDMA shared pools of {bench.RDMA_IDS_PER_POOL:,} IDs"
     print(f"{pods} pods on {node}, medians of {polls}")
     print(f"  poll, process CPU            {_median_ms(whole)}   floor {_median_ms(floors)}")
     print(f"  join (its worker thread)     {_median_ms(joins)}")
@@ -224,13 +236,46 @@ async def _print_churn(poller: Any, kubelet: Any, polls: int) -> None:
     print(f"  join and allocation diff after churn, its thread (median)  {_median_ms(joins)}")
 
 
+async def _print_renders(exporter: Any, kubelet: Any, polls: int) -> None:
+    """The render of each poll's page as its first scrape pays it, after steady polls
+    and after churn ones, and a cold render of the last snapshot for scale."""
+    from exporter.exposition import render
+
+    ticks = itertools.count(10_000)  # past _print_churn's: each tick is a new churn
+    spent: dict[str, list[float]] = {"steady": [], "churn": []}
+    for kind, figures in spent.items():
+        for _ in range(polls):
+            if kind == "churn":
+                kubelet.ask("tick", next(ticks))
+            published = await exporter.poller.poll_once()
+            started = time.process_time()
+            page = await exporter.store.exposition(published)
+            figures.append(time.process_time() - started)
+    started = time.thread_time()
+    render(published.snapshot)
+    cold = time.thread_time() - started
+    print(
+        f"  render at a poll's first scrape ({page.series:,} series): steady "
+        f"{_median_ms(spent['steady'])}, after churn {_median_ms(spent['churn'])}, "
+        f"cold {bench._ms(cold)}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pods", type=int, default=bench.SCRAPE_PODS)
     parser.add_argument("--polls", type=int, default=40)
     parser.add_argument("--issue-node", action="store_true", help="the node issue 11 set")
+    parser.add_argument(
+        "--rdma-pools",
+        type=int,
+        default=0,
+        help=f"offer this many more resources of {bench.RDMA_IDS_PER_POOL:,} IDs",
+    )
     args = parser.parse_args()
-    asyncio.run(_main(args.pods, args.polls, issue_node=args.issue_node))
+    asyncio.run(
+        _main(args.pods, args.polls, issue_node=args.issue_node, rdma_pools=args.rdma_pools)
+    )
 
 
 if __name__ == "__main__":

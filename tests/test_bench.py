@@ -70,8 +70,9 @@ def _figure(pattern: str, text: str) -> float:
 
 
 def test_poll_parts_runs_and_its_threads_add_up_to_the_polls() -> None:
+    """Also with one RDMA shared pool: its 1,000 IDs are on the page it renders."""
     done = subprocess.run(
-        [sys.executable, str(POLL_PARTS), "--pods", "10", "--polls", "3"],
+        [sys.executable, str(POLL_PARTS), "--pods", "10", "--polls", "3", "--rdma-pools", "1"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -91,6 +92,10 @@ def test_poll_parts_runs_and_its_threads_add_up_to_the_polls() -> None:
         # Every share over 0.005 ms is printed, each rounded to 0.01 ms.
         assert abs(sum(shares) - total) <= 0.01 * len(shares) + 0.05, by_thread
     assert _figure(r"join and allocation diff after churn[^\n]*?([\d.]+) ms", churn) > 0
+    rendered = churn.replace(",", "")
+    assert _figure(r"render at a poll's first scrape \((\d+) series\)", rendered) > 1000
+    for kind in ("steady", "after churn", "cold"):
+        assert _figure(rf"[:,] {kind} ([\d.]+) ms", churn) > 0
 
 
 def test_gpu_nic_paths_bench_runs_on_both_layouts() -> None:
