@@ -428,6 +428,12 @@ class _AllocatableTotals:
     devices: Mapping[tuple[str, ...], int]  # (resource, numa_node) -> device IDs
     cpus: Mapping[str, int]  # numa_node -> CPUs
     memory: Mapping[tuple[str, ...], int]  # (type, numa_node) -> bytes
+    # Each allocatable device as a view of it held by no container, by (resource, ID),
+    # sorted so: those of the devices nobody holds are the snapshot's, the very objects
+    # while the inventory is the same, so a join after churn does not resolve every ID
+    # again and the render finds them as they were (thousands on some nodes: RDMA shared
+    # pools, GPU replicas).
+    free: Mapping[tuple[str, str], DeviceView]
 
 
 SHARED_POOL = ""  # the container name under which a pod's shared pool is shown
@@ -485,6 +491,17 @@ def _allocatable_totals(
         # Each CPU once, as allocated CPUs are: an ID listed twice is one CPU.
         cpus=_cpus_by_numa(set(allocatable.cpu_ids), cpu_numa),
         memory=_memory_totals(allocatable.memory),
+        free={
+            (resource, device_id): DeviceView(
+                resource=resource,
+                device_id=device_id,
+                numa_nodes=nodes,
+                owner=UNALLOCATED,
+                allocatable=True,
+                resolution=resolve_device_id(device_id),
+            )
+            for (resource, device_id), nodes in sorted(topology.items())
+        },
     )
 
 
@@ -737,19 +754,7 @@ def join_snapshot(
     allocated = [d for p in pod_views for c in p.containers for d in c.devices]
     claimed = [d for p in pod_views for c in p.containers for d in c.claim_devices]
     allocated_keys = {(d.resource, d.device_id) for d in allocated}
-    unallocated = [
-        DeviceView(
-            resource=resource,
-            device_id=device_id,
-            numa_nodes=topology,
-            owner=UNALLOCATED,
-            allocatable=True,
-            resolution=resolve_device_id(device_id),
-        )
-        for (resource, device_id), topology in totals.topology.items()
-        if (resource, device_id) not in allocated_keys
-    ]
-    unallocated.sort(key=_device_key)
+    unallocated = [view for key, view in totals.free.items() if key not in allocated_keys]
     devices, hardware = _with_hardware(matcher, (*allocated, *claimed, *unallocated))
 
     allocated_devices: Counter[tuple[str, ...]] = Counter(dict.fromkeys(totals.devices, 0))
@@ -801,9 +806,10 @@ class JoinCache:
     last model of each pod whose bytes did not change) is not joined again while the
     allocatable resources, CPU map and DRA state are the same objects too: its view is
     taken as it was (views hold no readings); nor are the node's allocatable totals
-    counted again. A view holding DRA devices is made again when their NUMA nodes, which
-    this poll's readings give, differ. The result is what a join from scratch gives.
-    Holds one poll's pods, so it does not grow over churn.
+    counted again, nor the views of the devices nobody holds made again. A view holding
+    DRA devices is made again when their NUMA nodes, which this poll's readings give,
+    differ. The result is what a join from scratch gives. Holds one poll's pods and
+    inventory, so it does not grow over churn.
     """
 
     def __init__(self) -> None:
@@ -889,10 +895,6 @@ def _attributed(
     if collected_at is None:
         return ()
     return attribute_processes(devices, listed, hardware)
-
-
-def _device_key(device: DeviceView) -> tuple[str, str]:
-    return (device.resource, device.device_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from exporter.model import (
     CollectorRun,
     ContainerResources,
     CpuTimes,
+    DeviceGroup,
     DeviceReading,
     DraDevice,
     DraState,
@@ -127,6 +128,50 @@ class TestJoinCache:
             assert cached == _join(pods, 1.0, None, allocatable=allocatable, cpu_numa=cpu_numa)
         assert cached.allocatable_devices != first.allocatable_devices
         assert cached.allocatable_cpus == (NodeCount(("0",), len(fewer.cpu_ids)),)
+
+    def test_devices_nobody_holds_keep_their_views_while_the_inventory_is_the_same(
+        self,
+    ) -> None:
+        """A join after churn takes the views of the devices no container holds as the
+        last join made them, the very objects (neither the join nor the render looks
+        into them again), and is the join from scratch; another inventory (a device
+        gone, one on another NUMA node) makes them anew, as a join from scratch does."""
+        pooled = replace(
+            ALLOCATABLE,
+            devices=(
+                *ALLOCATABLE.devices,
+                *(DeviceGroup("rdma/shared_a", (str(n),), (n % 2,)) for n in range(100)),
+            ),
+        )
+        before, known = pods_from_list_response_reusing(
+            list_response_to_proto(SCENARIO.state_at(0).pods), {}
+        )
+        after, _ = pods_from_list_response_reusing(
+            list_response_to_proto(SCENARIO.state_at(1).pods), known
+        )
+        cache = JoinCache()
+        first = _join(before, 1.0, cache, allocatable=pooled)
+
+        cached = _join(after, 2.0, cache, allocatable=pooled)
+
+        free = [d for d in first.devices if d.allocatable and not d.owner.pod]
+        assert (100, True) == (
+            len(free),
+            all(any(d is view for view in cached.devices) for d in free),
+        )
+        assert _join(after, 2.0, None, allocatable=pooled) == cached
+        moved = replace(
+            pooled,
+            devices=(
+                *pooled.devices[:-2],
+                DeviceGroup("rdma/shared_a", ("98",), (1,)),  # was on 0; 99 is gone
+            ),
+        )
+        changed = _join(after, 2.0, cache, allocatable=moved)
+        assert _join(after, 2.0, None, allocatable=moved) == changed
+        assert [("98", (1,))] == [
+            (d.device_id, d.numa_nodes) for d in changed.devices if d.device_id in ("98", "99")
+        ]
 
     def test_churn_diff_over_cached_joins_is_the_diff_over_joins_from_scratch(self) -> None:
         """diff_allocations looks only into pod views the join did not keep: the changes
