@@ -5,11 +5,12 @@
 Needs an NVIDIA GPU (`make bench` measures simulated ones). A simulated kubelet, on a
 unix socket of its own, lists every GPU as allocatable and one pod holding GPU 0; the
 exporter polls it at its defaults (every collector on that is on by default; the FLAGs
-after ``--`` are added, ``--collector.nvml.gpm-interval=0`` say). After ``--warmup``
-seconds (start-up and NVML's initialisation left out) it reads the process's CPU time
-from /proc, again half-way and at the end of ``--seconds``, and at each prints what
-/metrics serves of GPU 0's energy and GPM figures, and the exporter's own poll figures:
-the GPM families appear one --collector.nvml.gpm-interval after start. Last, the CPU
+after ``--`` are added, ``--collector.nvml.gpm-interval=0`` say). ``--warmup`` seconds
+after the exporter is first ready (start-up and NVML's initialisation left out) it
+reads the process's CPU time from /proc, again half-way and at the end of
+``--seconds``, and at each prints what /metrics serves of GPU 0's energy and GPM
+figures, and the exporter's own poll figures: the GPM families appear one
+--collector.nvml.gpm-interval after start. Last, the CPU
 spent over ``--seconds``, in millicores. The kernel counts CPU in ticks (10 ms at 100
 Hz), so a minute or more gives a figure to a few tenths of a millicore.
 """
@@ -39,6 +40,10 @@ SHOWN = re.compile(
     r"\{[^}]*pod=\"trainer-0\"|podresources_poll_duration_seconds |"
     r"podresources_collector_duration_seconds\{collector=\"nvml\"\})"
 )
+
+
+# How long the exporter may take to publish its first poll: a bound for a broken start.
+READY_TIMEOUT_S = 60.0
 
 
 def _gpu_uuids() -> tuple[str, ...]:
@@ -73,6 +78,19 @@ def _page(url: str) -> str | None:
         return None
 
 
+async def _ready(url: str, exporter: asyncio.subprocess.Process) -> float:
+    """When the exporter first answers /readyz (its first poll published): the warmup
+    counts from there, so a start slowed by a busy machine does not use it up."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if exporter.returncode is not None:
+            sys.exit(f"the exporter exited ({exporter.returncode}) before it was ready")
+        if await asyncio.to_thread(_page, f"{url}/readyz") is not None:
+            return time.monotonic()
+        await asyncio.sleep(0.1)
+    sys.exit(f"the exporter was not ready within {READY_TIMEOUT_S:g} s")
+
+
 async def _measure(args: argparse.Namespace) -> None:
     gpus = _gpu_uuids()
     folder = Path(tempfile.mkdtemp(prefix="prx"))  # short: a socket path ends at 108 bytes
@@ -92,9 +110,9 @@ async def _measure(args: argparse.Namespace) -> None:
         *args.flags,
     ]
     exporter = await asyncio.create_subprocess_exec(sys.executable, "-m", "exporter", *argv)
-    started = time.monotonic()
     print(f"{len(gpus)} GPU(s), the pod holding {gpus[0]}; exporter {' '.join(argv)}", flush=True)
     try:
+        started = await _ready(url, exporter)
         marks = []
         for at in (args.warmup, args.warmup + args.seconds / 2, args.warmup + args.seconds):
             await asyncio.sleep(max(0.0, started + at - time.monotonic()))
