@@ -40,8 +40,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The tests mostly wait (polls, timeouts, servers, subprocesses): a worker per CPU
+# overlaps the waits (TEST_WORKERS=0 runs them all in this process). Tests go to the
+# workers one by one, but those marked xdist_group, which share a costly module fixture,
+# go to one worker together.
+TEST_WORKERS ?= auto
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: tools lint typecheck unit
 

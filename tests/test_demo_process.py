@@ -17,6 +17,9 @@ import pytest
 from scratch import demo_environ
 from test_metricwriter import promtool_problems
 
+# One worker of `make unit` runs them all: the --demo process, started once.
+pytestmark = pytest.mark.xdist_group("demo_process")
+
 PROMTOOL = shutil.which("promtool")
 
 

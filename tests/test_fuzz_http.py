@@ -34,6 +34,9 @@ from exporter.web import make_runner
 from exporter.webconfig import LiveWebConfig
 
 USER, PASSWORD = "prometheus", "s3cret"
+# One worker of `make unit` runs them all: the demo's exporter, started once.
+pytestmark = pytest.mark.xdist_group("fuzz_http")
+
 GOOD_AUTH = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 ROUTES = (
     "/",

@@ -48,6 +48,9 @@ from exporter.sim.hardware import LINK_FLAP_TICK
 from exporter.sim.node import SimulatedNode
 from exporter.sim.scenario import DemoScenario
 
+# One worker of `make unit` runs them all: the demo's pages, captured once.
+pytestmark = pytest.mark.xdist_group("alerts_on_demo")
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "alerts" / "podresources-exporter.rules.yml"
 

@@ -31,6 +31,9 @@ import exporter.collectors
 from exporter.collectors.gpu_metrics import GPU_RETIRED_PAGES, GPU_RETIRED_PAGES_PENDING
 from exporter.model import MetricSpec
 
+# One worker of `make unit` runs them all: the demo and the Prometheus scraping it, started once.
+pytestmark = pytest.mark.xdist_group("dashboards")
+
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 RULES = REPO / "alerts" / "podresources-exporter.rules.yml"

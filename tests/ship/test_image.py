@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# One worker of `make unit` runs them all: the image, built once under one tag.
+pytestmark = pytest.mark.xdist_group("image")
+
 IMAGE = "localhost/podresources-exporter:test"
 LOCAL_BASE = "localhost/debian-python:bookworm"
 MARKER = "SEKRET-" + os.urandom(6).hex()  # in the build secret; must be nowhere in the image

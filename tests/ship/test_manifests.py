@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+# One worker of `make unit` runs them all: each kustomization, rendered once.
+pytestmark = pytest.mark.xdist_group("manifests")
+
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 DASHBOARDS = REPO / "dashboards"

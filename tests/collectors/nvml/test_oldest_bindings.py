@@ -24,6 +24,9 @@ from fake_nvml_support import FakeGpu, FakeMig, FakeNvml, FakeProcess
 from floors import floors, pip_or_skip
 from freshprocess import run_python
 
+# One worker of `make unit` runs them all: the oldest bindings, downloaded once.
+pytestmark = pytest.mark.xdist_group("oldest_bindings")
+
 UUID_A = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UUID_B = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 MIG_1 = "MIG-11111111-aaaa-bbbb-cccc-dddddddddddd"

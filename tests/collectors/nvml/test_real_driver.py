@@ -65,10 +65,14 @@ _SMI_FIELDS = (
 )
 _SMI_TABLE = _smi(f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits")
 
-pytestmark = pytest.mark.skipif(
-    not _SMI_TABLE,
-    reason="no NVIDIA GPU here (nvidia-smi missing, failing or hanging): these checks need one",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not _SMI_TABLE,
+        reason="no NVIDIA GPU here (nvidia-smi missing, failing or hanging): these checks need one",
+    ),
+    # One worker of `make unit` runs them all: the CUDA process and the probe, once.
+    pytest.mark.xdist_group("real_driver"),
+]
 
 
 @dataclass(frozen=True, slots=True)
