@@ -40,10 +40,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The tests mostly wait (polls, timeouts, servers, subprocesses): a worker per CPU
-# overlaps the waits (TEST_WORKERS=0 runs them all in this process). Tests go to the
-# workers one by one, but those marked xdist_group, which share a costly module fixture,
-# go to one worker together.
+# The tests mostly wait (polls, timeouts, servers, subprocesses): a worker per CPU (a
+# container's CPU quota counted: tests/cpu_budget.py) overlaps the waits; TEST_WORKERS=0
+# runs them all in this process. Tests go to the workers one by one, but those marked
+# xdist_group, which share a costly module fixture, go to one worker together.
 TEST_WORKERS ?= auto
 unit: $(STAMP)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup

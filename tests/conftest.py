@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from cpu_budget import usable_cpus
 from scratch import memory_parent, scratch_folder
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before gRPC's core starts
@@ -29,6 +30,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "xdist_group(name): run on one worker under `make unit` (--dist loadgroup)"
     )
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: a worker per CPU this process may keep busy, a container's CPU quota
+    counted (cpu_budget.py). Where PYTEST_XDIST_AUTO_NUM_WORKERS is set, xdist reads it."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return usable_cpus()
 
 
 _GROUPS_LOST = pytest.StashKey[str]()
