@@ -251,8 +251,9 @@ class PciDevice:
     # Figures of the function itself (its PCIe link), added to its device's reading.
     samples: tuple[Sample, ...] = ()
     # Where it sits in the PCI tree: its host bridge (the last ``pci<domain>:<bus>``
-    # folder of its real sysfs path), then the functions below it down to this one's
-    # address; () where the path does not say (a fixture of plain folders).
+    # folder of its real sysfs path no PCI function holds), then the folders below it
+    # down to this one's address: functions, and an Intel VMD's bus below the VMD;
+    # () where the path does not say (a fixture of plain folders).
     pcie_path: tuple[str, ...] = ()
     # Upstream ports of the switches a switch above this function has a direct link to
     # (Broadcom's virtual switch links, which NCCL reads): peer-to-peer traffic between

@@ -25,12 +25,14 @@ The tree is read as NCCL reads it from sysfs (``ncclTopoGetXmlFromSys``, src/gra
 xml.cc): a function's switch is the function two folders up its real path (past the
 switch's downstream port, its upstream port), that switch's own switch two folders
 further up, and so on; a function with the host bridge among the two folders above it
-hangs off the root complex. Two switches with a direct link between them (Broadcom's
-virtual switch links, ``PciDevice.switch_peers``) join the functions below them at PXB,
-as NCCL joins them (a hop from switch to switch is PXB in paths.cc), where the tree
-alone would go through the host bridge. A NUMA node sysfs does not give (-1, as on
-one-socket machines and most VMs) is taken to be the other's: such a pair reads PHB or
-NODE.
+hangs off the root complex. A function behind an Intel VMD hangs off the VMD's root
+ports, on the VMD's own bus, but the VMD is part of the root complex of the host bridge
+above it: that is the function's host bridge (``pcie_path_of``). Two switches with a
+direct link between them (Broadcom's virtual switch links, ``PciDevice.switch_peers``)
+join the functions below them at PXB, as NCCL joins them (a hop from switch to switch
+is PXB in paths.cc), where the tree alone would go through the host bridge. A NUMA node
+sysfs does not give (-1, as on one-socket machines and most VMs) is taken to be the
+other's: such a pair reads PHB or NODE.
 """
 
 from __future__ import annotations

@@ -63,6 +63,17 @@ CASCADED_GPU = (*SWITCH, "0000:16:02.0", "0000:19:00.0", "0000:1a:00.0", "0000:1
 OTHER_ROOT_PORT_NIC = ("pci0000:14", "0000:14:03.0", "0000:20:00.0")
 OTHER_HOST_BRIDGE_NIC = ("pci0000:30", "0000:30:01.0", "0000:31:00.0")
 
+# Intel VMD: its endpoint 0000:00:0e.0 on host bridge pci0000:00, the root bus of its
+# domain 10000 below it, root ports 10000:e0:0X.0 on that bus.
+VMD = ("pci0000:00", "0000:00:0e.0", "pci10000:e0")
+VMD_NVME = (*VMD, "10000:e0:06.0", "10000:e1:00.0")
+VMD_NIC = (*VMD, "10000:e0:07.0", "10000:e2:00.0")
+VMD_SWITCH_NIC = (*VMD, "10000:e0:07.0", "10000:e2:00.0", "10000:e3:01.0", "10000:e4:00.0")
+VMD_SWITCH_GPU = (*VMD, "10000:e0:07.0", "10000:e2:00.0", "10000:e3:02.0", "10000:e5:00.0")
+VMD_ON_ITS_BUS = (*VMD, "10000:e0:00.0")  # a function on the VMD's root bus itself
+VMD_GPU_NEIGHBOUR = ("pci0000:00", "0000:00:01.0", "0000:01:00.0")
+OTHER_VMD_NIC = ("pci0000:80", "0000:80:0e.0", "pci10001:e0", "10001:e0:06.0", "10001:e1:00.0")
+
 
 def function(path: tuple[str, ...], *, numa: int | None = 0, nic: bool = False) -> PciDevice:
     address = path[-1] if path else "0000:99:00.0"
@@ -79,6 +90,12 @@ class TestLevels:
             pytest.param(CASCADED_GPU, NIC0, PcieLevel.PXB, id="two switches"),
             pytest.param(GPU0, OTHER_ROOT_PORT_NIC, PcieLevel.PHB, id="another root port"),
             pytest.param(GPU0, OTHER_HOST_BRIDGE_NIC, PcieLevel.NODE, id="another host bridge"),
+            pytest.param(VMD_GPU_NEIGHBOUR, VMD_NIC, PcieLevel.PHB, id="behind a VMD"),
+            pytest.param(VMD_NVME, VMD_NIC, PcieLevel.PHB, id="two root ports of a VMD"),
+            pytest.param(VMD_ON_ITS_BUS, VMD_NIC, PcieLevel.PHB, id="on a VMD's bus"),
+            pytest.param(VMD_SWITCH_GPU, VMD_SWITCH_NIC, PcieLevel.PIX, id="a switch behind"),
+            pytest.param(VMD_SWITCH_GPU, VMD_NIC, PcieLevel.PHB, id="a switch, a root port"),
+            pytest.param(VMD_GPU_NEIGHBOUR, OTHER_VMD_NIC, PcieLevel.NODE, id="another VMD"),
             pytest.param(
                 ("pci0000:00", "0000:00:06.0"),
                 ("pci0000:00", "0000:00:03.0"),
@@ -129,12 +146,27 @@ class TestPlaceInTheTree:
         real = tmp_path / "devices" / vmbus / "7870a1b2-0000" / "pci7870:00" / "7870:00:00.0"
         assert ("pci7870:00", "7870:00:00.0") == pcie_path_of(_bus_link(tmp_path, real))
 
-    def test_a_function_behind_a_vmd(self, tmp_path: Path) -> None:
-        """Intel VMD (here at 0000:00:0e.0) opens a bus of its own, in a domain from
-        0x10000 the kernel prints whole: the function had no place at all."""
-        vmd = ("pci10000:e0", "10000:e0:06.0", "10000:e1:00.0")
-        real = tmp_path / "devices" / "pci0000:00" / "0000:00:0e.0" / Path(*vmd)
-        assert vmd == pcie_path_of(_bus_link(tmp_path, real))
+    def test_a_function_behind_a_vmd_sits_under_the_vmds_host_bridge(self, tmp_path: Path) -> None:
+        """Intel VMD (the endpoint 0000:00:0e.0) opens a bus of its own, in a domain
+        from 0x10000, below itself: the path climbs past it to pci0000:00."""
+        real = tmp_path / "devices" / Path(*VMD_NVME)
+        assert VMD_NVME == pcie_path_of(_bus_link(tmp_path, real))
+
+    def test_gpu_and_a_nic_behind_a_vmd_of_one_host_bridge_read_phb(self, tmp_path: Path) -> None:
+        """The kernel's layout, as the collector reads it: the VMD's bus is no host
+        bridge, so a GPU on a root port of pci0000:00 and a NIC behind the VMD on it
+        meet at that host bridge (PHB), not between two (NODE)."""
+        sysfs = tmp_path / "sys"
+        for path, class_id in ((VMD_GPU_NEIGHBOUR, "0x030200"), (VMD_NIC, "0x020000")):
+            real = _bus_link(sysfs, sysfs / "devices" / Path(*path))
+            for name, text in (("vendor", "0x8086"), ("device", "0x1234"), ("class", class_id)):
+                (real / name).write_text(f"{text}\n")
+            (real / "numa_node").write_text("0\n")
+        found = PciCollector(CollectorContext(sysfs=sysfs)).collect()
+        by_address = {d.address: d for d in found.pci_devices}
+        gpu, nic = by_address[VMD_GPU_NEIGHBOUR[-1]], by_address[VMD_NIC[-1]]
+        assert (VMD_GPU_NEIGHBOUR, VMD_NIC) == (gpu.pcie_path, nic.pcie_path)
+        assert PcieLevel.PHB == pcie_level(gpu, nic) == pcie_level(nic, gpu)
 
     def test_plain_folders_say_nothing(self, tmp_path: Path) -> None:
         """A fixture of plain folders (no link into devices/) has no place."""

@@ -253,17 +253,29 @@ def pcie_path_of(function_dir: Path) -> tuple[str, ...]:
     """Where the function sits in the PCI tree, from its real sysfs path
     (``/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/...``): its host bridge, the
     last ``pci<domain>:<bus>`` folder (a Hyper-V guest's bus has one below VMBus
-    folders), then every function from there down to this one. () where the real
-    path has no such folder or ends elsewhere (plain folders of a fixture tree)."""
+    folders) that no PCI function holds, then every folder from there down to this
+    one. () where the real path has no such folder or ends elsewhere (plain folders of
+    a fixture tree).
+
+    A bus folder below a PCI function is a bus that function opened, not a host bridge
+    of its own: Intel VMD's. The VMD is an endpoint of the CPU's root complex (in
+    domain 0000), and the kernel hangs the root bus of its domain (from 0x10000) below
+    it (drivers/pci/controller/vmd.c, ``pci_create_root_bus(&vmd->dev->dev, ...)``):
+    ``pci0000:00/0000:00:0e.0/pci10000:e0/10000:e0:06.0/10000:e1:00.0``. The path
+    climbs past it to the host bridge above, and keeps the VMD's bus folder, where the
+    climb for switches stops (``switches_above``)."""
     parts = os.path.realpath(function_dir).split("/")
     if not parts or parts[-1] != function_dir.name or not is_pci_address(parts[-1]):
         return ()
     start = len(parts) - 1
-    while start > 0 and is_pci_address(parts[start - 1]):
+    while True:
+        while start > 0 and is_pci_address(parts[start - 1]):
+            start -= 1
+        if start == 0 or not parts[start - 1].startswith("pci"):
+            return ()
         start -= 1
-    if start == 0 or not parts[start - 1].startswith("pci"):
-        return ()
-    return tuple(parts[start - 1 :])
+        if start == 0 or not is_pci_address(parts[start - 1]):
+            return tuple(parts[start:])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -271,10 +283,11 @@ def switches_above(path: tuple[str, ...]) -> tuple[str, ...]:
     """The switches above the function at the end of ``path`` (a ``pcie_path``),
     nearest first, each named by its upstream port, as NCCL climbs (``xml.cc``): two
     folders up, past the switch's downstream port; () for a function that hangs off the
-    root complex. ``path[0]`` is the host bridge, which ends the climb."""
+    root complex. A bus folder ends the climb: ``path[0]``, the host bridge, or a VMD's
+    bus, whose root ports and the VMD above them are no switch."""
     found = []
     here = len(path) - 1
-    while here - 2 >= 1:
+    while here >= 2 and is_pci_address(path[here - 1]) and is_pci_address(path[here - 2]):
         here -= 2
         found.append(path[here])
     return tuple(found)
