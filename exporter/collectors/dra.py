@@ -30,7 +30,8 @@ Reads, every poll, under ``--path.kubelet-plugins`` and ``--path.cdi``:
   ``metadata.resource.k8s.io/v1alpha1``: ``{"metadata": {"name", "namespace"},
   "requests": [{"name", "devices": [{"driver", "pool", "name", "attributes":
   {<name>: {"string" | "int" | "bool" | "version": value}}}]}]}``. The standard
-  ``resource.kubernetes.io/pciBusID`` attribute gives a PCI address, a ``uuid``
+  ``resource.kubernetes.io/pciBusID`` attribute gives a PCI address (else AMD's
+  ``pciAddr`` or SR-IOV's ``pciAddress``, ``DRIVER_PCI_ATTRIBUTES``), a ``uuid``
   attribute a GPU or MIG UUID.
 - CDI specs, ``*.json`` and ``*.yaml`` in each ``--path.cdi`` directory
   (cncf-tags/container-device-interface specs-go/config.go): ``{"cdiVersion", "kind":
@@ -130,6 +131,12 @@ MAX_PROC_STAT_BYTES = 4 * 1024 * 1024
 # The standard attribute (k8s.io/dynamic-resource-allocation deviceattribute); the
 # KEP's example spells it resource.k8s.io/, so both are read.
 PCI_BUS_ID_ATTRIBUTES = ("resource.kubernetes.io/pciBusID", "resource.k8s.io/pciBusID")
+# Drivers' own names for the address, in the driver's domain (written bare or with it),
+# read where the standard one is absent: ROCm/k8s-gpu-dra-driver's ``pciAddr``
+# (cmd/gpu-kubeletplugin/deviceinfo.go; a partition has its GPU's as ``parentPciAddr``,
+# not this device's, so not read) and dra-driver-sriov's ``pciAddress``
+# (pkg/consts/consts.go), which its releases before the standard one published alone.
+DRIVER_PCI_ATTRIBUTES = ("pciAddr", "pciAddress")
 
 _BOOT_ID = Path("sys") / "kernel" / "random" / "boot_id"
 _UPTIME = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
@@ -329,6 +336,10 @@ def _attribute_keys(attributes: Mapping[str, Any], *, driver: str) -> tuple[Hard
     if not any(k.kind is KeyKind.MIG_UUID for k in keys):
         for attribute in PCI_BUS_ID_ATTRIBUTES:
             _add_pci(keys, _mapping(attributes.get(attribute)).get("string"))
+        if not any(k.kind is KeyKind.PCI for k in keys):
+            for name in DRIVER_PCI_ATTRIBUTES:
+                for attribute in (name, f"{driver}/{name}"):
+                    _add_pci(keys, _mapping(attributes.get(attribute)).get("string"))
     return tuple(keys)
 
 

@@ -567,8 +567,50 @@ class TestParseCheckpoint:
         assert expected == parse_nvidia_checkpoint(text, boot_id=BOOT_ID)
 
 
+# Device attributes as the drivers publish them in their ResourceSlices, which
+# dra-driver-sriov copies whole into its metadata (pkg/devicestate/state.go,
+# buildMetadataAttributes). ROCm/k8s-gpu-dra-driver (deviceinfo.go, docs/demo.md):
+# an MI300X, and a partition of one, which names its GPU's address only.
+AMD_GPU_ATTRIBUTES = {
+    "cardIndex": {"int": 40},
+    "deviceID": {"string": "994913940318892495"},
+    "driverSrcVersion": {"string": "7AA72EC2C8F513519BE86FD"},
+    "driverVersion": {"version": "6.12.12"},
+    "family": {"string": "AI"},
+    "partitionProfile": {"string": "spx_nps1"},
+    "pciAddr": {"string": "0003:00:02.0"},
+    "productName": {"string": "AMD_Instinct_MI300X_OAM"},
+    "renderIndex": {"int": 168},
+    "resource.kubernetes.io/pcieRoot": {"string": "pci0003:00"},
+    "type": {"string": "amdgpu"},
+}
+AMD_PARTITION_ATTRIBUTES = {
+    "cardIndex": {"int": 41},
+    "parentPciAddr": {"string": "0003:00:02.0"},
+    "partitionProfile": {"string": "cpx_nps1"},
+    "renderIndex": {"int": 169},
+    "type": {"string": "amdgpu-partition"},
+}
+# dra-driver-sriov (pkg/consts/consts.go, pkg/devicestate/discovery.go) before it added
+# the standard pciBusID (675c8cc): every name in its own domain.
+SRIOV = "sriovnetwork.k8snetworkplumbingwg.io"
+SRIOV_VF_ATTRIBUTES = {
+    f"{SRIOV}/vendor": {"string": "15b3"},
+    f"{SRIOV}/deviceID": {"string": "101e"},
+    f"{SRIOV}/pfDeviceID": {"string": "101d"},
+    f"{SRIOV}/pciAddress": {"string": "0000:4b:00.5"},
+    "k8s.cni.cncf.io/deviceID": {"string": "0000:4b:00.5"},
+    f"{SRIOV}/PFName": {"string": "ens1f0np0"},
+    f"{SRIOV}/EswitchMode": {"string": "legacy"},
+    f"{SRIOV}/vfID": {"int": 3},
+    "resource.kubernetes.io/pcieRoot": {"string": "pci0000:4a"},
+    f"{SRIOV}/pfPciAddress": {"string": "0000:4b:00.0"},
+    "dra.net/numaNode": {"int": 0},
+}
+
+
 class TestParseMetadata:
-    def _stream(self, attributes: dict[str, object]) -> str:
+    def _stream(self, attributes: dict[str, object], *, driver: str = "gpu.example.com") -> str:
         document = {
             "apiVersion": "metadata.resource.k8s.io/v1alpha1",
             "kind": "DeviceMetadata",
@@ -577,7 +619,7 @@ class TestParseMetadata:
                     "name": "gpu",
                     "devices": [
                         {
-                            "driver": "gpu.example.com",
+                            "driver": driver,
                             "pool": "p",
                             "name": "gpu-0",
                             "attributes": attributes,
@@ -625,6 +667,47 @@ class TestParseMetadata:
         text = self._stream({"resource.kubernetes.io/pciBusID": {"string": bus_id}})
         found = parse_device_metadata(text, claim_namespace="a", claim_name="b")
         assert keys == tuple(k for d in found for k in d.keys)
+
+    @pytest.mark.parametrize(
+        ("driver", "attributes", "address"),
+        [
+            pytest.param("gpu.amd.com", AMD_GPU_ATTRIBUTES, "0003:00:02.0", id="amd pciAddr"),
+            pytest.param(
+                "gpu.amd.com",
+                {"gpu.amd.com/pciAddr": {"string": "0003:00:02.0"}},
+                "0003:00:02.0",
+                id="amd, in its domain",
+            ),
+            pytest.param(SRIOV, SRIOV_VF_ATTRIBUTES, "0000:4b:00.5", id="sriov pciAddress"),
+            pytest.param("gpu.amd.com", AMD_PARTITION_ATTRIBUTES, None, id="amd partition"),
+            pytest.param(
+                "other.example.com",
+                {f"{SRIOV}/pciAddress": {"string": "0000:4b:00.5"}},
+                None,
+                id="another driver's name",
+            ),
+        ],
+    )
+    def test_a_drivers_own_name_for_the_pci_address(
+        self, driver: str, attributes: dict[str, object], address: str | None
+    ) -> None:
+        """AMD's pciAddr and SR-IOV's pciAddress, bare or in the driver's domain, give
+        the device's address; a partition's parentPciAddr is its GPU's, not its own."""
+        found = parse_device_metadata(
+            self._stream(attributes, driver=driver), claim_namespace="a", claim_name="b"
+        )
+        expected = () if address is None else (HardwareKey(KeyKind.PCI, address),)
+        assert expected == tuple(k for d in found for k in d.keys)
+
+    def test_the_standard_pci_bus_id_wins_over_a_drivers_own_name(self) -> None:
+        attributes = {
+            **SRIOV_VF_ATTRIBUTES,
+            "resource.kubernetes.io/pciBusID": {"string": "0000:4b:00.6"},
+        }
+        (device,) = parse_device_metadata(
+            self._stream(attributes, driver=SRIOV), claim_namespace="a", claim_name="b"
+        )
+        assert (HardwareKey(KeyKind.PCI, "0000:4b:00.6"),) == device.keys
 
     def test_mig_uuid_drops_the_parents_pci_address(self) -> None:
         """A MIG device's pciBusID is its parent GPU's: only the MIG UUID names it."""
