@@ -140,7 +140,9 @@ _PCI = st.builds(
         if upper
         else f"{domain:04x}:{bus:02x}:{slot:02x}.{function}"
     ),
-    st.integers(0, 0xFFFF),
+    # The kernel prints a domain "%04x", wider past 0xffff: Intel VMD's from 0x10000
+    # (drivers/pci/controller/vmd.c, up to INT_MAX), so 10000:e1:00.0.
+    st.one_of(st.integers(0, 0xFFFF), st.integers(0x10000, 0x7FFFFFFF)),
     st.integers(0, 0xFF),
     st.integers(0, 0x1F),
     st.integers(0, 7),
@@ -312,7 +314,7 @@ def _readings(draw: st.DrawFn, pool: list[str], cpus: Iterable[int]) -> tuple[Co
             samples=(Sample(PCIE_LINK_WIDTH, 16),),
         )
         for device_id in pool
-        if re.fullmatch(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]", device_id)
+        if re.fullmatch(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]", device_id)
     ]
     seconds = st.floats(0, 1e12, allow_nan=False)
     cpu_times = {
@@ -1012,3 +1014,26 @@ def test_allocation_changes_log_one_printable_line_each(
         owners = [(e["namespace"], e["pod"], e["container"]) for e in map(strict_json, lines[:-1])]
         expected = diff_allocations(old, new)
         assert [(c.owner.namespace, c.owner.pod, c.owner.container) for c in expected] == owners
+
+
+@FUZZ
+@given(_PCI)
+def test_a_device_id_that_is_a_pci_address_gets_its_functions_link(address: str) -> None:
+    """A device ID that is a PCI address, in any case and any domain the kernel prints,
+    carries the link width of the function the pci collector read."""
+    held = v1.ContainerDevices(resource_name="example.com/nic", device_ids=[address])
+    container = v1.ContainerResources(name="c", devices=[held])
+    pci = PciDevice(
+        address.lower(), "0x15b3", "0x101e", "0x020000", 0, (Sample(PCIE_LINK_WIDTH, 16),)
+    )
+    node = Node(
+        listed=v1.ListPodResourcesResponse(
+            pod_resources=[v1.PodResources(name="p", namespace="n", containers=[container])]
+        ),
+        allocatable=v1.AllocatableResourcesResponse(devices=[held]),
+        cpu_numa={},
+        runs=(CollectorRun("pci", True, 0.0, Readings(pci_devices=(pci,))),),
+    )
+    families = parse_openmetrics(poll(node).openmetrics)
+    widths = samples_of(families, "podresources_pcie_link_width")
+    assert [address] == [s["device_id"] for s in widths if s["pod"] == "p"]
