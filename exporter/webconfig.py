@@ -128,8 +128,10 @@ HEADERS: Mapping[str, tuple[str, ...]] = {
     "X-XSS-Protection": (),
     "Content-Security-Policy": (),
 }
-# bcrypt in the variants both Go's x/crypto/bcrypt and pyca/bcrypt check; cost 4-31.
-_BCRYPT = re.compile(r"\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}")
+# bcrypt in the variants both Go's x/crypto/bcrypt and pyca/bcrypt check; cost 4-31,
+# in ASCII digits: Python's \d (and int()) would take Arabic-Indic ones, which bcrypt
+# refuses at the first login ("Invalid salt").
+_BCRYPT = re.compile(r"\$2[aby]\$(?P<cost>[0-9]{2})\$[./A-Za-z0-9]{53}")
 # What an HTTP field value may not hold (RFC 9110 5.5): CTLs other than HTAB.
 _HEADER_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 

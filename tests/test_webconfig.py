@@ -35,6 +35,9 @@ from exporter.webconfig import (
 # Salted alike in every process: the hash is in test IDs, which pytest-xdist's workers
 # must collect identically.
 HASH = bcrypt.hashpw(b"s3cret", b"$2b$04$B.Na5kPESyQruLc7GIuuD.").decode()
+# Cost 05 in Arabic-Indic digits: Python's \d and int() take them; Go's bcrypt and
+# pyca/bcrypt do not (checkpw: "Invalid salt").
+NON_ASCII_COST = HASH.replace("$04$", "$\u0660\u0665$")
 TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
 
 
@@ -224,6 +227,7 @@ REFUSALS = [
     (f"basic_auth_users:\n  a: '{HASH[:-1]}'\n", "basic_auth_users.a: not a bcrypt hash"),
     (f"basic_auth_users:\n  a: '{HASH.replace('$04$', '$99$')}'\n", "a: not a bcrypt hash"),
     (f"basic_auth_users:\n  a: '{HASH.replace('$2b$', '$2x$')}'\n", "a: not a bcrypt hash"),
+    (f"basic_auth_users:\n  a: '{NON_ASCII_COST}'\n", "basic_auth_users.a: not a bcrypt hash"),
     ("basic_auth_users:\n  a: 12\n", "basic_auth_users.a: not a bcrypt hash"),
     ("basic_auth_users: [a, b]\n", "basic_auth_users: must be a mapping"),
     ("- a\n", "web.yml: the file: must be a mapping"),
