@@ -157,8 +157,8 @@ EXPECTED: tuple[tuple[str, str, dict[str, str]], ...] = (
     (EARLY, "PodresourcesGPUNVLinkErrors", {"uuid": GPU_4, "type": "crc_flit"}),
     (EARLY, "PodresourcesGPUNVLinkErrors", {"uuid": GPU_4, "type": "replay"}),
     # GPU 4, claimed through DRA (resource gpu.nvidia.com, device gpu-4), has lost one of
-    # its 18 NVLinks (hardware._dra_gpus).
-    (LATE, "PodresourcesGPUNVLinkDown", {"resource": "gpu.nvidia.com", "device_id": "gpu-4"}),
+    # its 18 NVLinks (hardware._dra_gpus): one alert per physical GPU, by uuid.
+    (LATE, "PodresourcesGPUNVLinkDown", {"uuid": GPU_4}),
 )
 
 # Each NVIDIA GPU's telemetry, under the (resource, device_id) it is served with, and
