@@ -143,8 +143,9 @@ EXPECTED: tuple[tuple[str, str, dict[str, str]], ...] = (
             "sysfs_numa_node": "1",
         },
     ),
-    # GPU 0, busy training, trained its link at 8 of its 16 lanes (hardware._demo_links).
-    (LATE, "PodresourcesPCIeLinkDegraded", {"resource": "nvidia.com/gpu", "device_id": GPU_0}),
+    # GPU 0, busy training, trained its link at 8 of its 16 lanes (hardware._demo_links):
+    # one alert per PCI function, by the address podresources_device_info gives it.
+    (LATE, "PodresourcesPCIeLinkDegraded", {"pci_address": "0000:17:00.0"}),
     # ... and so replays REPLAYS_PER_S_NARROW_LINK packets a second, above what the
     # spec's error rate allows 8 lanes at 32 GT/s (gpus.py). Its 27 corrected AER errors,
     # from before the link trained narrow, fire nothing: no rule reads corrected errors
@@ -559,5 +560,10 @@ def test_the_fired_alerts_annotations_render_on_the_real_pages(
         assert 'summary="' in rendered
         assert 'description="What it means: ' in rendered
         # Each names the device, or the container, it is about.
-        about = labels.get("device_id") or labels.get("uuid") or labels["pod"]
+        about = (
+            labels.get("device_id")
+            or labels.get("uuid")
+            or labels.get("pci_address")
+            or labels["pod"]
+        )
         assert about in rendered, rendered
