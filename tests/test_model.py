@@ -1,10 +1,13 @@
-"""The model's helpers that write label values: numa_label and cpulist."""
+"""The model's helpers that write label values (numa_label, cpulist), and how a
+Resolution hashes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from exporter.model import cpulist, numa_label
+from exporter.model import HardwareKey, KeyKind, Resolution, cpulist, numa_label
 
 
 class TestNumaLabel:
@@ -33,3 +36,48 @@ class TestCpulist:
         """Runs as ranges, lone CPUs alone, sorted and without repeats: what the kernel's
         cpulist files say, and what fixtures shaped like them are written with."""
         assert text == cpulist(ids)
+
+
+class _CountedKey(HardwareKey):
+    """A hardware key that counts how often it is hashed."""
+
+    __slots__ = ()
+    hashed = 0
+
+    def __hash__(self) -> int:
+        _CountedKey.hashed += 1
+        return super().__hash__()
+
+
+class TestResolutionHash:
+    def test_made_once(self) -> None:
+        """A Resolution keys the snapshot's hardware map and is looked up there several
+        times a poll per device: its keys are hashed at its first hash only."""
+        _CountedKey.hashed = 0
+        resolution = Resolution("0000:af:00.2", keys=(_CountedKey(KeyKind.PCI, "0000:af:00.2"),))
+        first = hash(resolution)
+        assert {resolution: 1}[resolution] == 1
+        assert hash(resolution) == first
+        assert _CountedKey.hashed == 1
+
+    def test_follows_equality(self) -> None:
+        """Equal resolutions hash alike, however made; one that differs in any field
+        compared is another key (the cached hash is neither compared nor copied)."""
+        keys = (HardwareKey(KeyKind.PCI, "0000:af:00.2"),)
+        resolution = Resolution("0000:af:00.2", keys=keys, source="device id")
+        hash(resolution)
+        same = Resolution("0000:af:00.2", keys=keys, source="device id")
+        assert same == resolution
+        assert hash(same) == hash(resolution)
+        assert {resolution: 1}.get(same) == 1
+        others = [
+            replace(resolution, physical_id="0000:af:00.3"),
+            replace(resolution, keys=(HardwareKey(KeyKind.NETDEV, "ens1"),)),
+            replace(resolution, unresolved="no driver"),
+            replace(resolution, source="checkpoint"),
+        ]
+        table = {resolution: 1}
+        for other in others:
+            assert other != resolution
+            assert table.get(other) is None
+            assert hash(other) == hash(replace(other))
