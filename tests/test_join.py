@@ -1055,3 +1055,33 @@ class TestWholeDevices:
             WholeDevice(PartKind.SRIOV_VF, (HardwareKey(KeyKind.PCI, "0000:4b:00.0"),))
             == snapshot.hardware_of(snapshot.devices[0]).whole
         )
+
+
+def test_one_device_is_one_resolution_object() -> None:
+    """Within a snapshot, the views of one device share one Resolution object: one ID
+    in two RDMA shared pools (free and held), the replicas of a time-sliced GPU. The
+    join's and the render's dicts keyed by it then find it by identity, never comparing
+    field by field. Another device has another."""
+    gpu = "GPU-8f3c1a2b-0000-1111-2222-333344445555"
+    pools = ("rdma/hca_shared_devices_a", "rdma/hca_shared_devices_b")
+    allocatable = AllocatableResources(
+        devices=(
+            *(DeviceGroup(pool, ("17", "18"), (0,)) for pool in pools),
+            DeviceGroup("nvidia.com/gpu", (f"{gpu}::0", f"{gpu}::1", f"{gpu}::2"), (0,)),
+        )
+    )
+    holder = ContainerResources(
+        "main",
+        devices=(
+            DeviceGroup(pools[0], ("17",), (0,)),
+            DeviceGroup("nvidia.com/gpu", (f"{gpu}::1",), (0,)),
+        ),
+    )
+    snapshot = _join((_pod("p", holder),), allocatable)
+    by_id: dict[str, list[object]] = {}
+    for device in snapshot.devices:
+        by_id.setdefault(device.resolution.physical_id, []).append(device.resolution)
+
+    assert {name: len(found) for name, found in by_id.items()} == {"17": 2, "18": 2, gpu: 3}
+    assert all(r is found[0] for found in by_id.values() for r in found)
+    assert by_id["17"][0] != by_id["18"][0]
