@@ -6,8 +6,8 @@
 Builds bench.py's dense node (the same tree, simulated kubelet and exporter), warms it
 up, then prints medians over ``--polls``: the whole poll (process CPU) beside its decode
 floor; the join's worker-thread time inside those polls; every collector's ``collect()``
-alone (thread time), and their sum as on a node's sysfs (a fixture tree's kept files are
-``fstat()``ed before each read, sysfs's never); the collectors' whole run as the poll
+alone (thread time), and their sum, each also as on a node's sysfs (a fixture tree's kept
+files are ``fstat()``ed before each read, sysfs's never); the collectors' whole run as the poll
 makes it (one lane, one thread hop); and the kubelet's two calls, opening and closing
 the channel as the poller does at the default interval, and on a channel kept open. The
 parts are timed one after another, not inside the poll, so they do not add up to it
@@ -202,13 +202,14 @@ async def _print_parts(
     runner = poller._runner
     collected = {c.name: _thread_cpu_of_collect(c, polls) for c in runner._collectors}
     print(f"  run_all (lane and hop)       {_median_ms(await _cpu_of(runner.run_all, polls))}")
+    with _kept_files_unchecked(runner._collectors):
+        unchecked = {c.name: _thread_cpu_of_collect(c, polls) for c in runner._collectors}
     total = sum(bench._median(v) for v in collected.values())
     print(f"  collect() alone, summed      {bench._ms(total)}")
     for name, spent in collected.items():
-        print(f"      {name:<24} {_median_ms(spent)}")
-    with _kept_files_unchecked(runner._collectors):
-        unchecked = sum(bench._median(_thread_cpu_of_collect(c, polls)) for c in runner._collectors)
-    print(f"  the same, as on sysfs        {bench._ms(unchecked)}  (kept files not fstat()ed)")
+        print(f"      {name:<24} {_median_ms(spent)}   as on sysfs {_median_ms(unchecked[name])}")
+    on_sysfs = sum(bench._median(v) for v in unchecked.values())
+    print(f"  the same, as on sysfs        {bench._ms(on_sysfs)}  (kept files not fstat()ed)")
     client = poller._client
 
     async def reopened() -> None:
