@@ -291,6 +291,18 @@ def read_pci_id(path: Path | str) -> str | None:
         raise GarbageFile(f"{path}: {error}") from None
 
 
+def _int_of(data: bytes, path: str, *, base: int = 10, unsigned: bool = False) -> int:
+    """An attribute's bytes as ``read_int`` takes them."""
+    digits = data.rstrip(b"\n")
+    # A counter as the kernel prints it, checked on the bytes (isdigit is ASCII-only
+    # for bytes); anything else takes read_int's way, with its messages.
+    if base == 10 and len(digits) <= _COUNTER_DIGITS and digits.isdigit():
+        value = int(digits)
+        if value <= MAX_COUNTER:
+            return value
+    return _attribute_int(_attribute_text(data, path), path, base=base, unsigned=unsigned)
+
+
 def _attribute_int(text: str, path: Path | str, *, base: int, unsigned: bool = False) -> int:
     # int() alone would take "1_000" and cost quadratic time on thousands of digits.
     if len(text) > _MAX_DIGITS or not _INTEGER[base].match(text):
@@ -377,16 +389,38 @@ class KeptFiles:
     def read_int(self, path: str, *, base: int = 10, unsigned: bool = False) -> int | None:
         """What module-level ``read_int`` gives for ``path``, through a kept descriptor."""
         data = self._read(path)
-        if data is None:
-            return None
-        digits = data.rstrip(b"\n")
-        # A counter as the kernel prints it, checked on the bytes (isdigit is ASCII-only
-        # for bytes); anything else takes read_int's way, with its messages.
-        if base == 10 and len(digits) <= _COUNTER_DIGITS and digits.isdigit():
-            value = int(digits)
-            if value <= MAX_COUNTER:
-                return value
-        return _attribute_int(_attribute_text(data, path), path, base=base, unsigned=unsigned)
+        return None if data is None else _int_of(data, path, base=base, unsigned=unsigned)
+
+    def read_counters(self, paths: Iterable[str]) -> list[int | CollectorError | None]:
+        """``read_int(path, unsigned=True)`` of each of ``paths``: its value, None where
+        it is absent, or the error it raised (the files after it are read still). One
+        call for a device's counters, hundreds of files a poll: a kept file is read here
+        without read_int's calls between; the rest as read_int reads them."""
+        values: list[int | CollectorError | None] = []
+        fds, read_paths, check = self._fds, self._read_paths, self._check_replaced
+        for path in paths:
+            fd = fds.get(path)
+            try:
+                if fd is None or (check and os.fstat(fd).st_nlink == 0):
+                    data = self._read(path)  # opened, or replaced: reopened
+                else:
+                    read_paths.add(path)
+                    data = os.pread(fd, _PAGE_READ, 0)
+                    # The hot path: a counter, whole in one read (_int_of, inlined).
+                    digits = data.rstrip(b"\n")
+                    if len(digits) <= _COUNTER_DIGITS and digits.isdigit():
+                        value = int(digits)
+                        if value <= MAX_COUNTER:
+                            values.append(value)
+                            continue
+                    if len(data) >= _PAGE_READ:
+                        data = _read_whole(fd)  # more than a counter: read it all
+                values.append(None if data is None else _int_of(data, path, unsigned=True))
+            except OSError as error:  # from the kept file's fstat or read
+                values.append(self._failed_kept(path, error))
+            except CollectorError as error:
+                values.append(error)
+        return values
 
     def _read(self, path: str) -> bytes | None:
         self._read_paths.add(path)
@@ -397,13 +431,9 @@ class KeptFiles:
                 if not self._check_replaced or os.fstat(fd).st_nlink > 0:
                     return _read_whole(fd)
             except OSError as error:
-                # A descriptor is closed with its device. Where only the attribute's
-                # show() failed (EIO, EINVAL from a down port's rate), it stays for the
-                # next poll's read: reopening would only fail the same way, at ten
-                # times the cost.
-                if _is_gone(error):
-                    self._forget(path)
-                _raise_unless_gone(error, path)
+                failed = self._failed_kept(path, error)
+                if failed is not None:
+                    raise failed from error
                 return None
             self._forget(path)  # replaced or unlinked (fixture trees): reopen below
         fd = _open_attribute(path)
@@ -424,6 +454,19 @@ class KeptFiles:
         else:
             os.close(fd)  # past max_open: opened for this read only
         return data
+
+    def _failed_kept(self, path: str, error: OSError) -> UnreadableFile | None:
+        """What a kept file's failed read means: None where its device is gone (the
+        descriptor is closed with it), else the error naming ``path``. Where only the
+        attribute's show() failed (EIO, EINVAL from a down port's rate), the file stays
+        kept for the next poll's read: reopening would only fail the same way, at ten
+        times the cost."""
+        if not _is_gone(error):
+            failed = UnreadableFile(f"cannot read {path}: {error.strerror or error}")
+            failed.__cause__ = error  # as raised from it: failed_with() reads its errno
+            return failed
+        self._forget(path)
+        return None
 
     def forget(self, paths: Iterable[str]) -> None:
         """Close the files kept at ``paths``: a kept descriptor follows its kernfs node,

@@ -28,6 +28,7 @@ from exporter.sysfs import (
     GarbageFile,
     KeptFiles,
     UnreadableFile,
+    failed_with,
     is_sysfs_mount,
     is_sysfs_tree,
     kept_files_budget,
@@ -519,6 +520,89 @@ _MOUNTINFO = r"""
 1204 1100 0:52 / /shadowed rw - sysfs sysfs rw
 1205 1100 0:53 / /shadowed rw - tmpfs tmpfs rw
 """
+
+
+class TestReadCounters:
+    """``KeptFiles.read_counters``: read_int(path, unsigned=True) of each file in one
+    call, an error in the place of a value that failed."""
+
+    CONTENTS = {
+        "zero": "0\n",
+        "counter": "1126400\n",
+        "largest": f"{MAX_COUNTER}\n",
+        "too-large": f"{MAX_COUNTER + 1}\n",
+        "negative": "-1\n",
+        "text": "down\n",
+        "more-after-newlines": "7" + "\n" * 21 + "8\n",
+        "a-page-of-digits": "1" * 5000 + "\n",
+        "longer-than-an-attribute": "1" * (MAX_ATTRIBUTE_BYTES + 1),
+        "empty": "",
+    }
+
+    @staticmethod
+    def _outcome(read: object) -> object:
+        if isinstance(read, CollectorError):
+            return type(read), str(read)
+        return read
+
+    @pytest.mark.parametrize("check_replaced", [True, False], ids=["fixture", "sysfs"])
+    def test_each_file_as_read_int_reads_it(self, tmp_path: Path, check_replaced: bool) -> None:
+        """Values, garbage and absent files come back as read_int gives them, on the
+        first read (files opened) and the next (kept descriptors)."""
+        for name, text in self.CONTENTS.items():
+            write_attribute(tmp_path / name, text)
+        paths = [str(tmp_path / name) for name in (*self.CONTENTS, "absent")]
+        expected = []
+        for path in paths:
+            try:
+                expected.append(KeptFiles().read_int(path, unsigned=True))
+            except CollectorError as error:
+                expected.append((type(error), str(error)))
+        files = KeptFiles(check_replaced=check_replaced)
+        first = [self._outcome(v) for v in files.read_counters(paths)]
+        again = [self._outcome(v) for v in files.read_counters(paths)]
+
+        assert (expected, expected, len(self.CONTENTS)) == (first, again, len(files))
+
+    @pytest.mark.parametrize("check_replaced", [True, False], ids=["fixture", "sysfs"])
+    def test_a_changed_counter_is_read_afresh(self, tmp_path: Path, check_replaced: bool) -> None:
+        """A value written in place is seen through the kept descriptor; on a fixture
+        tree, a file replaced by rename is reopened."""
+        in_place, replaced = tmp_path / "rx_bytes", tmp_path / "tx_bytes"
+        write_attribute(in_place, "1\n")
+        write_attribute(replaced, "2\n")
+        files = KeptFiles(check_replaced=check_replaced)
+        paths = [str(in_place), str(replaced)]
+        before = files.read_counters(paths)
+        in_place.write_text("11\n")
+        if check_replaced:
+            write_attribute(replaced, "22\n")
+
+        assert ([1, 2], [11, 22 if check_replaced else 2]) == (before, files.read_counters(paths))
+
+    @pytest.mark.parametrize("check_replaced", [True, False], ids=["fixture", "sysfs"])
+    def test_a_failed_read_is_its_error_and_the_rest_are_read(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check_replaced: bool
+    ) -> None:
+        """EINVAL on a kept file (a netdev being unregistered) is that file's error, its
+        errno readable by failed_with, the descriptor kept; a device gone (ENODEV) reads
+        as absent and its descriptor is closed; the files after them are read."""
+        names = ("rx_bytes", "tx_bytes", "rx_packets")
+        for number, name in enumerate(names):
+            write_attribute(tmp_path / name, f"{number}\n")
+        paths = [str(tmp_path / name) for name in names]
+        files = KeptFiles(check_replaced=check_replaced)
+        files.read_counters(paths)
+        fail_reads(monkeypatch, path_suffix="/rx_bytes", code=errno.EINVAL)
+        fail_reads(monkeypatch, path_suffix="/tx_bytes", code=errno.ENODEV)
+        failed, gone, value = files.read_counters(paths)
+
+        assert isinstance(failed, UnreadableFile)
+        assert (str(failed), failed_with(failed, errno.EINVAL)) == (
+            f"cannot read {paths[0]}: Invalid argument",
+            True,
+        )
+        assert (gone, value, sorted(held_under(tmp_path))) == (None, 2, [paths[0], paths[2]])
 
 
 class TestIsSysfsMount:

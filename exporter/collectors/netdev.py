@@ -427,18 +427,17 @@ class NetdevCollector(Collector):
         bad file loses its figure. This is the collector's hot loop: ~500 files a poll
         on a node with 60 NICs."""
         samples: list[Sample] = []
-        read_int = self._files.read_int
-        for path, (_, spec) in zip(files, counters, strict=True):
-            try:
-                value = read_int(path, unsigned=True)
-            except CollectorError as error:
+        values = self._files.read_counters(files)
+        for value, (_, spec) in zip(values, counters, strict=True):
+            if value is None:
+                continue
+            if isinstance(value, CollectorError):
                 # EINVAL: netstat_show's answer for a netdev being unregistered (a VF
                 # going away): gone, like a file gone since the listing.
-                if not failed_with(error, errno.EINVAL):
-                    issues.append(file_issue(error))
+                if not failed_with(value, errno.EINVAL):
+                    issues.append(file_issue(value))
                 continue
-            if value is not None:
-                samples.append(Sample(spec, float(value), labels))
+            samples.append(Sample(spec, float(value), labels))
         return tuple(samples)
 
     def _read_moved_vfs(
