@@ -37,7 +37,7 @@ from google.protobuf.message import DecodeError, Message
 from exporter.kubelet.api.v1 import api_pb2 as v1
 from exporter.kubelet.api.v1alpha1 import api_pb2 as v1alpha1
 from exporter.kubelet.convert import (
-    allocatable_from_proto,
+    allocatable_from_proto_reusing,
     pod_from_proto,
     pods_from_list_response_reusing,
     pods_from_v1alpha1_list_response,
@@ -272,6 +272,8 @@ class KubeletClient:
         self._pods_memo: _ReplyMemo[tuple[PodResources, ...]] = _ReplyMemo()
         self._pods_by_bytes: dict[bytes, PodResources] = {}  # each pod of the last reply
         self._allocatable_memo: _ReplyMemo[AllocatableResources] = _ReplyMemo()
+        # The last reply put in order, as bytes, and its model
+        self._allocatable_in_order: tuple[bytes, AllocatableResources] | None = None
         self._v1alpha1_pods_memo: _ReplyMemo[tuple[PodResources, ...]] = _ReplyMemo()
         self._closed = False
         self._went_away = False  # UNAVAILABLE since take_went_away() last asked
@@ -314,10 +316,7 @@ class KubeletClient:
         return await self._call(
             METHOD_GET_ALLOCATABLE,
             v1.AllocatableResourcesRequest(),
-            lambda raw: self._allocatable_memo.convert(
-                raw,
-                lambda r: allocatable_from_proto(_parse(v1.AllocatableResourcesResponse, r)),
-            ),
+            lambda raw: self._allocatable_memo.convert(raw, self._convert_allocatable),
         )
 
     async def get_pod(self, *, namespace: str, name: str) -> PodResources:
@@ -426,6 +425,12 @@ class KubeletClient:
             )
             self._rpcs[method] = rpc
         return rpc
+
+    def _convert_allocatable(self, raw: bytes) -> AllocatableResources:
+        reply = _parse(v1.AllocatableResourcesResponse, raw)
+        allocatable, key = allocatable_from_proto_reusing(reply, self._allocatable_in_order)
+        self._allocatable_in_order = (key, allocatable)
+        return allocatable
 
     def _convert_pods(self, raw: bytes) -> tuple[PodResources, ...]:
         reply = _parse(v1.ListPodResourcesResponse, raw)

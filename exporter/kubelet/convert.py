@@ -30,6 +30,7 @@ from exporter.model import (
 
 __all__ = [
     "allocatable_from_proto",
+    "allocatable_from_proto_reusing",
     "allocatable_to_proto",
     "get_response_to_proto",
     "list_response_to_proto",
@@ -221,6 +222,29 @@ def allocatable_from_proto(msg: v1.AllocatableResourcesResponse) -> AllocatableR
         cpu_ids=_cpu_ids(msg.cpu_ids),
         memory=tuple(_memory_block(m) for m in msg.memory),
     )
+
+
+def allocatable_from_proto_reusing(
+    msg: v1.AllocatableResourcesResponse, previous: tuple[bytes, AllocatableResources] | None
+) -> tuple[AllocatableResources, bytes]:
+    """``allocatable_from_proto``, or ``previous``'s model where the reply, put in order
+    (its device entries by their bytes, CPU ids by number), has ``previous``'s bytes;
+    also returns those bytes for the next call.
+
+    The kubelet answers an unchanged inventory in a new order each call (a device entry
+    per ID and NUMA node, from maps), which the model does not keep: its devices are
+    grouped and sorted, its CPU ids sorted. Ordering and serializing the entries costs
+    about a third of converting them (8,000 device IDs of RDMA shared pools: ~36 ms a
+    poll). Memory blocks stay in the reply's order, as the model keeps them. ``msg`` is
+    put in order in place."""
+    if len(msg.devices) > 1:
+        msg.devices.sort(key=_SERIALIZED)
+    if len(msg.cpu_ids) > 1:
+        msg.cpu_ids.sort()
+    key = msg.SerializeToString(deterministic=True)
+    if previous is not None and previous[0] == key:
+        return previous[1], key
+    return allocatable_from_proto(msg), key
 
 
 # --- model -> proto ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Converting a List reply while re-using the pods of the last one."""
+"""Converting a List reply while re-using the pods of the last one, and a
+GetAllocatableResources reply while re-using the last model."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ import pytest
 from exporter.kubelet import convert
 from exporter.kubelet.api.v1 import api_pb2 as v1
 from exporter.kubelet.convert import (
+    allocatable_from_proto,
+    allocatable_from_proto_reusing,
+    allocatable_to_proto,
     list_response_to_proto,
     pods_from_list_response,
     pods_from_list_response_reusing,
     sort_in_place,
 )
-from exporter.model import ClaimDevice, ContainerResources, DynamicResource, PodResources
+from exporter.model import (
+    AllocatableResources,
+    ClaimDevice,
+    ContainerResources,
+    DynamicResource,
+    PodResources,
+)
 from exporter.sim.kubelet import SimKubelet
 from exporter.sim.scenario import DenseScenario
 
@@ -128,3 +138,58 @@ class TestPodsInOrderAlready:
         assert sorted_pods == ["p2"]
         assert [a is b for a, b in zip(again, (one, several, shuffled), strict=True)] == [True] * 3
         assert shuffled.containers[0].cpu_ids == (5, 6)
+
+
+class TestReusingAllocatable:
+    @staticmethod
+    def _replies(
+        allocatable: AllocatableResources, count: int
+    ) -> list[v1.AllocatableResourcesResponse]:
+        """``count`` replies of ``allocatable`` as the kubelet sends them, each in a new order."""
+        sim = SimKubelet(socket_path="unused.sock")
+        sim.set_state(pods=(), allocatable=allocatable)
+        return [allocatable_to_proto(sim.shaped_allocatable()) for _ in range(count)]
+
+    def test_a_reply_in_another_order_is_the_last_model(self) -> None:
+        """The kubelet's next answer for the same inventory, in a new order: not
+        converted, the very object of the last call, equal to a fresh conversion."""
+        allocatable = DenseScenario.create(pod_count=20, cpus=16).allocatable()
+        first, second = self._replies(allocatable, 2)
+        assert first.SerializeToString() != second.SerializeToString()
+        fresh = allocatable_from_proto(allocatable_to_proto(allocatable))
+
+        old, key = allocatable_from_proto_reusing(first, None)
+        new, again = allocatable_from_proto_reusing(second, (key, old))
+
+        assert (fresh, fresh, key) == (old, new, again)
+        assert new is old
+
+    @pytest.mark.parametrize("change", ["device", "numa", "cpu", "memory", "memory-order"])
+    def test_a_changed_inventory_is_converted_again(self, change: str) -> None:
+        """A device more, a device on another NUMA node, a CPU less, a memory block
+        changed, or the blocks in another order (the model keeps the reply's): a new
+        model, the one a fresh conversion gives."""
+        allocatable = DenseScenario.create(pod_count=20, cpus=16).allocatable()
+        first = allocatable.devices[0]
+        changed = {
+            "device": replace(
+                allocatable, devices=(*allocatable.devices, replace(first, device_ids=("new",)))
+            ),
+            "numa": replace(
+                allocatable, devices=(replace(first, numa_nodes=(9,)), *allocatable.devices[1:])
+            ),
+            "cpu": replace(allocatable, cpu_ids=allocatable.cpu_ids[1:]),
+            "memory": replace(
+                allocatable,
+                memory=(replace(allocatable.memory[0], size_bytes=1), *allocatable.memory[1:]),
+            ),
+            "memory-order": replace(allocatable, memory=allocatable.memory[::-1]),
+        }[change]
+        (before,) = self._replies(allocatable, 1)
+        (after,) = self._replies(changed, 1)
+
+        old, key = allocatable_from_proto_reusing(before, None)
+        new, _ = allocatable_from_proto_reusing(after, (key, old))
+
+        assert new != old
+        assert allocatable_from_proto(allocatable_to_proto(changed)) == new
