@@ -32,6 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: a run without it is fine too
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: a worker per CPU this process may keep busy, a container's CPU quota
     counted (cpu_budget.py). Where PYTEST_XDIST_AUTO_NUM_WORKERS is set, xdist reads it."""
