@@ -290,12 +290,7 @@ def _series_owners(
     Replicas of one GPU held by one owner collapse into one series; a physical device
     with at least one allocated replica gets no extra unallocated series.
     """
-    # A str's hash is cached, a Resolution's is not: most devices have no reading.
-    with_reading = {resolution.physical_id for resolution in sampled}
-    read = [
-        (d, sampled.get(d.resolution) if d.resolution.physical_id in with_reading else None)
-        for d in devices
-    ]
+    read = [(d, sampled.get(d.resolution)) for d in devices]
     owned: dict[_SeriesKey, Resolution] = {}
     allocated_bases = {
         (d.resource, d.resolution.physical_id)
@@ -510,8 +505,6 @@ def _device_rows(snapshot: Snapshot, facts: Mapping[Resolution, _Facts]) -> tupl
         "(unhealthy, or its device plugin gone).",
         ("resource", "device_id"),
     )
-    # A str's hash is cached, a Resolution's is not: most devices have no facts.
-    with_facts = {resolution.physical_id for resolution in facts}
     seen: set[tuple[str, str]] = set()
     for device in snapshot.devices:
         if (device.resource, device.device_id) in seen:
@@ -526,11 +519,7 @@ def _device_rows(snapshot: Snapshot, facts: Mapping[Resolution, _Facts]) -> tupl
             and device.resource
         ):
             unoffered.add((device.resource, device.device_id), 1)
-        uuid, pci_address, model, vendor, sysfs_node = (
-            facts.get(device.resolution, _NO_FACTS)
-            if device.resolution.physical_id in with_facts
-            else _NO_FACTS
-        )
+        uuid, pci_address, model, vendor, sysfs_node = facts.get(device.resolution, _NO_FACTS)
         device_info.add(
             (
                 device.resource,
