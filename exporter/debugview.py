@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.collectors.gpu_metrics import (
@@ -83,6 +83,17 @@ class Filters:
     container: str | None = None
     resource: str | None = None
     device: str | None = None
+    # The spellings ``device`` is looked for in, made once: as asked, and a PCI address
+    # as NVML or lspci -D in capitals write it (00000000:17:00.0) in the kernel's, which
+    # every PCI key has.
+    _asked: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        asked: tuple[str, ...] = () if self.device is None else (self.device,)
+        kernel_spelling = parse_pci_address(self.device) if self.device is not None else None
+        if kernel_spelling is not None and kernel_spelling != self.device:
+            asked += (kernel_spelling,)
+        object.__setattr__(self, "_asked", asked)
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filters:
@@ -99,13 +110,8 @@ class Filters:
         if self.device is None or (self.resource is not None and device.resource != self.resource):
             return None
         hardware = snapshot.hardware_of(device)
-        found = device_match(self.device, device, hardware)
-        # A PCI address as NVML or lspci -D in capitals write it (00000000:17:00.0) is
-        # asked for in the kernel's spelling, which every PCI key has.
-        kernel_spelling = parse_pci_address(self.device)
-        if found is None and kernel_spelling is not None and kernel_spelling != self.device:
-            found = device_match(kernel_spelling, device, hardware)
-        return found
+        found = (device_match(asked, device, hardware) for asked in self._asked)
+        return next((match for match in found if match is not None), None)
 
     def keeps_device(self, device: DeviceView, snapshot: Snapshot) -> bool:
         """Whether the resource and device filters select the device."""
