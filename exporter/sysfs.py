@@ -196,11 +196,19 @@ def _is_gone(error: OSError) -> bool:
     return error.errno in (errno.ENODEV, errno.ENOENT)
 
 
+def _unreadable(error: OSError, path: Path | str) -> UnreadableFile | None:
+    """What a failed read means: UnreadableFile naming ``path``, raised from ``error``;
+    None where the file's device is gone (``_is_gone``), which reads as absent."""
+    if _is_gone(error):
+        return None
+    failed = UnreadableFile(f"cannot read {path}: {error.strerror or error}")
+    failed.__cause__ = error  # as raised from it: failed_with() reads its errno
+    return failed
+
+
 def _raise_unless_gone(error: OSError, path: Path | str) -> None:
-    """After a failed read: UnreadableFile naming ``path``, unless the file's device is
-    gone (``_is_gone``), which reads as absent."""
-    if not _is_gone(error):
-        raise UnreadableFile(f"cannot read {path}: {error.strerror or error}") from error
+    if (failed := _unreadable(error, path)) is not None:
+        raise failed from error
 
 
 # kernfs serves a binary attribute (a NUMA node's cpulist, up to NR_CPUS*7/2 bytes) at
@@ -461,12 +469,10 @@ class KeptFiles:
         attribute's show() failed (EIO, EINVAL from a down port's rate), the file stays
         kept for the next poll's read: reopening would only fail the same way, at ten
         times the cost."""
-        if not _is_gone(error):
-            failed = UnreadableFile(f"cannot read {path}: {error.strerror or error}")
-            failed.__cause__ = error  # as raised from it: failed_with() reads its errno
-            return failed
-        self._forget(path)
-        return None
+        failed = _unreadable(error, path)
+        if failed is None:
+            self._forget(path)
+        return failed
 
     def forget(self, paths: Iterable[str]) -> None:
         """Close the files kept at ``paths``: a kept descriptor follows its kernfs node,
