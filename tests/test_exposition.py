@@ -391,14 +391,18 @@ def _node_of(
     cpus: int = 16,
     cpu_numa: dict[int, int] | None = None,
     runs: tuple[CollectorRun, ...] = (),
+    allocatable: AllocatableResources | None = None,
+    known: bool = True,
 ) -> Snapshot:
-    """The snapshot of a node of ``cpus`` allocatable CPUs holding ``pods``."""
+    """The snapshot of a node holding ``pods`` that offers ``allocatable``, else
+    ``cpus`` CPUs; ``known``: whether the kubelet answered for its inventory."""
     return join_snapshot(
         node="n",
         collected_at=1.0,
         kubelet=KubeletStatus(up=True, socket="/s", api=()),
         pods=pods,
-        allocatable=AllocatableResources(cpu_ids=tuple(range(cpus))),
+        allocatable=allocatable or AllocatableResources(cpu_ids=tuple(range(cpus))),
+        allocatable_known=known,
         cpu_numa=cpu_numa or {},
         collector_runs=runs,
     )
@@ -696,15 +700,11 @@ def _pooled_node(
     known: bool = True,
     pods: tuple[PodResources, ...] = (_HOLDER,),
 ) -> Snapshot:
-    return join_snapshot(
-        node="n",
-        collected_at=1.0,
-        kubelet=KubeletStatus(up=True, socket="/s", api=()),
-        pods=pods,
+    return _node_of(
+        *pods,
         allocatable=allocatable or _inventory(),
-        allocatable_known=known,
-        cpu_numa={},
-        collector_runs=_readings() if runs is None else runs,
+        known=known,
+        runs=_readings() if runs is None else runs,
     )
 
 

@@ -761,6 +761,28 @@ async def _until_held(runner: web.AppRunner, count: int) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _third_client_then_scrape(
+    pki: Pki, runner: web.AppRunner, hello: bytes, *, places: int
+) -> tuple[bytes, int]:
+    """Three clients that send ``hello`` and then nothing, each counted before the next
+    (at most ``places`` at once); then what the first read (b"" once closed) and a
+    scrape's status."""
+    port = _port(runner)
+    stalled = []
+    try:
+        for count in (1, 2, 3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(hello)
+            stalled.append((reader, writer))
+            await _until_held(runner, min(count, places))
+        async with asyncio.timeout(5):
+            first = await stalled[0][0].read()
+        return first, await _https_get(pki, port)
+    finally:
+        for _, writer in stalled:
+            writer.close()
+
+
 class TestConnectionLimit:
     """A connection on the TLS port counts under max_connections from its accept."""
 
@@ -773,21 +795,8 @@ class TestConnectionLimit:
         gets in. (Uncounted, 3,000 of them held 3,000 descriptors and ~0.9 GiB.)"""
         hello = _client_hello()[:-1] if sent else b""
         async with _limited_site(pki, max_connections=2) as runner:
-            port = _port(runner)
             with capture_logs() as logs:
-                stalled = []
-                for count in (1, 2, 3):
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.write(hello)
-                    stalled.append((reader, writer))
-                    await _until_held(runner, min(count, 2))
-                try:
-                    async with asyncio.timeout(5):
-                        first = await stalled[0][0].read()
-                    scraped = await _https_get(pki, port)
-                finally:
-                    for _, writer in stalled:
-                        writer.close()
+                first, scraped = await _third_client_then_scrape(pki, runner, hello, places=2)
         closed = [e["closed"] for e in logs if e["event"] == "http_connections_full"]
         assert (b"", 200, ["the longest in its TLS handshake"]) == (first, scraped, closed[:1])
 
@@ -950,21 +959,8 @@ class TestHandshakeLimit:
         scraper is served, the first client closed, and it is said once."""
         hello = _client_hello()[:-1]
         async with _limited_site(pki, max_connections=1024, max_handshakes=2) as runner:
-            port = _port(runner)
             with capture_logs() as logs:
-                stalled = []
-                for count in (1, 2, 3):
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.write(hello)
-                    stalled.append((reader, writer))
-                    await _until_held(runner, count)
-                try:
-                    async with asyncio.timeout(5):
-                        first = await stalled[0][0].read()
-                    scraped = await _https_get(pki, port)
-                finally:
-                    for _, writer in stalled:
-                        writer.close()
+                first, scraped = await _third_client_then_scrape(pki, runner, hello, places=3)
         full = [(e["log_level"], e["limit"]) for e in logs if e["event"] == "tls_handshakes_full"]
         assert (b"", 200, [("warning", 2)]) == (first, scraped, full)
 
